@@ -1,0 +1,196 @@
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/copy.h"
+#include "core/factory.h"
+
+namespace trident::autograd {
+namespace {
+
+struct ReadyOrder {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+Tensor sum_grads(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  Tensor out = empty_like(a);
+  copy_(out, a);
+  add_into_(out, b);
+  return out;
+}
+
+void check_grad(const Tensor& g, const Node::OutputMeta& m, const std::string& producer, size_t input, const Node& target) {
+  TRIDENT_CHECK(g.sizes() == m.sizes, producer, " returned a gradient of shape ", g.sizes(), " for its input ", input,
+                ", but that input (an output of ", target.name(), ") has shape ", m.sizes);
+  TRIDENT_CHECK(g.dtype() == m.dtype, producer, " returned a gradient of dtype ", g.dtype(), " for its input ", input,
+                ", but that input has dtype ", m.dtype);
+  TRIDENT_CHECK(g.device() == m.device, producer, " returned a gradient on ", g.device(), " for its input ", input,
+                ", but that input is on ", m.device);
+}
+
+// Runs the graph. `capture`: edges whose incoming gradient is returned (by grad()); when
+// `accumulate` is false, AccumulateGrad nodes do not run.
+TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in, bool retain_graph, bool accumulate,
+                        const std::vector<Edge>& capture) {
+  TRIDENT_CHECK(grad_roots_in.empty() || grad_roots_in.size() == roots.size(), "backward: got ", roots.size(),
+                " tensors but ", grad_roots_in.size(), " gradients");
+  NoGradGuard no_grad;
+
+  std::vector<Edge> root_edges;
+  TensorList root_grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    TRIDENT_CHECK(r.defined(), "backward: root ", i, " is undefined");
+    TRIDENT_CHECK(r.requires_grad(), "backward: tensor ", i, " (shape ", r.sizes(),
+                  ") does not require grad and has no grad_fn: nothing to differentiate");
+    Tensor g = grad_roots_in.empty() ? Tensor() : grad_roots_in[i];
+    if (!g.defined()) {
+      TRIDENT_CHECK(r.numel() == 1, "backward: a gradient can be created implicitly only for one-element outputs; "
+                                    "pass one for the output of shape ", r.sizes());
+      g = ones_like(r);
+    } else {
+      TRIDENT_CHECK(g.sizes() == r.sizes(), "backward: gradient shape ", g.sizes(), " does not match output shape ", r.sizes());
+      TRIDENT_CHECK(g.dtype() == r.dtype(), "backward: gradient dtype ", g.dtype(), " does not match output dtype ", r.dtype());
+      TRIDENT_CHECK(g.device() == r.device(), "backward: gradient on ", g.device(), " but output on ", r.device());
+    }
+    root_edges.push_back(gradient_edge(r));
+    root_grads.push_back(g);
+  }
+
+  // Count the gradients each node will receive.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (const Edge& e : root_edges) {
+    if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.fn) continue;
+      ++deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  std::unordered_map<Node*, TensorList> buffers;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;  // roots' nodes may have no other owner
+  auto add_to_buffer = [&](const Edge& e, const Tensor& g) {
+    TensorList& buf = buffers[e.fn.get()];
+    if (buf.size() < e.fn->outputs.size()) buf.resize(e.fn->outputs.size());
+    TRIDENT_ASSERT(e.input_nr < buf.size(), e.fn->name(), " has no input ", e.input_nr);
+    buf[e.input_nr] = sum_grads(buf[e.input_nr], g);
+  };
+  for (size_t i = 0; i < root_edges.size(); ++i) {
+    add_to_buffer(root_edges[i], root_grads[i]);
+    keep_alive[root_edges[i].fn.get()] = root_edges[i].fn;
+  }
+
+  std::unordered_map<const Node*, std::vector<size_t>> capture_at;  // node -> indices into capture
+  for (size_t i = 0; i < capture.size(); ++i)
+    if (capture[i].fn) capture_at[capture[i].fn.get()].push_back(i);
+  TensorList captured(capture.size());
+
+  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+  for (const Edge& e : root_edges) {
+    if (deps[e.fn.get()] == 0 && seen.erase(e.fn.get())) ready.push(e.fn.get());  // erase: push each root once
+  }
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    TensorList grads = std::move(buffers[node]);
+    buffers.erase(node);
+    grads.resize(node->outputs.size());
+
+    // Tensor hooks of non-leaf outputs, then retained gradients.
+    for (auto& [nr, hook] : node->pre_hooks) {
+      if (nr >= grads.size() || !grads[nr].defined()) continue;
+      Tensor r = hook(grads[nr]);
+      if (r.defined()) {
+        TRIDENT_CHECK(r.sizes() == grads[nr].sizes(), "a tensor hook returned a gradient of shape ", r.sizes(),
+                      " for a tensor of shape ", grads[nr].sizes());
+        grads[nr] = r;
+      }
+    }
+    for (auto& [nr, weak] : node->retained) {
+      if (auto impl = weak.lock(); impl && nr < grads.size() && grads[nr].defined()) {
+        AutogradMeta& m = impl->autograd_meta();
+        m.grad = m.grad.defined() ? sum_grads(m.grad, grads[nr]) : grads[nr];
+      }
+    }
+    if (auto it = capture_at.find(node); it != capture_at.end()) {
+      for (size_t ci : it->second) {
+        const uint32_t nr = capture[ci].input_nr;
+        if (nr < grads.size()) captured[ci] = grads[nr];
+      }
+    }
+
+    bool any_defined = false;
+    for (const Tensor& g : grads) any_defined = any_defined || g.defined();
+    const bool is_accumulate = dynamic_cast<AccumulateGrad*>(node) != nullptr;
+    TensorList out;
+    if (any_defined && !(is_accumulate && !accumulate)) {
+      for (size_t i = 0; i < grads.size(); ++i) {  // zeros for outputs that got no gradient
+        if (!grads[i].defined()) {
+          const Node::OutputMeta& m = node->outputs[i];
+          grads[i] = zeros(m.sizes, TensorOptions(m.dtype).device(m.device));
+        }
+      }
+      try {
+        out = node->apply(std::move(grads));
+      } catch (const Error& e) {
+        throw Error(detail::str("trident error in backward of ", node->name(), ": ", e.what()), e.file(), e.line(),
+                    detail::str("in backward of ", node->name(), ": ", e.message()));
+      }
+      TRIDENT_CHECK(out.size() == node->next_edges.size() || (is_accumulate && out.empty()), node->name(), " returned ",
+                    out.size(), " gradients but has ", node->next_edges.size(), " inputs");
+    }
+    if (!retain_graph) node->release_saved();
+
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.fn) continue;
+      if (i < out.size() && out[i].defined()) {
+        check_grad(out[i], e.fn->outputs.at(e.input_nr), node->name(), i, *e.fn);
+        add_to_buffer(e, out[i]);
+      }
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
+    }
+  }
+  return captured;
+}
+
+}  // namespace
+
+void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  run_backward(roots, grad_roots, retain_graph, /*accumulate=*/true, {});
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,
+                bool allow_unused) {
+  std::vector<Edge> capture;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TRIDENT_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad: input ", i, " does not require grad");
+    capture.push_back(gradient_edge(inputs[i]));
+  }
+  TensorList result = run_backward(outputs, grad_outputs, retain_graph, /*accumulate=*/false, capture);
+  for (size_t i = 0; i < result.size(); ++i) {
+    TRIDENT_CHECK(allow_unused || result[i].defined(), "grad: input ", i, " (shape ", inputs[i].sizes(),
+                  ") was not used to compute the outputs; pass allow_unused=true if this is expected");
+  }
+  return result;
+}
+
+}  // namespace trident::autograd
+
+namespace trident {
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph);
+}
+}  // namespace trident

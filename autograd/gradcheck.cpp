@@ -1,0 +1,166 @@
+#include "autograd/gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "core/copy.h"
+#include "core/factory.h"
+
+namespace trident::autograd {
+namespace {
+
+// Element offsets (in elements, from data_ptr) of a tensor's elements in row-major order.
+std::vector<int64_t> element_offsets(const Tensor& t) {
+  std::vector<int64_t> offs(static_cast<size_t>(t.numel()));
+  const Shape& sz = t.sizes();
+  const Shape& st = t.strides();
+  std::vector<int64_t> idx(sz.size(), 0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t o = 0;
+    for (size_t d = 0; d < sz.size(); ++d) o += idx[d] * st[d];
+    offs[static_cast<size_t>(i)] = o;
+    for (size_t d = sz.size(); d-- > 0;) {
+      if (++idx[d] < sz[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
+std::string index_str(const Shape& sizes, int64_t flat) {
+  Shape idx(sizes.size());
+  for (size_t d = sizes.size(); d-- > 0;) {
+    idx[d] = sizes[d] ? flat % sizes[d] : 0;
+    flat = sizes[d] ? flat / sizes[d] : 0;
+  }
+  return detail::str(idx);
+}
+
+std::vector<double> values_f64(const Tensor& t) { return t.detach().to(DType::F64).to_vector<double>(); }
+
+}  // namespace
+
+GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const GradcheckOptions& opts) {
+  GradcheckResult res;
+  std::vector<size_t> diff;  // inputs that require grad
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    if (!x.defined() || !x.requires_grad()) continue;
+    TRIDENT_CHECK(x.device().is_cpu(), "gradcheck: input ", i, " is on ", x.device(), "; gradcheck runs on the CPU");
+    TRIDENT_CHECK(x.dtype() == DType::F64, "gradcheck: input ", i, " is ", x.dtype(),
+                  "; use f64 inputs (finite differences in lower precision are too noisy)");
+    const Shape& sz = x.sizes();
+    for (size_t d = 0; d < sz.size(); ++d)
+      TRIDENT_CHECK(!(x.strides()[d] == 0 && sz[d] > 1), "gradcheck: input ", i, " (shape ", sz, ", strides ", x.strides(),
+                    ") has overlapping memory; pass a contiguous copy");
+    diff.push_back(i);
+  }
+  TRIDENT_CHECK(!diff.empty(), "gradcheck: no input requires grad");
+
+  TensorList outputs = fn(inputs);
+  std::vector<size_t> outs;  // differentiable outputs
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (outputs[o].defined() && outputs[o].requires_grad()) outs.push_back(o);
+  TRIDENT_CHECK(!outs.empty(), "gradcheck: no output requires grad (did the function detach its inputs?)");
+
+  TensorList diff_inputs;
+  for (size_t i : diff) diff_inputs.push_back(inputs[i]);
+
+  // analytic[a][k][j]: d output a element j / d input k (flat over all differentiable inputs).
+  std::vector<std::vector<std::vector<double>>> analytic(outs.size());
+  TensorList out_list;
+  for (size_t o : outs) out_list.push_back(outputs[o]);
+  for (size_t a = 0; a < outs.size(); ++a) {
+    const Tensor& y = outputs[outs[a]];
+    analytic[a].assign(diff.size(), std::vector<double>());
+    for (size_t k = 0; k < diff.size(); ++k)
+      analytic[a][k].assign(static_cast<size_t>(inputs[diff[k]].numel() * y.numel()), 0.0);
+    for (int64_t j = 0; j < y.numel(); ++j) {
+      TensorList gos;
+      for (size_t b = 0; b < outs.size(); ++b) {
+        Tensor g = zeros_like(outputs[outs[b]]);
+        if (b == a) {
+          Tensor flat = g.as_strided({g.numel()}, {1}, 0);
+          NoGradGuard ng;
+          fill_(flat.as_strided({1}, {1}, j), 1.0);
+        }
+        gos.push_back(g);
+      }
+      TensorList gs = grad(out_list, diff_inputs, gos, /*retain_graph=*/true, /*allow_unused=*/true);
+      for (size_t k = 0; k < diff.size(); ++k) {
+        if (!gs[k].defined()) continue;
+        TRIDENT_CHECK(gs[k].sizes() == inputs[diff[k]].sizes(), "gradcheck: gradient of input ", diff[k], " has shape ",
+                      gs[k].sizes(), ", expected ", inputs[diff[k]].sizes());
+        const std::vector<double> v = values_f64(gs[k]);
+        for (size_t e = 0; e < v.size(); ++e) analytic[a][k][e * static_cast<size_t>(y.numel()) + static_cast<size_t>(j)] = v[e];
+      }
+    }
+  }
+
+  // Central differences, perturbing each input element in place (through raw pointers, so the
+  // version counters of the inputs do not move).
+  double worst_excess = -INFINITY;
+  for (size_t k = 0; k < diff.size(); ++k) {
+    const Tensor& x = inputs[diff[k]];
+    double* base = static_cast<double*>(x.data_ptr());
+    const std::vector<int64_t> offs = element_offsets(x);
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      double* p = base + offs[static_cast<size_t>(e)];
+      const double orig = *p;
+      TensorList plus, minus;
+      {
+        NoGradGuard ng;
+        *p = orig + opts.eps;
+        plus = fn(inputs);
+        *p = orig - opts.eps;
+        minus = fn(inputs);
+        *p = orig;
+      }
+      for (size_t a = 0; a < outs.size(); ++a) {
+        const std::vector<double> fp = values_f64(plus[outs[a]]);
+        const std::vector<double> fm = values_f64(minus[outs[a]]);
+        const int64_t ny = static_cast<int64_t>(fp.size());
+        for (int64_t j = 0; j < ny; ++j) {
+          const double num = (fp[static_cast<size_t>(j)] - fm[static_cast<size_t>(j)]) / (2 * opts.eps);
+          const double ana = analytic[a][k][static_cast<size_t>(e * ny + j)];
+          const double err = std::fabs(ana - num);
+          const double bound = opts.atol + opts.rtol * std::fabs(num);
+          const double excess = std::isnan(err) ? INFINITY : err - bound;
+          ++res.compared;
+          if (excess > 0) ++res.mismatches;
+          if (excess > worst_excess) {
+            worst_excess = excess;
+            res.input = static_cast<int64_t>(diff[k]);
+            res.input_index = e;
+            res.output = static_cast<int64_t>(outs[a]);
+            res.output_index = j;
+            res.analytic = ana;
+            res.numeric = num;
+            res.abs_error = err;
+            res.rel_error = err / std::max(std::fabs(num), 1e-300);
+          }
+        }
+      }
+    }
+  }
+  res.ok = res.mismatches == 0;
+  if (!res.ok) {
+    std::ostringstream os;
+    os.precision(10);
+    os << "gradcheck failed: " << res.mismatches << " of " << res.compared << " Jacobian entries differ; worst: d output "
+       << res.output << index_str(outputs[static_cast<size_t>(res.output)].sizes(), res.output_index) << " / d input "
+       << res.input << index_str(inputs[static_cast<size_t>(res.input)].sizes(), res.input_index) << ": analytic "
+       << res.analytic << ", numeric " << res.numeric << ", |diff| " << res.abs_error << " (relative " << res.rel_error
+       << ") > atol " << opts.atol << " + rtol " << opts.rtol << " * |numeric|";
+    res.report = os.str();
+  }
+  return res;
+}
+
+GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+                          const GradcheckOptions& opts) {
+  return gradcheck(GradcheckFn([&fn](const TensorList& xs) { return TensorList{fn(xs)}; }), inputs, opts);
+}
+
+}  // namespace trident::autograd

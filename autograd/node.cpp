@@ -1,0 +1,193 @@
+#include "autograd/node.h"
+
+#include <atomic>
+
+#include "core/copy.h"
+#include "core/factory.h"
+
+namespace trident::autograd {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+Node::OutputMeta meta_of(const Tensor& t) { return {t.sizes(), t.dtype(), t.device()}; }
+
+void check_hook_result(const Tensor& r, const Tensor& g, const char* where) {
+  TRIDENT_CHECK(r.sizes() == g.sizes(), where, ": a hook returned a gradient of shape ", r.sizes(),
+                " for a tensor of shape ", g.sizes());
+  TRIDENT_CHECK(r.dtype() == g.dtype(), where, ": a hook returned a gradient of dtype ", r.dtype(), ", expected ", g.dtype());
+}
+}  // namespace
+
+Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1)) {}
+
+namespace {
+thread_local std::vector<std::shared_ptr<Node>> g_graveyard;
+thread_local bool g_draining = false;
+}  // namespace
+
+Node::~Node() {
+  // Hand our edges to a queue instead of dropping them here (which would destroy the next
+  // node inside this destructor, and so on down the chain); the outermost destructor drains it.
+  for (Edge& e : next_edges)
+    if (e.fn) g_graveyard.push_back(std::move(e.fn));
+  if (g_draining) return;
+  g_draining = true;
+  while (!g_graveyard.empty()) {
+    std::shared_ptr<Node> n = std::move(g_graveyard.back());
+    g_graveyard.pop_back();
+    n.reset();
+  }
+  g_draining = false;
+}
+
+std::string node_name(const Node& n) { return n.name(); }
+
+TensorList LambdaNode::apply(TensorList&& grads) {
+  TRIDENT_CHECK(fn_ != nullptr, "trying to backward through the graph a second time (or to use saved tensors after they "
+                                "were freed); pass retain_graph=true to the first backward if you need to do this");
+  return fn_(grads);
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> l) : leaf(std::move(l)) {
+  // Leaves' gradients are accumulated as soon as they are ready (NOTE [Engine order]).
+  sequence_nr = UINT64_MAX;
+  Tensor t(leaf);
+  outputs.push_back(meta_of(t));
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  Tensor g = std::move(grads.at(0));
+  if (!g.defined()) return {};
+  AutogradMeta& meta = leaf->autograd_meta();
+  for (const TensorHook& hook : meta.hooks) {
+    Tensor r = hook(g);
+    if (r.defined()) {
+      check_hook_result(r, g, "leaf hook");
+      g = r;
+    }
+  }
+  if (!meta.grad.defined()) {
+    // Keep our own dense copy unless nobody else can see this gradient.
+    if (!g.is_contiguous() || g.impl_ptr().use_count() > 1 || g.storage().use_count() > 1) {
+      Tensor c = empty_like(g);
+      copy_(c, g);
+      g = c;
+    }
+    meta.grad = g.detach();
+  } else if (meta.grad.impl_ptr().use_count() == 1) {
+    add_into_(meta.grad, g);  // nobody holds the old .grad: accumulate in place
+  } else {
+    Tensor sum = empty_like(meta.grad);
+    copy_(sum, meta.grad);
+    add_into_(sum, g);
+    meta.grad = sum;
+  }
+  const Tensor leaf_tensor(leaf);
+  for (const PostAccumulateGradHook& hook : meta.post_accumulate_hooks) hook(leaf_tensor);
+  return {};
+}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  data_ = t.detach();
+  version_ = t.version();
+}
+
+Tensor SavedTensor::unpack() const {
+  if (!data_.defined()) return data_;
+  TRIDENT_CHECK(data_.version() == version_, "a tensor saved for backward (shape ", data_.sizes(), ", ", data_.dtype(),
+                ") was modified by an in-place operation: it was at version ", version_, " when saved and is now at version ",
+                data_.version(), ". Use an out-of-place op, or clone() the tensor before modifying it");
+  return data_;
+}
+
+bool any_requires_grad(std::initializer_list<Tensor> ts) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const TensorList& ts) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  TRIDENT_ASSERT(leaf.is_leaf() && leaf.requires_grad(), "grad_accumulator of a tensor that is not a leaf requiring grad");
+  AutogradMeta& meta = leaf.impl()->autograd_meta();
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+    meta.grad_accumulator = acc;
+  }
+  return acc;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  return {grad_accumulator(t), 0};
+}
+
+void set_history(const std::shared_ptr<Node>& node, const TensorList& inputs, const TensorList& outputs) {
+  node->next_edges.clear();
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& in : inputs) node->next_edges.push_back(gradient_edge(in));
+  node->outputs.clear();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    TRIDENT_ASSERT(out.defined(), node->name(), ": output ", i, " is undefined");
+    TRIDENT_ASSERT(!out.grad_fn() && !out.requires_grad(), node->name(), ": output ", i,
+                   " already belongs to a graph (an op must return a new tensor, not its input)");
+    AutogradMeta& meta = out.impl()->autograd_meta();
+    meta.requires_grad = true;
+    meta.grad_fn = node;
+    meta.output_nr = static_cast<uint32_t>(i);
+    node->outputs.push_back(meta_of(out));
+  }
+}
+
+std::shared_ptr<Node> record(std::string name, const TensorList& inputs, const Tensor& output, BackwardFn fn) {
+  return record(std::move(name), inputs, TensorList{output}, std::move(fn));
+}
+
+std::shared_ptr<Node> record(std::string name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
+  auto node = std::make_shared<LambdaNode>(std::move(name), std::move(fn));
+  set_history(node, inputs, outputs);
+  return node;
+}
+
+}  // namespace trident::autograd
+
+// ---- Tensor's hook methods (NOTE [Tensor methods]) ----
+namespace trident {
+
+void Tensor::register_hook(TensorHook hook) {
+  TRIDENT_CHECK(requires_grad(), "cannot register a hook on a tensor that does not require grad");
+  if (is_leaf()) {
+    impl()->autograd_meta().hooks.push_back(std::move(hook));
+  } else {
+    grad_fn()->pre_hooks.emplace_back(output_nr(), std::move(hook));
+  }
+}
+
+void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  TRIDENT_CHECK(requires_grad() && is_leaf(), "post-accumulate-grad hooks can only be registered on leaf tensors "
+                                              "that require grad (parameters)");
+  impl()->autograd_meta().post_accumulate_hooks.push_back(std::move(hook));
+}
+
+void Tensor::retain_grad() {
+  TRIDENT_CHECK(requires_grad(), "retain_grad() on a tensor that does not require grad");
+  if (is_leaf()) return;  // leaves keep their gradient anyway
+  AutogradMeta& meta = impl()->autograd_meta();
+  if (meta.retains_grad) return;
+  meta.retains_grad = true;
+  grad_fn()->retained.emplace_back(output_nr(), impl_ptr());
+}
+
+}  // namespace trident

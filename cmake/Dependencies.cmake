@@ -1,0 +1,111 @@
+# Finds what Trident builds against. Nothing is downloaded: scripts/setup.sh installs the
+# Debian packages; CUDA, cuDNN and NCCL are found where they are installed.
+
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+
+# --- OpenBLAS (CPU GEMM) ----------------------------------------------------------------
+# Debian installs the pthread flavour under an alternatives directory; OPENBLAS_ROOT points
+# at any other install (for example a static copy carried to a machine without Debian's).
+find_path(TRIDENT_OPENBLAS_INCLUDE cblas.h
+  HINTS ${OPENBLAS_ROOT} ENV OPENBLAS_ROOT
+  PATH_SUFFIXES include include/openblas x86_64-linux-gnu/openblas-pthread include/x86_64-linux-gnu/openblas-pthread
+  PATHS /usr/include /usr/local/include
+  NO_DEFAULT_PATH)
+find_library(TRIDENT_OPENBLAS_LIB NAMES openblas
+  HINTS ${OPENBLAS_ROOT} ENV OPENBLAS_ROOT
+  PATH_SUFFIXES lib lib64 x86_64-linux-gnu/openblas-pthread
+  PATHS /usr/lib /usr/local/lib)
+if(NOT TRIDENT_OPENBLAS_INCLUDE OR NOT TRIDENT_OPENBLAS_LIB)
+  message(FATAL_ERROR "OpenBLAS not found (cblas.h: ${TRIDENT_OPENBLAS_INCLUDE}, library: ${TRIDENT_OPENBLAS_LIB}). "
+                      "Run scripts/setup.sh, or set OPENBLAS_ROOT.")
+endif()
+add_library(trident_openblas INTERFACE)
+target_include_directories(trident_openblas SYSTEM INTERFACE ${TRIDENT_OPENBLAS_INCLUDE})
+target_link_libraries(trident_openblas INTERFACE ${TRIDENT_OPENBLAS_LIB})
+message(STATUS "OpenBLAS: ${TRIDENT_OPENBLAS_LIB}")
+
+# --- CUDA, cuBLAS(Lt), cuDNN, NCCL ------------------------------------------------------
+set(TRIDENT_HAVE_CUDA OFF)
+if(NOT TRIDENT_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER)
+    if(CUDAToolkit_ROOT AND EXISTS "${CUDAToolkit_ROOT}/bin/nvcc")
+      set(CMAKE_CUDA_COMPILER "${CUDAToolkit_ROOT}/bin/nvcc")
+    elseif(EXISTS /usr/local/cuda/bin/nvcc)
+      set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  set(_why "")
+  if(CMAKE_CUDA_COMPILER)
+    get_filename_component(_cuda_bin "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+    get_filename_component(_cuda_root "${_cuda_bin}" DIRECTORY)
+    if(NOT CUDAToolkit_ROOT)
+      set(CUDAToolkit_ROOT "${_cuda_root}")
+    endif()
+    find_package(CUDAToolkit QUIET)
+    find_path(TRIDENT_CUDNN_INCLUDE cudnn.h
+      HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+    find_library(TRIDENT_CUDNN_LIB cudnn
+      HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+    find_path(TRIDENT_NCCL_INCLUDE nccl.h
+      HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+    find_library(TRIDENT_NCCL_LIB nccl
+      HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+    if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cublasLt)
+      set(_why "cuBLAS not found")
+    elseif(NOT TRIDENT_CUDNN_INCLUDE OR NOT TRIDENT_CUDNN_LIB)
+      set(_why "cuDNN not found (set CUDNN_ROOT)")
+    elseif(NOT TRIDENT_NCCL_INCLUDE OR NOT TRIDENT_NCCL_LIB)
+      set(_why "NCCL not found (set NCCL_ROOT)")
+    endif()
+  else()
+    set(_why "nvcc not found (set CUDAToolkit_ROOT)")
+  endif()
+  if(_why STREQUAL "")
+    set(TRIDENT_HAVE_CUDA ON)
+  elseif(TRIDENT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "TRIDENT_CUDA=ON but ${_why}")
+  else()
+    message(STATUS "CUDA backend off: ${_why}")
+  endif()
+endif()
+
+if(TRIDENT_HAVE_CUDA)
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${TRIDENT_CUDA_ARCHITECTURES})
+  endif()
+  enable_language(CUDA)
+  # CMake 3.25's tables do not know that nvcc 12+ takes C++20; teach them, so CUDA sources
+  # compile with the same dialect as the C++ ones.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+  string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr")
+  add_library(trident_cuda_deps INTERFACE)
+  target_include_directories(trident_cuda_deps SYSTEM INTERFACE ${TRIDENT_CUDNN_INCLUDE} ${TRIDENT_NCCL_INCLUDE})
+  target_link_libraries(trident_cuda_deps INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt
+    ${TRIDENT_CUDNN_LIB} ${TRIDENT_NCCL_LIB})
+  message(STATUS "CUDA ${CUDAToolkit_VERSION}: cuDNN ${TRIDENT_CUDNN_LIB}, NCCL ${TRIDENT_NCCL_LIB}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()
+
+# --- MPI ------------------------------------------------------------------------------
+set(TRIDENT_HAVE_MPI OFF)
+if(NOT TRIDENT_MPI STREQUAL "OFF")
+  if(TRIDENT_MPI STREQUAL "ON")
+    find_package(MPI REQUIRED COMPONENTS CXX)
+  else()
+    find_package(MPI QUIET COMPONENTS CXX)
+  endif()
+  if(MPI_CXX_FOUND)
+    set(TRIDENT_HAVE_MPI ON)
+    find_program(TRIDENT_MPIEXEC NAMES mpirun mpiexec HINTS ${MPI_HOME} ENV MPI_HOME)
+  else()
+    message(STATUS "MPI backend off: MPI not found")
+  endif()
+endif()

@@ -1,0 +1,21 @@
+// Raw data movement under the autograd layer: strided copy with dtype conversion, and fill.
+// These bump the destination's version (they write in place) and record no graph; the
+// differentiable forms are in ops/copy.h.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace trident {
+
+// dst[...] = src[...] converted to dst's dtype; src broadcasts to dst's shape.
+void copy_(const Tensor& dst, const Tensor& src);
+// Every element of dst = value (converted to dst's dtype).
+void fill_(const Tensor& dst, double value);
+
+}  // namespace trident
+
+namespace trident {
+// dst += src (src broadcasts to dst's shape; same dtype). The gradient accumulation of the
+// autograd engine: kept here, below autograd, so the engine needs no op family.
+void add_into_(const Tensor& dst, const Tensor& src);
+}  // namespace trident

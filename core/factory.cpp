@@ -1,0 +1,159 @@
+#include "core/factory.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/copy.h"
+#include "core/strided.h"
+
+namespace trident {
+
+namespace {
+Tensor finish(Tensor t, const TensorOptions& opts) {
+  if (opts.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+// Draws are generated on the CPU and moved to the device (the CUDA backend has its own
+// kernels for large draws; the numbers are the same, NOTE [Philox streams]).
+Tensor cpu_then_move(Tensor t, const TensorOptions& opts) {
+  if (!opts.device_.is_cpu()) t = t.to(opts.device_);
+  return finish(t, opts);
+}
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions opts) {
+  const int64_t n = shape_numel(sizes);
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(n) * itemsize(opts.dtype_), opts.device_);
+  return finish(make_tensor(std::move(storage), opts.dtype_, sizes, contiguous_strides(sizes), 0), opts);
+}
+
+Tensor full(const Shape& sizes, double value, TensorOptions opts) {
+  Tensor t = empty(sizes, opts.requires_grad(false));
+  fill_(t, value);
+  return finish(t, opts);
+}
+Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
+Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  TRIDENT_CHECK(step != 0, "arange: step must be non-zero");
+  TRIDENT_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ", end,
+                ", step ", step, " must be finite");
+  TRIDENT_CHECK((end - start) / step >= 0, "arange: start ", start, " and end ", end, " are inconsistent with step ", step);
+  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = empty({n}, opts.device(kCPU).requires_grad(false));
+  TRIDENT_DISPATCH_NUMERIC(t.dtype(), "arange", [&] {
+    scalar_t* p = t.data<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+  });
+  return cpu_then_move(t, opts);
+}
+
+Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) {
+  TRIDENT_CHECK(is_floating(opts.dtype_), "rand: needs a floating dtype, got ", opts.dtype_);
+  Generator& g = gen ? *gen : default_generator();
+  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
+  const bool wide = opts.dtype_ == DType::F64;
+  const PhiloxState s = g.reserve(philox::blocks_for(static_cast<uint64_t>(t.numel()), wide));
+  TRIDENT_DISPATCH_FLOATING(t.dtype(), "rand", [&] {
+    scalar_t* p = t.data<scalar_t>();
+    parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if constexpr (std::is_same_v<scalar_t, double>) {
+          p[i] = philox::uniform_f64_at(s.seed, s.offset, static_cast<uint64_t>(i));
+        } else {
+          p[i] = static_cast<scalar_t>(philox::uniform_f32_at(s.seed, s.offset, static_cast<uint64_t>(i)));
+        }
+      }
+    });
+  });
+  return cpu_then_move(t, opts);
+}
+
+Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) {
+  TRIDENT_CHECK(is_floating(opts.dtype_), "randn: needs a floating dtype, got ", opts.dtype_);
+  Generator& g = gen ? *gen : default_generator();
+  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
+  const bool wide = opts.dtype_ == DType::F64;
+  const PhiloxState s = g.reserve(philox::blocks_for(static_cast<uint64_t>(t.numel()), wide));
+  TRIDENT_DISPATCH_FLOATING(t.dtype(), "randn", [&] {
+    scalar_t* p = t.data<scalar_t>();
+    parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if constexpr (std::is_same_v<scalar_t, double>) {
+          p[i] = philox::normal_f64_at(s.seed, s.offset, static_cast<uint64_t>(i));
+        } else {
+          p[i] = static_cast<scalar_t>(philox::normal_f32_at(s.seed, s.offset, static_cast<uint64_t>(i)));
+        }
+      }
+    });
+  });
+  return cpu_then_move(t, opts);
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts, Generator* gen) {
+  TRIDENT_CHECK(high > low, "randint: need low < high, got [", low, ", ", high, ")");
+  TRIDENT_CHECK(opts.dtype_ != DType::Bool, "randint: bool dtype is not supported");
+  Generator& g = gen ? *gen : default_generator();
+  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  const PhiloxState s = g.reserve(philox::blocks_for(static_cast<uint64_t>(t.numel()), true));
+  TRIDENT_DISPATCH_NUMERIC(t.dtype(), "randint", [&] {
+    scalar_t* p = t.data<scalar_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      uint32_t o[4];
+      philox::block(s.seed, s.offset, static_cast<uint64_t>(i) / 2, o);
+      const int l = static_cast<int>(i % 2) * 2;
+      const uint64_t v = (static_cast<uint64_t>(o[l]) << 32) | o[l + 1];
+      // Modulo bias is below 2^-32 for ranges under 2^32: negligible for sampling indices.
+      p[i] = static_cast<scalar_t>(static_cast<double>(low + static_cast<int64_t>(v % range)));
+    }
+  });
+  return cpu_then_move(t, opts);
+}
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& sizes_in, TensorOptions opts) {
+  Shape sizes = sizes_in;
+  if (sizes.empty() && values.size() != 1) sizes = {static_cast<int64_t>(values.size())};
+  TRIDENT_CHECK(shape_numel(sizes) == static_cast<int64_t>(values.size()), "from_vector: ", values.size(),
+                " values do not fill shape ", sizes);
+  Tensor src = empty(sizes, TensorOptions(dtype_of<T>));
+  if (!values.empty()) {
+    if constexpr (std::is_same_v<T, bool>) {
+      bool* p = src.data<bool>();
+      for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+    } else {
+      std::memcpy(src.data_ptr(), values.data(), values.size() * sizeof(T));
+    }
+  }
+  Tensor out = src;
+  if (opts.dtype_ != dtype_of<T>) {
+    out = empty(sizes, TensorOptions(opts.dtype_));
+    copy_(out, src);
+  }
+  return cpu_then_move(out, opts);
+}
+
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<Half>(const std::vector<Half>&, const Shape&, TensorOptions);
+template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&, TensorOptions);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, TensorOptions);
+
+Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
+  return empty(t.sizes(), TensorOptions(dtype.value_or(t.dtype())).device(t.device()));
+}
+Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 0.0, dtype); }
+Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 1.0, dtype); }
+Tensor full_like(const Tensor& t, double value, std::optional<DType> dtype) {
+  return full(t.sizes(), value, TensorOptions(dtype.value_or(t.dtype())).device(t.device()));
+}
+Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.sizes(), TensorOptions(t.dtype()).device(t.device()), gen); }
+Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.sizes(), TensorOptions(t.dtype()).device(t.device()), gen); }
+
+}  // namespace trident

@@ -1,0 +1,48 @@
+// Intra-op parallelism on the CPU (OpenMP underneath). OpenBLAS keeps its own threads; the
+// count of both is set once, by set_num_threads (NOTE [Threads] in core/parallel.cpp).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+
+namespace trident {
+
+int get_num_threads();
+void set_num_threads(int n);
+
+// Runs f(b, e) over disjoint chunks covering [begin, end), in parallel when the range is
+// larger than `grain` elements. Exceptions thrown by f reach the caller.
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  const int max_threads = get_num_threads();
+  if (n <= grain || max_threads <= 1 || omp_in_parallel()) {
+    f(begin, end);
+    return;
+  }
+  const int64_t want = std::min<int64_t>(max_threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
+  std::exception_ptr error;
+#pragma omp parallel num_threads(static_cast<int>(want))
+  {
+    const int64_t nt = omp_get_num_threads();
+    const int64_t tid = omp_get_thread_num();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t b = begin + tid * chunk;
+    const int64_t e = std::min(end, b + chunk);
+    if (b < e) {
+      try {
+        f(b, e);
+      } catch (...) {
+#pragma omp critical(trident_parallel_for_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace trident

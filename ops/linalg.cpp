@@ -1,0 +1,68 @@
+#include "ops/linalg.h"
+
+#include "ops/common.h"
+#include "ops/cpu/linalg.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace trident {
+
+using namespace ops_detail;
+
+namespace {
+
+// Both operands have >= 2 dims.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  Tensor out = cpu::matmul(a, b);
+  if (autograd::any_requires_grad({a, b})) {
+    const bool ga = a.requires_grad(), gb = b.requires_grad();
+    autograd::record("MatmulBackward", {a, b}, out,
+                     [sa = gb ? SavedTensor(a) : SavedTensor(), sb = ga ? SavedTensor(b) : SavedTensor(), za = a.sizes(),
+                      zb = b.sizes()](const TensorList& g) {
+                       TensorList r(2);
+                       if (sb.defined()) r[0] = sum_to(matmul_nd(g[0], transpose(sb.unpack(), -1, -2)), za);
+                       if (sa.defined()) r[1] = sum_to(matmul_nd(transpose(sa.unpack(), -1, -2), g[0]), zb);
+                       return r;
+                     });
+  }
+  return out;
+}
+
+void check_matmul(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a, "first operand");
+  check_defined(op, b, "second operand");
+  check_same_dtype(op, a, b);
+  check_same_device(op, a, b);
+  check_cpu(op, a);
+  check_floating(op, a);
+  TRIDENT_CHECK(a.dim() >= 1 && b.dim() >= 1, op, ": both operands need at least 1 dim, got shapes ", a.sizes(), " and ",
+                b.sizes());
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  TRIDENT_CHECK(ka == kb, op, ": shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (inner sizes ", ka,
+                " and ", kb, " differ)");
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_matmul("matmul", a, b);
+  if (a.dim() == 1 && b.dim() == 1) return reshape(matmul_nd(unsqueeze(a, 0), unsqueeze(b, 1)), {});
+  if (a.dim() == 1) return squeeze(matmul_nd(unsqueeze(a, 0), b), -2);
+  if (b.dim() == 1) return squeeze(matmul_nd(a, unsqueeze(b, 1)), -1);
+  return matmul_nd(a, b);
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_matmul("mm", a, b);
+  TRIDENT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected two 2-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
+  return matmul_nd(a, b);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_matmul("bmm", a, b);
+  TRIDENT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two 3-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
+  TRIDENT_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.sizes(), " and ", b.sizes());
+  return matmul_nd(a, b);
+}
+
+}  // namespace trident

@@ -1,0 +1,17 @@
+// Matrix products, differentiable; OpenBLAS underneath on the CPU (f16/bf16 computed in f32).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace trident {
+
+// torch.matmul: 1-D x 1-D is a dot product; 2-D x 2-D a matrix product; a 1-D operand is
+// treated as a row (left) or column (right) vector and that dim removed from the result;
+// more dims are batch dims, broadcast against each other.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// [m, k] x [k, n] only.
+Tensor mm(const Tensor& a, const Tensor& b);
+// [B, m, k] x [B, k, n] only.
+Tensor bmm(const Tensor& a, const Tensor& b);
+
+}  // namespace trident

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Trident's test command (the README's first): install what is missing, configure, build into
+# build/, run every test with ctest in parallel, and end with ctest's summary. Exits non-zero on
+# any failure. Extra arguments go to ctest (e.g. `scripts/test.sh -R Autograd`).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+scripts/setup.sh
+
+JOBS="${TRIDENT_JOBS:-$(nproc)}"
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR="$ROOT"
+export CCACHE_NOHASHDIR=1
+# Parallel tests run under mpirun, and everything here runs as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_WERROR=ON ${TRIDENT_CMAKE_ARGS:-}
+cmake --build build -j "$JOBS"
+cd build
+ctest -j "$JOBS" --output-on-failure --timeout 900 "$@"

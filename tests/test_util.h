@@ -1,0 +1,54 @@
+// Helpers shared by the test suites.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "trident.h"
+
+namespace trident::testing {
+
+// A fresh f64 tensor of standard normal values, requiring grad (a gradcheck input).
+inline Tensor rand_leaf(const Shape& s, uint64_t seed, double scale = 1.0) {
+  Generator g(seed);
+  Tensor t = randn(s, kF64, &g);
+  if (scale != 1.0) t = mul(t, scale);
+  return t.detach().set_requires_grad();
+}
+
+// A non-contiguous f64 leaf with the given (logical) shape: the transpose of a contiguous
+// tensor of the reversed shape, so every element is distinct memory.
+inline Tensor rand_leaf_transposed(const Shape& s, uint64_t seed) {
+  Shape rev(s.rbegin(), s.rend());
+  Generator g(seed);
+  Tensor base = randn(rev, kF64, &g);
+  std::vector<int64_t> perm;
+  for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) perm.push_back(d);
+  Tensor t = permute(base, perm);
+  t.set_requires_grad();
+  return t;
+}
+
+// |a - b| <= atol + rtol * |b| element-wise; the message names the first failing element.
+inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-6, double atol = 1e-8) {
+  if (a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << "shapes differ: " << shape_str(a.sizes()) << " vs " << shape_str(b.sizes());
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool both_nan = std::isnan(x[i]) && std::isnan(y[i]);
+    if (both_nan || x[i] == y[i]) continue;
+    if (!(std::fabs(x[i] - y[i]) <= atol + rtol * std::fabs(y[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " vs " << y[i] << " (atol " << atol
+                                           << ", rtol " << rtol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult grad_ok(const GradcheckResult& r) {
+  if (r.ok) return ::testing::AssertionSuccess() << r.compared << " entries compared";
+  return ::testing::AssertionFailure() << r.report;
+}
+
+}  // namespace trident::testing

@@ -1,0 +1,22 @@
+// Trident's public API in one include.
+#pragma once
+
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/allocator.h"
+#include "core/copy.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "ops/arith.h"
+#include "ops/copy.h"
+#include "ops/linalg.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/unary.h"
