@@ -4,6 +4,7 @@
 
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "ops/cpu/blas.h"
 
 namespace trident::cpu {
 namespace {
@@ -35,19 +36,6 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, MatrixArg& 
 }
 
 template <typename T>
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc) {
-  const auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
-                static_cast<blasint>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0, c,
-                static_cast<blasint>(ldc));
-  }
-}
-
-template <typename T>
 Tensor matmul_typed(Tensor a, Tensor b) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   const Shape abatch(a.sizes().begin(), a.sizes().end() - 2), bbatch(b.sizes().begin(), b.sizes().end() - 2);
@@ -76,7 +64,6 @@ Tensor matmul_typed(Tensor a, Tensor b) {
   const T* bp = b.data<T>();
   T* op = out.data<T>();
   const int64_t nbatch = shape_numel(batch);
-  get_num_threads();  // sizes OpenBLAS's pool once (NOTE [Threads])
   std::vector<int64_t> idx(batch.size(), 0);
   for (int64_t i = 0; i < nbatch; ++i) {
     int64_t ao = 0, bo = 0;
@@ -84,7 +71,7 @@ Tensor matmul_typed(Tensor a, Tensor b) {
       ao += idx[d] * ast[d];
       bo += idx[d] * bst[d];
     }
-    gemm<T>(la.trans, lb.trans, m, n, k, ap + ao, la.ld, bp + bo, lb.ld, op + i * m * n, n);
+    gemm<T>(la.trans == CblasTrans, lb.trans == CblasTrans, m, n, k, T(1), ap + ao, la.ld, bp + bo, lb.ld, T(0), op + i * m * n, n);
     for (size_t d = batch.size(); d-- > 0;) {
       if (++idx[d] < batch[d]) break;
       idx[d] = 0;
@@ -94,6 +81,25 @@ Tensor matmul_typed(Tensor a, Tensor b) {
 }
 
 }  // namespace
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  get_num_threads();  // sizes OpenBLAS's pool once (NOTE [Threads])
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                static_cast<blasint>(ldc));
+  }
+}
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                          float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*, int64_t,
+                           double, double*, int64_t);
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   // Kernels work on detached handles: any copy they make is not part of the graph.
