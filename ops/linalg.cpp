@@ -65,4 +65,41 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul_nd(a, b);
 }
 
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_defined("linear", x, "input");
+  check_defined("linear", w, "weight");
+  check_same_dtype("linear", x, w);
+  check_same_device("linear", x, w);
+  check_cpu("linear", x);
+  check_floating("linear", x);
+  TRIDENT_CHECK(w.dim() == 2, "linear: weight must be [out_features, in_features], got shape ", w.sizes());
+  TRIDENT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input shape ", x.sizes(), " does not end in in_features = ",
+                w.size(1), " of weight shape ", w.sizes());
+  if (b.defined()) {
+    check_same_dtype("linear", x, b);
+    check_same_device("linear", x, b);
+    TRIDENT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias shape ", b.sizes(), " does not match out_features = ",
+                  w.size(0), " of weight shape ", w.sizes());
+  }
+  Tensor out = cpu::linear(x, w, b);
+  if (autograd::any_requires_grad({x, w, b})) {
+    const bool gx = x.requires_grad(), gw = w.requires_grad();
+    autograd::record("LinearBackward", {x, w, b}, out,
+                     [sx = gw ? SavedTensor(x) : SavedTensor(), sw = gx ? SavedTensor(w) : SavedTensor(), has_b = b.defined(),
+                      xs = x.sizes()](const TensorList& g) {
+                       const int64_t out_f = g[0].size(-1);
+                       const Tensor g2 = reshape(g[0], {-1, out_f});
+                       TensorList r(3);
+                       if (sw.defined()) r[0] = reshape(matmul(g2, sw.unpack()), xs);
+                       if (sx.defined()) {
+                         const Tensor x = sx.unpack();
+                         r[1] = matmul(transpose(g2, 0, 1), reshape(x, {-1, x.size(-1)}));
+                       }
+                       if (has_b) r[2] = sum(g2, {0});
+                       return r;
+                     });
+  }
+  return out;
+}
+
 }  // namespace trident

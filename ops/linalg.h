@@ -14,4 +14,8 @@ Tensor mm(const Tensor& a, const Tensor& b);
 // [B, m, k] x [B, k, n] only.
 Tensor bmm(const Tensor& a, const Tensor& b);
 
+// y = x W^T + b for x [..., in], weight [out, in] (PyTorch's layout), optional bias [out]:
+// one GEMM with the bias folded in, whatever the leading dims of x.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 }  // namespace trident

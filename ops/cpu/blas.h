@@ -12,4 +12,20 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc);
 
+// NOTE [BLAS in parallel regions]: a kernel that runs many small GEMMs in parallel (one per batch
+// matrix, per attention head, per image) holds a BlasSingleThread for the region: each OpenBLAS
+// call then runs on the calling thread instead of waking OpenBLAS's own pool, which would
+// oversubscribe the cores. Large single GEMMs are left to OpenBLAS's threads.
+class BlasSingleThread {
+ public:
+  BlasSingleThread();
+  ~BlasSingleThread();
+  BlasSingleThread(const BlasSingleThread&) = delete;
+  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+};
+
+// Whether a batch of `count` GEMMs of m x n x k should run one per thread (BlasSingleThread)
+// rather than one after another with a threaded BLAS.
+bool gemm_batch_in_parallel(int64_t count, int64_t m, int64_t n, int64_t k);
+
 }  // namespace trident::cpu

@@ -5,6 +5,7 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/shape.h"
 
 namespace trident::cpu {
 namespace {
@@ -64,18 +65,52 @@ Tensor matmul_typed(Tensor a, Tensor b) {
   const T* bp = b.data<T>();
   T* op = out.data<T>();
   const int64_t nbatch = shape_numel(batch);
-  std::vector<int64_t> idx(batch.size(), 0);
-  for (int64_t i = 0; i < nbatch; ++i) {
-    int64_t ao = 0, bo = 0;
-    for (size_t d = 0; d < batch.size(); ++d) {
-      ao += idx[d] * ast[d];
-      bo += idx[d] * bst[d];
+  const bool ta = la.trans == CblasTrans, tb = lb.trans == CblasTrans;
+
+  // A batch against one shared right operand ([B, T, C] @ [C, N]) is one tall GEMM when a's
+  // batch dims fold into its rows.
+  bool b_shared = true;
+  for (int64_t s : bst) b_shared = b_shared && s == 0;
+  if (nbatch > 1 && b_shared && !ta && a.stride(-1) == 1) {
+    // The rows of all batch matrices must form one strided sequence: walking the non-1 dims of
+    // [batch..., m] from the inside out, each stride is the next one's stride times its size.
+    bool foldable = true;
+    int64_t row_stride = 0, expect = 0;
+    auto visit = [&](int64_t size, int64_t stride) {
+      if (size == 1) return;
+      if (stride == 0) foldable = false;  // a broadcast batch of a: rows repeat
+      if (row_stride == 0) {
+        row_stride = stride;
+      } else {
+        foldable = foldable && stride == expect;
+      }
+      expect = stride * size;
+    };
+    visit(m, a.stride(-2));
+    for (size_t d = batch.size(); d-- > 0;) visit(batch[d], ast[d]);
+    if (foldable && row_stride >= k) {
+      gemm<T>(false, tb, nbatch * m, n, k, T(1), ap, row_stride, bp, lb.ld, T(0), op, n);
+      return out;
     }
-    gemm<T>(la.trans == CblasTrans, lb.trans == CblasTrans, m, n, k, T(1), ap + ao, la.ld, bp + bo, lb.ld, T(0), op + i * m * n, n);
+  }
+
+  auto one = [&](int64_t i) {
+    int64_t ao = 0, bo = 0, rem = i;
     for (size_t d = batch.size(); d-- > 0;) {
-      if (++idx[d] < batch[d]) break;
-      idx[d] = 0;
+      const int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      ao += idx * ast[d];
+      bo += idx * bst[d];
     }
+    gemm<T>(ta, tb, m, n, k, T(1), ap + ao, la.ld, bp + bo, lb.ld, T(0), op + i * m * n, n);
+  };
+  if (gemm_batch_in_parallel(nbatch, m, n, k)) {
+    BlasSingleThread single;
+    parallel_for(0, nbatch, 1, [&](int64_t b0, int64_t e0) {
+      for (int64_t i = b0; i < e0; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < nbatch; ++i) one(i);
   }
   return out;
 }
@@ -96,6 +131,18 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
                 static_cast<blasint>(ldc));
   }
 }
+BlasSingleThread::BlasSingleThread() {
+  get_num_threads();
+  openblas_set_num_threads(1);
+}
+BlasSingleThread::~BlasSingleThread() { openblas_set_num_threads(get_num_threads()); }
+
+bool gemm_batch_in_parallel(int64_t count, int64_t m, int64_t n, int64_t k) {
+  // Below ~2M multiply-adds a GEMM does not keep several OpenBLAS threads busy; many of them
+  // are better spread one per thread.
+  return count > 1 && get_num_threads() > 1 && m * n * k <= (int64_t{1} << 21);
+}
+
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                           float*, int64_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*, int64_t,
@@ -111,6 +158,55 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     case DType::BF16: return matmul_typed<float>(a.to(DType::F32), b.to(DType::F32)).to(a.dtype());
     default: TRIDENT_FAIL("matmul: no kernel for dtype ", a.dtype(), " (supported: f32, f64, f16, bf16)");
   }
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  const Tensor x = x_in.detach(), w = w_in.detach(), b = b_in.defined() ? b_in.detach() : Tensor();
+  if (is_reduced_float(x.dtype())) {
+    return linear(x.to(DType::F32), w.to(DType::F32), b.defined() ? b.to(DType::F32) : b).to(x.dtype());
+  }
+  const int64_t in = w.size(1), out_f = w.size(0);
+  Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
+  const int64_t rows = shape_numel(out_shape);
+  out_shape.push_back(out_f);
+  Tensor out = empty(out_shape, x.dtype());
+  if (out.numel() == 0) return out;
+  // x as [rows, in] (a view when its leading dims fold), W read transposed in place.
+  Tensor x2 = x;
+  if (x.dim() != 2) {
+    auto st = view_strides(x.sizes(), x.strides(), {rows, in});
+    x2 = st ? x.as_strided({rows, in}, *st, x.storage_offset()) : x.contiguous().as_strided({rows, in}, {in, 1}, 0);
+  }
+  MatrixArg lx{}, lw{};
+  if (!blas_layout(rows, in, x2.stride(0), x2.stride(1), lx)) {
+    x2 = x2.contiguous();
+    blas_layout(rows, in, x2.stride(0), x2.stride(1), lx);
+  }
+  Tensor w2 = w;
+  if (!blas_layout(out_f, in, w2.stride(0), w2.stride(1), lw)) {
+    w2 = w2.contiguous();
+    blas_layout(out_f, in, w2.stride(0), w2.stride(1), lw);
+  }
+  TRIDENT_DISPATCH_F32_F64(x.dtype(), "linear", [&] {
+    using T = scalar_t;
+    T* o = out.data<T>();
+    T beta = T(0);
+    if (b.defined()) {
+      // Start C from the bias rows; the GEMM adds x W^T on top (beta = 1): the bias costs one
+      // pass over the output instead of two.
+      const Tensor bc = b.contiguous();
+      const T* bp = bc.data<T>();
+      parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(out_f, 1)), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + out_f, o + r * out_f);
+      });
+      beta = T(1);
+    }
+    if (in == 0) return;
+    // out = x2 @ W^T: W stored [out, in] row-major is W^T read with the opposite transpose flag.
+    gemm<T>(lx.trans == CblasTrans, lw.trans != CblasTrans, rows, out_f, in, T(1), x2.data<T>(), lx.ld, w2.data<T>(), lw.ld,
+            beta, o, out_f);
+  });
+  return out;
 }
 
 }  // namespace trident::cpu

@@ -10,4 +10,7 @@ namespace trident::cpu {
 // a copy, whenever one of its two strides is 1.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// x[..., in] @ w[out, in]^T + b[out] (b may be undefined).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+
 }  // namespace trident::cpu

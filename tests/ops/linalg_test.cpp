@@ -113,3 +113,65 @@ TEST(MatmulGradcheck, NonContiguousOperands) {
   Tensor d = rand_leaf({4, 2}, 123);
   EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return matmul(x[0], x[1]); }, {c, d})));
 }
+
+TEST(Linear, MatchesMatmulPlusBias) {
+  Generator g(30);
+  Tensor x = randn({2, 5, 4}, kF64, &g), w = randn({3, 4}, kF64, &g), b = randn({3}, kF64, &g);
+  Tensor ref = add(matmul(x, transpose(w, 0, 1)), b);
+  EXPECT_TRUE(all_close(linear(x, w, b), ref, 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(linear(x, w), matmul(x, transpose(w, 0, 1)), 1e-12, 1e-12));
+  EXPECT_EQ(linear(x, w, b).sizes(), (Shape{2, 5, 3}));
+  // Hand-computed: [1, 2] . [[1, 0], [0, 1], [1, 1]]^T + [0, 1, 2] = [1, 3, 5].
+  Tensor xs = from_vector<float>({1, 2}, {1, 2});
+  Tensor ws = from_vector<float>({1, 0, 0, 1, 1, 1}, {3, 2});
+  EXPECT_EQ(linear(xs, ws, from_vector<float>({0, 1, 2})).to_vector<float>(), (std::vector<float>{1, 3, 5}));
+  // 1-D input, non-contiguous input and weight, half precision.
+  EXPECT_EQ(linear(from_vector<float>({1, 2}), ws).sizes(), (Shape{3}));
+  Tensor xt = transpose(randn({4, 6}, kF64, &g), 0, 1);
+  Tensor wt = transpose(randn({4, 3}, kF64, &g), 0, 1);
+  EXPECT_TRUE(all_close(linear(xt, wt, b), add(matmul(xt, transpose(wt, 0, 1)), b), 1e-12, 1e-12));
+  Tensor xh = x.to(kBF16), wh = w.to(kBF16);
+  EXPECT_EQ(linear(xh, wh).dtype(), kBF16);
+  EXPECT_EQ(linear(xh, wh).to_vector<float>(), linear(xh.to(kF32), wh.to(kF32)).to(kBF16).to_vector<float>());
+  EXPECT_EQ(linear(zeros({0, 4}), zeros({3, 4})).sizes(), (Shape{0, 3}));
+  EXPECT_EQ(linear(zeros({2, 0}), zeros({3, 0}), ones({3})).to_vector<float>(), std::vector<float>(6, 1.f));
+}
+
+TEST(Linear, ErrorsNameTheShapes) {
+  try {
+    linear(zeros({2, 5}), zeros({3, 4}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 5]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[3, 4]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(linear(zeros({2, 4}), zeros({3, 4}), zeros({4})), Error);
+  EXPECT_THROW(linear(zeros({2, 4}), zeros({4})), Error);
+}
+
+TEST(LinearGradcheck, InputWeightAndBias) {
+  Tensor x = rand_leaf({2, 3, 4}, 130), w = rand_leaf({5, 4}, 131), b = rand_leaf({5}, 132);
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {x, w, b})));
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return linear(in[0], in[1]); }, {x, w})));
+  Tensor xt = rand_leaf_transposed({3, 4}, 133), wt = rand_leaf_transposed({5, 4}, 134);
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {xt, wt, b})));
+}
+
+TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
+  Generator g(31);
+  // [B, T, C] @ [C, N]: one tall GEMM.
+  Tensor a = randn({3, 5, 4}, kF64, &g), w = randn({4, 6}, kF64, &g);
+  Tensor ref = naive_bmm(a, contiguous(expand(unsqueeze(w, 0), {3, 4, 6})));
+  EXPECT_TRUE(all_close(matmul(a, w), ref, 1e-12, 1e-12));
+  // Batch dims that do not fold (a permuted batch) fall back to one GEMM per matrix.
+  Tensor ap = permute(randn({5, 3, 4}, kF64, &g), {1, 0, 2});
+  EXPECT_TRUE(all_close(matmul(ap, w), naive_bmm(contiguous(ap), contiguous(expand(unsqueeze(w, 0), {3, 4, 6}))), 1e-12,
+                        1e-12));
+  // Many small GEMMs: run one per thread.
+  Tensor q = randn({64, 8, 16}, kF64, &g), k = randn({64, 16, 8}, kF64, &g);
+  EXPECT_TRUE(all_close(matmul(q, k), naive_bmm(q, k), 1e-12, 1e-12));
+  // A single-row batch with an odd row stride.
+  Tensor r = randn({4, 1, 10}, kF64, &g).as_strided({4, 1, 3}, {10, 7, 1}, 0);
+  Tensor m = randn({3, 2}, kF64, &g);
+  EXPECT_TRUE(all_close(matmul(r, m), matmul(contiguous(r), m), 1e-12, 1e-12));
+}
