@@ -20,3 +20,4 @@
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
+#include "ops/attention.h"

@@ -1,0 +1,110 @@
+#include "ops/attention.h"
+
+#include <cmath>
+
+#include "ops/common.h"
+#include "ops/cpu/attention.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace trident {
+
+using namespace ops_detail;
+
+namespace {
+
+// x [..., T, D] as [BH, T, D] with unit inner stride: a view when the leading dims fold.
+Tensor as_bhtd(const Tensor& x, int64_t bh) {
+  const Shape target{bh, x.size(-2), x.size(-1)};
+  if (x.stride(-1) == 1 || x.size(-1) <= 1) {
+    if (auto st = view_strides(x.sizes(), x.strides(), target)) return x.as_strided(target, *st, x.storage_offset());
+  }
+  const Tensor c = x.contiguous();
+  return c.as_strided(target, contiguous_strides(target), c.storage_offset());
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opts) {
+  const char* op = "scaled_dot_product_attention";
+  check_defined(op, q, "query");
+  check_defined(op, k, "key");
+  check_defined(op, v, "value");
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+  check_cpu(op, q);
+  check_floating(op, q);
+  TRIDENT_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op, ": query, key and value need the same rank >= 2, got ",
+                q.sizes(), ", ", k.sizes(), " and ", v.sizes());
+  const Shape lead(q.sizes().begin(), q.sizes().end() - 2);
+  TRIDENT_CHECK(Shape(k.sizes().begin(), k.sizes().end() - 2) == lead && Shape(v.sizes().begin(), v.sizes().end() - 2) == lead,
+                op, ": query ", q.sizes(), ", key ", k.sizes(), " and value ", v.sizes(), " must share their leading dims");
+  TRIDENT_CHECK(k.size(-1) == q.size(-1), op, ": key's last dim ", k.size(-1), " (shape ", k.sizes(),
+                ") must equal query's ", q.size(-1), " (shape ", q.sizes(), ")");
+  TRIDENT_CHECK(v.size(-2) == k.size(-2), op, ": value has ", v.size(-2), " positions (shape ", v.sizes(), ") but key has ",
+                k.size(-2), " (shape ", k.sizes(), ")");
+  TRIDENT_CHECK(opts.dropout_p >= 0 && opts.dropout_p < 1, op, ": dropout_p must be in [0, 1), got ", opts.dropout_p);
+  const Tensor& mask = opts.attn_mask;
+  if (mask.defined()) {
+    check_same_device(op, q, mask);
+    TRIDENT_CHECK(mask.dtype() == DType::Bool || mask.dtype() == q.dtype(), op, ": attn_mask must be bool or ", q.dtype(),
+                  " like the query, got ", mask.dtype());
+  }
+  if (is_reduced_float(q.dtype())) {  // computed in f32; the casts carry the gradients
+    AttentionOptions o = opts;
+    if (mask.defined() && mask.dtype() != DType::Bool) o.attn_mask = mask.to(DType::F32);
+    return scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), o).to(q.dtype());
+  }
+
+  const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1);
+  const int64_t bh = shape_numel(lead);
+  Shape score_shape = lead;
+  score_shape.push_back(Tq);
+  score_shape.push_back(Tk);
+  Tensor mask_b;
+  if (mask.defined()) {
+    const Shape full = broadcast_shapes(mask.sizes(), score_shape, op);
+    TRIDENT_CHECK(full == score_shape, op, ": attn_mask of shape ", mask.sizes(), " does not broadcast to the scores' shape ",
+                  score_shape);
+    mask_b = mask.detach().as_strided(score_shape, broadcast_strides(mask.sizes(), mask.strides(), score_shape),
+                                      mask.storage_offset());
+  }
+  cpu::AttentionParams p;
+  p.scale = opts.scale.value_or(D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
+  p.dropout_p = opts.dropout_p;
+  p.causal = opts.is_causal;
+  if (p.dropout_p > 0) {
+    Generator& g = opts.generator ? *opts.generator : default_generator();
+    p.rng = g.reserve(philox::blocks_for(static_cast<uint64_t>(bh * Tq * Tk), false));
+  }
+  const Tensor q3 = as_bhtd(q.detach(), bh), k3 = as_bhtd(k.detach(), bh), v3 = as_bhtd(v.detach(), bh);
+  Tensor lse;
+  Tensor out3 = cpu::attention_forward(q3, k3, v3, mask_b, p, lse);
+  Shape out_shape = lead;
+  out_shape.push_back(Tq);
+  out_shape.push_back(v.size(-1));
+  Tensor out = out3.as_strided(out_shape, contiguous_strides(out_shape), 0);
+
+  const bool mask_grad = mask.defined() && mask.requires_grad();
+  if (autograd::any_requires_grad({q, k, v, mask})) {
+    autograd::record("ScaledDotProductAttentionBackward", {q, k, v, mask_grad ? mask : Tensor()}, out,
+                     [sq = SavedTensor(q3), sk = SavedTensor(k3), sv = SavedTensor(v3), sm = SavedTensor(mask_b),
+                      so = SavedTensor(out3), sl = SavedTensor(lse), p, mask_grad, qs = q.sizes(), ks = k.sizes(),
+                      vs = v.sizes(), ms = mask.defined() ? mask.sizes() : Shape{}, score_shape](const TensorList& g) {
+                       const Tensor go = reshape(g[0], {sq.unpack().size(0), so.unpack().size(1), so.unpack().size(2)});
+                       cpu::AttentionGrads r = cpu::attention_backward(go, sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(),
+                                                                       so.unpack(), sl.unpack(), p, mask_grad);
+                       TensorList out(4);
+                       out[0] = reshape(r.dq, qs);
+                       out[1] = reshape(r.dk, ks);
+                       out[2] = reshape(r.dv, vs);
+                       if (mask_grad) out[3] = sum_to(reshape(r.dmask, score_shape), ms);
+                       return out;
+                     });
+  }
+  return out;
+}
+
+}  // namespace trident
