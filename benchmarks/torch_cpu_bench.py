@@ -1,0 +1,85 @@
+"""PyTorch twins of benchmarks/cpu_ops_bench.cpp: same names, same shapes, same work.
+
+Prints JSON {name: median milliseconds}. Run with the thread count as the first argument.
+"""
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def param(shape, seed, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).detach()
+
+
+def timed(fn, min_time=1.0, repeats=5):
+    fn()  # warm-up
+    n, t = 1, 0.0
+    while True:  # iterations per repeat: enough for min_time / repeats
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t = time.perf_counter() - t0
+        if t > min_time / repeats or n > 10000:
+            break
+        n *= 2
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        samples.append((time.perf_counter() - t0) / n)
+    samples.sort()
+    return samples[len(samples) // 2] * 1e3
+
+
+def case(leaves, backward, forward):
+    for t in leaves:
+        t.requires_grad_(backward)
+
+    def step():
+        y = forward()
+        if backward:
+            y.backward(torch.ones_like(y))
+            for t in leaves:
+                t.grad = None
+    return step
+
+
+def cases():
+    a, b = param((1024, 1024), 1), param((1024, 1024), 2)
+    yield "matmul/fwd/1024x1024x1024", case([], False, lambda: a @ b)
+    for bwd in (False, True):
+        ba, bb = param((48, 128, 64), 1), param((48, 64, 128), 2)
+        yield f"bmm/{'fwdbwd' if bwd else 'fwd'}/48x128x64x128", case([ba, bb], bwd, lambda ba=ba, bb=bb: torch.matmul(ba, bb))
+        x, w, bias = param((1024, 768), 1), param((3072, 768), 2, 0.02), param((3072,), 3)
+        yield f"linear/{'fwdbwd' if bwd else 'fwd'}/1024x768->3072", case([x, w, bias], bwd,
+                                                                          lambda x=x, w=w, bias=bias: F.linear(x, w, bias))
+        q, k, v = param((4, 12, 256, 64), 1), param((4, 12, 256, 64), 2), param((4, 12, 256, 64), 3)
+        causal = torch.ones(256, 256, dtype=torch.bool).tril()
+
+        def attn(q=q, k=k, v=v):  # PyTorch 1.13 has no fused attention: the composition a user writes
+            s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(64))
+            s = s.masked_fill(~causal, float("-inf"))
+            return torch.softmax(s, dim=-1) @ v
+        yield f"attention/{'fwdbwd' if bwd else 'fwd'}/4x12x256x64-causal", case([q, k, v], bwd, attn)
+
+
+def main():
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    only = set(sys.argv[2:])
+    torch.set_num_threads(threads)
+    out = {}
+    for name, fn in cases():
+        if only and name not in only:
+            continue
+        out[name] = timed(fn)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
