@@ -19,4 +19,5 @@
 #include "ops/linalg.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#include "ops/softmax.h"
 #include "ops/unary.h"
