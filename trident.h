@@ -17,6 +17,7 @@
 #include "ops/arith.h"
 #include "ops/copy.h"
 #include "ops/linalg.h"
+#include "ops/loss.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"

@@ -31,6 +31,8 @@ struct RowGeometry {
 };
 
 inline constexpr int64_t kSumBlock = 256;
+// Adjacent columns handled together by the kernels whose reduced dim is not innermost.
+inline constexpr int64_t kColBlock = 64;
 
 // Sum over i in [0, n) of f(i), where f returns C (float or double). NOTE [Row accumulation].
 // f may have side effects (store what it computed); it is called once per i, in order within
@@ -52,6 +54,35 @@ inline double row_sum(int64_t n, const F& f) {
       total += static_cast<double>(s);
     }
     return total;
+  }
+}
+
+// Two sums in one sweep: s1 += f1(i), s2 += f2(i) (same blocking as row_sum).
+template <typename C, typename F1, typename F2>
+inline void row_sum2(int64_t n, const F1& f1, const F2& f2, double& s1, double& s2) {
+  s1 = 0;
+  s2 = 0;
+  if constexpr (std::is_same_v<C, double>) {
+    double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < n; ++i) {
+      a += f1(i);
+      b += f2(i);
+    }
+    s1 = a;
+    s2 = b;
+  } else {
+    for (int64_t blk = 0; blk < n; blk += kSumBlock) {
+      const int64_t e = std::min(n, blk + kSumBlock);
+      float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+      for (int64_t i = blk; i < e; ++i) {
+        a += f1(i);
+        b += f2(i);
+      }
+      s1 += static_cast<double>(a);
+      s2 += static_cast<double>(b);
+    }
   }
 }
 

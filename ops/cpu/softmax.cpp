@@ -54,8 +54,6 @@ inline void softmax_backward_row(const C* g, const C* y, C* gx, int64_t n, bool 
 // elements at stride `inner`; walking the rows of a block reads memory sequentially and the
 // column loop vectorizes. Column sums accumulate in f64 (this path is not the hot one; no
 // block trick needed).
-constexpr int64_t kColBlock = 64;
-
 template <typename C>
 inline void softmax_cols(const C* x, C* y, int64_t len, int64_t inner, int64_t nj, bool log) {
   C mx[kColBlock];
