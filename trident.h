@@ -18,6 +18,7 @@
 #include "ops/copy.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
+#include "ops/norm.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
