@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "ops/arith.h"
 #include "ops/copy.h"
+#include "ops/dropout.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
