@@ -38,7 +38,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   bool fits = x.dim() >= k;
   for (int64_t d = 1; fits && d <= k; ++d) fits = x.size(-d) == normalized_shape[static_cast<size_t>(k - d)];
   TRIDENT_CHECK(fits, op, ": normalized_shape ", normalized_shape, " does not match the last dims of the input of shape ",
-                x.sizes(), " (expected an input of shape [*, ", detail::str(normalized_shape).substr(1));
+                x.sizes(), " (expected an input of shape [*, ", detail::str(normalized_shape).substr(1), ")");
   check_param(op, "weight", weight, normalized_shape, x, "normalized_shape");
   check_param(op, "bias", bias, normalized_shape, x, "normalized_shape");
   const int64_t cols = shape_numel(normalized_shape);

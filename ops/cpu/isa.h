@@ -13,7 +13,10 @@
 // parallel_for outside the cloned function and call the clone per chunk of rows.
 #pragma once
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__CUDACC__)
+// Define TRIDENT_NO_ISA_CLONES to build only the baseline versions (to test them on an AVX2
+// machine, or for a toolchain without ifunc support).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__CUDACC__) && \
+    !defined(TRIDENT_NO_ISA_CLONES)
 #define TRIDENT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
 #else
 #define TRIDENT_CPU_CLONES

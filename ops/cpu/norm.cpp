@@ -218,8 +218,9 @@ NormGrads layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tens
 
 // ============================================================================================
 // Batch norm: channel c owns the n planes x[i, c, :] of `spatial` contiguous elements.
-// Statistics are parallel over channels (each channel summed by one thread, in a fixed order);
-// the element-wise passes are parallel over the n * channels planes.
+// Statistics are parallel over channels (each channel summed by one thread, in a fixed order:
+// planes with NOTE [Row accumulation]'s blocked f32 sums, added across planes in f64); the
+// element-wise passes are parallel over the n * channels planes.
 // ============================================================================================
 namespace {
 
@@ -233,7 +234,7 @@ double channel_sum(const C* x, int64_t n, int64_t channels, int64_t spatial, int
   return s;
 }
 
-template <typename C, typename F>
+template <typename F>
 void for_planes(int64_t n, int64_t channels, int64_t spatial, const F& f) {
   parallel_for(0, n * channels, rows_grain(spatial), [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) f(k, k % channels);
@@ -286,7 +287,7 @@ BatchNormForward batch_norm(const Tensor& x_in, int64_t n, int64_t channels, int
     const C* wp = w.data<C>();
     const C* bp = b.data<C>();
     C* yp = out.y.data<C>();
-    for_planes<C>(n, channels, spatial, [&](int64_t k, int64_t c) {
+    for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
       const C* xs = xp + k * spatial;
       C* ys = yp + k * spatial;
       const C mu = mean[c], scale = rstd[c] * wp[c], shift = bp[c];
@@ -342,7 +343,7 @@ NormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tens
         D[cs] = training ? static_cast<C>(-wr / static_cast<double>(m) * sg[cs]) : C(0);
       }
       C* dx = r.dx.data<C>();
-      for_planes<C>(n, channels, spatial, [&](int64_t k, int64_t c) {
+      for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
         const int64_t off = k * spatial;
         const size_t cs = static_cast<size_t>(c);
         const C a = A[cs], bb = B[cs], d = D[cs], mu = mp[c];
