@@ -1,0 +1,360 @@
+#include "ops/cpu/norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/copy.h"
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/rows.h"
+#include "ops/math/norm.h"
+
+namespace trident::cpu {
+namespace {
+
+DType compute_dtype(DType t) { return is_reduced_float(t) ? DType::F32 : t; }
+
+// Contiguous, in the compute dtype; an absent weight (bias) becomes ones (zeros) of `n` so the
+// row loops need no branches.
+Tensor compute_form(const Tensor& t, DType cd) { return t.to(cd).contiguous(); }
+Tensor param_or(const Tensor& t, int64_t n, double fill, DType cd) {
+  return t.defined() ? compute_form(t, cd) : full({n}, fill, cd);
+}
+
+// ============================================================================================
+// Layer norm: one row of `cols` elements per (mean, rstd).
+// ============================================================================================
+template <typename C>
+struct LnParams {
+  const C* x = nullptr;
+  const C* w = nullptr;
+  const C* b = nullptr;
+  const C* g = nullptr;  // backward
+  C* y = nullptr;        // forward output / backward dx (null when dx is not wanted)
+  C* mean = nullptr;  // forward outputs
+  C* rstd = nullptr;
+  const C* saved_mean = nullptr;  // backward inputs
+  const C* saved_rstd = nullptr;
+  int64_t cols = 0;
+  C eps = 0;
+};
+
+// Forward of one row: mean, then the variance around it (two sweeps over a row in cache, more
+// accurate than one-pass moments), then the normalized, scaled row.
+template <typename C>
+inline void ln_forward_row(const LnParams<C>& p, int64_t i) {
+  const int64_t n = p.cols;
+  const C* x = p.x + i * n;
+  C* y = p.y + i * n;
+  const C mu = static_cast<C>(row_sum<C>(n, [&](int64_t j) { return x[j]; }) / static_cast<double>(n));
+  const double v = row_sum<C>(n, [&](int64_t j) {
+    const C d = x[j] - mu;
+    return d * d;
+  });
+  const C r = static_cast<C>(math::norm_rstd(v / static_cast<double>(n), static_cast<double>(p.eps)));
+  const C* w = p.w;
+  const C* b = p.b;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) y[j] = math::layer_norm_value(x[j], mu, r, w[j], b[j]);
+  p.mean[i] = mu;
+  p.rstd[i] = r;
+}
+
+// Backward of rows [rb, re): dx per row; dw and db accumulated into the f64 partials of this
+// chunk. Per-element work is one fused sweep (xhat once, then dx, dw and db); dw and db first
+// collect kRowBlock rows in the compute type, then flush to f64 (the blocking of NOTE [Row
+// accumulation], across rows: the sweep keeps full vector width).
+constexpr int64_t kRowBlock = 32;
+
+template <typename C>
+inline void ln_backward_rows(const LnParams<C>& p, int64_t rb, int64_t re, double* dw, double* db) {
+  const int64_t n = p.cols;
+  const C* w = p.w;
+  const C inv_n = static_cast<C>(1.0 / static_cast<double>(n));
+  std::vector<C> fdw(static_cast<size_t>(n), C(0)), fdb(static_cast<size_t>(n), C(0));
+  C* pw = fdw.data();
+  C* pb = fdb.data();
+  for (int64_t i = rb; i < re; ++i) {
+    const C* x = p.x + i * n;
+    const C* g = p.g + i * n;
+    const C mu = p.saved_mean[i], r = p.saved_rstd[i];
+    C a = 0, c = 0;
+    if (p.y != nullptr) {
+      double sa = 0, sc = 0;
+      row_sum2<C>(n, [&](int64_t j) { return g[j] * w[j]; },
+                  [&](int64_t j) { return g[j] * w[j] * ((x[j] - mu) * r); }, sa, sc);
+      a = static_cast<C>(sa) * inv_n;
+      c = static_cast<C>(sc) * inv_n;
+    }
+    C* dx = p.y != nullptr ? p.y + i * n : nullptr;
+    if (dx != nullptr) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        const C xhat = (x[j] - mu) * r;
+        dx[j] = math::layer_norm_grad(g[j] * w[j], xhat, r, a, c);
+        pw[j] += g[j] * xhat;
+        pb[j] += g[j];
+      }
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {
+        pw[j] += g[j] * ((x[j] - mu) * r);
+        pb[j] += g[j];
+      }
+    }
+    if ((i - rb) % kRowBlock == kRowBlock - 1 || i == re - 1) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (dw != nullptr) dw[j] += static_cast<double>(pw[j]);
+        if (db != nullptr) db[j] += static_cast<double>(pb[j]);
+        pw[j] = pb[j] = C(0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// The f32 row loops, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]).
+TRIDENT_CPU_CLONES void layer_norm_rows_f32(const LnParams<float>& p, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) ln_forward_row(p, i);
+}
+TRIDENT_CPU_CLONES void layer_norm_backward_rows_f32(const LnParams<float>& p, int64_t rb, int64_t re, double* dw,
+                                                     double* db) {
+  ln_backward_rows(p, rb, re, dw, db);
+}
+
+namespace {
+inline void ln_forward_range(const LnParams<float>& p, int64_t b, int64_t e) { layer_norm_rows_f32(p, b, e); }
+inline void ln_forward_range(const LnParams<double>& p, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) ln_forward_row(p, i);
+}
+inline void ln_backward_range(const LnParams<float>& p, int64_t b, int64_t e, double* dw, double* db) {
+  layer_norm_backward_rows_f32(p, b, e, dw, db);
+}
+inline void ln_backward_range(const LnParams<double>& p, int64_t b, int64_t e, double* dw, double* db) {
+  ln_backward_rows(p, b, e, dw, db);
+}
+}  // namespace
+
+LayerNormForward layer_norm(const Tensor& x_in, int64_t rows, int64_t cols, const Tensor& weight, const Tensor& bias,
+                            double eps) {
+  const DType cd = compute_dtype(x_in.dtype());
+  const Tensor x = compute_form(x_in, cd);
+  const Tensor w = param_or(weight, cols, 1.0, cd), b = param_or(bias, cols, 0.0, cd);
+  LayerNormForward out;
+  out.y = empty(x.sizes(), cd);
+  out.mean = empty({rows}, cd);
+  out.rstd = empty({rows}, cd);
+  if (rows == 0) return out;
+  if (cols == 0) {  // no elements to normalize over: statistics are NaN, as 0 / 0 in PyTorch
+    fill_(out.mean, std::nan(""));
+    fill_(out.rstd, std::nan(""));
+    return out;
+  }
+  TRIDENT_DISPATCH_F32_F64(cd, "layer_norm", [&] {
+    using C = scalar_t;
+    LnParams<C> p;
+    p.x = x.data<C>();
+    p.w = w.data<C>();
+    p.b = b.data<C>();
+    p.y = out.y.data<C>();
+    p.mean = out.mean.data<C>();
+    p.rstd = out.rstd.data<C>();
+    p.cols = cols;
+    p.eps = static_cast<C>(eps);
+    parallel_for(0, rows, rows_grain(cols), [&](int64_t b0, int64_t e0) { ln_forward_range(p, b0, e0); });
+  });
+  return out;
+}
+
+NormGrads layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& mean, const Tensor& rstd,
+                              const Tensor& weight, int64_t rows, int64_t cols, bool need_dx, bool need_dw,
+                              bool need_db) {
+  const DType cd = compute_dtype(x_in.dtype());
+  const Tensor x = compute_form(x_in, cd), g = compute_form(g_in, cd);
+  const Tensor w = param_or(weight, cols, 1.0, cd);
+  NormGrads r;
+  if (need_dx) r.dx = empty(x.sizes(), cd);
+  // dw and db: rows are split into a fixed number of chunks (not one per thread), each with
+  // its own f64 partial sums, added in chunk order: the result does not depend on the thread
+  // count. The chunk count bounds the partials' memory to 2^22 doubles.
+  const int64_t chunks =
+      std::max<int64_t>(1, std::min<int64_t>({rows, 64, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(cols, 1))}));
+  std::vector<double> pdw(need_dw ? static_cast<size_t>(chunks * cols) : 0, 0.0);
+  std::vector<double> pdb(need_db ? static_cast<size_t>(chunks * cols) : 0, 0.0);
+  if (rows > 0 && cols > 0) {
+    TRIDENT_DISPATCH_F32_F64(cd, "layer_norm_backward", [&] {
+      using C = scalar_t;
+      LnParams<C> p;
+      p.x = x.data<C>();
+      p.g = g.data<C>();
+      p.w = w.data<C>();
+      p.y = need_dx ? r.dx.data<C>() : nullptr;
+      const Tensor mc = mean.contiguous(), rc = rstd.contiguous();
+      p.saved_mean = mc.data<C>();
+      p.saved_rstd = rc.data<C>();
+      p.cols = cols;
+      parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
+        for (int64_t k = kb; k < ke; ++k) {
+          const int64_t rb = rows * k / chunks, re = rows * (k + 1) / chunks;
+          ln_backward_range(p, rb, re, need_dw ? pdw.data() + k * cols : nullptr,
+                            need_db ? pdb.data() + k * cols : nullptr);
+        }
+      });
+    });
+  }
+  auto reduce_partials = [&](const std::vector<double>& part) {
+    std::vector<double> acc(static_cast<size_t>(cols), 0.0);
+    for (int64_t k = 0; k < chunks && !part.empty(); ++k)
+      for (int64_t j = 0; j < cols; ++j) acc[static_cast<size_t>(j)] += part[static_cast<size_t>(k * cols + j)];
+    return from_vector<double>(acc, {cols}).to(cd);
+  };
+  if (need_dw) r.dw = reduce_partials(pdw);
+  if (need_db) r.db = reduce_partials(pdb);
+  if (need_dx && cols == 0) r.dx = empty(x.sizes(), cd);
+  return r;
+}
+
+// ============================================================================================
+// Batch norm: channel c owns the n planes x[i, c, :] of `spatial` contiguous elements.
+// Statistics are parallel over channels (each channel summed by one thread, in a fixed order:
+// planes with NOTE [Row accumulation]'s blocked f32 sums, added across planes in f64); the
+// element-wise passes are parallel over the n * channels planes.
+// ============================================================================================
+namespace {
+
+template <typename C, typename F>
+double channel_sum(const C* x, int64_t n, int64_t channels, int64_t spatial, int64_t c, const F& f) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const C* plane = x + (i * channels + c) * spatial;
+    s += row_sum<C>(spatial, [&](int64_t j) { return f(plane, j); });
+  }
+  return s;
+}
+
+template <typename F>
+void for_planes(int64_t n, int64_t channels, int64_t spatial, const F& f) {
+  parallel_for(0, n * channels, rows_grain(spatial), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) f(k, k % channels);
+  });
+}
+
+}  // namespace
+
+BatchNormForward batch_norm(const Tensor& x_in, int64_t n, int64_t channels, int64_t spatial, const Tensor& running_mean,
+                            const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                            double eps) {
+  const DType cd = compute_dtype(x_in.dtype());
+  const Tensor x = compute_form(x_in, cd);
+  const Tensor w = param_or(weight, channels, 1.0, cd), b = param_or(bias, channels, 0.0, cd);
+  BatchNormForward out;
+  out.y = empty(x.sizes(), cd);
+  out.mean = empty({channels}, cd);
+  out.rstd = empty({channels}, cd);
+  if (training) out.var = empty({channels}, cd);
+  const int64_t m = n * spatial;
+  TRIDENT_DISPATCH_F32_F64(cd, "batch_norm", [&] {
+    using C = scalar_t;
+    const C* xp = x.data<C>();
+    C* mean = out.mean.data<C>();
+    C* rstd = out.rstd.data<C>();
+    if (training) {
+      C* var = out.var.data<C>();
+      parallel_for(0, channels, std::max<int64_t>(1, 32768 / std::max<int64_t>(m, 1)), [&](int64_t cb, int64_t ce) {
+        for (int64_t c = cb; c < ce; ++c) {
+          const C mu = static_cast<C>(
+              channel_sum(xp, n, channels, spatial, c, [](const C* pl, int64_t j) { return pl[j]; }) / static_cast<double>(m));
+          const double v = channel_sum(xp, n, channels, spatial, c, [mu](const C* pl, int64_t j) {
+                             const C d = pl[j] - mu;
+                             return d * d;
+                           }) / static_cast<double>(m);
+          mean[c] = mu;
+          var[c] = static_cast<C>(v);
+          rstd[c] = static_cast<C>(math::norm_rstd(v, eps));
+        }
+      });
+    } else {
+      const Tensor rm = running_mean.to(DType::F64).contiguous(), rv = running_var.to(DType::F64).contiguous();
+      const double* rmp = rm.data<double>();
+      const double* rvp = rv.data<double>();
+      for (int64_t c = 0; c < channels; ++c) {
+        mean[c] = static_cast<C>(rmp[c]);
+        rstd[c] = static_cast<C>(math::norm_rstd(rvp[c], eps));
+      }
+    }
+    const C* wp = w.data<C>();
+    const C* bp = b.data<C>();
+    C* yp = out.y.data<C>();
+    for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
+      const C* xs = xp + k * spatial;
+      C* ys = yp + k * spatial;
+      const C mu = mean[c], scale = rstd[c] * wp[c], shift = bp[c];
+_Pragma("omp simd")  // (a #pragma cannot sit inside the dispatch macro)
+      for (int64_t j = 0; j < spatial; ++j) ys[j] = math::batch_norm_value(xs[j], mu, scale, shift);
+    });
+  });
+  return out;
+}
+
+NormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& mean_in, const Tensor& rstd_in,
+                              const Tensor& weight, int64_t n, int64_t channels, int64_t spatial, bool training,
+                              bool need_dx, bool need_dw, bool need_db) {
+  const DType cd = compute_dtype(x_in.dtype());
+  const Tensor x = compute_form(x_in, cd), g = compute_form(g_in, cd);
+  const Tensor w = param_or(weight, channels, 1.0, cd);
+  const Tensor mean = compute_form(mean_in, cd), rstd = compute_form(rstd_in, cd);
+  NormGrads r;
+  const int64_t m = n * spatial;
+  TRIDENT_DISPATCH_F32_F64(cd, "batch_norm_backward", [&] {
+    using C = scalar_t;
+    const C* xp = x.data<C>();
+    const C* gp = g.data<C>();
+    const C* wp = w.data<C>();
+    const C* mp = mean.data<C>();
+    const C* rp = rstd.data<C>();
+    // Per channel: sum g and sum g * xhat (db and dw, and the training dx's coefficients).
+    std::vector<double> sg(static_cast<size_t>(channels)), sgx(static_cast<size_t>(channels));
+    parallel_for(0, channels, std::max<int64_t>(1, 32768 / std::max<int64_t>(m, 1)), [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        const C mu = mp[c], rs = rp[c];
+        double a = 0, bsum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t off = (i * channels + c) * spatial;
+          double s1 = 0, s2 = 0;
+          row_sum2<C>(spatial, [&](int64_t j) { return gp[off + j]; },
+                      [&](int64_t j) { return gp[off + j] * ((xp[off + j] - mu) * rs); }, s1, s2);
+          a += s1;
+          bsum += s2;
+        }
+        sg[static_cast<size_t>(c)] = a;
+        sgx[static_cast<size_t>(c)] = bsum;
+      }
+    });
+    if (need_dx) {
+      r.dx = empty(x.sizes(), cd);
+      std::vector<C> A(static_cast<size_t>(channels)), B(static_cast<size_t>(channels)), D(static_cast<size_t>(channels));
+      for (int64_t c = 0; c < channels; ++c) {
+        const double wr = static_cast<double>(wp[c]) * static_cast<double>(rp[c]);
+        const size_t cs = static_cast<size_t>(c);
+        A[cs] = static_cast<C>(wr);
+        B[cs] = training ? static_cast<C>(-wr * static_cast<double>(rp[c]) / static_cast<double>(m) * sgx[cs]) : C(0);
+        D[cs] = training ? static_cast<C>(-wr / static_cast<double>(m) * sg[cs]) : C(0);
+      }
+      C* dx = r.dx.data<C>();
+      for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
+        const int64_t off = k * spatial;
+        const size_t cs = static_cast<size_t>(c);
+        const C a = A[cs], bb = B[cs], d = D[cs], mu = mp[c];
+_Pragma("omp simd")
+        for (int64_t j = 0; j < spatial; ++j) dx[off + j] = math::batch_norm_grad(gp[off + j], xp[off + j], mu, a, bb, d);
+      });
+    }
+    if (need_dw) r.dw = from_vector<double>(sgx, {channels}).to(cd);
+    if (need_db) r.db = from_vector<double>(sg, {channels}).to(cd);
+  });
+  return r;
+}
+
+}  // namespace trident::cpu

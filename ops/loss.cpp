@@ -1,0 +1,221 @@
+#include "ops/loss.h"
+
+#include "core/factory.h"
+#include "ops/arith.h"
+#include "ops/common.h"
+#include "ops/cpu/loss.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace trident {
+
+using namespace ops_detail;
+
+const char* reduction_name(Reduction r) {
+  switch (r) {
+    case Reduction::None: return "none";
+    case Reduction::Mean: return "mean";
+    case Reduction::Sum: return "sum";
+  }
+  return "?";
+}
+
+namespace {
+
+// ---- the class losses (cross_entropy, nll_loss): shapes, targets, reduction ----
+
+std::string position_str(int64_t flat, const Shape& sizes) {
+  Shape idx(sizes.size());
+  for (size_t d = sizes.size(); d-- > 0;) {
+    idx[d] = flat % sizes[d];
+    flat /= sizes[d];
+  }
+  return detail::str(idx);
+}
+
+// Checks input, target and weight of a class loss and returns the [n, classes, inner] view.
+cpu::ClassLossArgs class_loss_args(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
+                                   int64_t ignore_index) {
+  check_defined(op, input, "input");
+  check_defined(op, target, "target");
+  check_cpu(op, input);
+  check_cpu(op, target);
+  check_floating(op, input);
+  TRIDENT_CHECK(target.dtype() == DType::I64, op, ": target must be an i64 tensor of class indices, got ", target.dtype(),
+                " (class probabilities as targets are not supported)");
+  TRIDENT_CHECK(input.dim() >= 1, op, ": input must have a class dim, got a 0-dim tensor");
+  cpu::ClassLossArgs a;
+  Shape expect;
+  if (input.dim() == 1) {
+    a.classes = input.size(0);
+  } else {
+    a.n = input.size(0);
+    a.classes = input.size(1);
+    expect.push_back(a.n);
+    for (int64_t d = 2; d < input.dim(); ++d) {
+      a.inner *= input.size(d);
+      expect.push_back(input.size(d));
+    }
+  }
+  if (input.dim() == 1) a.n = 1;
+  TRIDENT_CHECK(target.sizes() == expect, op, ": expected target of shape ", expect, " for input of shape ", input.sizes(),
+                ", got target of shape ", target.sizes());
+  if (weight.defined()) {
+    check_cpu(op, weight);
+    TRIDENT_CHECK(weight.dim() == 1 && weight.size(0) == a.classes, op, ": weight of shape ", weight.sizes(),
+                  " does not match the ", a.classes, " classes of input of shape ", input.sizes());
+    TRIDENT_CHECK(weight.dtype() == input.dtype(), op, ": weight has dtype ", weight.dtype(), " but input has ",
+                  input.dtype());
+    TRIDENT_CHECK(!autograd::any_requires_grad({weight}), op,
+                  ": weight requires grad, but class weights are constants here (no derivative); detach() it");
+  }
+  a.ignore_index = ignore_index;
+  // Every target must name a class or be ignore_index: a serial pass over n * inner indices,
+  // so the first bad one is reported (PyTorch: "Target 7 is out of bounds.").
+  const Tensor tc = target.contiguous();
+  const int64_t* tp = tc.data<int64_t>();
+  for (int64_t i = 0; i < tc.numel(); ++i) {
+    const int64_t t = tp[i];
+    if (t == ignore_index || (t >= 0 && t < a.classes)) continue;
+    TRIDENT_FAIL(op, ": target ", t, " at position ", position_str(i, target.sizes()), " is out of range for ", a.classes,
+                 " classes (expected a class index in [0, ", a.classes, ") or ignore_index ", ignore_index, ")");
+  }
+  return a;
+}
+
+// The reduced loss from per-position losses (already computed in f64 sums).
+Tensor reduce_class_loss(const Tensor& per_position, double loss_sum, double total_weight, Reduction r,
+                         const Shape& target_shape, DType dtype) {
+  switch (r) {
+    case Reduction::None: return view(per_position, target_shape).to(dtype);
+    case Reduction::Sum: return scalar_tensor(loss_sum, dtype);
+    case Reduction::Mean: return scalar_tensor(loss_sum / total_weight, dtype);  // 0 / 0 = NaN when nothing counts
+  }
+  return {};
+}
+
+// d loss / d per-position-loss: g itself (None) or g scaled by 1 (Sum) or 1 / total weight (Mean).
+double class_loss_scale(Reduction r, double total_weight) { return r == Reduction::Mean ? 1.0 / total_weight : 1.0; }
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  const char* op = "cross_entropy";
+  cpu::ClassLossArgs args = class_loss_args(op, logits, target, o.weight, o.ignore_index);
+  TRIDENT_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
+                o.label_smoothing);
+  args.label_smoothing = o.label_smoothing;
+  const Tensor w = o.weight.defined() ? o.weight.detach() : Tensor();
+  cpu::CrossEntropyForward f = cpu::cross_entropy_forward(logits.detach(), target, w, args);
+  Tensor out = reduce_class_loss(f.loss, f.loss_sum, f.total_weight, o.reduction, target.sizes(), logits.dtype());
+  if (autograd::any_requires_grad({logits})) {
+    // Saved: the logits, targets and weights (no copies) and two numbers per position (the row
+    // max and log-sum-exp); backward recomputes the softmax from them in one sweep.
+    autograd::record("CrossEntropyBackward", {logits}, out,
+                     [sx = SavedTensor(logits), st = SavedTensor(target), sw = SavedTensor(w), m = f.row_max,
+                      l = f.row_logsum, args, scale = class_loss_scale(o.reduction, f.total_weight),
+                      shape = logits.sizes(), dtype = logits.dtype()](const TensorList& g) {
+                       const Tensor gx = cpu::cross_entropy_backward(g[0], scale, sx.unpack(), st.unpack(),
+                                                                     sw.defined() ? sw.unpack() : Tensor(), m, l, args);
+                       return TensorList{view(gx, shape).to(dtype)};
+                     });
+  }
+  return out;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {
+  const char* op = "nll_loss";
+  const cpu::ClassLossArgs args = class_loss_args(op, log_probs, target, o.weight, o.ignore_index);
+  const Tensor w = o.weight.defined() ? o.weight.detach() : Tensor();
+  cpu::NllLossForward f = cpu::nll_loss_forward(log_probs.detach(), target, w, args);
+  Tensor out = reduce_class_loss(f.loss, f.loss_sum, f.total_weight, o.reduction, target.sizes(), log_probs.dtype());
+  if (autograd::any_requires_grad({log_probs})) {
+    autograd::record("NllLossBackward", {log_probs}, out,
+                     [st = SavedTensor(target), sw = SavedTensor(w), args,
+                      scale = class_loss_scale(o.reduction, f.total_weight), shape = log_probs.sizes(),
+                      dtype = log_probs.dtype()](const TensorList& g) {
+                       const Tensor gx = cpu::nll_loss_backward(g[0], scale, st.unpack(),
+                                                                sw.defined() ? sw.unpack() : Tensor(), args, dtype);
+                       return TensorList{view(gx, shape).to(dtype)};
+                     });
+  }
+  return out;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* op = "mse_loss";
+  check_defined(op, input, "input");
+  check_defined(op, target, "target");
+  check_same_dtype(op, input, target);
+  check_same_device(op, input, target);
+  check_cpu(op, input);
+  check_floating(op, input);
+  const Shape shape = broadcast_shapes(input.sizes(), target.sizes(), op);
+  const int64_t n = shape_numel(shape);
+  Tensor out;
+  if (reduction == Reduction::None) {
+    out = cpu::squared_error(input.detach(), target.detach());
+  } else {
+    const double s = cpu::squared_error_sum(expand(input.detach(), shape), expand(target.detach(), shape));
+    out = scalar_tensor(reduction == Reduction::Mean ? s / static_cast<double>(n) : s, input.dtype());
+  }
+  if (autograd::any_requires_grad({input, target})) {
+    // d/d input = 2 (input - target) g (/ n for Mean); d/d target is its negative. Both summed
+    // back over broadcast dims.
+    autograd::record("MseLossBackward", {input, target}, out,
+                     [sa = SavedTensor(input), sb = SavedTensor(target), za = input.sizes(), zb = target.sizes(),
+                      k = reduction == Reduction::Mean ? 2.0 / static_cast<double>(n) : 2.0](const TensorList& g) {
+                       const Tensor d = mul(sub(sa.unpack(), sb.unpack()), mul(g[0], k));
+                       return TensorList{sum_to(d, za), sum_to(neg(d), zb)};
+                     });
+  }
+  return out;
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
+                                        const Tensor& pos_weight) {
+  const char* op = "binary_cross_entropy_with_logits";
+  check_defined(op, logits, "logits");
+  check_defined(op, target, "target");
+  check_cpu(op, logits);
+  check_floating(op, logits);
+  check_same_dtype(op, logits, target);
+  check_same_device(op, logits, target);
+  TRIDENT_CHECK(target.sizes() == logits.sizes(), op, ": target of shape ", target.sizes(),
+                " must have the shape of logits ", logits.sizes());
+  if (pos_weight.defined()) {
+    check_same_dtype(op, logits, pos_weight);
+    check_same_device(op, logits, pos_weight);
+    bool fits = pos_weight.dim() <= logits.dim();
+    for (int64_t d = 1; fits && d <= pos_weight.dim(); ++d)
+      fits = pos_weight.size(-d) == 1 || pos_weight.size(-d) == logits.size(-d);
+    TRIDENT_CHECK(fits, op, ": pos_weight of shape ", pos_weight.sizes(), " does not broadcast to the logits' shape ",
+                  logits.sizes());
+    TRIDENT_CHECK(!autograd::any_requires_grad({pos_weight}), op,
+                  ": pos_weight requires grad, but it is a constant here (no derivative); detach() it");
+  }
+  const Tensor pw = pos_weight.defined() ? pos_weight.detach() : Tensor();
+  const Tensor loss = cpu::bce_with_logits(logits.detach(), target.detach(), pw);
+  const int64_t n = logits.numel();
+  Tensor out;
+  if (reduction == Reduction::None) {
+    out = loss.to(logits.dtype());
+  } else {
+    const double s = sum(loss).item<double>();  // f64 accumulation (NOTE [Accumulation])
+    out = scalar_tensor(reduction == Reduction::Mean ? s / static_cast<double>(n) : s, logits.dtype());
+  }
+  if (autograd::any_requires_grad({logits, target})) {
+    autograd::record("BinaryCrossEntropyWithLogitsBackward", {logits, target}, out,
+                     [sx = SavedTensor(logits), sy = SavedTensor(target), sp = SavedTensor(pw),
+                      scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(n) : 1.0,
+                      need_x = logits.requires_grad(), need_y = target.requires_grad(),
+                      dtype = logits.dtype()](const TensorList& g) {
+                       auto [gx, gy] = cpu::bce_with_logits_backward(g[0], scale, sx.unpack(), sy.unpack(),
+                                                                     sp.defined() ? sp.unpack() : Tensor(), need_x, need_y);
+                       return TensorList{gx.defined() ? gx.to(dtype) : gx, gy.defined() ? gy.to(dtype) : gy};
+                     });
+  }
+  return out;
+}
+
+}  // namespace trident

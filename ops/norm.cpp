@@ -1,0 +1,133 @@
+#include "ops/norm.h"
+
+#include "core/copy.h"
+#include "core/factory.h"
+#include "ops/common.h"
+#include "ops/cpu/norm.h"
+#include "ops/shape.h"
+
+namespace trident {
+
+using namespace ops_detail;
+
+namespace {
+
+void check_param(const char* op, const char* what, const Tensor& p, const Shape& shape, const Tensor& x,
+                 const char* what_shape) {
+  if (!p.defined()) return;
+  check_cpu(op, p);
+  TRIDENT_CHECK(p.sizes() == shape, op, ": ", what, " of shape ", p.sizes(), " does not match ", what_shape, " ", shape,
+                " (input of shape ", x.sizes(), ")");
+  TRIDENT_CHECK(p.dtype() == x.dtype(), op, ": ", what, " has dtype ", p.dtype(), " but the input has ", x.dtype());
+}
+
+// The gradient of a parameter, or undefined when it was not given or needs none.
+Tensor param_grad(const Tensor& g, bool need, const Shape& shape, DType dtype) {
+  return need ? reshape(g, shape).to(dtype) : Tensor();
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  check_defined(op, x);
+  check_cpu(op, x);
+  check_floating(op, x);
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  TRIDENT_CHECK(k >= 1, op, ": normalized_shape must have at least one dim, got ", normalized_shape);
+  bool fits = x.dim() >= k;
+  for (int64_t d = 1; fits && d <= k; ++d) fits = x.size(-d) == normalized_shape[static_cast<size_t>(k - d)];
+  TRIDENT_CHECK(fits, op, ": normalized_shape ", normalized_shape, " does not match the last dims of the input of shape ",
+                x.sizes(), " (expected an input of shape [*, ", detail::str(normalized_shape).substr(1), ")");
+  check_param(op, "weight", weight, normalized_shape, x, "normalized_shape");
+  check_param(op, "bias", bias, normalized_shape, x, "normalized_shape");
+  const int64_t cols = shape_numel(normalized_shape);
+  const int64_t rows = cols == 0 ? shape_numel(Shape(x.sizes().begin(), x.sizes().end() - k)) : x.numel() / cols;
+  const Tensor w = weight.defined() ? weight.detach() : Tensor(), b = bias.defined() ? bias.detach() : Tensor();
+  cpu::LayerNormForward f = cpu::layer_norm(x.detach(), rows, cols, w, b, eps);
+  Tensor out = f.y.to(x.dtype());
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    // Saved: x, weight, and the mean and rstd of each row (two numbers per row).
+    autograd::record("LayerNormBackward", {x, weight, bias}, out,
+                     [sx = SavedTensor(x), sw = SavedTensor(w), mean = f.mean, rstd = f.rstd, rows, cols,
+                      need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
+                      need_db = bias.defined() && bias.requires_grad(), ns = normalized_shape, dt = x.dtype()](
+                         const TensorList& g) {
+                       cpu::NormGrads r = cpu::layer_norm_backward(g[0], sx.unpack(), mean, rstd,
+                                                                   sw.defined() ? sw.unpack() : Tensor(), rows, cols,
+                                                                   need_dx, need_dw, need_db);
+                       return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, ns, dt),
+                                         param_grad(r.db, need_db, ns, dt)};
+                     });
+  }
+  return out;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  check_defined(op, x);
+  check_cpu(op, x);
+  check_floating(op, x);
+  TRIDENT_CHECK(x.dim() >= 2, op, ": expected an input of at least 2 dims [N, C, *], got shape ", x.sizes());
+  const int64_t n = x.size(0), channels = x.size(1);
+  const int64_t spatial = channels == 0 || n == 0 ? shape_numel(Shape(x.sizes().begin() + 2, x.sizes().end()))
+                                                  : x.numel() / (n * channels);
+  const Shape cshape = {channels};
+  check_param(op, "weight", weight, cshape, x, "the channels");
+  check_param(op, "bias", bias, cshape, x, "the channels");
+  TRIDENT_CHECK(running_mean.defined() == running_var.defined(), op,
+                ": running_mean and running_var must be given together (got only ",
+                running_mean.defined() ? "running_mean" : "running_var", ")");
+  const bool has_running = running_mean.defined();
+  for (const Tensor* r : {&running_mean, &running_var}) {
+    if (!r->defined()) continue;
+    const char* name = r == &running_mean ? "running_mean" : "running_var";
+    check_cpu(op, *r);
+    TRIDENT_CHECK(r->sizes() == cshape, op, ": ", name, " of shape ", r->sizes(), " does not match the channels ", cshape,
+                  " (input of shape ", x.sizes(), ")");
+    TRIDENT_CHECK(r->dtype() == x.dtype() || r->dtype() == DType::F32, op, ": ", name, " has dtype ", r->dtype(),
+                  "; expected the input's ", x.dtype(), " or f32");
+    TRIDENT_CHECK(!r->requires_grad(), op, ": ", name, " requires grad; running statistics are buffers, not parameters");
+  }
+  TRIDENT_CHECK(training || has_running, op,
+                ": running_mean and running_var are required in eval mode (training = false)");
+  const int64_t m = n * spatial;
+  TRIDENT_CHECK(!training || m != 1, op, ": expected more than 1 value per channel when training, got input of shape ",
+                x.sizes());
+  const Tensor w = weight.defined() ? weight.detach() : Tensor(), b = bias.defined() ? bias.detach() : Tensor();
+  cpu::BatchNormForward f = cpu::batch_norm(x.detach(), n, channels, spatial, running_mean, running_var, w, b, training, eps);
+  if (training && has_running && m > 0) {
+    // The running estimates move toward the batch statistics (unbiased variance), in place and
+    // outside autograd; copy_ converts to their dtype and bumps their version.
+    NoGradGuard no_grad;
+    const std::vector<double> bm = f.mean.to_vector<double>(), bv = f.var.to_vector<double>();
+    std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
+    const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
+    for (size_t c = 0; c < rm.size(); ++c) {
+      rm[c] = (1 - momentum) * rm[c] + momentum * bm[c];
+      rv[c] = (1 - momentum) * rv[c] + momentum * bv[c] * unbias;
+    }
+    copy_(running_mean, from_vector<double>(rm, cshape));
+    copy_(running_var, from_vector<double>(rv, cshape));
+  }
+  Tensor out = f.y.to(x.dtype());
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    // Saved: x, weight, and the mean and rstd used per channel (copies: the running statistics
+    // may change in place before backward runs).
+    autograd::record("BatchNormBackward", {x, weight, bias}, out,
+                     [sx = SavedTensor(x), sw = SavedTensor(w), mean = f.mean, rstd = f.rstd, n, channels, spatial,
+                      training, need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
+                      need_db = bias.defined() && bias.requires_grad(), dt = x.dtype()](const TensorList& g) {
+                       cpu::NormGrads r = cpu::batch_norm_backward(g[0], sx.unpack(), mean, rstd,
+                                                                   sw.defined() ? sw.unpack() : Tensor(), n, channels,
+                                                                   spatial, training, need_dx, need_dw, need_db);
+                       const Shape cs = {channels};
+                       return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, cs, dt),
+                                         param_grad(r.db, need_db, cs, dt)};
+                     });
+  }
+  return out;
+}
+
+}  // namespace trident
