@@ -3,7 +3,9 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -24,24 +26,103 @@ Counters& counters(Device d) {
   return cuda[d.index];
 }
 
+// NOTE [CPU caching allocator]: large blocks (>= 256 KiB) are kept after free and handed out
+// again to requests that fit them with at most 25% to spare. Without this, glibc returns big
+// blocks to the system and every step's activations and gradients fault their pages in afresh
+// (about a millisecond per 4 MB). Small blocks go straight to malloc, which already caches
+// them. The cache holds at most TRIDENT_CPU_CACHE_MB (default 2048) MiB; empty_cache() frees it.
+// memory_stats' current_bytes counts live storages, reserved_bytes adds the cached blocks.
 class CpuAllocator final : public Allocator {
  public:
+  CpuAllocator() {
+    if (const char* env = std::getenv("TRIDENT_CPU_CACHE_MB")) cache_limit_ = static_cast<size_t>(std::atoll(env)) << 20;
+  }
+
   void* allocate(size_t nbytes) override {
-    // 64-byte alignment: whole cache lines, and any SIMD width.
-    size_t rounded = ((nbytes + 63) / 64) * 64;
-    if (rounded == 0) rounded = 64;
-    void* p = std::aligned_alloc(64, rounded);
-    TRIDENT_CHECK(p != nullptr, "out of CPU memory allocating ", nbytes, " bytes");
+    const size_t size = block_size(nbytes);
+    void* p = nullptr;
+    if (size >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.lower_bound(size);
+      if (it != free_.end() && it->first <= size + size / 4) {
+        p = it->second;
+        live_[p] = it->first;
+        cached_bytes_ -= it->first;
+        free_.erase(it);
+      }
+    }
+    if (!p) {
+      p = std::aligned_alloc(64, size);  // 64 bytes: whole cache lines, any SIMD width
+      if (!p) {
+        empty_cache();
+        p = std::aligned_alloc(64, size);
+      }
+      TRIDENT_CHECK(p != nullptr, "out of CPU memory allocating ", nbytes, " bytes");
+      detail::record_reserved(kCPU, static_cast<int64_t>(size));
+      if (size >= kCacheMin) {
+        std::lock_guard<std::mutex> lock(mu_);
+        live_[p] = size;
+      }
+    }
     detail::record_alloc(kCPU, nbytes);
-    detail::record_reserved(kCPU, static_cast<int64_t>(nbytes));
     return p;
   }
+
   void deallocate(void* ptr, size_t nbytes) override {
-    std::free(ptr);
     detail::record_free(kCPU, nbytes);
-    detail::record_reserved(kCPU, -static_cast<int64_t>(nbytes));
+    const size_t size = block_size(nbytes);
+    if (size >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(ptr);
+      TRIDENT_ASSERT(it != live_.end(), "freeing a CPU block the allocator does not know");
+      const size_t bsize = it->second;
+      live_.erase(it);
+      if (bsize <= cache_limit_) {
+        free_.emplace(bsize, ptr);
+        cached_bytes_ += bsize;
+        // Over the limit: drop the largest cached blocks first.
+        while (cached_bytes_ > cache_limit_ && !free_.empty()) {
+          auto last = std::prev(free_.end());
+          cached_bytes_ -= last->first;
+          detail::record_reserved(kCPU, -static_cast<int64_t>(last->first));
+          std::free(last->second);
+          free_.erase(last);
+        }
+        return;
+      }
+      std::free(ptr);
+      detail::record_reserved(kCPU, -static_cast<int64_t>(bsize));
+      return;
+    }
+    std::free(ptr);
+    detail::record_reserved(kCPU, -static_cast<int64_t>(size));
   }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, p] : free_) {
+      std::free(p);
+      detail::record_reserved(kCPU, -static_cast<int64_t>(size));
+    }
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
   Device device() const override { return kCPU; }
+
+ private:
+  static constexpr size_t kCacheMin = size_t{256} << 10;
+  static constexpr size_t kGranule = size_t{64} << 10;
+  static size_t block_size(size_t nbytes) {
+    const size_t rounded = std::max<size_t>(64, (nbytes + 63) / 64 * 64);
+    return rounded >= kCacheMin ? (rounded + kGranule - 1) / kGranule * kGranule : rounded;
+  }
+
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;      // cached blocks by size
+  std::unordered_map<void*, size_t> live_;  // large blocks in use -> their size
+  size_t cached_bytes_ = 0;
+  size_t cache_limit_ = size_t{2048} << 20;
 };
 
 std::mutex g_factory_mutex;
@@ -89,9 +170,12 @@ void register_allocator_factory(DeviceType type, AllocatorFactory factory) {
   g_cuda_factory = std::move(factory);
 }
 
+void empty_cache(Device d) { get_allocator(d)->empty_cache(); }
+
 Allocator* get_allocator(Device d) {
-  static CpuAllocator cpu;
-  if (d.is_cpu()) return &cpu;
+  // Never destroyed: tensors in static storage may be freed after every other static object.
+  static CpuAllocator* cpu = new CpuAllocator();
+  if (d.is_cpu()) return cpu;
   std::lock_guard<std::mutex> lock(g_factory_mutex);
   TRIDENT_CHECK(g_cuda_factory != nullptr, "no allocator for ", d,
                 cuda_built() ? ": the CUDA backend is not initialized" : ": Trident was built without CUDA (TRIDENT_CUDA=OFF or CUDA not found)");

@@ -24,6 +24,8 @@ struct MemoryStats {
 
 MemoryStats memory_stats(Device d);
 void reset_peak_memory_stats(Device d);
+// Frees the blocks a device's allocator keeps for reuse (NOTE [CPU caching allocator]).
+void empty_cache(Device d);
 
 class Allocator {
  public:
@@ -32,6 +34,8 @@ class Allocator {
   // required then). Throws trident::Error when memory runs out, naming the size and device.
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  // Returns cached, unused blocks to the system (caching allocators).
+  virtual void empty_cache() {}
   virtual Device device() const = 0;
 };
 

@@ -54,3 +54,24 @@ TEST(MemoryStats, CudaWithoutBackendIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
   }
 }
+
+TEST(MemoryStats, LargeBlocksAreCachedAndReused) {
+  empty_cache(kCPU);
+  const MemoryStats s0 = memory_stats(kCPU);
+  void* first = nullptr;
+  {
+    Tensor a = empty({1 << 20}, kF32);  // 4 MiB
+    first = a.data_ptr();
+  }
+  const MemoryStats s1 = memory_stats(kCPU);
+  EXPECT_EQ(s1.current_bytes, s0.current_bytes);
+  EXPECT_GE(s1.reserved_bytes - s0.reserved_bytes, 4 << 20) << "the freed block stays cached";
+  {
+    Tensor b = empty({(1 << 20) - 1000}, kF32);  // a little smaller: reuses the cached block
+    EXPECT_EQ(b.data_ptr(), first);
+    Tensor c = empty({1 << 21}, kF32);  // twice as large: a new block
+    EXPECT_NE(c.data_ptr(), first);
+  }
+  empty_cache(kCPU);
+  EXPECT_EQ(memory_stats(kCPU).reserved_bytes, s0.reserved_bytes);
+}
