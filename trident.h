@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "ops/arith.h"
 #include "ops/copy.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
