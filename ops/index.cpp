@@ -331,8 +331,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   }
   const int64_t d = wrap_dim(dim, x.dim(), "gather");
   check_gather_shapes("gather", x, d, idx, nullptr);
-  cpu::check_index_range("gather", idx, x.size(d), dim_desc(x, d));
-  Tensor out = cpu::gather(x.detach(), d, idx);
+  bool in_range = true;
+  Tensor out = cpu::gather(x.detach(), d, idx, &in_range);
+  if (!in_range) cpu::check_index_range("gather", idx, x.size(d), dim_desc(x, d));  // throws
   if (autograd::any_requires_grad({x})) {
     autograd::record("GatherBackward", {x}, out, [si = SavedTensor(idx), in = x.sizes(), d](const TensorList& g) {
       return TensorList{scatter_add(zeros_for(in, g[0]), d, si.unpack(), g[0])};
@@ -356,10 +357,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   }
   const int64_t d = wrap_dim(dim, x.dim(), "scatter_add");
   check_gather_shapes("scatter_add", x, d, idx, &src);
-  cpu::check_index_range("scatter_add", idx, x.size(d), dim_desc(x, d));
   Tensor out = empty(x.sizes(), x.dtype());
   copy_(out, x.detach());
-  cpu::scatter_add_(out, d, idx, src.detach());
+  if (!cpu::scatter_add_(out, d, idx, src.detach()))
+    cpu::check_index_range("scatter_add", idx, x.size(d), dim_desc(x, d));  // throws
   if (autograd::any_requires_grad({x, src})) {
     autograd::record("ScatterAddBackward", {x, src}, out,
                      [si = SavedTensor(idx), zs = src.sizes(), d, gx = x.requires_grad(),

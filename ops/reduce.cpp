@@ -192,7 +192,7 @@ void check_float_reduce(const char* name, const Tensor& x) {
 }
 
 Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in, double correction, bool keepdim) {
-  const char* name = is_std ? "std" : "var";
+  const char* name = is_std ? "std_dev" : "var";
   check_float_reduce(name, x);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
   Tensor out = cpu::var(x.detach(), dims, correction, keepdim, is_std);
@@ -214,7 +214,7 @@ Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in,
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
   return var_op(false, x, dims, correction, keepdim);
 }
-Tensor std(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
+Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
   return var_op(true, x, dims, correction, keepdim);
 }
 

@@ -49,11 +49,12 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool k
 // correction 1 (the default, as PyTorch) is the unbiased estimate and 0 the population
 // variance; N <= correction gives inf (NaN when the deviations are 0).
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
-// sqrt(var). Backward is 0 where the result is 0 (as PyTorch).
-Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
+// sqrt(var), PyTorch's std. Backward is 0 where the result is 0 (as PyTorch). Not named std: a
+// function trident::std makes every `std::` ambiguous in code that says using namespace trident.
+Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
 // A bool here would silently become the correction: var(x, {1}, true) means keepdim? Say so.
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool, bool = false) = delete;
-Tensor std(const Tensor& x, const std::vector<int64_t>& dims, bool, bool = false) = delete;
+Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims, bool, bool = false) = delete;
 
 // log(sum(exp(x))) over dims (all when empty), stable: the max is subtracted first. An empty
 // reduction gives -inf.

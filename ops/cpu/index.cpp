@@ -199,9 +199,12 @@ void index_add_(const Tensor& dest, int64_t dim, const Tensor& index, const Tens
 
 // ---- gather and scatter_add ----
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, bool* in_range) {
+  *in_range = true;
   Tensor out = empty(index.sizes(), x.dtype());
   if (out.numel() == 0) return out;
+  const auto limit = static_cast<uint64_t>(x.size(dim));
+  std::atomic<bool> bad{false};
   const Shape& is = index.sizes();
   const auto d = static_cast<size_t>(dim);
   const int64_t n = is[d], inner = prod(is, d + 1, is.size());
@@ -213,21 +216,48 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
+    // Rows r = (o, j) of inner elements; a chunk walks the rows of one outer slice at a time.
     parallel_for(0, out.numel() / inner, std::max<int64_t>(1, kGrain / inner), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const T* xb = xp + xo[static_cast<size_t>(r / n)];
-        const int64_t* ir = idx + r * inner;
-        T* orow = op + r * inner;
-        for (int64_t k = 0; k < inner; ++k) orow[k] = xb[ir[k] * xstride + xi[static_cast<size_t>(k)]];
+      // Indices are checked as they are read (no separate pass over a large index tensor): an
+      // entry out of range reads element 0 instead and is reported after the loop.
+      bool miss = false;
+      for (int64_t r = b; r < e;) {
+        const int64_t o = r / n, j0 = r % n, j1 = std::min(n, j0 + (e - r));
+        const T* xb = xp + xo[static_cast<size_t>(o)];
+        if (inner == 1) {  // gathering along the last dim: one element per row
+          const int64_t* ir = idx + o * n;
+          T* orow = op + o * n;
+          const T* xb0 = xb + xi[0];
+          for (int64_t j = j0; j < j1; ++j) {
+            const bool ok = static_cast<uint64_t>(ir[j]) < limit;
+            miss |= !ok;
+            orow[j] = xb0[(ok ? ir[j] : 0) * xstride];
+          }
+        } else {
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t* ir = idx + (o * n + j) * inner;
+            T* orow = op + (o * n + j) * inner;
+            for (int64_t k = 0; k < inner; ++k) {
+              const bool ok = static_cast<uint64_t>(ir[k]) < limit;
+              miss |= !ok;
+              orow[k] = xb[(ok ? ir[k] : 0) * xstride + xi[static_cast<size_t>(k)]];
+            }
+          }
+        }
+        r += j1 - j0;
       }
+      if (miss) bad.store(true);
     });
   });
+  *in_range = !bad.load();
   return out;
 }
 
-void scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+bool scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   const Shape& is = index.sizes();
-  if (index.numel() == 0) return;
+  if (index.numel() == 0) return true;
+  const auto limit = static_cast<uint64_t>(out.size(dim));
+  std::atomic<bool> bad{false};
   const auto d = static_cast<size_t>(dim);
   const int64_t outer = prod(is, 0, d), n = is[d], inner = prod(is, d + 1, is.size());
   const std::vector<int64_t> oo = offset_table(is, out.strides(), 0, d), oi = offset_table(is, out.strides(), d + 1, is.size());
@@ -236,7 +266,9 @@ void scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Ten
   const int64_t* idx = index.data<int64_t>();
   // Positions that differ outside dim never share a destination: a task owns one outer slice and
   // a range of inner positions, and walks dim serially (deterministic, no atomics).
-  const int64_t cs = std::min<int64_t>(inner, 4096);
+  // Inner chunks of at most 4096, and enough of them to give every thread work.
+  const int64_t want = std::max<int64_t>(1, (get_num_threads() + outer - 1) / std::max<int64_t>(outer, 1));
+  const int64_t cs = std::clamp<int64_t>((inner + want - 1) / want, std::min<int64_t>(inner, 16), 4096);
   const int64_t nck = (inner + cs - 1) / cs;
   TRIDENT_DISPATCH_NUMERIC(out.dtype(), "scatter_add", [&] {
     using T = scalar_t;
@@ -244,21 +276,43 @@ void scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Ten
     T* op = out.data<T>();
     const T* sp = src.data<T>();
     parallel_for(0, outer * nck, std::max<int64_t>(1, kGrain / (n * cs)), [&](int64_t b, int64_t e) {
+      // Indices are checked as they are read; an entry out of range is skipped and reported.
+      bool miss = false;
       for (int64_t t = b; t < e; ++t) {
         const int64_t o = t / nck, kb = (t % nck) * cs, ke = std::min(inner, kb + cs);
         T* ob = op + oo[static_cast<size_t>(o)];
+        if (inner == 1) {  // scattering along the last dim: one element per step of j
+          const int64_t* ir = idx + o * n;
+          T* ob0 = ob + oi[0];
+          const T* sb0 = sp + so[static_cast<size_t>(o)] + si[0];
+          for (int64_t j = 0; j < n; ++j) {
+            if (static_cast<uint64_t>(ir[j]) >= limit) [[unlikely]] {
+              miss = true;
+              continue;
+            }
+            T& dst = ob0[ir[j] * ostride];
+            dst = static_cast<T>(static_cast<C>(dst) + static_cast<C>(sb0[j * sstride]));
+          }
+          continue;
+        }
         for (int64_t j = 0; j < n; ++j) {
           const int64_t* ir = idx + (o * n + j) * inner;
           const T* sb = sp + so[static_cast<size_t>(o)] + j * sstride;
           for (int64_t k = kb; k < ke; ++k) {
+            if (static_cast<uint64_t>(ir[k]) >= limit) [[unlikely]] {
+              miss = true;
+              continue;
+            }
             T& dst = ob[ir[k] * ostride + oi[static_cast<size_t>(k)]];
             dst = static_cast<T>(static_cast<C>(dst) + static_cast<C>(sb[si[static_cast<size_t>(k)]]));
           }
         }
       }
+      if (miss) bad.store(true);
     });
   });
   out.bump_version();
+  return !bad.load();
 }
 
 // ---- one_hot ----

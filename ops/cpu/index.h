@@ -23,11 +23,14 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // indices never race and the result does not depend on the thread count.
 void index_add_(const Tensor& dest, int64_t dim, const Tensor& index, const Tensor& src, int64_t skip);
 // out[p] = x[p with coordinate dim replaced by index[p]], out shaped like index (contiguous i64
-// of x's rank, in range); any dtype.
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// of x's rank); any dtype. Indices are range-checked as they are read (index is as large as the
+// data here, so a separate pass would cost a third of the time): *in_range is false if any was
+// out of range (its entries of out are then garbage; call check_index_range for the error).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, bool* in_range);
 // out[p with coordinate dim replaced by index[p]] += src[p] for every position p of index.
 // out contiguous; numeric dtypes. Parallel over the positions that share no destination.
-void scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+// Returns false if an index was out of range (that entry is skipped), as gather.
+bool scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
 // i64 [.., num_classes] with a 1 at each (in range) index.
 Tensor one_hot(const Tensor& index, int64_t num_classes);
 

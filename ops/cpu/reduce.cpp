@@ -17,6 +17,23 @@ int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
+// op folded over p[0, n) with kLanes independent accumulators (each starting at init), combined
+// with merge at the end: no loop-carried dependency, so max/min compile to packed compares.
+template <typename In, typename F, typename M>
+compute_t<In> fold_lanes(const In* p, int64_t n, compute_t<In> init, const F& op, const M& merge) {
+  using C = compute_t<In>;
+  constexpr int kL = reduce_detail::kLanes;
+  C lanes[kL];
+  for (int j = 0; j < kL; ++j) lanes[j] = init;
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL)
+    for (int j = 0; j < kL; ++j) lanes[j] = op(lanes[j], static_cast<C>(p[i + j]));
+  for (; i < n; ++i) lanes[0] = op(lanes[0], static_cast<C>(p[i]));
+  C m = lanes[0];
+  for (int j = 1; j < kL; ++j) m = merge(m, lanes[j]);
+  return m;
+}
+
 // Sum of f(v, o) over the reduced elements, in acc_t<In> (NOTE [Reduction accumulation]);
 // finish(o, acc) writes output o.
 template <typename In, typename F, typename Fin>
@@ -56,6 +73,10 @@ struct ExtremeOf {
     }
   }
   Acc combine(Acc a, C v, int64_t, int64_t) const { return merge(a, f(v)); }
+  Acc fold_run(Acc a, const In* p, int64_t n, int64_t, int64_t) const {
+    const auto m = [this](C x, C y) { return merge(x, y); };
+    return merge(a, fold_lanes(p, n, init(), [this](C x, C v) { return merge(x, f(v)); }, m));
+  }
   void finish(int64_t o, Acc a) const { fin(o, a); }
 };
 template <typename In, bool IsMax, typename F, typename Fin>
@@ -76,6 +97,24 @@ struct ArgExtreme {
     return math::ArgBetter<IsMax>{}(cand, a) ? cand : a;
   }
   Acc merge(Acc a, Acc b) const { return math::ArgBetter<IsMax>{}(b, a) ? b : a; }
+  // A run in two passes: its extreme value by independent lanes (vectorized; there is no index
+  // to carry), then the first position holding that value (or the first NaN).
+  Acc fold_run(Acc a, const In* p, int64_t n, int64_t, int64_t k0) const {
+    if (n == 0) return a;
+    const auto op = [](C x, C v) { return pick(x, v); };
+    const C m = fold_lanes(p, n, static_cast<C>(p[0]), op, op);
+    const bool nan = math::is_nan(m);
+    int64_t pos = 0;
+    while (!(nan ? math::is_nan(static_cast<C>(p[pos])) : static_cast<C>(p[pos]) == m)) ++pos;
+    return merge(a, Acc{m, k0 + pos});
+  }
+  static C pick(C a, C v) {
+    if constexpr (IsMax) {
+      return math::MaxOp{}(a, v);
+    } else {
+      return math::MinOp{}(a, v);
+    }
+  }
   void finish(int64_t o, Acc a) const {
     values[o] = static_cast<In>(a.v);
     indices[o] = a.k;

@@ -61,9 +61,16 @@ inline int64_t offset_of(int64_t flat, const Shape& sizes, const Shape& strides,
 //                                          the kept dims)
 // and optionally
 //   Acc merge(Acc a, Acc b) const;         combines two partial results (a, b over disjoint
-//                                          elements); enables lanes and split ranges.
+//                                          elements); enables lanes, row unrolling and split
+//                                          ranges
+//   Acc fold_run(Acc a, const In* p, int64_t n, int64_t o, int64_t k0) const;
+//                                          folds the unit-stride run p[0, n) (flat indices k0..)
+//                                          its own way (e.g. arg-reductions: find the extreme
+//                                          with a vectorized pass, then its first position).
 template <typename R>
 concept MergeableReducer = requires(const R& r, typename R::Acc a) { r.merge(a, a); };
+template <typename R, typename In>
+concept RunReducer = requires(const R& r, typename R::Acc a, const In* p) { r.fold_run(a, p, int64_t{}, int64_t{}, int64_t{}); };
 
 namespace reduce_detail {
 
@@ -81,6 +88,13 @@ typename R::Acc fold_range(const R& r, const In* base, const StridedLoop<1>& red
   red.for_each_run(kb, ke, [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& st) {
     const In* p = base + off[0];
     const int64_t s = st[0];
+    if constexpr (RunReducer<R, In>) {
+      if (s == 1) {
+        acc = r.fold_run(acc, p, n, o, k0);
+        k0 += n;
+        return;
+      }
+    }
     if constexpr (MergeableReducer<R>) {
       if (s == 1 && n >= 2 * kLanes) {
         Acc lanes[kLanes];
@@ -110,9 +124,27 @@ template <typename In, typename R>
 void fold_rows(const R& r, const In* base, const StridedLoop<1>& red, int64_t o0, int64_t len, int64_t kb, int64_t ke,
                typename R::Acc* acc) {
   using C = compute_t<In>;
+  using Acc = typename R::Acc;
   int64_t k = kb;
   red.for_each_run(kb, ke, [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& st) {
-    for (int64_t i = 0; i < n; ++i, ++k) {
+    int64_t i = 0;
+    if constexpr (MergeableReducer<R>) {
+      // Four rows folded together, then merged: a quarter of the loads and stores of acc.
+      for (; i + 4 <= n; i += 4, k += 4) {
+        const In* r0 = base + off[0] + i * st[0];
+        const In* r1 = r0 + st[0];
+        const In* r2 = r1 + st[0];
+        const In* r3 = r2 + st[0];
+        for (int64_t c = 0; c < len; ++c) {
+          Acc t = r.combine(r.init(), static_cast<C>(r0[c]), o0 + c, k);
+          t = r.combine(t, static_cast<C>(r1[c]), o0 + c, k + 1);
+          t = r.combine(t, static_cast<C>(r2[c]), o0 + c, k + 2);
+          t = r.combine(t, static_cast<C>(r3[c]), o0 + c, k + 3);
+          acc[c] = r.merge(acc[c], t);
+        }
+      }
+    }
+    for (; i < n; ++i, ++k) {
       const In* row = base + off[0] + i * st[0];
       for (int64_t c = 0; c < len; ++c) acc[c] = r.combine(acc[c], static_cast<C>(row[c]), o0 + c, k);
     }

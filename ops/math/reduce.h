@@ -27,11 +27,13 @@ TRIDENT_INLINE T sign(T v) {
 
 // NOTE [Max and NaN]: as in PyTorch, max and min propagate NaN: once a NaN is seen it is the
 // result (and, with indices, the first NaN's index is returned).
+// !(v <= a) holds when v > a or either is NaN; "& !is_nan(a)" keeps a NaN once it is there. (This
+// form, without a short-circuit ||, becomes two compares and a blend the compiler vectorizes.)
 struct MaxOp {
-  template <typename T> TRIDENT_INLINE T operator()(T a, T v) const { return (v > a || is_nan(v)) ? v : a; }
+  template <typename T> TRIDENT_INLINE T operator()(T a, T v) const { return (!(v <= a) & !is_nan(a)) ? v : a; }
 };
 struct MinOp {
-  template <typename T> TRIDENT_INLINE T operator()(T a, T v) const { return (v < a || is_nan(v)) ? v : a; }
+  template <typename T> TRIDENT_INLINE T operator()(T a, T v) const { return (!(v >= a) & !is_nan(a)) ? v : a; }
 };
 
 // A value and the flat index it was found at; k < 0 marks "no element yet".
