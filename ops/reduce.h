@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -52,9 +53,12 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, double correc
 // sqrt(var), PyTorch's std. Backward is 0 where the result is 0 (as PyTorch). Not named std: a
 // function trident::std makes every `std::` ambiguous in code that says using namespace trident.
 Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0, bool keepdim = false);
-// A bool here would silently become the correction: var(x, {1}, true) means keepdim? Say so.
-Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool, bool = false) = delete;
-Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims, bool, bool = false) = delete;
+// A bool in the correction's place would silently become 1 or 0 (var(x, {1}, true) reads as
+// keepdim): refuse it at compile time. Integer and floating corrections are accepted.
+template <typename B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, B correction, bool keepdim = false) = delete;
+template <typename B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims, B correction, bool keepdim = false) = delete;
 
 // log(sum(exp(x))) over dims (all when empty), stable: the max is subtracted first. An empty
 // reduction gives -inf.

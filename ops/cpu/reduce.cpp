@@ -106,7 +106,7 @@ struct ArgExtreme {
     const bool nan = math::is_nan(m);
     int64_t pos = 0;
     while (!(nan ? math::is_nan(static_cast<C>(p[pos])) : static_cast<C>(p[pos]) == m)) ++pos;
-    return merge(a, Acc{m, k0 + pos});
+    return merge(a, Acc{static_cast<C>(p[pos]), k0 + pos});  // p[pos], not m: -0.0 == +0.0
   }
   static C pick(C a, C v) {
     if constexpr (IsMax) {

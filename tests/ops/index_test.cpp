@@ -394,3 +394,19 @@ TEST(IndexGradcheck, IndexSelectGatherScatterAddEmbedding) {
   Tensor m = rand_leaf({2, 4, 3}, 138);
   EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& v) { return weighted(max(v[0], 1, true).values); }, {m})));
 }
+
+TEST(IndexEmbedding, HalfWeights) {
+  Generator g(141);
+  for (DType dt : {kF16, kBF16}) {
+    Tensor w = randn({6, 4}, kF32, &g).to(dt);
+    Tensor idx = idx64({5, 0, 5, 2});
+    Tensor e = embedding(w, idx);
+    EXPECT_EQ(e.dtype(), dt);
+    EXPECT_EQ(e.to(kF32).to_vector<float>(), index_select(w.to(kF32), 0, idx).to_vector<float>());
+    w.set_requires_grad();
+    const std::vector<float> gw = autograd::grad({embedding(w, idx)}, {w}, {ones({4, 4}, dt)})[0].to(kF32).to_vector<float>();
+    for (int64_t r = 0; r < 6; ++r)  // row 5 twice, rows 0 and 2 once
+      EXPECT_EQ(gw[static_cast<size_t>(r * 4)], r == 5 ? 2.f : (r == 0 || r == 2) ? 1.f : 0.f) << dt << " row " << r;
+    EXPECT_EQ(f32s(cat({w.detach(), w.detach()}).to(kF32)).size(), 48u);
+  }
+}

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "ops/cpu/reduce_loop.h"
+
 using namespace trident;
 using namespace trident::testing;
 using autograd::TensorList;
@@ -316,7 +318,7 @@ TEST(ReduceStats, VarStdKnownValues) {
   //   std_dev(x) = 1.6782927834; var(x, (0, 1), correction=2) = 3.5208333333
   Tensor x = from_vector<double>({0.5, -1.5, 2.0, 3.0, 0.25, -0.75}, {2, 3});
   EXPECT_TRUE(all_close(var(x, {1}), from_vector<double>({3.0833333333, 3.7708333333}), 1e-9));
-  EXPECT_TRUE(all_close(var(x, {0}, 0.0), from_vector<double>({1.5625, 0.765625, 1.890625}), 1e-12));
+  EXPECT_TRUE(all_close(var(x, {0}, 0), from_vector<double>({1.5625, 0.765625, 1.890625}), 1e-12));
   EXPECT_NEAR(std_dev(x).item<double>(), 1.6782927834, 1e-9);
   EXPECT_NEAR(var(x, {0, 1}, 2.0).item<double>(), 3.5208333333, 1e-9);
   EXPECT_EQ(var(x, {1}, 1.0, true).sizes(), (Shape{2, 1}));
@@ -328,6 +330,12 @@ TEST(ReduceStats, VarStdKnownValues) {
   EXPECT_TRUE(std::isnan(var(zeros({0})).item<float>()));
   EXPECT_THROW(var(from_vector<int64_t>({1, 2})), Error);
 }
+
+// var(x, {1}, true) must not compile (the bool would be the correction); ints and doubles do.
+template <typename C>
+constexpr bool var_takes_correction = requires(const Tensor& t, C c) { var(t, std::vector<int64_t>{1}, c); };
+static_assert(!var_takes_correction<bool>);
+static_assert(var_takes_correction<int> && var_takes_correction<double>);
 
 TEST(ReduceStats, VarIsAccurateOnLargeF32InputsWithALargeMean) {
   // Mean 1e4, spread 1e-2: a one-pass E[x^2] - E[x]^2 would lose about four digits even in f64.
@@ -487,4 +495,31 @@ TEST(ReduceGradcheck, VarStdLogsumexpNorm) {
   Tensor e = rand_leaf({2, 0}, 95);
   EXPECT_EQ(autograd::grad({sum(logsumexp(e, {0}))}, {e})[0].sizes(), (Shape{2, 0}));
   EXPECT_EQ(autograd::grad({norm(e)}, {e})[0].sizes(), (Shape{2, 0}));
+}
+
+TEST(ReduceStats, HalfTypesComputeInF32) {
+  Generator g(96);
+  Tensor x32 = randn({4, 300}, kF32, &g);
+  for (DType dt : {kF16, kBF16}) {
+    Tensor x = x32.to(dt);
+    Tensor xr = x.to(kF32);  // the rounded values, so only the arithmetic is compared
+    EXPECT_EQ(var(x, {1}).dtype(), dt);
+    EXPECT_TRUE(all_close(var(x, {1}).to(kF32), var(xr, {1}), 1e-2)) << dt;
+    EXPECT_TRUE(all_close(logsumexp(x, {0}).to(kF32), logsumexp(xr, {0}), 1e-2)) << dt;
+    EXPECT_TRUE(all_close(norm(x, 2.0, {1}).to(kF32), norm(xr, 2.0, {1}), 1e-2)) << dt;
+    EXPECT_EQ(i64s(argmax(x, 1)), i64s(argmax(xr, 1))) << dt;
+    EXPECT_EQ(max(x, 0).values.to(kF32).to_vector<float>(), max(xr, 0).values.to_vector<float>()) << dt;
+  }
+}
+
+TEST(ReduceLoop, OriginalInterfaceStillWorks) {
+  // reduce_loop(x, dims, out, init, combine, finalize), the interface kernels outside this family
+  // may use, now runs on reduce_with.
+  Tensor x = reshape(arange(12, kF32), {3, 4});
+  for (const Tensor& in : {x, transpose(contiguous(transpose(x, 0, 1)), 0, 1)}) {
+    std::vector<double> out(3);
+    cpu::reduce_loop<float, double, double>(
+        in, {1}, out.data(), 0.0, [](double a, float v) { return a + v * v; }, [](double a) { return a + 0.5; });
+    EXPECT_EQ(out, (std::vector<double>{14.5, 126.5, 366.5}));  // 0+1+4+9, 16+25+36+49, 64+81+100+121
+  }
 }
