@@ -18,6 +18,7 @@
 #include "ops/attention.h"
 #include "ops/copy.h"
 #include "ops/dropout.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/norm.h"

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 
+#include <cmath>
+
+#include "core/factory.h"
+#include "ops/arith.h"
 #include "ops/common.h"
 #include "ops/cpu/reduce.h"
-#include "ops/arith.h"
+#include "ops/index.h"
 #include "ops/shape.h"
 
 namespace trident {
@@ -86,6 +90,168 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor mean(const Tensor& x) { return reduce_op(cpu::ReduceKind::Mean, x, {}, false); }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return reduce_op(cpu::ReduceKind::Mean, x, dims, keepdim);
+}
+
+// ---- max, min, argmax, argmin ----
+
+namespace {
+
+void check_extreme_input(const char* name, const Tensor& x) {
+  check_defined(name, x);
+  check_cpu(name, x);
+  TRIDENT_CHECK(x.dtype() != DType::Bool, name, ": not defined for bool tensors (convert with .to(kI64) first)");
+}
+
+// max, min and the inf norms have no identity: every reduced dim must hold elements.
+void check_nonempty(const char* name, const Tensor& x, const std::vector<int64_t>& dims) {
+  for (int64_t d : dims)
+    TRIDENT_CHECK(x.size(d) != 0, name, ": cannot reduce over dim ", d, " of size 0 (input shape ", x.sizes(), "): ",
+                  name, " of no elements is undefined");
+}
+
+Tensor extreme_values(bool is_max, const char* name, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  check_extreme_input(name, x);
+  const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
+  check_nonempty(name, x, dims);
+  Tensor out = cpu::extreme(is_max, x.detach(), dims, keepdim);
+  if (autograd::any_requires_grad({x})) {
+    // Shared evenly among ties, as PyTorch's evenly_distribute_backward: a subgradient that is
+    // symmetric in the tied elements (the per-dim max instead picks the first, see below).
+    autograd::record(is_max ? "MaxBackward" : "MinBackward", {x}, out,
+                     [sx = SavedTensor(x), so = SavedTensor(out), dims, keepdim](const TensorList& g) {
+                       const Tensor xv = sx.unpack();
+                       const Tensor v = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
+                       const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
+                       return TensorList{cpu::distribute_backward(xv, v, gk, dims, /*abs_sign=*/false)};
+                     });
+  }
+  return out;
+}
+
+ValuesIndices extreme_dim(bool is_max, const char* name, const Tensor& x, int64_t dim, bool keepdim) {
+  check_extreme_input(name, x);
+  const std::vector<int64_t> dims = reduction_dims(x, {dim}, name);
+  check_nonempty(name, x, dims);
+  auto [values, indices] = cpu::extreme_index(is_max, x.detach(), dims, keepdim);
+  if (autograd::any_requires_grad({x})) {
+    // The gradient goes to the element the index names (the first on ties), as torch.max(dim).
+    autograd::record(is_max ? "MaxBackward" : "MinBackward", {x}, values,
+                     [si = SavedTensor(indices), in = x.sizes(), dims, keepdim](const TensorList& g) {
+                       if (in.empty()) return TensorList{g[0]};  // a 0-dim input is its own max
+                       const auto nd = static_cast<int64_t>(in.size());
+                       const Tensor idx = unsqueeze_reduced(si.unpack(), dims, nd, keepdim);
+                       const Tensor gk = unsqueeze_reduced(g[0], dims, nd, keepdim);
+                       return TensorList{scatter_add(zeros(in, g[0].dtype()), dims[0], idx, gk)};
+                     });
+  }
+  return {values, indices};
+}
+
+Tensor arg_extreme(bool is_max, const char* name, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  check_extreme_input(name, x);
+  std::vector<int64_t> dims;
+  if (dim.has_value()) {
+    dims = reduction_dims(x, {*dim}, name);
+    check_nonempty(name, x, dims);
+  } else {
+    dims = reduction_dims(x, {}, name);
+    TRIDENT_CHECK(x.numel() > 0, name, ": the input of shape ", x.sizes(),
+                  " is empty; the index of the extreme of no elements is undefined");
+  }
+  return cpu::extreme_index(is_max, x.detach(), dims, keepdim).second;
+}
+
+}  // namespace
+
+Tensor max(const Tensor& x) { return extreme_values(true, "max", x, {}, false); }
+Tensor min(const Tensor& x) { return extreme_values(false, "min", x, {}, false); }
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(true, "max", x, dim, keepdim); }
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(false, "min", x, dim, keepdim); }
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return extreme_values(true, "amax", x, dims, keepdim);
+}
+Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return extreme_values(false, "amin", x, dims, keepdim);
+}
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extreme(true, "argmax", x, dim, keepdim);
+}
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extreme(false, "argmin", x, dim, keepdim);
+}
+
+// ---- var, std, logsumexp, norm ----
+
+namespace {
+
+void check_float_reduce(const char* name, const Tensor& x) {
+  check_defined(name, x);
+  check_cpu(name, x);
+  TRIDENT_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ", x.dtype(),
+                " (convert with .to(kF32) first)");
+}
+
+Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in, double correction, bool keepdim) {
+  const char* name = is_std ? "std_dev" : "var";
+  check_float_reduce(name, x);
+  const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
+  Tensor out = cpu::var(x.detach(), dims, correction, keepdim, is_std);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record(is_std ? "StdBackward" : "VarBackward", {x}, out,
+                     [sx = SavedTensor(x), so = is_std ? SavedTensor(out) : SavedTensor(), dims, keepdim, correction,
+                      is_std](const TensorList& g) {
+                       const Tensor xv = sx.unpack();
+                       const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
+                       const Tensor ok = is_std ? unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim) : gk;
+                       return TensorList{cpu::var_backward(xv, gk, ok, dims, correction, is_std)};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
+  return var_op(false, x, dims, correction, keepdim);
+}
+Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
+  return var_op(true, x, dims, correction, keepdim);
+}
+
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  check_float_reduce("logsumexp", x);
+  const std::vector<int64_t> dims = reduction_dims(x, dims_in, "logsumexp");
+  Tensor out = cpu::logsumexp(x.detach(), dims, keepdim);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("LogsumexpBackward", {x}, out,
+                     [sx = SavedTensor(x), so = SavedTensor(out), dims, keepdim](const TensorList& g) {
+                       const Tensor xv = sx.unpack();
+                       const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
+                       const Tensor ok = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
+                       return TensorList{cpu::logsumexp_backward(xv, gk, ok)};
+                     });
+  }
+  return out;
+}
+
+Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims_in, bool keepdim) {
+  check_float_reduce("norm", x);
+  TRIDENT_CHECK(p >= 0 || std::isinf(p), "norm: p must be >= 0 or +-inf, got ", p);
+  const std::vector<int64_t> dims = reduction_dims(x, dims_in, "norm");
+  if (std::isinf(p)) check_nonempty(p > 0 ? "norm(p=inf)" : "norm(p=-inf)", x, dims);
+  Tensor out = cpu::norm(x.detach(), p, dims, keepdim);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("NormBackward", {x}, out,
+                     [sx = SavedTensor(x), so = SavedTensor(out), dims, keepdim, p](const TensorList& g) {
+                       const Tensor xv = sx.unpack();
+                       if (p == 0.0) return TensorList{zeros_like(xv)};  // a count: piecewise constant
+                       const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
+                       const Tensor ok = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
+                       if (std::isinf(p)) return TensorList{cpu::distribute_backward(xv, ok, gk, dims, /*abs_sign=*/true)};
+                       return TensorList{cpu::norm_backward(xv, gk, ok, p)};
+                     });
+  }
+  return out;
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
