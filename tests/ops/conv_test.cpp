@@ -15,10 +15,8 @@ struct ConvParams {
 };
 
 std::string describe(const ConvParams& p, const Shape& x, const Shape& w) {
-  return "input " + shape_str(x) + " weight " + shape_str(w) + " stride [" + std::to_string(p.stride[0]) + ", " +
-         std::to_string(p.stride[1]) + "] padding [" + std::to_string(p.padding[0]) + ", " + std::to_string(p.padding[1]) +
-         "] dilation [" + std::to_string(p.dilation[0]) + ", " + std::to_string(p.dilation[1]) + "] groups " +
-         std::to_string(p.groups);
+  return detail::str("input ", x, " weight ", w, " stride ", Shape{p.stride[0], p.stride[1]}, " padding ",
+                     Shape{p.padding[0], p.padding[1]}, " dilation ", Shape{p.dilation[0], p.dilation[1]}, " groups ", p.groups);
 }
 
 // The direct definition of conv2d, in f64, written out with nested loops: forward value, the
@@ -107,7 +105,7 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
   Generator gen(seed);
   const Tensor x = randn(c.x, kF64, &gen), w = randn(c.w, kF64, &gen);
   const Tensor b = c.bias ? randn({c.w[0]}, kF64, &gen) : Tensor();
-  const std::string what = describe(c.p, c.x, c.w) + (c.bias ? " with bias" : " without bias");
+  const std::string what = detail::str(describe(c.p, c.x, c.w), c.bias ? " with bias" : " without bias");
   const double terms = static_cast<double>(c.w[1] * c.w[2] * c.w[3] + 1);
 
   // f64 forward and backward (upstream gradient random, so every gradient entry is weighted).
