@@ -10,6 +10,7 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/window.h"
 
 namespace trident::cpu {
@@ -18,8 +19,8 @@ namespace trident::cpu {
 // - Depthwise (groups == C, one input channel per group, O = C x multiplier): each output
 //   plane is a weighted sum of kH x kW shifted copies of one input plane. im2col would build a
 //   [kH kW, OH OW] matrix per channel only to multiply it by a 1 x kH kW row; the direct loops
-//   instead sweep an output row once per tap (y_row[ow] += w * x_row[ow * sw + off] over the
-//   valid ow), which is unit-stride and vectorizes when sw == 1. Threads take whole planes.
+//   (ops/cpu/conv_depthwise.cpp) instead apply a kernel row's kW taps in one pass over an
+//   output row, unrolled and vectorized over the row. Threads take whole planes.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
 //   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
 // - General: per (sample, group) unit, im2col into a [C/g kH kW, OH OW] workspace and GEMM
@@ -27,22 +28,25 @@ namespace trident::cpu {
 //   adjoint scatter), backward weight is gy @ col^T accumulated over the batch.
 // GEMMs run in the tensor's type (f32 or f64), so f32 accumulates in f32 like every BLAS-based
 // convolution (PyTorch's and cuDNN's included); sums over the batch in the weight gradient
-// accumulate in f32 through GEMM's beta = 1. The depthwise weight and bias gradients, which
-// sum over N OH OW terms with no GEMM, add f32 row sums into f64 accumulators so that long
-// batches do not drift.
+// accumulate in f32 through GEMM's beta = 1. The depthwise weight and the bias gradients,
+// which sum N OH OW terms without a GEMM, add per-plane f32 sums into f64 accumulators so
+// that long batches do not drift.
 //
 // NOTE [Conv2d threads]
 // OpenBLAS threads each GEMM itself (the pthread build Trident links: its own pool, sized by
 // set_num_threads, NOTE [Threads]). Calling a GEMM that OpenBLAS would thread from inside a
 // parallel_for would put threads x threads workers on the cores, so the GEMM paths choose:
-// - parallel over (sample, group) units with parallel_for, each thread with its own im2col
+// - "parallel units": (sample, group) units on parallel_for threads, each with its own im2col
 //   workspace and single-threaded GEMMs, when each GEMM is so small that OpenBLAS runs it on
 //   the calling thread anyway (m n k <= 65536 x 4, the SMP_THRESHOLD_MIN x
 //   GEMM_MULTITHREAD_THRESHOLD rule of OpenBLAS's interface/gemm.c), or when the OpenBLAS in
-//   use is sequential or OpenMP-based (which stays single-threaded inside a parallel region)
-//   and there are at least as many units as threads;
-// - otherwise units run one after another, OpenBLAS threads the GEMM, and only im2col and
-//   col2im (memory-bound copies) are split across threads between the GEMMs.
+//   use is sequential or OpenMP-based (single-threaded inside a parallel region) and there are
+//   at least as many units as threads;
+// - otherwise "chunks": samples go in chunks whose im2col matrices fit a 32 MiB workspace,
+//   each chunk in phases: im2col of the whole chunk on Trident's threads, its GEMMs back to
+//   back on OpenBLAS's threads, col2im on Trident's threads. Both pools spin a while after
+//   their work, so handing the cores from one pool to the other once per chunk instead of
+//   twice per sample keeps them from competing.
 // The direct depthwise kernels make no BLAS calls and always parallelize over planes.
 
 namespace {
@@ -103,7 +107,7 @@ void im2col(const T* x, int64_t channels, const Conv2dGeometry& g, T* col, bool 
 }
 
 // x[c, ih, iw] += col[(c, kh, kw), (oh, ow)] for every tap that reads (ih, iw): the adjoint of
-// im2col, so backward input = col2im(W^T gy). x must hold zeros (or what to add to).
+// im2col, so backward input = col2im(W^T gy). The planes of x are overwritten.
 template <typename T>
 void col2im(const T* col, int64_t channels, const Conv2dGeometry& g, T* x, bool parallel) {
   const int64_t khw = g.kH * g.kW, P = g.OH * g.OW;
@@ -111,6 +115,7 @@ void col2im(const T* col, int64_t channels, const Conv2dGeometry& g, T* x, bool 
   auto body = [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       T* plane = x + c * g.H * g.W;
+      std::fill_n(plane, g.H * g.W, T(0));
       for (int64_t kh = 0; kh < g.kH; ++kh) {
         for (int64_t kw = 0; kw < g.kW; ++kw) {
           const T* src = col + (c * khw + kh * g.kW + kw) * P;
@@ -138,222 +143,150 @@ void col2im(const T* col, int64_t channels, const Conv2dGeometry& g, T* x, bool 
   }
 }
 
-// Runs unit(u, workspace, inner_parallel) for u in [0, units), either spread over threads
-// (each with its own workspace of ws_elems) or in order with inner parallelism (NOTE [Conv2d
-// threads]). `chunk_done(begin, workspace...)` style reductions are handled by the callers.
-template <typename T, typename F>
-void run_units(int64_t units, int64_t m, int64_t n, int64_t k, int64_t ws_elems, const F& unit) {
-  if (parallel_over_units(units, m, n, k)) {
-    parallel_for(0, units, 1, [&](int64_t b, int64_t e) {
-      Tensor ws = workspace<T>(ws_elems);
-      for (int64_t u = b; u < e; ++u) unit(u, ws.data<T>(), false);
-    });
-  } else {
-    Tensor ws = workspace<T>(ws_elems);
-    for (int64_t u = 0; u < units; ++u) unit(u, ws.data<T>(), true);
-  }
-}
-
 // ---- GEMM-based convolution: forward, backward input, backward weight ---------------------
+// Both schedules of NOTE [Conv2d threads] for each pass.
+
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+
+struct GemmShapes {
+  int64_t Cg, Og, K, P, HW;
+  explicit GemmShapes(const Conv2dGeometry& g)
+      : Cg(g.in_per_group()), Og(g.out_per_group()), K(g.in_per_group() * g.kH * g.kW), P(g.OH * g.OW), HW(g.H * g.W) {}
+};
+
+// Samples per chunk: as many as keep the chunk's im2col matrices within the budget (>= 1).
+template <typename T>
+int64_t samples_per_chunk(const Conv2dGeometry& g, const GemmShapes& s) {
+  const int64_t per_sample = g.groups * s.K * s.P * static_cast<int64_t>(sizeof(T));
+  return std::clamp<int64_t>(kWorkspaceBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(g.N, 1));
+}
 
 template <typename T>
 void forward_gemm(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
-  const int64_t Cg = g.in_per_group(), Og = g.out_per_group(), K = Cg * g.kH * g.kW, P = g.OH * g.OW;
-  const int64_t HW = g.H * g.W;
+  const GemmShapes s(g);
   const bool direct = g.pointwise();
-  run_units<T>(g.N * g.groups, Og, P, K, direct ? 0 : K * P, [&](int64_t u, T* col, bool inner_parallel) {
-    const int64_t n = u / g.groups, gi = u % g.groups;
-    const T* xg = x + (n * g.C + gi * Cg) * HW;
-    T* yg = y + (n * g.O + gi * Og) * P;
-    const T* b = xg;
-    if (!direct) {
-      im2col(xg, Cg, g, col, inner_parallel);
-      b = col;
-    }
-    T beta = T(0);
-    if (bias) {
-      for (int64_t o = 0; o < Og; ++o) std::fill_n(yg + o * P, P, bias[gi * Og + o]);
-      beta = T(1);
-    }
-    gemm<T>(false, false, Og, P, K, T(1), w + gi * Og * K, K, b, P, beta, yg, P);
-  });
+  const T beta = bias ? T(1) : T(0);  // with a bias, y is filled with it first
+  auto fill_bias = [&](int64_t n, int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) std::fill_n(y + (n * g.O + o) * s.P, s.P, bias[o]);
+  };
+  auto unit_gemm = [&](int64_t n, int64_t gi, const T* b) {
+    gemm<T>(false, false, s.Og, s.P, s.K, T(1), w + gi * s.Og * s.K, s.K, b, s.P, beta, y + (n * g.O + gi * s.Og) * s.P, s.P);
+  };
+  auto input_of = [&](int64_t n, int64_t gi) { return x + (n * g.C + gi * s.Cg) * s.HW; };
+  if (parallel_over_units(g.N * g.groups, s.Og, s.P, s.K)) {
+    parallel_for(0, g.N * g.groups, 1, [&](int64_t u0, int64_t u1) {
+      Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t n = u / g.groups, gi = u % g.groups;
+        if (bias) fill_bias(n, gi * s.Og, (gi + 1) * s.Og);
+        if (!direct) im2col(input_of(n, gi), s.Cg, g, ws.data<T>(), false);
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>());
+      }
+    });
+    return;
+  }
+  if (bias) {
+    parallel_for(0, g.N * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) fill_bias(r / g.O, r % g.O, r % g.O + 1);
+    });
+  }
+  if (direct) {
+    for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups));
+    return;
+  }
+  const int64_t chunk = samples_per_chunk<T>(g, s);
+  Tensor ws = workspace<T>(chunk * g.groups * s.K * s.P);
+  T* col = ws.data<T>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0);
+    // A chunk's planes are consecutive, so the im2col matrices of its units are one im2col.
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, col, true);
+    for (int64_t i = 0; i < nb; ++i)
+      for (int64_t gi = 0; gi < g.groups; ++gi) unit_gemm(n0 + i, gi, col + (i * g.groups + gi) * s.K * s.P);
+  }
 }
 
 template <typename T>
 void backward_input_gemm(const T* gy, const T* w, T* gx, const Conv2dGeometry& g) {
-  const int64_t Cg = g.in_per_group(), Og = g.out_per_group(), K = Cg * g.kH * g.kW, P = g.OH * g.OW;
-  const int64_t HW = g.H * g.W;
-  const bool direct = g.pointwise();
-  run_units<T>(g.N * g.groups, K, P, Og, direct ? 0 : K * P, [&](int64_t u, T* col, bool inner_parallel) {
-    const int64_t n = u / g.groups, gi = u % g.groups;
-    const T* gyg = gy + (n * g.O + gi * Og) * P;
-    T* gxg = gx + (n * g.C + gi * Cg) * HW;
-    if (direct) {  // K == Cg and P == HW: gx_g = W_g^T gy_g straight into the output
-      gemm<T>(true, false, K, P, Og, T(1), w + gi * Og * K, K, gyg, P, T(0), gxg, P);
-      return;
-    }
-    gemm<T>(true, false, K, P, Og, T(1), w + gi * Og * K, K, gyg, P, T(0), col, P);
-    std::fill_n(gxg, Cg * HW, T(0));
-    col2im(col, Cg, g, gxg, inner_parallel);
-  });
+  const GemmShapes s(g);
+  const bool direct = g.pointwise();  // then K == Cg and P == HW: gx_g = W_g^T gy_g in place
+  auto unit_gemm = [&](int64_t n, int64_t gi, T* out) {
+    gemm<T>(true, false, s.K, s.P, s.Og, T(1), w + gi * s.Og * s.K, s.K, gy + (n * g.O + gi * s.Og) * s.P, s.P, T(0), out, s.P);
+  };
+  auto input_of = [&](int64_t n, int64_t gi) { return gx + (n * g.C + gi * s.Cg) * s.HW; };
+  if (parallel_over_units(g.N * g.groups, s.K, s.P, s.Og)) {
+    parallel_for(0, g.N * g.groups, 1, [&](int64_t u0, int64_t u1) {
+      Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t n = u / g.groups, gi = u % g.groups;
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>());
+        if (!direct) col2im(ws.data<T>(), s.Cg, g, input_of(n, gi), false);
+      }
+    });
+    return;
+  }
+  if (direct) {
+    for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups));
+    return;
+  }
+  const int64_t chunk = samples_per_chunk<T>(g, s);
+  Tensor ws = workspace<T>(chunk * g.groups * s.K * s.P);
+  T* col = ws.data<T>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0);
+    for (int64_t i = 0; i < nb; ++i)
+      for (int64_t gi = 0; gi < g.groups; ++gi) unit_gemm(n0 + i, gi, col + (i * g.groups + gi) * s.K * s.P);
+    col2im(col, nb * g.C, g, gx + n0 * g.C * s.HW, true);
+  }
 }
 
 template <typename T>
 void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& g) {
-  const int64_t Cg = g.in_per_group(), Og = g.out_per_group(), K = Cg * g.kH * g.kW, P = g.OH * g.OW;
-  const int64_t HW = g.H * g.W, units = g.N * g.groups;
+  const GemmShapes s(g);
   const bool direct = g.pointwise();
-  // gw_g += gy_g [Og, P] @ col^T [P, K], into `acc` ([O, K], the whole weight gradient).
-  auto unit = [&](int64_t u, T* col, T* acc, bool inner_parallel) {
-    const int64_t n = u / g.groups, gi = u % g.groups;
-    const T* xg = x + (n * g.C + gi * Cg) * HW;
-    const T* b = xg;
-    if (!direct) {
-      im2col(xg, Cg, g, col, inner_parallel);
-      b = col;
-    }
-    gemm<T>(false, true, Og, K, P, T(1), gy + (n * g.O + gi * Og) * P, P, b, P, T(1), acc + gi * Og * K, K);
+  const int64_t units = g.N * g.groups, gw_elems = g.O * s.K;
+  // gw_g += gy_g [Og, P] @ col^T [P, K], into acc ([O, K]: the whole weight gradient).
+  auto unit_gemm = [&](int64_t n, int64_t gi, const T* b, T* acc) {
+    gemm<T>(false, true, s.Og, s.K, s.P, T(1), gy + (n * g.O + gi * s.Og) * s.P, s.P, b, s.P, T(1), acc + gi * s.Og * s.K, s.K);
   };
-  const int64_t ws_elems = direct ? 0 : K * P, gw_elems = g.O * K;
+  auto input_of = [&](int64_t n, int64_t gi) { return x + (n * g.C + gi * s.Cg) * s.HW; };
   std::fill_n(gw, gw_elems, T(0));
-  if (parallel_over_units(units, Og, K, P)) {
+  if (parallel_over_units(units, s.Og, s.K, s.P)) {
     // Each thread sums its units into a private gradient; the partial sums are added in the
     // order of their first unit, so a result does not depend on thread timing.
     std::mutex mu;
     std::vector<std::pair<int64_t, Tensor>> partials;
-    parallel_for(0, units, 1, [&](int64_t b, int64_t e) {
-      Tensor ws = workspace<T>(ws_elems);
+    parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+      Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
       Tensor acc = zeros({gw_elems}, dtype_of<T>);
-      for (int64_t u = b; u < e; ++u) unit(u, ws.data<T>(), acc.data<T>(), false);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t n = u / g.groups, gi = u % g.groups;
+        if (!direct) im2col(input_of(n, gi), s.Cg, g, ws.data<T>(), false);
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>(), acc.data<T>());
+      }
       std::lock_guard<std::mutex> lock(mu);
-      partials.emplace_back(b, acc);
+      partials.emplace_back(u0, acc);
     });
     std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [first, acc] : partials) {
       const T* a = acc.template data<T>();
       for (int64_t i = 0; i < gw_elems; ++i) gw[i] += a[i];
     }
-  } else {
-    Tensor ws = workspace<T>(ws_elems);
-    for (int64_t u = 0; u < units; ++u) unit(u, ws.data<T>(), gw, true);
+    return;
   }
-}
-
-// ---- depthwise: direct loops ---------------------------------------------------------------
-
-// Per kernel column kw: the input column offset kw dw - pw and the valid output columns.
-struct ColumnTaps {
-  std::vector<int64_t> off;
-  std::vector<ValidRange> range;
-  explicit ColumnTaps(const Conv2dGeometry& g) {
-    for (int64_t kw = 0; kw < g.kW; ++kw) {
-      off.push_back(kw * g.dw - g.pw);
-      range.push_back(valid_range(off.back(), g.sw, g.W, g.OW));
-    }
+  if (direct) {
+    for (int64_t u = 0; u < units; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups), gw);
+    return;
   }
-};
-
-template <typename T>
-void forward_depthwise(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
-  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
-  const ColumnTaps taps(g);
-  parallel_for(0, g.N * g.O, std::max<int64_t>(1, 32768 / (P * khw)), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n = p / g.O, o = p % g.O;
-      const T* xp = x + (n * g.C + o / mult) * HW;
-      const T* wp = w + o * khw;
-      T* yp = y + p * P;
-      const T b = bias ? bias[o] : T(0);
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        T* yrow = yp + oh * g.OW;
-        std::fill_n(yrow, g.OW, b);
-        for (int64_t kh = 0; kh < g.kH; ++kh) {
-          const int64_t ih = oh * g.sh + kh * g.dh - g.ph;
-          if (ih < 0 || ih >= g.H) continue;
-          const T* xrow = xp + ih * g.W;
-          for (int64_t kw = 0; kw < g.kW; ++kw) {
-            const T wv = wp[kh * g.kW + kw];
-            const int64_t off = taps.off[kw], lo = taps.range[kw].lo, hi = taps.range[kw].hi;
-            if (g.sw == 1) {
-              for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += wv * xrow[ow + off];
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += wv * xrow[ow * g.sw + off];
-            }
-          }
-        }
-      }
-    }
-  });
-}
-
-template <typename T>
-void backward_input_depthwise(const T* gy, const T* w, T* gx, const Conv2dGeometry& g) {
-  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
-  const ColumnTaps taps(g);
-  // Threads own input planes: plane (n, c) gathers from output planes (n, c mult + j).
-  parallel_for(0, g.N * g.C, std::max<int64_t>(1, 32768 / (mult * P * khw)), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n = p / g.C, c = p % g.C;
-      T* gxp = gx + p * HW;
-      std::fill_n(gxp, HW, T(0));
-      for (int64_t j = 0; j < mult; ++j) {
-        const int64_t o = c * mult + j;
-        const T* gyp = gy + (n * g.O + o) * P;
-        const T* wp = w + o * khw;
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          const T* gyrow = gyp + oh * g.OW;
-          for (int64_t kh = 0; kh < g.kH; ++kh) {
-            const int64_t ih = oh * g.sh + kh * g.dh - g.ph;
-            if (ih < 0 || ih >= g.H) continue;
-            T* gxrow = gxp + ih * g.W;
-            for (int64_t kw = 0; kw < g.kW; ++kw) {
-              const T wv = wp[kh * g.kW + kw];
-              const int64_t off = taps.off[kw], lo = taps.range[kw].lo, hi = taps.range[kw].hi;
-              if (g.sw == 1) {
-                for (int64_t ow = lo; ow < hi; ++ow) gxrow[ow + off] += wv * gyrow[ow];
-              } else {
-                for (int64_t ow = lo; ow < hi; ++ow) gxrow[ow * g.sw + off] += wv * gyrow[ow];
-              }
-            }
-          }
-        }
-      }
-    }
-  });
-}
-
-template <typename T>
-void backward_weight_depthwise(const T* gy, const T* x, T* gw, const Conv2dGeometry& g) {
-  using A = acc_t<T>;  // f64: each tap sums N OH OW products (NOTE [Conv2d algorithms])
-  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
-  const ColumnTaps taps(g);
-  parallel_for(0, g.O, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.N * P * khw)), [&](int64_t o0, int64_t o1) {
-    std::vector<A> acc(static_cast<size_t>(khw));
-    for (int64_t o = o0; o < o1; ++o) {
-      std::fill(acc.begin(), acc.end(), A(0));
-      const int64_t c = o / mult;
-      for (int64_t n = 0; n < g.N; ++n) {
-        const T* gyp = gy + (n * g.O + o) * P;
-        const T* xp = x + (n * g.C + c) * HW;
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          const T* gyrow = gyp + oh * g.OW;
-          for (int64_t kh = 0; kh < g.kH; ++kh) {
-            const int64_t ih = oh * g.sh + kh * g.dh - g.ph;
-            if (ih < 0 || ih >= g.H) continue;
-            const T* xrow = xp + ih * g.W;
-            for (int64_t kw = 0; kw < g.kW; ++kw) {
-              const int64_t off = taps.off[kw], lo = taps.range[kw].lo, hi = taps.range[kw].hi, s = g.sw;
-              T sum = T(0);
-#pragma omp simd reduction(+ : sum)
-              for (int64_t ow = lo; ow < hi; ++ow) sum += gyrow[ow] * xrow[ow * s + off];
-              acc[static_cast<size_t>(kh * g.kW + kw)] += static_cast<A>(sum);
-            }
-          }
-        }
-      }
-      for (int64_t t = 0; t < khw; ++t) gw[o * khw + t] = static_cast<T>(acc[static_cast<size_t>(t)]);
-    }
-  });
+  const int64_t chunk = samples_per_chunk<T>(g, s);
+  Tensor ws = workspace<T>(chunk * g.groups * s.K * s.P);
+  T* col = ws.data<T>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0);
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, col, true);
+    for (int64_t i = 0; i < nb; ++i)
+      for (int64_t gi = 0; gi < g.groups; ++gi) unit_gemm(n0 + i, gi, col + (i * g.groups + gi) * s.K * s.P, gw);
+  }
 }
 
 template <typename T>
@@ -389,7 +322,7 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
     if (g.in_per_group() == 0) {  // no input channels: the bias alone
       for (int64_t p = 0; p < g.N * g.O; ++p) std::fill_n(yp + p * g.OH * g.OW, g.OH * g.OW, bp ? bp[p % g.O] : scalar_t(0));
     } else if (g.depthwise()) {
-      forward_depthwise(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
+      depthwise_forward(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
     } else {
       forward_gemm(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
     }
@@ -408,7 +341,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
     if (g.O == 0) {
       std::fill_n(gxp, gx.numel(), scalar_t(0));
     } else if (g.depthwise()) {
-      backward_input_depthwise(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
+      depthwise_backward_input(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
     } else {
       backward_input_gemm(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
     }
@@ -427,7 +360,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
     if (g.N == 0) {
       std::fill_n(gwp, gw.numel(), scalar_t(0));
     } else if (g.depthwise()) {
-      backward_weight_depthwise(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
+      depthwise_backward_weight(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
     } else {
       backward_weight_gemm(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
     }

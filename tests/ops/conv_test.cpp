@@ -176,6 +176,10 @@ TEST(Conv2d, OneByOneOneBySevenSevenByOneAndChannelMultiplierKernels) {
       {{2, 3, 7, 7}, {6, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 3}, true},
       {{2, 3, 9, 8}, {9, 1, 5, 5}, {{2, 2}, {2, 2}, {2, 1}, 3}, true},
       {{2, 1, 6, 6}, {4, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  // one input channel: depthwise with multiplier 4
+      // Depthwise with uneven strides and dilations (several stride phases per kernel row).
+      {{2, 3, 10, 11}, {3, 1, 3, 3}, {{1, 3}, {1, 1}, {1, 1}, 3}, true},
+      {{1, 2, 9, 9}, {4, 1, 3, 2}, {{3, 2}, {0, 1}, {2, 3}, 2}, true},
+      {{1, 2, 12, 12}, {2, 1, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 2}, true},  // 9 taps a row: more than one unrolled pass
       // Unequal strides, paddings and dilations per axis.
       {{2, 4, 8, 9}, {4, 2, 3, 2}, {{2, 1}, {1, 0}, {1, 2}, 2}, true},
       // Kernel exactly as large as the padded input: a 1x1 output.
@@ -197,6 +201,9 @@ TEST(Conv2d, LargeGemmsRunOnBlasThreadsAndAgree) {
   check_against_reference({{2, 64, 16, 16}, {64, 64, 1, 1}, {}, true}, 3002);
   // A depthwise conv with many planes spreads over threads.
   check_against_reference({{4, 32, 20, 20}, {32, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 32}, true}, 3003);
+  // f64 im2col matrices of 11.5 MB per sample: the 32 MiB workspace takes two samples at a
+  // time, so this runs as a chunk of two and a chunk of one.
+  check_against_reference({{3, 16, 100, 100}, {16, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3004);
 }
 
 TEST(Conv2d, KnownValues) {
