@@ -11,7 +11,6 @@
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_depthwise.h"
-#include "ops/cpu/window.h"
 
 namespace trident::cpu {
 
@@ -42,11 +41,16 @@ namespace trident::cpu {
 //   GEMM_MULTITHREAD_THRESHOLD rule of OpenBLAS's interface/gemm.c), or when the OpenBLAS in
 //   use is sequential or OpenMP-based (single-threaded inside a parallel region) and there are
 //   at least as many units as threads;
-// - otherwise "chunks": samples go in chunks whose im2col matrices fit a 32 MiB workspace,
-//   each chunk in phases: im2col of the whole chunk on Trident's threads, its GEMMs back to
-//   back on OpenBLAS's threads, col2im on Trident's threads. Both pools spin a while after
-//   their work, so handing the cores from one pool to the other once per chunk instead of
-//   twice per sample keeps them from competing.
+// - otherwise "chunks": samples go in chunks whose buffers fit a 32 MiB workspace, each chunk
+//   in phases: im2col of the whole chunk on Trident's threads, then its GEMMs on OpenBLAS's
+//   threads, then col2im (or the copy to the output) on Trident's threads. Both pools spin a
+//   while after their work, so handing the cores over a few times per chunk instead of twice
+//   per sample keeps them from competing. The chunk's im2col matrices are "batched": its
+//   samples sit side by side in each row, so each group needs one wide GEMM per chunk
+//   ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and the result is copied from its
+//   [O, nb, OH OW] layout into the output (a copy K times smaller than the im2col itself);
+// - pointwise convolutions with planes of >= 1024 outputs skip the copies altogether: one
+//   GEMM per sample and group straight on the tensors, back to back.
 // The direct depthwise kernels make no BLAS calls and always parallelize over planes.
 
 namespace {
@@ -70,83 +74,118 @@ Tensor workspace(int64_t n) {
 
 // ---- im2col and its adjoint --------------------------------------------------------------
 
-// col[(c, kh, kw), (oh, ow)] = x[c, oh sh + kh dh - ph, ow sw + kw dw - pw], 0 in the padding;
-// x holds `channels` planes of H x W.
-template <typename T>
-void im2col(const T* x, int64_t channels, const Conv2dGeometry& g, T* col, bool parallel) {
-  const int64_t khw = g.kH * g.kW, P = g.OH * g.OW, rows = channels * khw;
-  auto body = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r / khw, kh = (r % khw) / g.kW, kw = r % g.kW;
-      const T* plane = x + c * g.H * g.W;
-      T* dst = col + r * P;
-      const int64_t off = kw * g.dw - g.pw;
-      const ValidRange rw = valid_range(off, g.sw, g.W, g.OW);
-      for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
-        const int64_t ih = oh * g.sh + kh * g.dh - g.ph;
-        if (ih < 0 || ih >= g.H) {
-          std::fill_n(dst, g.OW, T(0));
-          continue;
-        }
-        const T* src = plane + ih * g.W;
-        std::fill_n(dst, rw.lo, T(0));
-        if (g.sw == 1) {
-          for (int64_t ow = rw.lo; ow < rw.hi; ++ow) dst[ow] = src[ow + off];
-        } else {
-          for (int64_t ow = rw.lo; ow < rw.hi; ++ow) dst[ow] = src[ow * g.sw + off];
-        }
-        std::fill(dst + rw.hi, dst + g.OW, T(0));
-      }
-    }
-  };
-  if (parallel) {
-    parallel_for(0, rows, std::max<int64_t>(1, 16384 / P), body);
-  } else {
-    body(0, rows);
+// Where im2col puts the row of tap t of plane q (planes numbered from the first plane of the
+// call, q = i C + c for sample i, channel c). Per unit: rows one after another,
+// [planes kH kW, P]. Batched (NOTE [Conv2d threads]): the nb samples of a chunk side by side in
+// every row, so row (c, t) is [sample 0's P columns | sample 1's | ...] with pitch nb P, and
+// group g's rows c in [g C/g, (g + 1) C/g) form one [K, nb P] matrix.
+struct ColLayout {
+  int64_t khw, P, nb = 1, C = 1;
+  bool batched = false;
+  int64_t offset(int64_t q, int64_t t) const {
+    if (!batched) return (q * khw + t) * P;
+    return ((q % C) * khw + t) * (nb * P) + (q / C) * P;
   }
-}
+};
 
-// x[c, ih, iw] += col[(c, kh, kw), (oh, ow)] for every tap that reads (ih, iw): the adjoint of
-// im2col, so backward input = col2im(W^T gy). The planes of x are overwritten.
+ColLayout unit_layout(const Conv2dGeometry& g) { return {g.kH * g.kW, g.OH * g.OW}; }
+ColLayout batched_layout(const Conv2dGeometry& g, int64_t nb) { return {g.kH * g.kW, g.OH * g.OW, nb, g.C, true}; }
+
+// A thread's zero-padded copy of one input plane ((H + 2 ph) x (W + 2 pw)), so that the
+// im2col copies and col2im sums below need no bounds checks. Without padding the plane is
+// used in place.
 template <typename T>
-void col2im(const T* col, int64_t channels, const Conv2dGeometry& g, T* x, bool parallel) {
+struct PaddedPlane {
+  const Conv2dGeometry& g;
+  int64_t Wp;
+  std::vector<T> buf;  // its border is written by nobody, so it stays zero
+  explicit PaddedPlane(const Conv2dGeometry& geo)
+      : g(geo), Wp(geo.W + 2 * geo.pw), buf(geo.ph || geo.pw ? static_cast<size_t>((geo.H + 2 * geo.ph) * Wp) : 0, T(0)) {}
+  bool padded() const { return !buf.empty(); }
+  const T* load(const T* x) {
+    if (!padded()) return x;
+    for (int64_t h = 0; h < g.H; ++h) std::copy_n(x + h * g.W, g.W, buf.data() + (h + g.ph) * Wp + g.pw);
+    return buf.data();
+  }
+};
+
+// col[(c, kh, kw), (oh, ow)] = x[c, oh sh + kh dh - ph, ow sw + kw dw - pw], 0 in the padding,
+// for `planes` planes of H x W starting at x, placed by `layout`.
+template <typename T>
+void im2col(const T* x, int64_t planes, const Conv2dGeometry& g, const ColLayout& layout, T* col, bool parallel) {
   const int64_t khw = g.kH * g.kW, P = g.OH * g.OW;
-  // Threads take whole channels: the taps of one channel all write into its plane.
-  auto body = [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      T* plane = x + c * g.H * g.W;
-      std::fill_n(plane, g.H * g.W, T(0));
-      for (int64_t kh = 0; kh < g.kH; ++kh) {
-        for (int64_t kw = 0; kw < g.kW; ++kw) {
-          const T* src = col + (c * khw + kh * g.kW + kw) * P;
-          const int64_t off = kw * g.dw - g.pw;
-          const ValidRange rw = valid_range(off, g.sw, g.W, g.OW);
-          for (int64_t oh = 0; oh < g.OH; ++oh) {
-            const int64_t ih = oh * g.sh + kh * g.dh - g.ph;
-            if (ih < 0 || ih >= g.H) continue;
-            T* dst = plane + ih * g.W;
-            const T* s = src + oh * g.OW;
-            if (g.sw == 1) {
-              for (int64_t ow = rw.lo; ow < rw.hi; ++ow) dst[ow + off] += s[ow];
-            } else {
-              for (int64_t ow = rw.lo; ow < rw.hi; ++ow) dst[ow * g.sw + off] += s[ow];
-            }
+  auto body = [&](int64_t q0, int64_t q1) {
+    PaddedPlane<T> pad(g);
+    const int64_t Wp = pad.padded() ? pad.Wp : g.W;
+    for (int64_t q = q0; q < q1; ++q) {
+      const T* src = pad.load(x + q * g.H * g.W);
+      for (int64_t t = 0; t < khw; ++t) {
+        const T* base = src + (t / g.kW) * g.dh * Wp + (t % g.kW) * g.dw;
+        T* dst = col + layout.offset(q, t);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const T* s = base + oh * g.sh * Wp;
+          T* d = dst + oh * g.OW;
+          if (g.sw == 1) {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = s[ow];
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = s[ow * g.sw];
           }
         }
       }
     }
   };
   if (parallel) {
-    parallel_for(0, channels, std::max<int64_t>(1, 16384 / (khw * P)), body);
+    parallel_for(0, planes, std::max<int64_t>(1, 16384 / (khw * P)), body);
   } else {
-    body(0, channels);
+    body(0, planes);
+  }
+}
+
+// x[c, ih, iw] = sum of col[(c, kh, kw), (oh, ow)] over the taps that read (ih, iw): the
+// adjoint of im2col (same layout), so backward input = col2im(W^T gy). Overwrites the planes.
+template <typename T>
+void col2im(const T* col, int64_t planes, const Conv2dGeometry& g, const ColLayout& layout, T* x, bool parallel) {
+  const int64_t khw = g.kH * g.kW, P = g.OH * g.OW, HW = g.H * g.W;
+  // Threads take whole planes: the taps of one plane all add into it (or its padded copy).
+  auto body = [&](int64_t q0, int64_t q1) {
+    PaddedPlane<T> pad(g);
+    const int64_t Wp = pad.padded() ? pad.Wp : g.W;
+    for (int64_t q = q0; q < q1; ++q) {
+      T* acc = pad.padded() ? pad.buf.data() : x + q * HW;
+      std::fill_n(acc, pad.padded() ? static_cast<int64_t>(pad.buf.size()) : HW, T(0));
+      for (int64_t t = 0; t < khw; ++t) {
+        T* base = acc + (t / g.kW) * g.dh * Wp + (t % g.kW) * g.dw;
+        const T* src = col + layout.offset(q, t);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          T* d = base + oh * g.sh * Wp;
+          const T* s = src + oh * g.OW;
+          if (g.sw == 1) {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] += s[ow];
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow * g.sw] += s[ow];
+          }
+        }
+      }
+      if (pad.padded())
+        for (int64_t h = 0; h < g.H; ++h) std::copy_n(acc + (h + g.ph) * Wp + g.pw, g.W, x + q * HW + h * g.W);
+    }
+  };
+  if (parallel) {
+    parallel_for(0, planes, std::max<int64_t>(1, 16384 / (khw * P)), body);
+  } else {
+    body(0, planes);
   }
 }
 
 // ---- GEMM-based convolution: forward, backward input, backward weight ---------------------
-// Both schedules of NOTE [Conv2d threads] for each pass.
+// The schedules of NOTE [Conv2d threads] for each pass: parallel units; pointwise with large
+// planes as one GEMM per sample and group straight on the tensors; otherwise chunks with
+// batched columns.
 
 constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+// A pointwise GEMM with at least this many columns (OH OW) per sample is big enough alone;
+// below it, copying the chunk into batched columns for a few wide GEMMs pays.
+constexpr int64_t kWideColumns = 1024;
 
 struct GemmShapes {
   int64_t Cg, Og, K, P, HW;
@@ -154,23 +193,35 @@ struct GemmShapes {
       : Cg(g.in_per_group()), Og(g.out_per_group()), K(g.in_per_group() * g.kH * g.kW), P(g.OH * g.OW), HW(g.H * g.W) {}
 };
 
-// Samples per chunk: as many as keep the chunk's im2col matrices within the budget (>= 1).
+bool per_sample_pointwise(const Conv2dGeometry& g) { return g.pointwise() && g.OH * g.OW >= kWideColumns; }
+
+// Samples per chunk: as many as keep the chunk's columns and its [O, nb P] output (or
+// gradient) buffer within the budget (at least one).
 template <typename T>
 int64_t samples_per_chunk(const Conv2dGeometry& g, const GemmShapes& s) {
-  const int64_t per_sample = g.groups * s.K * s.P * static_cast<int64_t>(sizeof(T));
+  const int64_t per_sample = (g.groups * s.K + g.O) * s.P * static_cast<int64_t>(sizeof(T));
   return std::clamp<int64_t>(kWorkspaceBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(g.N, 1));
+}
+
+// buf[o, i P + p] <-> t[n0 + i, o, p] for the nb samples of a chunk (t has O channels of P).
+template <typename T>
+void gather_chunk(const T* t, int64_t n0, int64_t nb, int64_t O, int64_t P, T* buf) {
+  parallel_for(0, nb * O, std::max<int64_t>(1, 16384 / P), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::copy_n(t + ((n0 + r / O) * O + r % O) * P, P, buf + (r % O) * nb * P + (r / O) * P);
+  });
 }
 
 template <typename T>
 void forward_gemm(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
   const GemmShapes s(g);
   const bool direct = g.pointwise();
-  const T beta = bias ? T(1) : T(0);  // with a bias, y is filled with it first
   auto fill_bias = [&](int64_t n, int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) std::fill_n(y + (n * g.O + o) * s.P, s.P, bias[o]);
   };
-  auto unit_gemm = [&](int64_t n, int64_t gi, const T* b) {
-    gemm<T>(false, false, s.Og, s.P, s.K, T(1), w + gi * s.Og * s.K, s.K, b, s.P, beta, y + (n * g.O + gi * s.Og) * s.P, s.P);
+  // y[n, group gi] (+)= W_g @ b, b an [K, P] matrix with row pitch ldb.
+  auto unit_gemm = [&](int64_t n, int64_t gi, const T* b, int64_t ldb) {
+    gemm<T>(false, false, s.Og, s.P, s.K, T(1), w + gi * s.Og * s.K, s.K, b, ldb, bias ? T(1) : T(0),
+            y + (n * g.O + gi * s.Og) * s.P, s.P);
   };
   auto input_of = [&](int64_t n, int64_t gi) { return x + (n * g.C + gi * s.Cg) * s.HW; };
   if (parallel_over_units(g.N * g.groups, s.Og, s.P, s.K)) {
@@ -179,30 +230,39 @@ void forward_gemm(const T* x, const T* w, const T* bias, T* y, const Conv2dGeome
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t n = u / g.groups, gi = u % g.groups;
         if (bias) fill_bias(n, gi * s.Og, (gi + 1) * s.Og);
-        if (!direct) im2col(input_of(n, gi), s.Cg, g, ws.data<T>(), false);
-        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>());
+        if (!direct) im2col(input_of(n, gi), s.Cg, g, unit_layout(g), ws.data<T>(), false);
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>(), s.P);
       }
     });
     return;
   }
-  if (bias) {
-    parallel_for(0, g.N * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) fill_bias(r / g.O, r % g.O, r % g.O + 1);
-    });
-  }
-  if (direct) {
-    for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups));
+  if (per_sample_pointwise(g)) {
+    if (bias) {
+      parallel_for(0, g.N * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) fill_bias(r / g.O, r % g.O, r % g.O + 1);
+      });
+    }
+    for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups), s.P);
     return;
   }
   const int64_t chunk = samples_per_chunk<T>(g, s);
-  Tensor ws = workspace<T>(chunk * g.groups * s.K * s.P);
+  Tensor ws = workspace<T>(chunk * (g.groups * s.K + g.O) * s.P);
   T* col = ws.data<T>();
+  T* out = col + chunk * g.groups * s.K * s.P;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    // A chunk's planes are consecutive, so the im2col matrices of its units are one im2col.
-    im2col(x + n0 * g.C * s.HW, nb * g.C, g, col, true);
-    for (int64_t i = 0; i < nb; ++i)
-      for (int64_t gi = 0; gi < g.groups; ++gi) unit_gemm(n0 + i, gi, col + (i * g.groups + gi) * s.K * s.P);
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, batched_layout(g, nb), col, true);
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm<T>(false, false, s.Og, ld, s.K, T(1), w + gi * s.Og * s.K, s.K, col + gi * s.K * ld, ld, T(0), out + gi * s.Og * ld, ld);
+    parallel_for(0, nb * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r / g.O, o = r % g.O;
+        const T* src = out + o * ld + i * s.P;
+        T* dst = y + ((n0 + i) * g.O + o) * s.P;
+        const T b = bias ? bias[o] : T(0);
+        for (int64_t p = 0; p < s.P; ++p) dst[p] = src[p] + b;
+      }
+    });
   }
 }
 
@@ -220,23 +280,25 @@ void backward_input_gemm(const T* gy, const T* w, T* gx, const Conv2dGeometry& g
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t n = u / g.groups, gi = u % g.groups;
         unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>());
-        if (!direct) col2im(ws.data<T>(), s.Cg, g, input_of(n, gi), false);
+        if (!direct) col2im(ws.data<T>(), s.Cg, g, unit_layout(g), input_of(n, gi), false);
       }
     });
     return;
   }
-  if (direct) {
+  if (per_sample_pointwise(g)) {
     for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups));
     return;
   }
   const int64_t chunk = samples_per_chunk<T>(g, s);
-  Tensor ws = workspace<T>(chunk * g.groups * s.K * s.P);
+  Tensor ws = workspace<T>(chunk * (g.groups * s.K + g.O) * s.P);
   T* col = ws.data<T>();
+  T* gyb = col + chunk * g.groups * s.K * s.P;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    for (int64_t i = 0; i < nb; ++i)
-      for (int64_t gi = 0; gi < g.groups; ++gi) unit_gemm(n0 + i, gi, col + (i * g.groups + gi) * s.K * s.P);
-    col2im(col, nb * g.C, g, gx + n0 * g.C * s.HW, true);
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    gather_chunk(gy, n0, nb, g.O, s.P, gyb);
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm<T>(true, false, s.K, ld, s.Og, T(1), w + gi * s.Og * s.K, s.K, gyb + gi * s.Og * ld, ld, T(0), col + gi * s.K * ld, ld);
+    col2im(col, nb * g.C, g, batched_layout(g, nb), gx + n0 * g.C * s.HW, true);
   }
 }
 
@@ -245,7 +307,7 @@ void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& 
   const GemmShapes s(g);
   const bool direct = g.pointwise();
   const int64_t units = g.N * g.groups, gw_elems = g.O * s.K;
-  // gw_g += gy_g [Og, P] @ col^T [P, K], into acc ([O, K]: the whole weight gradient).
+  // gw_g += gy_g [Og, P] @ b^T, b an [K, P] matrix with row pitch ldb, into acc ([O, K]).
   auto unit_gemm = [&](int64_t n, int64_t gi, const T* b, T* acc) {
     gemm<T>(false, true, s.Og, s.K, s.P, T(1), gy + (n * g.O + gi * s.Og) * s.P, s.P, b, s.P, T(1), acc + gi * s.Og * s.K, s.K);
   };
@@ -261,7 +323,7 @@ void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& 
       Tensor acc = zeros({gw_elems}, dtype_of<T>);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t n = u / g.groups, gi = u % g.groups;
-        if (!direct) im2col(input_of(n, gi), s.Cg, g, ws.data<T>(), false);
+        if (!direct) im2col(input_of(n, gi), s.Cg, g, unit_layout(g), ws.data<T>(), false);
         unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>(), acc.data<T>());
       }
       std::lock_guard<std::mutex> lock(mu);
@@ -274,18 +336,20 @@ void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& 
     }
     return;
   }
-  if (direct) {
+  if (per_sample_pointwise(g)) {
     for (int64_t u = 0; u < units; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups), gw);
     return;
   }
   const int64_t chunk = samples_per_chunk<T>(g, s);
-  Tensor ws = workspace<T>(chunk * g.groups * s.K * s.P);
+  Tensor ws = workspace<T>(chunk * (g.groups * s.K + g.O) * s.P);
   T* col = ws.data<T>();
+  T* gyb = col + chunk * g.groups * s.K * s.P;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    im2col(x + n0 * g.C * s.HW, nb * g.C, g, col, true);
-    for (int64_t i = 0; i < nb; ++i)
-      for (int64_t gi = 0; gi < g.groups; ++gi) unit_gemm(n0 + i, gi, col + (i * g.groups + gi) * s.K * s.P, gw);
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, batched_layout(g, nb), col, true);
+    gather_chunk(gy, n0, nb, g.O, s.P, gyb);
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm<T>(false, true, s.Og, s.K, ld, T(1), gyb + gi * s.Og * ld, ld, col + gi * s.K * ld, ld, T(1), gw + gi * s.Og * s.K, s.K);
   }
 }
 

@@ -57,42 +57,70 @@ int64_t first_valid(int64_t start, int64_t k, int64_t dilation, int64_t in) {
 
 // ---- max -----------------------------------------------------------------------------------
 
+// Max pooling on stride phases (as NOTE [Depthwise planes] in ops/cpu/conv_depthwise.cpp does
+// for convolutions): the plane, padded with -inf far enough for every window (ceil mode may
+// run past the padding), is split into sh x sw phases of Hq x Wq, and with outputs at pitch Wq
+// each tap (kh, kw) is a fixed offset in one phase. A tap is then one unit-stride pass over
+// the plane keeping the running maximum and the number of the tap that set it; the taps run
+// in PyTorch's window order (kh, then kw) with a strict >, so the first maximum wins. The tap
+// numbers become flat input indices at the end.
 template <typename T>
 void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, const Pool2dGeometry& g) {
-  const ColumnTaps taps(g, g.dw);
+  const int64_t Hp = std::max(g.H + 2 * g.ph, (g.OH - 1) * g.sh + (g.kH - 1) * g.dh + 1);
+  const int64_t Wp = std::max(g.W + 2 * g.pw, (g.OW - 1) * g.sw + (g.kW - 1) * g.dw + 1);
+  const int64_t Hq = (Hp + g.sh - 1) / g.sh, Wq = (Wp + g.sw - 1) / g.sw, plane = Hq * Wq;
+  const int64_t flat = (g.OH - 1) * Wq + g.OW, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
+  std::vector<int64_t> tap_off(static_cast<size_t>(khw));
+  for (int64_t kh = 0; kh < g.kH; ++kh)
+    for (int64_t kw = 0; kw < g.kW; ++kw) {
+      const int64_t r = kh * g.dh, c = kw * g.dw;
+      tap_off[static_cast<size_t>(kh * g.kW + kw)] = ((r % g.sh) * g.sw + c % g.sw) * plane + (r / g.sh) * Wq + c / g.sw;
+    }
   std::vector<int64_t> iw0(static_cast<size_t>(g.OW));
   for (int64_t ow = 0; ow < g.OW; ++ow) iw0[static_cast<size_t>(ow)] = first_valid(ow * g.sw - g.pw, g.kW, g.dw, g.W);
-  const int64_t HW = g.H * g.W, P = g.OH * g.OW;
-  parallel_for(0, planes, plane_grain(P * g.kH * g.kW), [&](int64_t p0, int64_t p1) {
+  const T lowest = -std::numeric_limits<T>::infinity();
+  parallel_for(0, planes, plane_grain(P * khw), [&](int64_t p0, int64_t p1) {
+    std::vector<T> phased(static_cast<size_t>(g.sh * g.sw * plane)), best(static_cast<size_t>(flat));
+    std::vector<int32_t> tap(static_cast<size_t>(flat));
     for (int64_t p = p0; p < p1; ++p) {
+      std::fill(phased.begin(), phased.end(), lowest);
       const T* xp = x + p * HW;
+      for (int64_t h = 0; h < g.H; ++h) {
+        const int64_t r = h + g.ph;
+        for (int64_t b = 0; b < g.sw; ++b) {  // the input columns of phase column b
+          const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;
+          T* dst = phased.data() + ((r % g.sh) * g.sw + b) * plane + (r / g.sh) * Wq + (w0 + g.pw) / g.sw;
+          for (int64_t w = w0, i = 0; w < g.W; w += g.sw, ++i) dst[i] = xp[h * g.W + w];
+        }
+      }
+      T* m = best.data();
+      int32_t* tp = tap.data();
+      std::fill_n(m, flat, lowest);
+      std::fill_n(tp, flat, int32_t{-1});
+      for (int64_t t = 0; t < khw; ++t) {
+        const T* src = phased.data() + tap_off[static_cast<size_t>(t)];
+        const int32_t tt = static_cast<int32_t>(t);
+        for (int64_t j = 0; j < flat; ++j) {
+          const T v = src[j];
+          const bool take = v > m[j] || v != v;  // v != v: NaN wins, as in PyTorch
+          m[j] = take ? v : m[j];
+          tp[j] = take ? tt : tp[j];
+        }
+      }
       for (int64_t oh = 0; oh < g.OH; ++oh) {
         T* yrow = y + p * P + oh * g.OW;
         int64_t* irow = ind + p * P + oh * g.OW;
         const int64_t hstart = oh * g.sh - g.ph;
-        // Before any comparison the argmax is the window's first in-range element, so a
-        // window of -inf values still points inside it (PyTorch's rule).
+        // A window of -inf values (no tap taken) points at its first in-range element.
         const int64_t ih0 = first_valid(hstart, g.kH, g.dh, g.H);
         for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t iw = iw0[static_cast<size_t>(ow)];
-          yrow[ow] = -std::numeric_limits<T>::infinity();
-          irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * g.W + iw : -1;
-        }
-        for (int64_t kh = 0; kh < g.kH; ++kh) {
-          const int64_t ih = hstart + kh * g.dh;
-          if (ih < 0 || ih >= g.H) continue;
-          const T* xrow = xp + ih * g.W;
-          for (int64_t kw = 0; kw < g.kW; ++kw) {
-            const int64_t off = taps.off[kw], lo = taps.range[kw].lo, hi = taps.range[kw].hi;
-            // Strictly greater keeps the first maximum; a NaN always wins (PyTorch's order).
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              const int64_t iw = ow * g.sw + off;
-              const T v = xrow[iw];
-              if (v > yrow[ow] || std::isnan(v)) {
-                yrow[ow] = v;
-                irow[ow] = ih * g.W + iw;
-              }
-            }
+          const int64_t j = oh * Wq + ow, t = tp[j];
+          yrow[ow] = m[j];
+          if (t >= 0) {
+            irow[ow] = (hstart + (t / g.kW) * g.dh) * g.W + ow * g.sw - g.pw + (t % g.kW) * g.dw;
+          } else {
+            const int64_t iw = iw0[static_cast<size_t>(ow)];
+            irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * g.W + iw : -1;
           }
         }
       }
@@ -213,10 +241,16 @@ void adaptive_forward_typed(const T* x, T* y, int64_t planes, int64_t H, int64_t
         for (int64_t ow = 0; ow < OW; ++ow) {
           const int64_t ws = math::adaptive_start(ow, W, OW), we = math::adaptive_end(ow, W, OW);
           A s = A(0);
-          for (int64_t ih = hs; ih < he; ++ih) {
-            const T* row = xp + ih * W;
+          if (ws == 0 && we == W) {  // whole rows (global pooling, say): one contiguous run
+            const T* run = xp + hs * W;
 #pragma omp simd reduction(+ : s)
-            for (int64_t iw = ws; iw < we; ++iw) s += static_cast<A>(row[iw]);
+            for (int64_t i = 0; i < (he - hs) * W; ++i) s += static_cast<A>(run[i]);
+          } else {
+            for (int64_t ih = hs; ih < he; ++ih) {
+              const T* row = xp + ih * W;
+#pragma omp simd reduction(+ : s)
+              for (int64_t iw = ws; iw < we; ++iw) s += static_cast<A>(row[iw]);
+            }
           }
           yp[oh * OW + ow] = static_cast<T>(s / static_cast<A>((he - hs) * (we - ws)));
         }

@@ -199,6 +199,9 @@ TEST(Conv2d, LargeGemmsRunOnBlasThreadsAndAgree) {
   check_against_reference({{2, 32, 16, 16}, {32, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3000);
   check_against_reference({{2, 32, 16, 16}, {32, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true}, 3001);
   check_against_reference({{2, 64, 16, 16}, {64, 64, 1, 1}, {}, true}, 3002);
+  // Pointwise on planes of >= 1024 outputs: one GEMM per sample straight on the tensors.
+  check_against_reference({{2, 16, 32, 40}, {24, 16, 1, 1}, {}, true}, 3005);
+  check_against_reference({{2, 16, 32, 40}, {24, 8, 1, 1}, {{1, 1}, {0, 0}, {1, 1}, 2}, false}, 3006);
   // A depthwise conv with many planes spreads over threads.
   check_against_reference({{4, 32, 20, 20}, {32, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 32}, true}, 3003);
   // f64 im2col matrices of 11.5 MB per sample: the 32 MiB workspace takes two samples at a

@@ -204,6 +204,22 @@ TEST(MaxPool2d, AgreesWithPyTorch) {
                                                            25, 14, 15, 14, 15, 28, 19, 20, 19, 20, 35, 34, 25, 24, 25, 28, 29, 28}));
 }
 
+TEST(MaxPool2d, WindowsOfMinusInfinityPointAtTheirFirstElement) {
+  // PyTorch 1.13: x = full((1, 1, 3, 3), -inf) with x[0, 0, 2, 2] = 1, then
+  // F.max_pool2d(x, 2, 1, 1, return_indices=True) and the same with dilation=2.
+  std::vector<double> v(9, -std::numeric_limits<double>::infinity());
+  v[8] = 1.0;
+  const Tensor x = from_vector<double>(v, {1, 1, 3, 3});
+  const double ninf = -std::numeric_limits<double>::infinity();
+  auto [a, ai] = max_pool2d_with_indices(x, {2, 2}, Int2{1, 1}, {1, 1});
+  EXPECT_EQ(a.to_vector<double>(), (std::vector<double>{ninf, ninf, ninf, ninf, ninf, ninf, ninf, ninf, ninf, ninf, 1, 1, ninf,
+                                                        ninf, 1, 1}));
+  EXPECT_EQ(ai.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 2, 0, 0, 1, 2, 3, 3, 8, 8, 6, 6, 8, 8}));
+  auto [d, di] = max_pool2d_with_indices(x, {2, 2}, Int2{1, 1}, {1, 1}, {2, 2});
+  EXPECT_EQ(d.to_vector<double>(), (std::vector<double>{ninf, ninf, ninf, ninf, 1, ninf, ninf, ninf, ninf}));
+  EXPECT_EQ(di.to_vector<int64_t>(), (std::vector<int64_t>{4, 3, 4, 1, 8, 1, 4, 3, 4}));
+}
+
 TEST(MaxPool2d, NaNWinsAndTiesGoToTheFirstMaximum) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto [v, i] = max_pool2d_with_indices(from_vector<double>({1, nan, 3, 2}, {1, 1, 2, 2}), {2, 2});
