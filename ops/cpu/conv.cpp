@@ -66,6 +66,13 @@ bool parallel_over_units(int64_t units, int64_t m, int64_t n, int64_t k) {
   return !blas_threads_itself && units >= threads;
 }
 
+// Units per parallel_for chunk in the parallel-units schedule: enough multiply-adds (about
+// 2^18) that a thread's share outweighs waking it.
+int64_t unit_grain(int64_t m, int64_t n, int64_t k) {
+  const double mnk = std::max(1.0, static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  return std::max<int64_t>(1, static_cast<int64_t>(262144.0 / mnk));
+}
+
 // A scratch buffer from the CPU allocator (so it shows in memory statistics), uninitialized.
 template <typename T>
 Tensor workspace(int64_t n) {
@@ -225,7 +232,7 @@ void forward_gemm(const T* x, const T* w, const T* bias, T* y, const Conv2dGeome
   };
   auto input_of = [&](int64_t n, int64_t gi) { return x + (n * g.C + gi * s.Cg) * s.HW; };
   if (parallel_over_units(g.N * g.groups, s.Og, s.P, s.K)) {
-    parallel_for(0, g.N * g.groups, 1, [&](int64_t u0, int64_t u1) {
+    parallel_for(0, g.N * g.groups, unit_grain(s.Og, s.P, s.K), [&](int64_t u0, int64_t u1) {
       Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t n = u / g.groups, gi = u % g.groups;
@@ -275,7 +282,7 @@ void backward_input_gemm(const T* gy, const T* w, T* gx, const Conv2dGeometry& g
   };
   auto input_of = [&](int64_t n, int64_t gi) { return gx + (n * g.C + gi * s.Cg) * s.HW; };
   if (parallel_over_units(g.N * g.groups, s.K, s.P, s.Og)) {
-    parallel_for(0, g.N * g.groups, 1, [&](int64_t u0, int64_t u1) {
+    parallel_for(0, g.N * g.groups, unit_grain(s.K, s.P, s.Og), [&](int64_t u0, int64_t u1) {
       Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t n = u / g.groups, gi = u % g.groups;
@@ -318,7 +325,7 @@ void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& 
     // order of their first unit, so a result does not depend on thread timing.
     std::mutex mu;
     std::vector<std::pair<int64_t, Tensor>> partials;
-    parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
+    parallel_for(0, units, unit_grain(s.Og, s.K, s.P), [&](int64_t u0, int64_t u1) {
       Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
       Tensor acc = zeros({gw_elems}, dtype_of<T>);
       for (int64_t u = u0; u < u1; ++u) {

@@ -209,6 +209,31 @@ TEST(Conv2d, LargeGemmsRunOnBlasThreadsAndAgree) {
   check_against_reference({{3, 16, 100, 100}, {16, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3004);
 }
 
+TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
+  // NOTE [Conv2d threads]: with one thread every GEMM convolution runs in chunks with batched
+  // columns (or per-sample pointwise GEMMs); with several, small GEMMs run as parallel
+  // (sample, group) units. Each TEST is its own process, so the thread count can be changed.
+  const int before = get_num_threads();
+  const std::vector<ConvCase> cases = {
+      // 16 x 100 x 144 per unit: just under OpenBLAS's threading size, so with 3 threads the
+      // 8 (sample, group) units spread over them (and their weight gradients are summed).
+      {{4, 32, 10, 10}, {32, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
+      {{4, 4, 7, 6}, {6, 2, 3, 3}, {{2, 1}, {1, 2}, {2, 1}, 2}, true},
+      {{3, 6, 5, 5}, {4, 6, 1, 1}, {}, true},
+      {{2, 16, 32, 40}, {8, 16, 1, 1}, {}, false},  // pointwise, 1280 columns per sample
+      {{3, 4, 9, 9}, {8, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 4}, true},  // depthwise: no BLAS either way
+  };
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    uint64_t seed = 3500;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(threads, " threads, ", describe(c.p, c.x, c.w)));
+      check_against_reference(c, seed++);
+    }
+  }
+  set_num_threads(before);
+}
+
 TEST(Conv2d, KnownValues) {
   // 1 x 1 x 3 x 3 input 1..9, 2x2 all-ones kernel: each output sums a 2x2 block.
   Tensor x = reshape(arange(1, 10, 1, kF32), {1, 1, 3, 3});
