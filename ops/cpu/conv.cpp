@@ -49,8 +49,10 @@ namespace trident::cpu {
 //   samples sit side by side in each row, so each group needs one wide GEMM per chunk
 //   ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and the result is copied from its
 //   [O, nb, OH OW] layout into the output (a copy K times smaller than the im2col itself);
-// - pointwise convolutions with planes of >= 1024 outputs skip the copies altogether: one
-//   GEMM per sample and group straight on the tensors, back to back.
+// - pointwise convolutions need no im2col, so outside the parallel-units case they run one
+//   GEMM per sample and group straight on the tensors, back to back. (Copying them into
+//   batched columns for wider GEMMs, measured single-threaded, won on one of five shapes, a
+//   512-channel 7x7 layer, and lost on the other four.)
 // The direct depthwise kernels make no BLAS calls and always parallelize over planes.
 
 namespace {
@@ -185,22 +187,15 @@ void col2im(const T* col, int64_t planes, const Conv2dGeometry& g, const ColLayo
 }
 
 // ---- GEMM-based convolution: forward, backward input, backward weight ---------------------
-// The schedules of NOTE [Conv2d threads] for each pass: parallel units; pointwise with large
-// planes as one GEMM per sample and group straight on the tensors; otherwise chunks with
-// batched columns.
+// The schedules of NOTE [Conv2d threads] for each pass: parallel units; pointwise as one GEMM
+// per sample and group straight on the tensors; otherwise chunks with batched columns.
 
 constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
-// A pointwise GEMM with at least this many columns (OH OW) per sample is big enough alone;
-// below it, copying the chunk into batched columns for a few wide GEMMs pays.
-constexpr int64_t kWideColumns = 1024;
-
 struct GemmShapes {
   int64_t Cg, Og, K, P, HW;
   explicit GemmShapes(const Conv2dGeometry& g)
       : Cg(g.in_per_group()), Og(g.out_per_group()), K(g.in_per_group() * g.kH * g.kW), P(g.OH * g.OW), HW(g.H * g.W) {}
 };
-
-bool per_sample_pointwise(const Conv2dGeometry& g) { return g.pointwise() && g.OH * g.OW >= kWideColumns; }
 
 // Samples per chunk: as many as keep the chunk's columns and its [O, nb P] output (or
 // gradient) buffer within the budget (at least one).
@@ -210,7 +205,7 @@ int64_t samples_per_chunk(const Conv2dGeometry& g, const GemmShapes& s) {
   return std::clamp<int64_t>(kWorkspaceBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(g.N, 1));
 }
 
-// buf[o, i P + p] <-> t[n0 + i, o, p] for the nb samples of a chunk (t has O channels of P).
+// buf[o, i P + p] = t[n0 + i, o, p] for the nb samples of a chunk (t has O channels of P).
 template <typename T>
 void gather_chunk(const T* t, int64_t n0, int64_t nb, int64_t O, int64_t P, T* buf) {
   parallel_for(0, nb * O, std::max<int64_t>(1, 16384 / P), [&](int64_t r0, int64_t r1) {
@@ -243,7 +238,7 @@ void forward_gemm(const T* x, const T* w, const T* bias, T* y, const Conv2dGeome
     });
     return;
   }
-  if (per_sample_pointwise(g)) {
+  if (g.pointwise()) {
     if (bias) {
       parallel_for(0, g.N * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) fill_bias(r / g.O, r % g.O, r % g.O + 1);
@@ -292,7 +287,7 @@ void backward_input_gemm(const T* gy, const T* w, T* gx, const Conv2dGeometry& g
     });
     return;
   }
-  if (per_sample_pointwise(g)) {
+  if (g.pointwise()) {
     for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups));
     return;
   }
@@ -343,7 +338,7 @@ void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& 
     }
     return;
   }
-  if (per_sample_pointwise(g)) {
+  if (g.pointwise()) {
     for (int64_t u = 0; u < units; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups), gw);
     return;
   }

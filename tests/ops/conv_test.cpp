@@ -199,7 +199,7 @@ TEST(Conv2d, LargeGemmsRunOnBlasThreadsAndAgree) {
   check_against_reference({{2, 32, 16, 16}, {32, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3000);
   check_against_reference({{2, 32, 16, 16}, {32, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true}, 3001);
   check_against_reference({{2, 64, 16, 16}, {64, 64, 1, 1}, {}, true}, 3002);
-  // Pointwise on planes of >= 1024 outputs: one GEMM per sample straight on the tensors.
+  // Pointwise GEMMs above OpenBLAS's threading size: one GEMM per sample straight on the tensors.
   check_against_reference({{2, 16, 32, 40}, {24, 16, 1, 1}, {}, true}, 3005);
   check_against_reference({{2, 16, 32, 40}, {24, 8, 1, 1}, {{1, 1}, {0, 0}, {1, 1}, 2}, false}, 3006);
   // A depthwise conv with many planes spreads over threads.
@@ -220,7 +220,7 @@ TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
       {{4, 32, 10, 10}, {32, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
       {{4, 4, 7, 6}, {6, 2, 3, 3}, {{2, 1}, {1, 2}, {2, 1}, 2}, true},
       {{3, 6, 5, 5}, {4, 6, 1, 1}, {}, true},
-      {{2, 16, 32, 40}, {8, 16, 1, 1}, {}, false},  // pointwise, 1280 columns per sample
+      {{2, 16, 32, 40}, {8, 16, 1, 1}, {}, false},  // pointwise
       {{3, 4, 9, 9}, {8, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 4}, true},  // depthwise: no BLAS either way
   };
   for (int threads : {1, 3}) {
