@@ -1,20 +1,20 @@
 #include "ops/cpu/pool.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/factory.h"
 #include "core/parallel.h"
-#include "ops/cpu/window.h"
 #include "ops/math/pool.h"
 
 namespace trident::cpu {
 
-// The max and avg kernels sweep an output row once per kernel tap over the outputs whose
-// input column is in range (as the depthwise convolution does, NOTE [Conv2d algorithms] in
-// ops/cpu/conv.cpp): no bounds checks in the inner loops, unit stride when the stride is 1.
-// Threads take whole planes (one (n, c) each), so backward scatters never race.
+// avg_pool2d sweeps an output row once per kernel tap over the outputs whose input column is
+// in range: no bounds checks in the inner loops, unit stride when the stride is 1. max_pool2d
+// works on stride phases (see its kernel). Threads take whole planes (one (n, c) each), so
+// backward scatters never race.
 
 namespace {
 
@@ -34,6 +34,19 @@ int64_t planes_of(const Shape& s) {
 int64_t plane_grain(int64_t work_per_plane) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_plane)); }
 
 Tensor upcast(const Tensor& t) { return is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
+
+// The outputs ow in [0, out) whose input column ow * stride + offset lies in [0, in), as the
+// half-open range [lo, hi) (empty when lo == hi). offset may be negative (padding).
+struct ValidRange {
+  int64_t lo = 0, hi = 0;
+};
+ValidRange valid_range(int64_t offset, int64_t stride, int64_t in, int64_t out) {
+  int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  int64_t hi = in - 1 - offset < 0 ? 0 : (in - 1 - offset) / stride + 1;
+  lo = std::min(lo, out);
+  hi = std::min(hi, out);
+  return {lo, std::max(lo, hi)};
+}
 
 // Per kernel column kw: the input column offset kw dw - pw and the outputs it reaches.
 struct ColumnTaps {

@@ -241,7 +241,8 @@ TEST(MaxPool2dGradcheck, WindowsWithoutTies) {
   };
   uint64_t seed = 10;
   for (const Case& c : {Case{{2, 2, 5, 5}, {{2, 2}, {2, 2}}}, Case{{1, 2, 6, 5}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true}},
-                        Case{{1, 2, 6, 6}, {{3, 2}, {1, 2}, {1, 1}, {2, 1}, false}}, Case{{2, 5, 5}, {{3, 3}, {1, 1}, {1, 1}}}}) {
+                        Case{{1, 2, 6, 6}, {{3, 2}, {1, 2}, {1, 1}, {2, 1}, false}}, Case{{2, 5, 5}, {{3, 3}, {1, 1}, {1, 1}}},
+                        Case{{2, 3, 1, 5}, {{1, 2}, {1, 1}}}}) {  // a size-1 dim
     const PoolParams p = c.p;
     Tensor x = ladder(c.x, seed++, true);
     EXPECT_TRUE(grad_ok(gradcheck(
@@ -399,10 +400,13 @@ TEST(Pool2d, UnbatchedHalfLargeAndEmptyBatchInputs) {
   EXPECT_TRUE(all_close(avg_pool2d(big, p.kernel, p.stride, p.padding),
                         from_vector<double>(reference_avg_pool(big.to_vector<double>(), 64, 20, 20, p).out, {4, 16, 10, 10}), 1e-14,
                         1e-15));
-  // An empty batch.
+  // An empty batch, forward and backward.
   EXPECT_EQ(max_pool2d(zeros({0, 3, 4, 4}), {2, 2}).sizes(), (Shape{0, 3, 2, 2}));
   EXPECT_EQ(avg_pool2d(zeros({0, 3, 4, 4}), {2, 2}).sizes(), (Shape{0, 3, 2, 2}));
   EXPECT_EQ(adaptive_avg_pool2d(zeros({0, 3, 4, 4}), {2, 2}).sizes(), (Shape{0, 3, 2, 2}));
+  Tensor e = zeros({0, 3, 4, 4}, kF64).set_requires_grad();
+  sum(add(add(max_pool2d(e, {2, 2}), avg_pool2d(e, {2, 2})), adaptive_avg_pool2d(e, {2, 2}))).backward();
+  EXPECT_EQ(e.grad().sizes(), (Shape{0, 3, 4, 4}));
 }
 
 namespace {
