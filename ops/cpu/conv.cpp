@@ -18,18 +18,20 @@ namespace trident::cpu {
 // - Depthwise (groups == C, one input channel per group, O = C x multiplier): each output
 //   plane is a weighted sum of kH x kW shifted copies of one input plane. im2col would build a
 //   [kH kW, OH OW] matrix per channel only to multiply it by a 1 x kH kW row; the direct loops
-//   (ops/cpu/conv_depthwise.cpp) instead apply a kernel row's kW taps in one pass over an
-//   output row, unrolled and vectorized over the row. Threads take whole planes.
+//   of ops/cpu/conv_depthwise.cpp (NOTE [Depthwise planes]) instead make every tap a fixed
+//   offset into a padded, stride-phase-split copy of the input plane and apply a kernel row's
+//   taps in one vectorized pass over the whole plane. Threads take whole planes.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
 //   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
-// - General: per (sample, group) unit, im2col into a [C/g kH kW, OH OW] workspace and GEMM
-//   with the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then col2im (the
-//   adjoint scatter), backward weight is gy @ col^T accumulated over the batch.
+// - General: im2col into a [C/g kH kW, OH OW] matrix per (sample, group) unit and GEMM with
+//   the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then col2im (the
+//   adjoint scatter), backward weight is gy @ col^T accumulated over the batch. Both copy each
+//   input plane into a zero-padded buffer first, so their loops need no bounds checks.
 // GEMMs run in the tensor's type (f32 or f64), so f32 accumulates in f32 like every BLAS-based
 // convolution (PyTorch's and cuDNN's included); sums over the batch in the weight gradient
-// accumulate in f32 through GEMM's beta = 1. The depthwise weight and the bias gradients,
-// which sum N OH OW terms without a GEMM, add per-plane f32 sums into f64 accumulators so
-// that long batches do not drift.
+// accumulate in f32 through GEMM's beta = 1. The gradients that sum N OH OW terms without a
+// GEMM accumulate in f64 so that long batches do not drift: the depthwise weight gradient
+// adds per-plane f32 sums into f64, the bias gradient sums in f64 directly.
 //
 // NOTE [Conv2d threads]
 // OpenBLAS threads each GEMM itself (the pthread build Trident links: its own pool, sized by
@@ -48,7 +50,7 @@ namespace trident::cpu {
 //   per sample keeps them from competing. The chunk's im2col matrices are "batched": its
 //   samples sit side by side in each row, so each group needs one wide GEMM per chunk
 //   ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and the result is copied from its
-//   [O, nb, OH OW] layout into the output (a copy K times smaller than the im2col itself);
+//   [O, nb, OH OW] layout into the output (a copy O / K the size of the im2col);
 // - pointwise convolutions need no im2col, so outside the parallel-units case they run one
 //   GEMM per sample and group straight on the tensors, back to back. (Copying them into
 //   batched columns for wider GEMMs, measured single-threaded, won on one of five shapes, a
