@@ -1,0 +1,449 @@
+#include "ops/cpu/conv.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/conv_depthwise.h"
+
+namespace trident::cpu {
+
+// NOTE [Conv2d algorithms]
+// - Depthwise (groups == C, one input channel per group, O = C x multiplier): each output
+//   plane is a weighted sum of kH x kW shifted copies of one input plane. im2col would build a
+//   [kH kW, OH OW] matrix per channel only to multiply it by a 1 x kH kW row; the direct loops
+//   of ops/cpu/conv_depthwise.cpp (NOTE [Depthwise planes]) instead make every tap a fixed
+//   offset into a padded, stride-phase-split copy of the input plane and apply a kernel row's
+//   taps in one vectorized pass over the whole plane. Threads take whole planes.
+// - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
+//   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
+// - General: im2col into a [C/g kH kW, OH OW] matrix per (sample, group) unit and GEMM with
+//   the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then col2im (the
+//   adjoint scatter), backward weight is gy @ col^T accumulated over the batch. Both copy each
+//   input plane into a zero-padded buffer first, so their loops need no bounds checks.
+// GEMMs run in the tensor's type (f32 or f64), so f32 accumulates in f32 like every BLAS-based
+// convolution (PyTorch's and cuDNN's included); sums over the batch in the weight gradient
+// accumulate in f32 through GEMM's beta = 1. The gradients that sum N OH OW terms without a
+// GEMM accumulate in f64 so that long batches do not drift: the depthwise weight gradient
+// adds per-plane f32 sums into f64, the bias gradient sums in f64 directly.
+//
+// NOTE [Conv2d threads]
+// OpenBLAS threads each GEMM itself (the pthread build Trident links: its own pool, sized by
+// set_num_threads, NOTE [Threads]). Calling a GEMM that OpenBLAS would thread from inside a
+// parallel_for would put threads x threads workers on the cores, so the GEMM paths choose:
+// - "parallel units": (sample, group) units on parallel_for threads, each with its own im2col
+//   workspace and single-threaded GEMMs, when each GEMM is so small that OpenBLAS runs it on
+//   the calling thread anyway (m n k <= 65536 x 4, the SMP_THRESHOLD_MIN x
+//   GEMM_MULTITHREAD_THRESHOLD rule of OpenBLAS's interface/gemm.c), or when the OpenBLAS in
+//   use is sequential or OpenMP-based (single-threaded inside a parallel region) and there are
+//   at least as many units as threads;
+// - otherwise "chunks": samples go in chunks whose buffers fit a 32 MiB workspace, each chunk
+//   in phases: im2col of the whole chunk on Trident's threads, then its GEMMs on OpenBLAS's
+//   threads, then col2im (or the copy to the output) on Trident's threads. Both pools spin a
+//   while after their work, so handing the cores over a few times per chunk instead of twice
+//   per sample keeps them from competing. The chunk's im2col matrices are "batched": its
+//   samples sit side by side in each row, so each group needs one wide GEMM per chunk
+//   ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and the result is copied from its
+//   [O, nb, OH OW] layout into the output (a copy O / K the size of the im2col);
+// - pointwise convolutions need no im2col, so outside the parallel-units case they run one
+//   GEMM per sample and group straight on the tensors, back to back. (Copying them into
+//   batched columns for wider GEMMs, measured single-threaded, won on one of five shapes, a
+//   512-channel 7x7 layer, and lost on the other four.)
+// The direct depthwise kernels make no BLAS calls and always parallelize over planes.
+
+namespace {
+
+constexpr double kOpenBlasSingleThreadMnk = 65536.0 * 4.0;
+
+bool parallel_over_units(int64_t units, int64_t m, int64_t n, int64_t k) {
+  const int threads = get_num_threads();
+  if (threads <= 1 || units <= 1) return false;
+  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (mnk <= kOpenBlasSingleThreadMnk) return true;
+  static const bool blas_threads_itself = openblas_get_parallel() == 1;  // 0 sequential, 1 pthreads, 2 OpenMP
+  return !blas_threads_itself && units >= threads;
+}
+
+// Units per parallel_for chunk in the parallel-units schedule: enough multiply-adds (about
+// 2^18) that a thread's share outweighs waking it.
+int64_t unit_grain(int64_t m, int64_t n, int64_t k) {
+  const double mnk = std::max(1.0, static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  return std::max<int64_t>(1, static_cast<int64_t>(262144.0 / mnk));
+}
+
+// A scratch buffer from the CPU allocator (so it shows in memory statistics), uninitialized.
+template <typename T>
+Tensor workspace(int64_t n) {
+  return empty({std::max<int64_t>(n, 1)}, dtype_of<T>);
+}
+
+// ---- im2col and its adjoint --------------------------------------------------------------
+
+// Where im2col puts the row of tap t of plane q (planes numbered from the first plane of the
+// call, q = i C + c for sample i, channel c). Per unit: rows one after another,
+// [planes kH kW, P]. Batched (NOTE [Conv2d threads]): the nb samples of a chunk side by side in
+// every row, so row (c, t) is [sample 0's P columns | sample 1's | ...] with pitch nb P, and
+// group g's rows c in [g C/g, (g + 1) C/g) form one [K, nb P] matrix.
+struct ColLayout {
+  int64_t khw, P, nb = 1, C = 1;
+  bool batched = false;
+  int64_t offset(int64_t q, int64_t t) const {
+    if (!batched) return (q * khw + t) * P;
+    return ((q % C) * khw + t) * (nb * P) + (q / C) * P;
+  }
+};
+
+ColLayout unit_layout(const Conv2dGeometry& g) { return {g.kH * g.kW, g.OH * g.OW}; }
+ColLayout batched_layout(const Conv2dGeometry& g, int64_t nb) { return {g.kH * g.kW, g.OH * g.OW, nb, g.C, true}; }
+
+// A thread's zero-padded copy of one input plane ((H + 2 ph) x (W + 2 pw)), so that the
+// im2col copies and col2im sums below need no bounds checks. Without padding the plane is
+// used in place.
+template <typename T>
+struct PaddedPlane {
+  const Conv2dGeometry& g;
+  int64_t Wp;
+  std::vector<T> buf;  // its border is written by nobody, so it stays zero
+  explicit PaddedPlane(const Conv2dGeometry& geo)
+      : g(geo), Wp(geo.W + 2 * geo.pw), buf(geo.ph || geo.pw ? static_cast<size_t>((geo.H + 2 * geo.ph) * Wp) : 0, T(0)) {}
+  bool padded() const { return !buf.empty(); }
+  const T* load(const T* x) {
+    if (!padded()) return x;
+    for (int64_t h = 0; h < g.H; ++h) std::copy_n(x + h * g.W, g.W, buf.data() + (h + g.ph) * Wp + g.pw);
+    return buf.data();
+  }
+};
+
+// col[(c, kh, kw), (oh, ow)] = x[c, oh sh + kh dh - ph, ow sw + kw dw - pw], 0 in the padding,
+// for `planes` planes of H x W starting at x, placed by `layout`.
+template <typename T>
+void im2col(const T* x, int64_t planes, const Conv2dGeometry& g, const ColLayout& layout, T* col, bool parallel) {
+  const int64_t khw = g.kH * g.kW, P = g.OH * g.OW;
+  auto body = [&](int64_t q0, int64_t q1) {
+    PaddedPlane<T> pad(g);
+    const int64_t Wp = pad.padded() ? pad.Wp : g.W;
+    for (int64_t q = q0; q < q1; ++q) {
+      const T* src = pad.load(x + q * g.H * g.W);
+      for (int64_t t = 0; t < khw; ++t) {
+        const T* base = src + (t / g.kW) * g.dh * Wp + (t % g.kW) * g.dw;
+        T* dst = col + layout.offset(q, t);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const T* s = base + oh * g.sh * Wp;
+          T* d = dst + oh * g.OW;
+          if (g.sw == 1) {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = s[ow];
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = s[ow * g.sw];
+          }
+        }
+      }
+    }
+  };
+  if (parallel) {
+    parallel_for(0, planes, std::max<int64_t>(1, 16384 / (khw * P)), body);
+  } else {
+    body(0, planes);
+  }
+}
+
+// x[c, ih, iw] = sum of col[(c, kh, kw), (oh, ow)] over the taps that read (ih, iw): the
+// adjoint of im2col (same layout), so backward input = col2im(W^T gy). Overwrites the planes.
+template <typename T>
+void col2im(const T* col, int64_t planes, const Conv2dGeometry& g, const ColLayout& layout, T* x, bool parallel) {
+  const int64_t khw = g.kH * g.kW, P = g.OH * g.OW, HW = g.H * g.W;
+  // Threads take whole planes: the taps of one plane all add into it (or its padded copy).
+  auto body = [&](int64_t q0, int64_t q1) {
+    PaddedPlane<T> pad(g);
+    const int64_t Wp = pad.padded() ? pad.Wp : g.W;
+    for (int64_t q = q0; q < q1; ++q) {
+      T* acc = pad.padded() ? pad.buf.data() : x + q * HW;
+      std::fill_n(acc, pad.padded() ? static_cast<int64_t>(pad.buf.size()) : HW, T(0));
+      for (int64_t t = 0; t < khw; ++t) {
+        T* base = acc + (t / g.kW) * g.dh * Wp + (t % g.kW) * g.dw;
+        const T* src = col + layout.offset(q, t);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          T* d = base + oh * g.sh * Wp;
+          const T* s = src + oh * g.OW;
+          if (g.sw == 1) {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] += s[ow];
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow * g.sw] += s[ow];
+          }
+        }
+      }
+      if (pad.padded())
+        for (int64_t h = 0; h < g.H; ++h) std::copy_n(acc + (h + g.ph) * Wp + g.pw, g.W, x + q * HW + h * g.W);
+    }
+  };
+  if (parallel) {
+    parallel_for(0, planes, std::max<int64_t>(1, 16384 / (khw * P)), body);
+  } else {
+    body(0, planes);
+  }
+}
+
+// ---- GEMM-based convolution: forward, backward input, backward weight ---------------------
+// The schedules of NOTE [Conv2d threads] for each pass: parallel units; pointwise as one GEMM
+// per sample and group straight on the tensors; otherwise chunks with batched columns.
+
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+struct GemmShapes {
+  int64_t Cg, Og, K, P, HW;
+  explicit GemmShapes(const Conv2dGeometry& g)
+      : Cg(g.in_per_group()), Og(g.out_per_group()), K(g.in_per_group() * g.kH * g.kW), P(g.OH * g.OW), HW(g.H * g.W) {}
+};
+
+// Samples per chunk: as many as keep the chunk's columns and its [O, nb P] output (or
+// gradient) buffer within the budget (at least one).
+template <typename T>
+int64_t samples_per_chunk(const Conv2dGeometry& g, const GemmShapes& s) {
+  const int64_t per_sample = (g.groups * s.K + g.O) * s.P * static_cast<int64_t>(sizeof(T));
+  return std::clamp<int64_t>(kWorkspaceBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(g.N, 1));
+}
+
+// buf[o, i P + p] = t[n0 + i, o, p] for the nb samples of a chunk (t has O channels of P).
+template <typename T>
+void gather_chunk(const T* t, int64_t n0, int64_t nb, int64_t O, int64_t P, T* buf) {
+  parallel_for(0, nb * O, std::max<int64_t>(1, 16384 / P), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::copy_n(t + ((n0 + r / O) * O + r % O) * P, P, buf + (r % O) * nb * P + (r / O) * P);
+  });
+}
+
+template <typename T>
+void forward_gemm(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
+  const GemmShapes s(g);
+  const bool direct = g.pointwise();
+  auto fill_bias = [&](int64_t n, int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) std::fill_n(y + (n * g.O + o) * s.P, s.P, bias[o]);
+  };
+  // y[n, group gi] (+)= W_g @ b, b an [K, P] matrix with row pitch ldb.
+  auto unit_gemm = [&](int64_t n, int64_t gi, const T* b, int64_t ldb) {
+    gemm<T>(false, false, s.Og, s.P, s.K, T(1), w + gi * s.Og * s.K, s.K, b, ldb, bias ? T(1) : T(0),
+            y + (n * g.O + gi * s.Og) * s.P, s.P);
+  };
+  auto input_of = [&](int64_t n, int64_t gi) { return x + (n * g.C + gi * s.Cg) * s.HW; };
+  if (parallel_over_units(g.N * g.groups, s.Og, s.P, s.K)) {
+    parallel_for(0, g.N * g.groups, unit_grain(s.Og, s.P, s.K), [&](int64_t u0, int64_t u1) {
+      Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t n = u / g.groups, gi = u % g.groups;
+        if (bias) fill_bias(n, gi * s.Og, (gi + 1) * s.Og);
+        if (!direct) im2col(input_of(n, gi), s.Cg, g, unit_layout(g), ws.data<T>(), false);
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>(), s.P);
+      }
+    });
+    return;
+  }
+  if (g.pointwise()) {
+    if (bias) {
+      parallel_for(0, g.N * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) fill_bias(r / g.O, r % g.O, r % g.O + 1);
+      });
+    }
+    for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups), s.P);
+    return;
+  }
+  const int64_t chunk = samples_per_chunk<T>(g, s);
+  Tensor ws = workspace<T>(chunk * (g.groups * s.K + g.O) * s.P);
+  T* col = ws.data<T>();
+  T* out = col + chunk * g.groups * s.K * s.P;
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, batched_layout(g, nb), col, true);
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm<T>(false, false, s.Og, ld, s.K, T(1), w + gi * s.Og * s.K, s.K, col + gi * s.K * ld, ld, T(0), out + gi * s.Og * ld, ld);
+    parallel_for(0, nb * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r / g.O, o = r % g.O;
+        const T* src = out + o * ld + i * s.P;
+        T* dst = y + ((n0 + i) * g.O + o) * s.P;
+        const T b = bias ? bias[o] : T(0);
+        for (int64_t p = 0; p < s.P; ++p) dst[p] = src[p] + b;
+      }
+    });
+  }
+}
+
+template <typename T>
+void backward_input_gemm(const T* gy, const T* w, T* gx, const Conv2dGeometry& g) {
+  const GemmShapes s(g);
+  const bool direct = g.pointwise();  // then K == Cg and P == HW: gx_g = W_g^T gy_g in place
+  auto unit_gemm = [&](int64_t n, int64_t gi, T* out) {
+    gemm<T>(true, false, s.K, s.P, s.Og, T(1), w + gi * s.Og * s.K, s.K, gy + (n * g.O + gi * s.Og) * s.P, s.P, T(0), out, s.P);
+  };
+  auto input_of = [&](int64_t n, int64_t gi) { return gx + (n * g.C + gi * s.Cg) * s.HW; };
+  if (parallel_over_units(g.N * g.groups, s.K, s.P, s.Og)) {
+    parallel_for(0, g.N * g.groups, unit_grain(s.K, s.P, s.Og), [&](int64_t u0, int64_t u1) {
+      Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t n = u / g.groups, gi = u % g.groups;
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>());
+        if (!direct) col2im(ws.data<T>(), s.Cg, g, unit_layout(g), input_of(n, gi), false);
+      }
+    });
+    return;
+  }
+  if (g.pointwise()) {
+    for (int64_t u = 0; u < g.N * g.groups; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups));
+    return;
+  }
+  const int64_t chunk = samples_per_chunk<T>(g, s);
+  Tensor ws = workspace<T>(chunk * (g.groups * s.K + g.O) * s.P);
+  T* col = ws.data<T>();
+  T* gyb = col + chunk * g.groups * s.K * s.P;
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    gather_chunk(gy, n0, nb, g.O, s.P, gyb);
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm<T>(true, false, s.K, ld, s.Og, T(1), w + gi * s.Og * s.K, s.K, gyb + gi * s.Og * ld, ld, T(0), col + gi * s.K * ld, ld);
+    col2im(col, nb * g.C, g, batched_layout(g, nb), gx + n0 * g.C * s.HW, true);
+  }
+}
+
+template <typename T>
+void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& g) {
+  const GemmShapes s(g);
+  const bool direct = g.pointwise();
+  const int64_t units = g.N * g.groups, gw_elems = g.O * s.K;
+  // gw_g += gy_g [Og, P] @ b^T, b an [K, P] matrix with row pitch ldb, into acc ([O, K]).
+  auto unit_gemm = [&](int64_t n, int64_t gi, const T* b, T* acc) {
+    gemm<T>(false, true, s.Og, s.K, s.P, T(1), gy + (n * g.O + gi * s.Og) * s.P, s.P, b, s.P, T(1), acc + gi * s.Og * s.K, s.K);
+  };
+  auto input_of = [&](int64_t n, int64_t gi) { return x + (n * g.C + gi * s.Cg) * s.HW; };
+  std::fill_n(gw, gw_elems, T(0));
+  if (parallel_over_units(units, s.Og, s.K, s.P)) {
+    // Each thread sums its units into a private gradient; the partial sums are added in the
+    // order of their first unit, so a result does not depend on thread timing.
+    std::mutex mu;
+    std::vector<std::pair<int64_t, Tensor>> partials;
+    parallel_for(0, units, unit_grain(s.Og, s.K, s.P), [&](int64_t u0, int64_t u1) {
+      Tensor ws = workspace<T>(direct ? 0 : s.K * s.P);
+      Tensor acc = zeros({gw_elems}, dtype_of<T>);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t n = u / g.groups, gi = u % g.groups;
+        if (!direct) im2col(input_of(n, gi), s.Cg, g, unit_layout(g), ws.data<T>(), false);
+        unit_gemm(n, gi, direct ? input_of(n, gi) : ws.data<T>(), acc.data<T>());
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      partials.emplace_back(u0, acc);
+    });
+    std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [first, acc] : partials) {
+      const T* a = acc.template data<T>();
+      for (int64_t i = 0; i < gw_elems; ++i) gw[i] += a[i];
+    }
+    return;
+  }
+  if (g.pointwise()) {
+    for (int64_t u = 0; u < units; ++u) unit_gemm(u / g.groups, u % g.groups, input_of(u / g.groups, u % g.groups), gw);
+    return;
+  }
+  const int64_t chunk = samples_per_chunk<T>(g, s);
+  Tensor ws = workspace<T>(chunk * (g.groups * s.K + g.O) * s.P);
+  T* col = ws.data<T>();
+  T* gyb = col + chunk * g.groups * s.K * s.P;
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, batched_layout(g, nb), col, true);
+    gather_chunk(gy, n0, nb, g.O, s.P, gyb);
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm<T>(false, true, s.Og, s.K, ld, T(1), gyb + gi * s.Og * ld, ld, col + gi * s.K * ld, ld, T(1), gw + gi * s.Og * s.K, s.K);
+  }
+}
+
+template <typename T>
+void backward_bias(const T* gy, T* gb, int64_t N, int64_t O, int64_t P) {
+  using A = acc_t<T>;  // f64: N OH OW terms per channel
+  parallel_for(0, O, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, N * P)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      A s = A(0);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* row = gy + (n * O + o) * P;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < P; ++i) s += static_cast<A>(row[i]);
+      }
+      gb[o] = static_cast<T>(s);
+    }
+  });
+}
+
+// Reduced floats are computed in f32 and rounded once at the end.
+Tensor upcast(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
+
+}  // namespace
+
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
+  const DType dt = input.dtype();
+  if (is_reduced_float(dt)) return conv2d_forward(upcast(input), upcast(weight), upcast(bias), g).to(dt);
+  const Tensor x = input.contiguous(), w = weight.contiguous(), b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor y = empty({g.N, g.O, g.OH, g.OW}, dt);
+  if (y.numel() == 0) return y;
+  TRIDENT_DISPATCH_F32_F64(dt, "conv2d", [&] {
+    const scalar_t* bp = b.defined() ? b.data<scalar_t>() : nullptr;
+    scalar_t* yp = y.data<scalar_t>();
+    if (g.in_per_group() == 0) {  // no input channels: the bias alone
+      for (int64_t p = 0; p < g.N * g.O; ++p) std::fill_n(yp + p * g.OH * g.OW, g.OH * g.OW, bp ? bp[p % g.O] : scalar_t(0));
+    } else if (g.depthwise()) {
+      depthwise_forward(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
+    } else {
+      forward_gemm(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
+    }
+  });
+  return y;
+}
+
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Conv2dGeometry& g) {
+  const DType dt = weight.dtype();
+  if (is_reduced_float(dt)) return conv2d_backward_input(upcast(grad_out), upcast(weight), g).to(dt);
+  const Tensor gy = grad_out.contiguous(), w = weight.contiguous();
+  Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
+  if (gx.numel() == 0) return gx;
+  TRIDENT_DISPATCH_F32_F64(dt, "conv2d_backward_input", [&] {
+    scalar_t* gxp = gx.data<scalar_t>();
+    if (g.O == 0) {
+      std::fill_n(gxp, gx.numel(), scalar_t(0));
+    } else if (g.depthwise()) {
+      depthwise_backward_input(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
+    } else {
+      backward_input_gemm(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
+    }
+  });
+  return gx;
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Conv2dGeometry& g) {
+  const DType dt = input.dtype();
+  if (is_reduced_float(dt)) return conv2d_backward_weight(upcast(grad_out), upcast(input), g).to(dt);
+  const Tensor gy = grad_out.contiguous(), x = input.contiguous();
+  Tensor gw = empty({g.O, g.in_per_group(), g.kH, g.kW}, dt);
+  if (gw.numel() == 0) return gw;
+  TRIDENT_DISPATCH_F32_F64(dt, "conv2d_backward_weight", [&] {
+    scalar_t* gwp = gw.data<scalar_t>();
+    if (g.N == 0) {
+      std::fill_n(gwp, gw.numel(), scalar_t(0));
+    } else if (g.depthwise()) {
+      depthwise_backward_weight(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
+    } else {
+      backward_weight_gemm(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
+    }
+  });
+  return gw;
+}
+
+Tensor conv2d_backward_bias(const Tensor& grad_out) {
+  const DType dt = grad_out.dtype();
+  if (is_reduced_float(dt)) return conv2d_backward_bias(upcast(grad_out)).to(dt);
+  const Tensor gy = grad_out.contiguous();
+  const int64_t N = gy.size(0), O = gy.size(1), P = gy.size(2) * gy.size(3);
+  Tensor gb = empty({O}, dt);
+  TRIDENT_DISPATCH_F32_F64(dt, "conv2d_backward_bias", [&] { backward_bias(gy.data<scalar_t>(), gb.data<scalar_t>(), N, O, P); });
+  return gb;
+}
+
+}  // namespace trident::cpu

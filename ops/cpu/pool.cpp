@@ -1,0 +1,378 @@
+#include "ops/cpu/pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "ops/math/pool.h"
+
+namespace trident::cpu {
+
+// avg_pool2d sweeps an output row once per kernel tap over the outputs whose input column is
+// in range: no bounds checks in the inner loops, unit stride when the stride is 1. max_pool2d
+// works on stride phases (see its kernel). Threads take whole planes (one (n, c) each), so
+// backward scatters never race.
+
+namespace {
+
+Shape with_plane(Shape s, int64_t h, int64_t w) {
+  s[s.size() - 2] = h;
+  s.back() = w;
+  return s;
+}
+
+int64_t planes_of(const Shape& s) {
+  int64_t n = 1;
+  for (size_t d = 0; d + 2 < s.size(); ++d) n *= s[d];
+  return n;
+}
+
+// Planes per parallel chunk: enough work (about 32k inner iterations) to pay for a thread.
+int64_t plane_grain(int64_t work_per_plane) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_plane)); }
+
+Tensor upcast(const Tensor& t) { return is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
+
+// The outputs ow in [0, out) whose input column ow * stride + offset lies in [0, in), as the
+// half-open range [lo, hi) (empty when lo == hi). offset may be negative (padding).
+struct ValidRange {
+  int64_t lo = 0, hi = 0;
+};
+ValidRange valid_range(int64_t offset, int64_t stride, int64_t in, int64_t out) {
+  int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  int64_t hi = in - 1 - offset < 0 ? 0 : (in - 1 - offset) / stride + 1;
+  lo = std::min(lo, out);
+  hi = std::min(hi, out);
+  return {lo, std::max(lo, hi)};
+}
+
+// Per kernel column kw: the input column offset kw dw - pw and the outputs it reaches.
+struct ColumnTaps {
+  std::vector<int64_t> off;
+  std::vector<ValidRange> range;
+  ColumnTaps(const Pool2dGeometry& g, int64_t dw) {
+    for (int64_t kw = 0; kw < g.kW; ++kw) {
+      off.push_back(kw * dw - g.pw);
+      range.push_back(valid_range(off.back(), g.sw, g.W, g.OW));
+    }
+  }
+};
+
+// The first in-range element of a dilated window starting at `start` (which may be in the
+// padding), or -1 when none of its `k` taps is inside [0, in).
+int64_t first_valid(int64_t start, int64_t k, int64_t dilation, int64_t in) {
+  const int64_t j = start < 0 ? (-start + dilation - 1) / dilation : 0;
+  const int64_t i = start + j * dilation;
+  return (j < k && i < in) ? i : -1;
+}
+
+// ---- max -----------------------------------------------------------------------------------
+
+// Max pooling on stride phases (as NOTE [Depthwise planes] in ops/cpu/conv_depthwise.cpp does
+// for convolutions): the plane, padded with -inf far enough for every window (ceil mode may
+// run past the padding), is split into sh x sw phases of Hq x Wq, and with outputs at pitch Wq
+// each tap (kh, kw) is a fixed offset in one phase. A tap is then one unit-stride pass over
+// the plane keeping the running maximum and the number of the tap that set it; the taps run
+// in PyTorch's window order (kh, then kw) with a strict >, so the first maximum wins. The tap
+// numbers become flat input indices at the end.
+template <typename T>
+void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, const Pool2dGeometry& g) {
+  const int64_t Hp = std::max(g.H + 2 * g.ph, (g.OH - 1) * g.sh + (g.kH - 1) * g.dh + 1);
+  const int64_t Wp = std::max(g.W + 2 * g.pw, (g.OW - 1) * g.sw + (g.kW - 1) * g.dw + 1);
+  const int64_t Hq = (Hp + g.sh - 1) / g.sh, Wq = (Wp + g.sw - 1) / g.sw, plane = Hq * Wq;
+  const int64_t flat = (g.OH - 1) * Wq + g.OW, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
+  std::vector<int64_t> tap_off(static_cast<size_t>(khw));
+  for (int64_t kh = 0; kh < g.kH; ++kh)
+    for (int64_t kw = 0; kw < g.kW; ++kw) {
+      const int64_t r = kh * g.dh, c = kw * g.dw;
+      tap_off[static_cast<size_t>(kh * g.kW + kw)] = ((r % g.sh) * g.sw + c % g.sw) * plane + (r / g.sh) * Wq + c / g.sw;
+    }
+  std::vector<int64_t> iw0(static_cast<size_t>(g.OW));
+  for (int64_t ow = 0; ow < g.OW; ++ow) iw0[static_cast<size_t>(ow)] = first_valid(ow * g.sw - g.pw, g.kW, g.dw, g.W);
+  const T lowest = -std::numeric_limits<T>::infinity();
+  parallel_for(0, planes, plane_grain(P * khw), [&](int64_t p0, int64_t p1) {
+    std::vector<T> phased(static_cast<size_t>(g.sh * g.sw * plane)), best(static_cast<size_t>(flat));
+    std::vector<int32_t> tap(static_cast<size_t>(flat));
+    for (int64_t p = p0; p < p1; ++p) {
+      std::fill(phased.begin(), phased.end(), lowest);
+      const T* xp = x + p * HW;
+      for (int64_t h = 0; h < g.H; ++h) {
+        const int64_t r = h + g.ph;
+        for (int64_t b = 0; b < g.sw; ++b) {  // the input columns of phase column b
+          const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;
+          T* dst = phased.data() + ((r % g.sh) * g.sw + b) * plane + (r / g.sh) * Wq + (w0 + g.pw) / g.sw;
+          for (int64_t w = w0, i = 0; w < g.W; w += g.sw, ++i) dst[i] = xp[h * g.W + w];
+        }
+      }
+      T* m = best.data();
+      int32_t* tp = tap.data();
+      std::fill_n(m, flat, lowest);
+      std::fill_n(tp, flat, int32_t{-1});
+      for (int64_t t = 0; t < khw; ++t) {
+        const T* src = phased.data() + tap_off[static_cast<size_t>(t)];
+        const int32_t tt = static_cast<int32_t>(t);
+        for (int64_t j = 0; j < flat; ++j) {
+          const T v = src[j];
+          const bool take = v > m[j] || v != v;  // v != v: NaN wins, as in PyTorch
+          m[j] = take ? v : m[j];
+          tp[j] = take ? tt : tp[j];
+        }
+      }
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        T* yrow = y + p * P + oh * g.OW;
+        int64_t* irow = ind + p * P + oh * g.OW;
+        const int64_t hstart = oh * g.sh - g.ph;
+        // A window of -inf values (no tap taken) points at its first in-range element.
+        const int64_t ih0 = first_valid(hstart, g.kH, g.dh, g.H);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t j = oh * Wq + ow, t = tp[j];
+          yrow[ow] = m[j];
+          if (t >= 0) {
+            irow[ow] = (hstart + (t / g.kW) * g.dh) * g.W + ow * g.sw - g.pw + (t % g.kW) * g.dw;
+          } else {
+            const int64_t iw = iw0[static_cast<size_t>(ow)];
+            irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * g.W + iw : -1;
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_pool_backward_typed(const T* gy, const int64_t* ind, T* gx, int64_t planes, const Pool2dGeometry& g) {
+  const int64_t HW = g.H * g.W, P = g.OH * g.OW;
+  parallel_for(0, planes, plane_grain(P + HW), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gxp = gx + p * HW;
+      std::fill_n(gxp, HW, T(0));
+      const T* gyp = gy + p * P;
+      const int64_t* ip = ind + p * P;
+      for (int64_t j = 0; j < P; ++j)
+        if (ip[j] >= 0) gxp[ip[j]] += gyp[j];
+    }
+  });
+}
+
+// ---- avg -----------------------------------------------------------------------------------
+
+// The divisor of output (oh, ow) from its two 1-D windows; 0 when the window holds no input
+// element (then the output is 0 and receives no gradient).
+int64_t avg_divisor(const math::AvgWindow& h, const math::AvgWindow& w, bool count_include_pad) {
+  if (h.start >= h.end || w.start >= w.end) return 0;
+  return count_include_pad ? h.padded * w.padded : (h.end - h.start) * (w.end - w.start);
+}
+
+std::vector<math::AvgWindow> avg_column_windows(const Pool2dGeometry& g) {
+  std::vector<math::AvgWindow> w;
+  for (int64_t ow = 0; ow < g.OW; ++ow) w.push_back(math::avg_pool_window(ow, g.W, g.kW, g.pw, g.sw));
+  return w;
+}
+
+// Window sums accumulate in T: at most kH kW terms.
+template <typename T>
+void avg_pool_forward_typed(const T* x, T* y, int64_t planes, const Pool2dGeometry& g) {
+  const ColumnTaps taps(g, 1);
+  const std::vector<math::AvgWindow> cols = avg_column_windows(g);
+  const int64_t HW = g.H * g.W, P = g.OH * g.OW;
+  parallel_for(0, planes, plane_grain(P * g.kH * g.kW), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * HW;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        T* yrow = y + p * P + oh * g.OW;
+        std::fill_n(yrow, g.OW, T(0));
+        const math::AvgWindow hw = math::avg_pool_window(oh, g.H, g.kH, g.ph, g.sh);
+        for (int64_t ih = hw.start; ih < hw.end; ++ih) {
+          const T* xrow = xp + ih * g.W;
+          for (int64_t kw = 0; kw < g.kW; ++kw) {
+            const int64_t off = taps.off[kw], lo = taps.range[kw].lo, hi = taps.range[kw].hi;
+            if (g.sw == 1) {
+              for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += xrow[ow + off];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) yrow[ow] += xrow[ow * g.sw + off];
+            }
+          }
+        }
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t d = avg_divisor(hw, cols[static_cast<size_t>(ow)], g.count_include_pad);
+          yrow[ow] = d > 0 ? yrow[ow] / static_cast<T>(d) : T(0);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_pool_backward_typed(const T* gy, T* gx, int64_t planes, const Pool2dGeometry& g) {
+  const ColumnTaps taps(g, 1);
+  const std::vector<math::AvgWindow> cols = avg_column_windows(g);
+  const int64_t HW = g.H * g.W, P = g.OH * g.OW;
+  parallel_for(0, planes, plane_grain(P * g.kH * g.kW), [&](int64_t p0, int64_t p1) {
+    std::vector<T> scaled(static_cast<size_t>(g.OW));
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gxp = gx + p * HW;
+      std::fill_n(gxp, HW, T(0));
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const T* gyrow = gy + p * P + oh * g.OW;
+        const math::AvgWindow hw = math::avg_pool_window(oh, g.H, g.kH, g.ph, g.sh);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t d = avg_divisor(hw, cols[static_cast<size_t>(ow)], g.count_include_pad);
+          scaled[static_cast<size_t>(ow)] = d > 0 ? gyrow[ow] / static_cast<T>(d) : T(0);
+        }
+        const T* s = scaled.data();
+        for (int64_t ih = hw.start; ih < hw.end; ++ih) {
+          T* gxrow = gxp + ih * g.W;
+          for (int64_t kw = 0; kw < g.kW; ++kw) {
+            const int64_t off = taps.off[kw], lo = taps.range[kw].lo, hi = taps.range[kw].hi;
+            if (g.sw == 1) {
+              for (int64_t ow = lo; ow < hi; ++ow) gxrow[ow + off] += s[ow];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) gxrow[ow * g.sw + off] += s[ow];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// ---- adaptive avg --------------------------------------------------------------------------
+
+// Window sums accumulate in acc_t (f64 for f32): a window can be the whole plane (global
+// average pooling over, say, 112 x 112 elements).
+template <typename T>
+void adaptive_forward_typed(const T* x, T* y, int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+  using A = acc_t<T>;
+  parallel_for(0, planes, plane_grain(H * W), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * H * W;
+      T* yp = y + p * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t hs = math::adaptive_start(oh, H, OH), he = math::adaptive_end(oh, H, OH);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t ws = math::adaptive_start(ow, W, OW), we = math::adaptive_end(ow, W, OW);
+          A s = A(0);
+          if (ws == 0 && we == W) {  // whole rows (global pooling, say): one contiguous run
+            const T* run = xp + hs * W;
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = 0; i < (he - hs) * W; ++i) s += static_cast<A>(run[i]);
+          } else {
+            for (int64_t ih = hs; ih < he; ++ih) {
+              const T* row = xp + ih * W;
+#pragma omp simd reduction(+ : s)
+              for (int64_t iw = ws; iw < we; ++iw) s += static_cast<A>(row[iw]);
+            }
+          }
+          yp[oh * OW + ow] = static_cast<T>(s / static_cast<A>((he - hs) * (we - ws)));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void adaptive_backward_typed(const T* gy, T* gx, int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+  parallel_for(0, planes, plane_grain(H * W), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* gxp = gx + p * H * W;
+      std::fill_n(gxp, H * W, T(0));
+      const T* gyp = gy + p * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t hs = math::adaptive_start(oh, H, OH), he = math::adaptive_end(oh, H, OH);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t ws = math::adaptive_start(ow, W, OW), we = math::adaptive_end(ow, W, OW);
+          const T v = gyp[oh * OW + ow] / static_cast<T>((he - hs) * (we - ws));
+          for (int64_t ih = hs; ih < he; ++ih) {
+            T* row = gxp + ih * W;
+            for (int64_t iw = ws; iw < we; ++iw) row[iw] += v;
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_forward(const Tensor& input, const Pool2dGeometry& g) {
+  const DType dt = input.dtype();
+  if (is_reduced_float(dt)) {
+    // Exact: a maximum is one of the inputs, so the f32 round trip changes nothing.
+    auto [v, i] = max_pool2d_forward(upcast(input), g);
+    return {v.to(dt), i};
+  }
+  const Tensor x = input.contiguous();
+  const Shape out_shape = with_plane(x.sizes(), g.OH, g.OW);
+  Tensor y = empty(out_shape, dt), ind = empty(out_shape, DType::I64);
+  if (y.numel() == 0) return {y, ind};
+  TRIDENT_DISPATCH_F32_F64(dt, "max_pool2d", [&] {
+    max_pool_forward_typed(x.data<scalar_t>(), y.data<scalar_t>(), ind.data<int64_t>(), planes_of(x.sizes()), g);
+  });
+  return {y, ind};
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_sizes, const Pool2dGeometry& g) {
+  const DType dt = grad_out.dtype();
+  if (is_reduced_float(dt)) return max_pool2d_backward(upcast(grad_out), indices, input_sizes, g).to(dt);
+  const Tensor gy = grad_out.contiguous(), ind = indices.contiguous();
+  Tensor gx = empty(input_sizes, dt);
+  if (gx.numel() == 0) return gx;
+  TRIDENT_DISPATCH_F32_F64(dt, "max_pool2d_backward", [&] {
+    max_pool_backward_typed(gy.data<scalar_t>(), ind.data<int64_t>(), gx.data<scalar_t>(), planes_of(input_sizes), g);
+  });
+  return gx;
+}
+
+Tensor avg_pool2d_forward(const Tensor& input, const Pool2dGeometry& g) {
+  const DType dt = input.dtype();
+  if (is_reduced_float(dt)) return avg_pool2d_forward(upcast(input), g).to(dt);
+  const Tensor x = input.contiguous();
+  Tensor y = empty(with_plane(x.sizes(), g.OH, g.OW), dt);
+  if (y.numel() == 0) return y;
+  TRIDENT_DISPATCH_F32_F64(dt, "avg_pool2d", [&] {
+    avg_pool_forward_typed(x.data<scalar_t>(), y.data<scalar_t>(), planes_of(x.sizes()), g);
+  });
+  return y;
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_sizes, const Pool2dGeometry& g) {
+  const DType dt = grad_out.dtype();
+  if (is_reduced_float(dt)) return avg_pool2d_backward(upcast(grad_out), input_sizes, g).to(dt);
+  const Tensor gy = grad_out.contiguous();
+  Tensor gx = empty(input_sizes, dt);
+  if (gx.numel() == 0) return gx;
+  TRIDENT_DISPATCH_F32_F64(dt, "avg_pool2d_backward", [&] {
+    avg_pool_backward_typed(gy.data<scalar_t>(), gx.data<scalar_t>(), planes_of(input_sizes), g);
+  });
+  return gx;
+}
+
+Tensor adaptive_avg_pool2d_forward(const Tensor& input, int64_t OH, int64_t OW) {
+  const DType dt = input.dtype();
+  if (is_reduced_float(dt)) return adaptive_avg_pool2d_forward(upcast(input), OH, OW).to(dt);
+  const Tensor x = input.contiguous();
+  const int64_t H = x.size(-2), W = x.size(-1);
+  Tensor y = empty(with_plane(x.sizes(), OH, OW), dt);
+  if (y.numel() == 0) return y;
+  TRIDENT_DISPATCH_F32_F64(dt, "adaptive_avg_pool2d", [&] {
+    adaptive_forward_typed(x.data<scalar_t>(), y.data<scalar_t>(), planes_of(x.sizes()), H, W, OH, OW);
+  });
+  return y;
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_sizes) {
+  const DType dt = grad_out.dtype();
+  if (is_reduced_float(dt)) return adaptive_avg_pool2d_backward(upcast(grad_out), input_sizes).to(dt);
+  const Tensor gy = grad_out.contiguous();
+  Tensor gx = empty(input_sizes, dt);
+  if (gx.numel() == 0) return gx;
+  const int64_t H = input_sizes[input_sizes.size() - 2], W = input_sizes.back();
+  TRIDENT_DISPATCH_F32_F64(dt, "adaptive_avg_pool2d_backward", [&] {
+    adaptive_backward_typed(gy.data<scalar_t>(), gx.data<scalar_t>(), planes_of(input_sizes), H, W, gy.size(-2), gy.size(-1));
+  });
+  return gx;
+}
+
+}  // namespace trident::cpu

@@ -1,0 +1,97 @@
+#include "ops/pool.h"
+
+#include "ops/common.h"
+#include "ops/cpu/pool.h"
+#include "ops/math/pool.h"
+
+namespace trident {
+
+using namespace ops_detail;
+
+namespace {
+
+Shape pair(Int2 v) { return {v[0], v[1]}; }
+
+void check_pool_input(const char* op, const Tensor& x) {
+  check_defined(op, x);
+  check_cpu(op, x);
+  check_floating(op, x);
+  TRIDENT_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got input of shape ",
+                x.sizes());
+  TRIDENT_CHECK(x.size(-3) > 0 && x.size(-2) > 0 && x.size(-1) > 0, op,
+                ": expected non-empty C, H and W dims (only the batch dim may be 0), got input of shape ", x.sizes());
+}
+
+// Validates the window parameters against the input (PyTorch's rules) and sizes the output.
+cpu::Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Int2 kernel, std::optional<Int2> stride_in, Int2 padding,
+                                  Int2 dilation, bool ceil_mode) {
+  check_pool_input(op, x);
+  const Int2 stride = stride_in.value_or(kernel);
+  TRIDENT_CHECK(kernel[0] >= 1 && kernel[1] >= 1, op, ": kernel size must be positive, got kernel ", pair(kernel),
+                " (input shape ", x.sizes(), ")");
+  TRIDENT_CHECK(stride[0] >= 1 && stride[1] >= 1, op, ": stride must be positive, got stride ", pair(stride),
+                " (input shape ", x.sizes(), ", kernel ", pair(kernel), ")");
+  TRIDENT_CHECK(dilation[0] >= 1 && dilation[1] >= 1, op, ": dilation must be positive, got dilation ", pair(dilation),
+                " (input shape ", x.sizes(), ", kernel ", pair(kernel), ")");
+  TRIDENT_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": padding must be non-negative, got padding ", pair(padding),
+                " (input shape ", x.sizes(), ", kernel ", pair(kernel), ")");
+  TRIDENT_CHECK(padding[0] <= kernel[0] / 2 && padding[1] <= kernel[1] / 2, op, ": padding ", pair(padding),
+                " must be at most half the kernel size ", pair(kernel), " (input shape ", x.sizes(), ")");
+  cpu::Pool2dGeometry g;
+  g.H = x.size(-2), g.W = x.size(-1);
+  g.kH = kernel[0], g.kW = kernel[1], g.sh = stride[0], g.sw = stride[1];
+  g.ph = padding[0], g.pw = padding[1], g.dh = dilation[0], g.dw = dilation[1];
+  g.OH = math::pool_output_size(g.H, g.kH, g.ph, g.sh, g.dh, ceil_mode);
+  g.OW = math::pool_output_size(g.W, g.kW, g.pw, g.sw, g.dw, ceil_mode);
+  TRIDENT_CHECK(g.OH >= 1 && g.OW >= 1, op, ": input of shape ", x.sizes(), " is too small for kernel ", pair(kernel),
+                " with stride ", pair(stride), ", padding ", pair(padding), " and dilation ", pair(dilation),
+                ": the output size would be ", Shape{g.OH, g.OW});
+  return g;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                                                  Int2 dilation, bool ceil_mode) {
+  const cpu::Pool2dGeometry geo = pool_geometry("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
+  auto [out, indices] = cpu::max_pool2d_forward(x.detach(), geo);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("MaxPool2dBackward", {x}, out,
+                     [geo, in = x.sizes(), si = SavedTensor(indices)](const TensorList& g) {
+                       return TensorList{cpu::max_pool2d_backward(g[0], si.unpack(), in, geo)};
+                     });
+  }
+  return {out, indices};
+}
+
+Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, Int2 dilation, bool ceil_mode) {
+  return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+}
+
+Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, bool ceil_mode,
+                  bool count_include_pad) {
+  cpu::Pool2dGeometry geo = pool_geometry("avg_pool2d", x, kernel, stride, padding, {1, 1}, ceil_mode);
+  geo.count_include_pad = count_include_pad;
+  Tensor out = cpu::avg_pool2d_forward(x.detach(), geo);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("AvgPool2dBackward", {x}, out, [geo, in = x.sizes()](const TensorList& g) {
+      return TensorList{cpu::avg_pool2d_backward(g[0], in, geo)};
+    });
+  }
+  return out;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+  check_pool_input("adaptive_avg_pool2d", x);
+  TRIDENT_CHECK(output_size[0] >= 0 && output_size[1] >= 0, "adaptive_avg_pool2d: output_size must be non-negative, got ",
+                pair(output_size), " (input shape ", x.sizes(), ")");
+  Tensor out = cpu::adaptive_avg_pool2d_forward(x.detach(), output_size[0], output_size[1]);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("AdaptiveAvgPool2dBackward", {x}, out, [in = x.sizes()](const TensorList& g) {
+      return TensorList{cpu::adaptive_avg_pool2d_backward(g[0], in)};
+    });
+  }
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,374 @@
+#include <cmath>
+#include <string>
+
+#include "test_util.h"
+
+using namespace trident;
+using namespace trident::testing;
+using autograd::TensorList;
+
+namespace {
+
+struct ConvParams {
+  Int2 stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+
+std::string describe(const ConvParams& p, const Shape& x, const Shape& w) {
+  return detail::str("input ", x, " weight ", w, " stride ", Shape{p.stride[0], p.stride[1]}, " padding ",
+                     Shape{p.padding[0], p.padding[1]}, " dilation ", Shape{p.dilation[0], p.dilation[1]}, " groups ", p.groups);
+}
+
+// The direct definition of conv2d, in f64, written out with nested loops: forward value, the
+// magnitude sum |x w| + |b| of every output (for tolerances), and the three gradients for an
+// upstream gradient gy.
+struct ConvReference {
+  Tensor out, magnitude, gx, gw, gb;
+};
+
+ConvReference reference_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, const Tensor& gy_in = Tensor()) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), Cg = w.size(1), kH = w.size(2), kW = w.size(3);
+  const int64_t Og = O / p.groups;
+  const int64_t OH = (H + 2 * p.padding[0] - p.dilation[0] * (kH - 1) - 1) / p.stride[0] + 1;
+  const int64_t OW = (W + 2 * p.padding[1] - p.dilation[1] * (kW - 1) - 1) / p.stride[1] + 1;
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(static_cast<size_t>(O), 0.0);
+  const std::vector<double> gyv = gy_in.defined() ? gy_in.to_vector<double>() : std::vector<double>(static_cast<size_t>(N * O * OH * OW), 1.0);
+  std::vector<double> out(static_cast<size_t>(N * O * OH * OW)), mag(out.size());
+  std::vector<double> gx(xv.size(), 0.0), gw(wv.size(), 0.0), gb(static_cast<size_t>(O), 0.0);
+  auto xi = [&](int64_t n, int64_t c, int64_t h, int64_t ww) { return static_cast<size_t>(((n * C + c) * H + h) * W + ww); };
+  auto wi = [&](int64_t o, int64_t c, int64_t h, int64_t ww) { return static_cast<size_t>(((o * Cg + c) * kH + h) * kW + ww); };
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const size_t oi = static_cast<size_t>(((n * O + o) * OH + oh) * OW + ow);
+          const double g = gyv[oi];
+          double s = bv[static_cast<size_t>(o)], m = std::fabs(bv[static_cast<size_t>(o)]);
+          gb[static_cast<size_t>(o)] += g;
+          const int64_t group = o / Og;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t kh = 0; kh < kH; ++kh)
+              for (int64_t kw = 0; kw < kW; ++kw) {
+                const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
+                const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const size_t a = xi(n, group * Cg + c, ih, iw), bi = wi(o, c, kh, kw);
+                s += xv[a] * wv[bi];
+                m += std::fabs(xv[a] * wv[bi]);
+                gx[a] += g * wv[bi];
+                gw[bi] += g * xv[a];
+              }
+          out[oi] = s;
+          mag[oi] = m;
+        }
+  const Shape os{N, O, OH, OW};
+  return {from_vector<double>(out, os), from_vector<double>(mag, os), from_vector<double>(gx, x.sizes()),
+          from_vector<double>(gw, w.sizes()), from_vector<double>(gb, {O})};
+}
+
+// |got - ref| <= tol_per_term * terms * magnitude, element-wise. A dot product of n terms
+// computed in floating point with unit roundoff u is off by at most about n u sum |x_i w_i|
+// (the classic bound for any summation order, blocked BLAS kernels and FMAs included), so
+// the allowed error scales with each output's own magnitude and term count, not with a
+// global constant that would be too loose for small outputs and too tight for large ones.
+::testing::AssertionResult within_rounding(const Tensor& got, const Tensor& ref, const Tensor& magnitude, double terms, double u) {
+  if (got.sizes() != ref.sizes())
+    return ::testing::AssertionFailure() << "shapes differ: " << shape_str(got.sizes()) << " vs " << shape_str(ref.sizes());
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(), m = magnitude.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double tol = 2.0 * terms * u * m[i] + 1e-300;
+    if (!(std::fabs(g[i] - r[i]) <= tol))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i] << " (tolerance " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor abs_of(const Tensor& t) {
+  std::vector<double> v = t.to_vector<double>();
+  for (double& e : v) e = std::fabs(e);
+  return from_vector<double>(v, t.sizes());
+}
+
+constexpr double kU64 = 1.1102230246251565e-16;  // 2^-53
+constexpr double kU32 = 5.9604644775390625e-08;  // 2^-24
+
+struct ConvCase {
+  Shape x, w;
+  ConvParams p;
+  bool bias = true;
+};
+
+// Forward in f64 and f32 and all three f64 gradients against the reference.
+void check_against_reference(const ConvCase& c, uint64_t seed) {
+  Generator gen(seed);
+  const Tensor x = randn(c.x, kF64, &gen), w = randn(c.w, kF64, &gen);
+  const Tensor b = c.bias ? randn({c.w[0]}, kF64, &gen) : Tensor();
+  const std::string what = detail::str(describe(c.p, c.x, c.w), c.bias ? " with bias" : " without bias");
+  const double terms = static_cast<double>(c.w[1] * c.w[2] * c.w[3] + 1);
+
+  // f64 forward and backward (upstream gradient random, so every gradient entry is weighted).
+  Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
+  Tensor bl = c.bias ? b.clone().set_requires_grad() : Tensor();
+  Tensor out = conv2d(xl, wl, bl, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+  const Tensor gy = randn(out.sizes(), kF64, &gen);
+  const ConvReference ref = reference_conv2d(x, w, b, c.p, gy);
+  ASSERT_EQ(out.sizes(), ref.out.sizes()) << what;
+  EXPECT_TRUE(within_rounding(out, ref.out, ref.magnitude, terms, kU64)) << what;
+  out.backward(gy);
+  // Each gradient entry is a sum too: bound it by the same reference run on |x|, |w|, |gy|.
+  const ConvReference mags = reference_conv2d(abs_of(x), abs_of(w), Tensor(), c.p, abs_of(gy));
+  const double per_weight = static_cast<double>(out.numel() / c.w[0]);  // N OH OW terms
+  EXPECT_TRUE(within_rounding(xl.grad(), ref.gx, mags.gx, static_cast<double>(c.w[0]) * terms, kU64)) << what << " (d input)";
+  EXPECT_TRUE(within_rounding(wl.grad(), ref.gw, mags.gw, per_weight, kU64)) << what << " (d weight)";
+  if (c.bias) {
+    EXPECT_TRUE(within_rounding(bl.grad(), ref.gb, mags.gb, per_weight, kU64)) << what << " (d bias)";
+  }
+
+  // f32: the inputs rounded to f32 and the reference recomputed in f64 from those same
+  // rounded values, so the only difference left is f32 accumulation (bounded as above).
+  const Tensor x32 = x.to(kF32), w32 = w.to(kF32), b32 = c.bias ? b.to(kF32) : Tensor();
+  const ConvReference ref32 = reference_conv2d(x32.to(kF64), w32.to(kF64), c.bias ? b32.to(kF64) : Tensor(), c.p);
+  const Tensor out32 = conv2d(x32, w32, b32, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+  EXPECT_EQ(out32.dtype(), kF32);
+  EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+}
+
+}  // namespace
+
+// stride x padding x dilation x groups, every combination, 3x3 kernels; groups == C is the
+// depthwise kernel, the others the im2col + GEMM path.
+TEST(Conv2d, EveryStridePaddingDilationGroupsMatchesNestedLoops) {
+  const int64_t C = 4;
+  uint64_t seed = 1000;
+  int cases = 0;
+  for (int64_t s : {1, 2})
+    for (int64_t pad : {0, 1, 2})
+      for (int64_t d : {1, 2})
+        for (int64_t groups : {int64_t{1}, int64_t{2}, C}) {
+          const int64_t O = groups == C ? C : 6;
+          ConvCase c{{2, C, 7, 6}, {O, C / groups, 3, 3}, {{s, s}, {pad, pad}, {d, d}, groups}, true};
+          SCOPED_TRACE(describe(c.p, c.x, c.w));
+          check_against_reference(c, seed++);
+          ++cases;
+        }
+  EXPECT_EQ(cases, 36);
+}
+
+TEST(Conv2d, OneByOneOneBySevenSevenByOneAndChannelMultiplierKernels) {
+  const std::vector<ConvCase> cases = {
+      // 1x1, stride 1, no padding: the pointwise fast path (one GEMM, no im2col), with and without groups.
+      {{2, 6, 5, 4}, {8, 6, 1, 1}, {}, true},
+      {{2, 6, 5, 4}, {4, 3, 1, 1}, {{1, 1}, {0, 0}, {1, 1}, 2}, false},
+      {{3, 5, 1, 1}, {7, 5, 1, 1}, {}, true},
+      // 1x1 that is not pointwise: strided, padded.
+      {{2, 6, 5, 4}, {8, 6, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, true},
+      {{1, 3, 4, 4}, {2, 3, 1, 1}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      // 1x7 and 7x1 with "same" padding (AmoebaNet's factorized 7x7), dense and depthwise.
+      {{2, 4, 9, 9}, {6, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+      {{2, 4, 9, 9}, {6, 4, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, true},
+      {{2, 4, 9, 8}, {4, 1, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 4}, true},
+      {{2, 4, 9, 8}, {4, 1, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 4}, false},
+      // Depthwise-separable pieces: 3x3, 5x5, 7x7 depthwise, strided, and a channel multiplier.
+      {{2, 3, 11, 10}, {3, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 3}, true},
+      {{1, 3, 11, 10}, {3, 1, 7, 7}, {{1, 1}, {3, 3}, {1, 1}, 3}, true},
+      {{2, 3, 7, 7}, {6, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 3}, true},
+      {{2, 3, 9, 8}, {9, 1, 5, 5}, {{2, 2}, {2, 2}, {2, 1}, 3}, true},
+      {{2, 1, 6, 6}, {4, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  // one input channel: depthwise with multiplier 4
+      // Depthwise with uneven strides and dilations (several stride phases per kernel row).
+      {{2, 3, 10, 11}, {3, 1, 3, 3}, {{1, 3}, {1, 1}, {1, 1}, 3}, true},
+      {{1, 2, 9, 9}, {4, 1, 3, 2}, {{3, 2}, {0, 1}, {2, 3}, 2}, true},
+      {{1, 2, 12, 12}, {2, 1, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 2}, true},  // 9 taps a row: more than one unrolled pass
+      // Unequal strides, paddings and dilations per axis.
+      {{2, 4, 8, 9}, {4, 2, 3, 2}, {{2, 1}, {1, 0}, {1, 2}, 2}, true},
+      // Kernel exactly as large as the padded input: a 1x1 output.
+      {{1, 2, 3, 3}, {2, 2, 5, 5}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+  };
+  uint64_t seed = 2000;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(describe(c.p, c.x, c.w));
+    check_against_reference(c, seed++);
+  }
+}
+
+TEST(Conv2d, LargeGemmsRunOnBlasThreadsAndAgree) {
+  // Og x OH OW x C kH kW = 32 x 256 x 288, well above OpenBLAS's single-thread size: the
+  // (sample, group) units run in order with threaded GEMMs and parallel im2col/col2im
+  // (NOTE [Conv2d threads]); the small cases above take the batch-parallel branch.
+  check_against_reference({{2, 32, 16, 16}, {32, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3000);
+  check_against_reference({{2, 32, 16, 16}, {32, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true}, 3001);
+  check_against_reference({{2, 64, 16, 16}, {64, 64, 1, 1}, {}, true}, 3002);
+  // Pointwise GEMMs above OpenBLAS's threading size: one GEMM per sample straight on the tensors.
+  check_against_reference({{2, 16, 32, 40}, {24, 16, 1, 1}, {}, true}, 3005);
+  check_against_reference({{2, 16, 32, 40}, {24, 8, 1, 1}, {{1, 1}, {0, 0}, {1, 1}, 2}, false}, 3006);
+  // A depthwise conv with many planes spreads over threads.
+  check_against_reference({{4, 32, 20, 20}, {32, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 32}, true}, 3003);
+  // f64 im2col matrices of 11.5 MB per sample: the 32 MiB workspace takes two samples at a
+  // time, so this runs as a chunk of two and a chunk of one.
+  check_against_reference({{3, 16, 100, 100}, {16, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3004);
+}
+
+TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
+  // NOTE [Conv2d threads]: with one thread every GEMM convolution runs in chunks with batched
+  // columns (or per-sample pointwise GEMMs); with several, small GEMMs run as parallel
+  // (sample, group) units. Each TEST is its own process, so the thread count can be changed.
+  const int before = get_num_threads();
+  const std::vector<ConvCase> cases = {
+      // 16 x 100 x 144 per unit: just under OpenBLAS's threading size, so with 3 threads the
+      // 8 (sample, group) units spread over them (and their weight gradients are summed).
+      {{4, 32, 10, 10}, {32, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
+      {{4, 4, 7, 6}, {6, 2, 3, 3}, {{2, 1}, {1, 2}, {2, 1}, 2}, true},
+      {{3, 6, 5, 5}, {4, 6, 1, 1}, {}, true},
+      {{2, 16, 32, 40}, {8, 16, 1, 1}, {}, false},  // pointwise
+      {{3, 4, 9, 9}, {8, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 4}, true},  // depthwise: no BLAS either way
+  };
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    uint64_t seed = 3500;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(threads, " threads, ", describe(c.p, c.x, c.w)));
+      check_against_reference(c, seed++);
+    }
+  }
+  set_num_threads(before);
+}
+
+TEST(Conv2d, KnownValues) {
+  // 1 x 1 x 3 x 3 input 1..9, 2x2 all-ones kernel: each output sums a 2x2 block.
+  Tensor x = reshape(arange(1, 10, 1, kF32), {1, 1, 3, 3});
+  Tensor w = ones({1, 1, 2, 2});
+  EXPECT_EQ(conv2d(x, w).to_vector<float>(), (std::vector<float>{12, 16, 24, 28}));
+  EXPECT_EQ(conv2d(x, w, from_vector<float>({0.5f}, {1})).to_vector<float>(), (std::vector<float>{12.5, 16.5, 24.5, 28.5}));
+  // Padding 1, stride 2: windows at (-1,-1), (-1,1), (1,-1), (1,1).
+  EXPECT_EQ(conv2d(x, w, Tensor(), {2, 2}, {1, 1}).to_vector<float>(), (std::vector<float>{1, 5, 11, 28}));
+  // Dilation 2 on a 3x3 input with a 2x2 kernel: the four corners.
+  EXPECT_EQ(conv2d(x, w, Tensor(), {1, 1}, {0, 0}, {2, 2}).to_vector<float>(), (std::vector<float>{20}));
+}
+
+TEST(Conv2d, UnbatchedNonContiguousHalfAndEmptyInputs) {
+  Generator gen(4000);
+  const Tensor x = randn({2, 4, 6, 5}, kF64, &gen), w = randn({6, 2, 3, 3}, kF64, &gen), b = randn({6}, kF64, &gen);
+  const Tensor ref = conv2d(x, w, b, {1, 2}, {1, 1}, {1, 1}, 2);
+  // [C, H, W] gives the [O, OH, OW] result of the batch of one.
+  const Tensor x1 = randn({1, 4, 6, 5}, kF64, &gen);
+  const Tensor one = conv2d(reshape(x1, {4, 6, 5}), w, b, {1, 2}, {1, 1}, {1, 1}, 2);
+  ASSERT_EQ(one.sizes(), (Shape{6, 6, 3}));
+  EXPECT_TRUE(all_close(one, reshape(conv2d(x1, w, b, {1, 2}, {1, 1}, {1, 1}, 2), {6, 6, 3}), 0, 0));
+  // A channels-last view of the same values (non-contiguous) gives the same result.
+  const Tensor xt = permute(contiguous(permute(x, {0, 2, 3, 1})), {0, 3, 1, 2});
+  ASSERT_FALSE(xt.is_contiguous());
+  EXPECT_TRUE(all_close(conv2d(xt, w, b, {1, 2}, {1, 1}, {1, 1}, 2), ref, 0, 0));
+  // f16/bf16 compute in f32 and round once: exactly the f32 result of the rounded inputs.
+  for (DType dt : {kBF16, kF16}) {
+    const Tensor xh = x.to(dt), wh = w.to(dt), bh = b.to(dt);
+    const Tensor out = conv2d(xh, wh, bh, {1, 2}, {1, 1}, {1, 1}, 2);
+    EXPECT_EQ(out.dtype(), dt);
+    const Tensor expect = conv2d(xh.to(kF32), wh.to(kF32), bh.to(kF32), {1, 2}, {1, 1}, {1, 1}, 2).to(dt);
+    EXPECT_EQ(out.to_vector<float>(), expect.to_vector<float>());
+    const Tensor dw = conv2d(xh, wh.to(kF32).to(dt), Tensor(), {1, 1}, {1, 1}, {1, 1}, 2);  // runs in f32 too
+    EXPECT_EQ(dw.dtype(), dt);
+  }
+  // An empty batch gives an empty result; its backward gives zero weight and bias gradients.
+  Tensor e = zeros({0, 4, 6, 5}, kF64).set_requires_grad();
+  Tensor wl = w.clone().set_requires_grad(), bl = b.clone().set_requires_grad();
+  Tensor out = conv2d(e, wl, bl, {1, 1}, {1, 1}, {1, 1}, 2);
+  EXPECT_EQ(out.sizes(), (Shape{0, 6, 6, 5}));
+  sum(out).backward();
+  EXPECT_EQ(wl.grad().to_vector<double>(), std::vector<double>(static_cast<size_t>(w.numel()), 0.0));
+  EXPECT_EQ(bl.grad().to_vector<double>(), std::vector<double>(6, 0.0));
+}
+
+TEST(Conv2d, BackwardThroughABroadcastGradient) {
+  // sum()'s backward hands conv2d an expanded (stride 0) gradient: every gradient entry is
+  // then the plain sum of the terms that reach it.
+  Generator gen(4100);
+  const Tensor x0 = randn({2, 3, 5, 5}, kF64, &gen), w0 = randn({4, 3, 3, 3}, kF64, &gen);
+  Tensor x = x0.clone().set_requires_grad(), w = w0.clone().set_requires_grad(), b = zeros({4}, kF64).set_requires_grad();
+  sum(conv2d(x, w, b, {1, 1}, {1, 1})).backward();
+  const ConvReference ref = reference_conv2d(x0, w0, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 1});
+  EXPECT_TRUE(all_close(x.grad(), ref.gx, 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(w.grad(), ref.gw, 1e-12, 1e-12));
+  EXPECT_EQ(b.grad().to_vector<double>(), std::vector<double>(4, 2.0 * 5 * 5));
+}
+
+TEST(Conv2dGradcheck, RepresentativeCombinations) {
+  struct Case {
+    Shape x, w;
+    ConvParams p;
+  };
+  const std::vector<Case> cases = {
+      {{2, 4, 5, 5}, {3, 4, 3, 3}, {}},
+      {{2, 4, 6, 5}, {4, 2, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}},
+      {{1, 4, 6, 6}, {4, 2, 3, 3}, {{1, 2}, {2, 1}, {2, 2}, 2}},
+      {{2, 3, 6, 5}, {3, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 3}},   // depthwise
+      {{1, 3, 7, 6}, {6, 1, 3, 3}, {{2, 2}, {2, 2}, {2, 2}, 3}},   // depthwise, multiplier 2, dilated
+      {{2, 3, 7, 7}, {3, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 3}},   // depthwise 5x5
+      {{2, 4, 4, 3}, {5, 4, 1, 1}, {}},                            // pointwise
+      {{1, 2, 7, 7}, {3, 2, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}},   // 1x7
+      {{1, 2, 7, 7}, {3, 2, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}},   // 7x1
+      {{2, 4, 7, 7}, {4, 4, 3, 3}, {{1, 1}, {0, 0}, {2, 2}, 1}},   // dilated, unpadded
+  };
+  uint64_t seed = 5000;
+  for (const Case& c : cases) {
+    Tensor x = rand_leaf(c.x, seed++), w = rand_leaf(c.w, seed++), b = rand_leaf({c.w[0]}, seed++);
+    const ConvParams p = c.p;
+    EXPECT_TRUE(grad_ok(gradcheck(
+        [&](const TensorList& in) { return conv2d(in[0], in[1], in[2], p.stride, p.padding, p.dilation, p.groups); }, {x, w, b})))
+        << describe(p, c.x, c.w);
+  }
+  // Non-contiguous input and weight; no bias; only some inputs requiring grad.
+  Tensor xt = rand_leaf_transposed({2, 3, 5, 4}, 5100), wt = rand_leaf_transposed({2, 3, 3, 3}, 5101);
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), {1, 1}, {1, 1}); }, {xt, wt})));
+  Tensor x = rand_leaf({1, 2, 4, 4}, 5102);
+  Tensor w = rand_leaf({2, 2, 3, 3}, 5103).detach();
+  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return conv2d(in[0], w); }, {x})));
+  Tensor xu = rand_leaf({3, 5, 5}, 5104), wu = rand_leaf({2, 3, 3, 3}, 5105);  // unbatched
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), {2, 2}, {1, 1}); }, {xu, wu})));
+}
+
+namespace {
+// Runs f, expects a trident::Error, and checks that its message contains every part.
+template <typename F>
+void expect_error(const F& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts.front();
+  } catch (const Error& e) {
+    for (const std::string& p : parts) EXPECT_NE(e.message().find(p), std::string::npos) << "missing \"" << p << "\" in: " << e.message();
+  }
+}
+}  // namespace
+
+TEST(Conv2d, ErrorsNameTheShapesAndTheParameter) {
+  const Tensor x = zeros({2, 6, 5, 5}), w = zeros({4, 3, 3, 3});
+  // Input channels != weight.size(1) * groups.
+  expect_error([&] { conv2d(x, zeros({4, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2); },
+               {"[2, 6, 5, 5]", "[4, 2, 3, 3]", "groups = 2", "weight.size(1) * groups = 4"});
+  expect_error([&] { conv2d(x, w); }, {"[2, 6, 5, 5]", "[4, 3, 3, 3]", "groups = 1", "weight.size(1) * groups = 3"});
+  // groups not dividing the input or output channels.
+  expect_error([&] { conv2d(zeros({2, 5, 5, 5}), zeros({4, 1, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2); },
+               {"groups = 2", "5 channels", "[2, 5, 5, 5]", "[4, 1, 3, 3]"});
+  expect_error([&] { conv2d(x, zeros({3, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2); },
+               {"groups = 2", "3 output channels", "[3, 3, 3, 3]", "[2, 6, 5, 5]"});
+  expect_error([&] { conv2d(x, w, Tensor(), {1, 1}, {0, 0}, {1, 1}, 0); }, {"groups", "0", "[2, 6, 5, 5]", "[4, 3, 3, 3]"});
+  // Kernel larger than the padded input, with and without dilation.
+  expect_error([&] { conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 5, 5})); },
+               {"kernel size [5, 5]", "padded input size [4, 4]", "[1, 1, 4, 4]", "[1, 1, 5, 5]", "padding [0, 0]"});
+  expect_error([&] { conv2d(zeros({1, 1, 4, 4}), zeros({1, 1, 3, 3}), Tensor(), {1, 1}, {1, 1}, {3, 3}); },
+               {"kernel size [7, 7]", "dilation [3, 3]", "padded input size [6, 6]", "[1, 1, 4, 4]", "[1, 1, 3, 3]"});
+  // Non-positive stride and dilation, negative padding.
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, Tensor(), {0, 1}); }, {"stride", "[0, 1]", "[1, 3, 5, 5]", "[4, 3, 3, 3]"});
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, Tensor(), {1, 1}, {0, 0}, {1, -1}); },
+               {"dilation", "[1, -1]", "[1, 3, 5, 5]", "[4, 3, 3, 3]"});
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, Tensor(), {1, 1}, {-1, 0}); }, {"padding", "[-1, 0]", "[1, 3, 5, 5]"});
+  // Wrong ranks and bias shapes.
+  expect_error([&] { conv2d(zeros({3, 5}), w); }, {"3-D", "4-D", "[3, 5]", "[4, 3, 3, 3]"});
+  expect_error([&] { conv2d(zeros({1, 1, 3, 5, 5}), w); }, {"[1, 1, 3, 5, 5]"});
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3})); }, {"4-D weight", "[4, 3, 3]", "[1, 3, 5, 5]"});
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, zeros({3})); }, {"bias", "[4]", "[3]", "[4, 3, 3, 3]"});
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, zeros({4, 1})); }, {"bias", "[4, 1]"});
+  // Dtypes.
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}, kF64), w); }, {"f64", "f32"});
+  expect_error([&] { conv2d(zeros({1, 3, 5, 5}, kI64), zeros({4, 3, 3, 3}, kI64)); }, {"floating"});
+}
