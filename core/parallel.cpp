@@ -8,10 +8,13 @@
 
 namespace trident {
 
-// NOTE [Threads]: OpenMP runs Trident's own loops and OpenBLAS runs GEMM on its own pthreads.
-// The two pools never run at once (an op is either a GEMM or a loop), so both are sized to
-// the same count: the OpenMP default (OMP_NUM_THREADS, or the cores) unless set_num_threads
-// is called. OpenBLAS is told once, on first use, not on every GEMM.
+// NOTE [Threads]: OpenMP runs all of Trident's CPU parallelism, GEMMs included. OpenBLAS is
+// set to one thread, once; cpu::gemm (ops/cpu/linalg.cpp) splits a large product into panels
+// of rows or columns on OpenMP threads, each panel one single-threaded OpenBLAS call, and a GEMM
+// called inside a parallel region (one per attention head, per image) simply runs on its
+// thread. So only one pool of threads ever exists: no oversubscription, and no second pool
+// spinning against the first between a GEMM and the element-wise loop after it. The count is
+// the OpenMP default (OMP_NUM_THREADS, or the cores) unless set_num_threads is called.
 namespace {
 std::atomic<int> g_threads{0};
 }
@@ -21,7 +24,7 @@ int get_num_threads() {
   if (n == 0) {
     n = omp_get_max_threads();
     int expected = 0;
-    if (g_threads.compare_exchange_strong(expected, n)) openblas_set_num_threads(n);
+    if (g_threads.compare_exchange_strong(expected, n)) openblas_set_num_threads(1);
     n = g_threads.load();
   }
   return n;
@@ -31,7 +34,7 @@ void set_num_threads(int n) {
   TRIDENT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
   g_threads.store(n);
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(1);
 }
 
 }  // namespace trident

@@ -84,12 +84,11 @@ struct DropoutRow {
   }
 };
 
-// Runs f(b) for every batch-head, in parallel with single-threaded BLAS when there are enough
-// of them, one after another with threaded BLAS otherwise (NOTE [BLAS in parallel regions]).
+// Runs f(t) for every task: in parallel (each GEMM on its thread) when there are enough of
+// them, one after another (each GEMM split across the threads) otherwise (NOTE [Threads]).
 template <typename F>
 void for_tasks(int64_t n, const F& f) {
   if (n >= 2 * get_num_threads()) {
-    BlasSingleThread single;
     parallel_for(0, n, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t t = b0; t < b1; ++t) f(t);
     });

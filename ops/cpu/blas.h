@@ -1,5 +1,7 @@
 // Row-major GEMM on the CPU through OpenBLAS, for kernels that need a matrix product inside
-// (matmul, linear, convolution via im2col): C = alpha * op(A) @ op(B) + beta * C.
+// (matmul, linear, convolution via im2col): C = alpha * op(A) @ op(B) + beta * C. Outside a
+// parallel region a large product is split into panels across Trident's threads; inside one
+// it runs on the calling thread (NOTE [Threads] in core/parallel.cpp).
 #pragma once
 
 #include <cstdint>
@@ -12,20 +14,8 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc);
 
-// NOTE [BLAS in parallel regions]: a kernel that runs many small GEMMs in parallel (one per batch
-// matrix, per attention head, per image) holds a BlasSingleThread for the region: each OpenBLAS
-// call then runs on the calling thread instead of waking OpenBLAS's own pool, which would
-// oversubscribe the cores. Large single GEMMs are left to OpenBLAS's threads.
-class BlasSingleThread {
- public:
-  BlasSingleThread();
-  ~BlasSingleThread();
-  BlasSingleThread(const BlasSingleThread&) = delete;
-  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
-};
-
-// Whether a batch of `count` GEMMs of m x n x k should run one per thread (BlasSingleThread)
-// rather than one after another with a threaded BLAS.
+// Whether a batch of `count` GEMMs of m x n x k should run one per thread rather than one
+// after another, each split across the threads (NOTE [Threads] in core/parallel.cpp).
 bool gemm_batch_in_parallel(int64_t count, int64_t m, int64_t n, int64_t k);
 
 }  // namespace trident::cpu

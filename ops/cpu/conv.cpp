@@ -1,7 +1,5 @@
 #include "ops/cpu/conv.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <mutex>
 #include <utility>
@@ -34,20 +32,15 @@ namespace trident::cpu {
 // adds per-plane f32 sums into f64, the bias gradient sums in f64 directly.
 //
 // NOTE [Conv2d threads]
-// OpenBLAS threads each GEMM itself (the pthread build Trident links: its own pool, sized by
-// set_num_threads, NOTE [Threads]). Calling a GEMM that OpenBLAS would thread from inside a
-// parallel_for would put threads x threads workers on the cores, so the GEMM paths choose:
+// All parallelism is OpenMP's (NOTE [Threads]): cpu::gemm splits a large GEMM into panels
+// across the threads and runs a GEMM called inside a parallel region on its own thread. The
+// GEMM paths choose between:
 // - "parallel units": (sample, group) units on parallel_for threads, each with its own im2col
-//   workspace and single-threaded GEMMs, when each GEMM is so small that OpenBLAS runs it on
-//   the calling thread anyway (m n k <= 65536 x 4, the SMP_THRESHOLD_MIN x
-//   GEMM_MULTITHREAD_THRESHOLD rule of OpenBLAS's interface/gemm.c), or when the OpenBLAS in
-//   use is sequential or OpenMP-based (single-threaded inside a parallel region) and there are
-//   at least as many units as threads;
+//   workspace and one GEMM on its thread, when each GEMM is small (m n k <= 65536 x 4: too
+//   little work to split) or there are at least as many units as threads;
 // - otherwise "chunks": samples go in chunks whose buffers fit a 32 MiB workspace, each chunk
-//   in phases: im2col of the whole chunk on Trident's threads, then its GEMMs on OpenBLAS's
-//   threads, then col2im (or the copy to the output) on Trident's threads. Both pools spin a
-//   while after their work, so handing the cores over a few times per chunk instead of twice
-//   per sample keeps them from competing. The chunk's im2col matrices are "batched": its
+//   in phases: im2col of the whole chunk in parallel, then its GEMMs (each split across the
+//   threads), then col2im (or the copy to the output) in parallel. The chunk's im2col matrices are "batched": its
 //   samples sit side by side in each row, so each group needs one wide GEMM per chunk
 //   ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and the result is copied from its
 //   [O, nb, OH OW] layout into the output (a copy O / K the size of the im2col);
@@ -59,15 +52,16 @@ namespace trident::cpu {
 
 namespace {
 
-constexpr double kOpenBlasSingleThreadMnk = 65536.0 * 4.0;
+constexpr double kSmallGemmMnk = 65536.0 * 4.0;
 
 bool parallel_over_units(int64_t units, int64_t m, int64_t n, int64_t k) {
   const int threads = get_num_threads();
   if (threads <= 1 || units <= 1) return false;
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (mnk <= kOpenBlasSingleThreadMnk) return true;
-  static const bool blas_threads_itself = openblas_get_parallel() == 1;  // 0 sequential, 1 pthreads, 2 OpenMP
-  return !blas_threads_itself && units >= threads;
+  if (mnk <= kSmallGemmMnk) return true;
+  // Larger GEMMs are split across the threads by cpu::gemm itself (NOTE [Threads]); running
+  // units in parallel still wins when there are enough of them to share out evenly.
+  return units >= threads;
 }
 
 // Units per parallel_for chunk in the parallel-units schedule: enough multiply-adds (about

@@ -105,7 +105,6 @@ Tensor matmul_typed(Tensor a, Tensor b) {
     gemm<T>(ta, tb, m, n, k, T(1), ap + ao, la.ld, bp + bo, lb.ld, T(0), op + i * m * n, n);
   };
   if (gemm_batch_in_parallel(nbatch, m, n, k)) {
-    BlasSingleThread single;
     parallel_for(0, nbatch, 1, [&](int64_t b0, int64_t e0) {
       for (int64_t i = b0; i < e0; ++i) one(i);
     });
@@ -126,26 +125,43 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  get_num_threads();  // sizes OpenBLAS's pool once (NOTE [Threads])
-  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  const auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-                static_cast<blasint>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-                static_cast<blasint>(ldc));
+  const auto call = [&](int64_t mm, int64_t nn, const T* ap, const T* bp, T* cp) {
+    const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+    const auto M = static_cast<blasint>(mm), N = static_cast<blasint>(nn), K = static_cast<blasint>(k);
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, ap, static_cast<blasint>(lda), bp, static_cast<blasint>(ldb), beta, cp,
+                  static_cast<blasint>(ldc));
+    } else {
+      cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, ap, static_cast<blasint>(lda), bp, static_cast<blasint>(ldb), beta, cp,
+                  static_cast<blasint>(ldc));
+    }
+  };
+  const int threads = get_num_threads();  // also puts OpenBLAS on one thread (NOTE [Threads])
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (threads <= 1 || omp_in_parallel() || work < 262144.0 || std::max(m, n) < 32) {
+    call(m, n, a, b, c);
+    return;
   }
+  // Panels of C's rows (or columns, when there are more of those), 16-aligned, one per thread.
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t panels = std::min<int64_t>(threads, (extent + 15) / 16);
+  const int64_t step = ((extent + panels - 1) / panels + 15) / 16 * 16;
+  parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t lo = p * step, hi = std::min(extent, lo + step);
+      if (lo >= hi) continue;
+      if (by_rows) {
+        call(hi - lo, n, trans_a ? a + lo : a + lo * lda, b, c + lo * ldc);
+      } else {
+        call(m, hi - lo, a, trans_b ? b + lo * ldb : b + lo, c + lo);
+      }
+    }
+  });
 }
-BlasSingleThread::BlasSingleThread() {
-  get_num_threads();
-  openblas_set_num_threads(1);
-}
-BlasSingleThread::~BlasSingleThread() { openblas_set_num_threads(get_num_threads()); }
-
 bool gemm_batch_in_parallel(int64_t count, int64_t m, int64_t n, int64_t k) {
-  // Below ~2M multiply-adds a GEMM does not keep several OpenBLAS threads busy; many of them
-  // are better spread one per thread.
+  // Below ~2M multiply-adds a GEMM split in panels keeps each thread busy too briefly; many of
+  // them are better spread one per thread.
   return count > 1 && get_num_threads() > 1 && m * n * k <= (int64_t{1} << 21);
 }
 
