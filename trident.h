@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/arith.h"
+#include "ops/compare.h"
 #include "ops/copy.h"
 #include "ops/linalg.h"
 #include "ops/reduce.h"
