@@ -5,6 +5,7 @@
 #include "core/factory.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nary_loop.h"
+#include "ops/math/select.h"
 
 namespace trident::cpu {
 
@@ -85,9 +86,9 @@ Tensor where_scalar(const Tensor& cond, const Tensor& x, double s, bool x_when_t
     using C = compute_t<scalar_t>;
     const C sv = scalar_as<scalar_t>(s);
     if (x_when_true) {
-      nary_loop<scalar_t, bool, scalar_t>(out, {cond, x}, [=](bool c, C v) { return c ? v : sv; });
+      nary_loop<scalar_t, bool, scalar_t>(out, {cond, x}, [=](bool c, C v) { return math::select(c, v, sv); });
     } else {
-      nary_loop<scalar_t, bool, scalar_t>(out, {cond, x}, [=](bool c, C v) { return c ? sv : v; });
+      nary_loop<scalar_t, bool, scalar_t>(out, {cond, x}, [=](bool c, C v) { return math::select(c, sv, v); });
     }
   });
   return out;
@@ -98,7 +99,7 @@ void masked_fill_(const Tensor& self, const Tensor& mask, double s) {
     using C = compute_t<scalar_t>;
     const C sv = scalar_as<scalar_t>(s);
     // Each element is read and written at the same place, so writing self while reading it is safe.
-    nary_loop<scalar_t, bool, scalar_t>(self, {mask, self}, [=](bool c, C v) { return c ? sv : v; });
+    nary_loop<scalar_t, bool, scalar_t>(self, {mask, self}, [=](bool c, C v) { return math::select(c, sv, v); });
   });
   self.bump_version();
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/macros.h"
+#include "ops/math/select.h"
 
 namespace trident {
 
@@ -37,12 +38,12 @@ struct Div {
   template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return a / b; }
 };
 // NaN in either operand gives NaN (as PyTorch's maximum/minimum, unlike std::max). The
-// comparisons are combined with `|`, not `||`, so that both run and the loop stays branch-free.
+// comparisons are combined with `|`, not `||`, and select() picks, so the loop is branch-free.
 struct Maximum {
-  template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return (a > b) | (a != a) ? a : b; }
+  template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return select((a > b) | (a != a), a, b); }
 };
 struct Minimum {
-  template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return (a < b) | (a != a) ? a : b; }
+  template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return select((a < b) | (a != a), a, b); }
 };
 // Gradients of maximum(a, b): all of g to the larger operand, half to each on a tie (PyTorch's
 // rule); where a NaN is involved, both get g (PyTorch's masks, a < b and a == b, are false).
@@ -51,7 +52,7 @@ template <bool IsMax, bool First>
 struct MaxMinGrad {
   template <typename T> TRIDENT_INLINE T operator()(T g, T a, T b) const {
     const bool other_wins = IsMax == First ? a < b : a > b;
-    return other_wins ? T(0) : (a == b ? T(0.5) * g : g);
+    return select(other_wins, T(0), select(a == b, T(0.5) * g, g));
   }
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/macros.h"
+#include "ops/math/select.h"
 
 namespace trident {
 
@@ -121,7 +122,7 @@ TRIDENT_INLINE decltype(auto) with_float_class(FloatClass c, F&& f) {
 
 // cond ? a : b.
 struct Where {
-  template <typename T> TRIDENT_INLINE T operator()(bool c, T a, T b) const { return c ? a : b; }
+  template <typename T> TRIDENT_INLINE T operator()(bool c, T a, T b) const { return select(c, a, b); }
 };
 
 }  // namespace math

@@ -16,8 +16,8 @@
 //    the fits' own errors are given next to them, well under f32's half ulp (6e-8).
 // Vectorization: with GCC's default -ftrapping-math, a `c ? a : b` whose arms compute
 // anything is kept as a branch (the arithmetic may not be speculated), and the loop stays
-// scalar. select() below picks with integer masks instead, so every value is computed and the
-// loop vectorizes; clamps are written as select(x > c, c, x), which also lets NaN through.
+// scalar. select() (ops/math/select.h) picks with integer masks instead, so every value is
+// computed and the loop vectorizes; clamps are select(x > c, c, x), which also lets NaN through.
 // The results do not depend on the vector width (no reductions). The AVX2 clone of the CPU
 // loops (NOTE [CPU clones] in ops/cpu/unary.cpp) contracts a * b + c into FMAs, which can move
 // the last bit; the formulas hold either way (the products that must be exact are exact with
@@ -28,6 +28,7 @@
 #include <cstring>
 
 #include "core/macros.h"
+#include "ops/math/select.h"
 
 namespace trident::math::f32 {
 
@@ -42,11 +43,6 @@ TRIDENT_INLINE float from_bits(uint32_t u) {
   return f;
 }
 TRIDENT_INLINE float abs(float x) { return from_bits(to_bits(x) & 0x7fffffffu); }
-// c ? a : b without a branch (see the note above).
-TRIDENT_INLINE float select(bool c, float a, float b) {
-  const uint32_t m = 0u - static_cast<uint32_t>(c);
-  return from_bits((to_bits(a) & m) | (to_bits(b) & ~m));
-}
 // x clamped to [lo, hi]; NaN stays NaN.
 TRIDENT_INLINE float clamp(float x, float lo, float hi) {
   x = select(x > hi, hi, x);
