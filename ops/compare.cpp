@@ -74,7 +74,10 @@ Tensor picked_grad(const Tensor& g, const Tensor& cond, bool pick_when, const Sh
   return sum_to(cpu::where_scalar(cond, g, 0.0, pick_when, gs), shape);
 }
 
-Tensor as_bool(const Tensor& t) { return t.dtype() == DType::Bool ? t.detach() : cpu::compare_scalar(CompareOp::Ne, t.detach(), 0.0); }
+// Nonzero is true (PyTorch's logical ops accept any dtype).
+Tensor as_bool(const Tensor& t) {
+  return t.dtype() == DType::Bool ? t.detach() : cpu::compare_scalar(CompareOp::Ne, t.detach(), 0.0);
+}
 
 Tensor logical_binary(LogicalOp op, const Tensor& a, const Tensor& b) {
   const char* name = logical_op_name(op);

@@ -9,7 +9,7 @@
 // min <= x <= max (both bounds included), pow(x, p)' = p * pow(x, p - 1) with the same special
 // forms as the forward (so pow(x, 0)' = 0 everywhere and pow(x, 0.5)' at 0 is inf).
 //
-// f32 exp, sigmoid, tanh and both GELUs are vectorized and accurate to a few ulps (NOTE [Fast
+// f32 exp, log, sigmoid, tanh and both GELUs are vectorized and accurate to a few ulps (NOTE [Fast
 // f32 math] in ops/math/fast_f32.h); GELU is exact in its tail, where PyTorch's
 // 0.5 x (1 + erf(x / sqrt2)) cancels (x < -5). GELU at x = -inf gives -0 (the limit), not NaN.
 #pragma once

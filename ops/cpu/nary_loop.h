@@ -15,8 +15,8 @@ namespace trident::cpu {
 namespace nary_detail {
 
 template <typename Out, typename... Ins, typename Op, size_t... K>
-inline void run(Out* o, const std::tuple<const Ins*...>& in, int64_t n, const std::array<int64_t, sizeof...(Ins) + 1>& st,
-                const Op& op, std::index_sequence<K...>) {
+inline void run(Out* o, const std::tuple<const Ins*...>& in, int64_t n,
+                const std::array<int64_t, sizeof...(Ins) + 1>& st, const Op& op, std::index_sequence<K...>) {
   if (st[0] == 1 && ((st[K + 1] == 1) && ...)) {
     // Unit strides everywhere: a plain loop the compiler vectorizes.
     for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<compute_t<Ins>>(std::get<K>(in)[i])...));

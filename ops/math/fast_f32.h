@@ -1,4 +1,4 @@
-// Vectorizable f32 exp, sigmoid, tanh and the GELU pieces, accurate to a few ulps.
+// Vectorizable f32 exp, log, sigmoid, tanh and the GELU pieces, accurate to a few ulps.
 //
 // NOTE [Fast f32 math]: glibc's expf/tanhf/erff are scalar calls, so a loop that calls them does
 // not vectorize and runs several times slower than PyTorch's vectorized kernels. The functions
@@ -105,6 +105,30 @@ TRIDENT_INLINE float tanh(float x) {
   return from_bits(to_bits(mag) | (to_bits(x) & 0x80000000u));
 }
 
+// Natural log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m - 1) / (m + 1),
+// |s| <= 0.1716; 2 atanh(s) = 2s + s^3 P(s^2) with P the first five Taylor terms
+// (2/3, 2/5, 2/7, 2/9, 2/11; the next term is below 3e-9 relative). Subnormal x is scaled by 2^23
+// first; 0, negative, inf and NaN inputs get -inf, NaN, inf and NaN.
+TRIDENT_INLINE float log(float x) {
+  const bool sub = x < 1.17549435e-38f;  // below the smallest normal (also 0 and negatives)
+  const float xs = select(sub, x * 8388608.0f, x);
+  const uint32_t off = to_bits(xs) - 0x3f3504f3u;  // bits of sqrt(1/2)
+  const int32_t e = static_cast<int32_t>(off) >> 23;
+  const float m = from_bits((off & 0x007fffffu) + 0x3f3504f3u);
+  const float ef = static_cast<float>(e) - select(sub, 23.0f, 0.0f);
+  const float sm = (m - 1.0f) / (m + 1.0f);  // m - 1 is exact
+  const float s2 = sm * sm;
+  const float logm =
+      2.0f * sm +
+      sm * s2 *
+          (0.666666667f + s2 * (0.4f + s2 * (0.285714286f + s2 * (0.222222222f + s2 * 0.181818182f))));
+  constexpr float kLn2Hi = 0.693115234375f, kLn2Lo = 3.19461833e-05f;  // ef * kLn2Hi is exact
+  const float r = ef * kLn2Hi + (logm + ef * kLn2Lo);
+  constexpr float kInf = __builtin_huge_valf();
+  const float special = select(x == 0.0f, -kInf, select(x == kInf, kInf, __builtin_nanf("")));
+  return select((x > 0.0f) & (x < kInf), r, special);
+}
+
 // ---- GELU ----
 
 // The constants of GELU's two forms: sqrt(2/pi), 0.044715 (GPT-2's tanh approximation),
@@ -144,16 +168,17 @@ TRIDENT_INLINE NormalTail normal_tail(float x) {
   const float eb = exp_hilo<kGeluScale>(-0.5f * (xh * xh), -0.5f * (xl * (xh + xc)));
   const float u = abs(xc);
   const float t = (u - 2.5f) / (u + 2.5f);
-  const float s =
-      4.660944045e-01f +
-      t * (-4.549106210e-02f +
-           t * (-6.058312953e-02f +
-                t * (5.102474988e-02f +
-                     t * (-7.664329372e-03f +
-                          t * (-6.644449662e-03f +
-                               t * (1.118264045e-03f +
-                                    t * (1.336372923e-03f +
-                                         t * (3.897401984e-05f + t * (-2.318003244e-04f + t * -6.810118794e-05f)))))))));
+  float s = -6.810118794e-05f;
+  s = s * t + -2.318003244e-04f;
+  s = s * t + 3.897401984e-05f;
+  s = s * t + 1.336372923e-03f;
+  s = s * t + 1.118264045e-03f;
+  s = s * t + -6.644449662e-03f;
+  s = s * t + -7.664329372e-03f;
+  s = s * t + 5.102474988e-02f;
+  s = s * t + -6.058312953e-02f;
+  s = s * t + -4.549106210e-02f;
+  s = s * t + 4.660944045e-01f;
   return {s / (u + 0.7978845608f), eb};
 }
 

@@ -43,7 +43,8 @@ struct ExpBackward {
 };
 
 struct Log {
-  template <typename T> TRIDENT_INLINE T operator()(T x) const { return std::log(x); }
+  TRIDENT_INLINE float operator()(float x) const { return f32::log(x); }
+  TRIDENT_INLINE double operator()(double x) const { return std::log(x); }
 };
 struct LogBackward {
   template <typename T> TRIDENT_INLINE T operator()(T g, T x) const { return g / x; }

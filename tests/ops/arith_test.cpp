@@ -190,7 +190,8 @@ TEST(MaximumMinimum, ScalarFormsIntegersAndHalf) {
   EXPECT_EQ(minimum(i, 3.0).dtype(), kI64);
   EXPECT_EQ(minimum(i, 3.0).to_vector<int64_t>(), (std::vector<int64_t>{-5, 3, 2}));
   const Tensor h = from_vector<float>({1.5f, -2.0f}).to(kBF16);
-  EXPECT_EQ(maximum(h, from_vector<float>({1.0f, 1.0f}).to(kBF16)).to_vector<float>(), (std::vector<float>{1.5f, 1.0f}));
+  EXPECT_EQ(maximum(h, from_vector<float>({1.0f, 1.0f}).to(kBF16)).to_vector<float>(),
+            (std::vector<float>{1.5f, 1.0f}));
   EXPECT_EQ(maximum(h, h).dtype(), kBF16);
   // The scalar form's gradient: all of g where a wins, half on a tie, 0 where s wins.
   Tensor x = from_vector<double>({-1, 0, 2}).set_requires_grad();

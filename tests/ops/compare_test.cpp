@@ -168,7 +168,9 @@ struct WhereCase {
   const char* name;
   Shape c, a, b;
 };
-void PrintTo(const WhereCase& w, std::ostream* os) { *os << shape_str(w.c) << " " << shape_str(w.a) << " " << shape_str(w.b); }
+void PrintTo(const WhereCase& w, std::ostream* os) {
+  *os << shape_str(w.c) << " " << shape_str(w.a) << " " << shape_str(w.b);
+}
 
 class WhereGradcheck : public ::testing::TestWithParam<WhereCase> {};
 

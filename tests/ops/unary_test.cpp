@@ -97,6 +97,12 @@ TEST(Unary, SpecialValues) {
       EXPECT_EQ(v(gx.grad())[1], 0.0);
     }
     EXPECT_TRUE(std::isnan(v(clamp(x, -1.0, 1.0))[2])) << "NaN passes through clamp";
+    const std::vector<double> l = v(log(from_vector<double>({0.0, -1.0, inf, nan, 1e-45}).to(dt)));
+    EXPECT_EQ(l[0], -inf);
+    EXPECT_TRUE(std::isnan(l[1]));
+    EXPECT_EQ(l[2], inf);
+    EXPECT_TRUE(std::isnan(l[3]));
+    EXPECT_NEAR(l[4], std::log(dt == kF32 ? 1.4012984643e-45 : 1e-45), 1e-5) << "subnormal input";
     EXPECT_EQ(v(pow(x, 0.0))[2], 1.0) << "pow(NaN, 0) = 1";
     EXPECT_TRUE(std::signbit(v(pow(x, 0.5))[3])) << "pow(-0, 0.5) = sqrt(-0) = -0, as PyTorch";
   }
@@ -110,7 +116,8 @@ TEST(Unary, IntegerAbsAndClamp) {
             (std::vector<int32_t>{3, 0, 7, lowest}));  // |INT_MIN| wraps to INT_MIN, as in PyTorch
   EXPECT_EQ(clamp(from_vector<int64_t>({-5, -1, 0, 3, 9}), -1.0, 2.0).to_vector<int64_t>(),
             (std::vector<int64_t>{-1, -1, 0, 2, 2}));
-  EXPECT_EQ(clamp_min(from_vector<uint8_t>({0, 5, 200}), 10.0).to_vector<int64_t>(), (std::vector<int64_t>{10, 10, 200}));
+  EXPECT_EQ(clamp_min(from_vector<uint8_t>({0, 5, 200}), 10.0).to_vector<int64_t>(),
+            (std::vector<int64_t>{10, 10, 200}));
   EXPECT_EQ(clamp_max(from_vector<int32_t>({-5, 50}), 1e30).to_vector<int32_t>(), (std::vector<int32_t>{-5, 50}));
 }
 
@@ -142,9 +149,9 @@ TEST(Unary, HalfInputsComputeInF32) {
 // sweep of f32 values (every 1031st bit pattern of each sign, ~3M values) plus the
 // neighbourhoods of the switch points. Errors are in units in the last place of the correctly
 // rounded result (subnormal ulp 2^-149). The bounds are a little above the worst errors measured
-// when the code was written: exp 0.95 / 0.96, sigmoid 2.2 / 2.3, tanh 1.3 / 1.25, gelu 4.9 / 4.2,
-// tanh-gelu 2.9 / 3.0 (baseline SSE2 / AVX2+FMA clone); the test runs whichever clone the
-// machine picks.
+// when the code was written: exp 0.95 / 0.96, log 1.9 / 1.8, sigmoid 2.2 / 2.3, tanh 1.3 / 1.25,
+// gelu 4.9 / 4.2, tanh-gelu 2.9 / 3.0 (baseline SSE2 / AVX2+FMA clone); the test runs whichever
+// clone the machine picks.
 namespace {
 
 double ulp_of(double y) {
@@ -174,10 +181,11 @@ std::vector<float> sweep(float lo, float hi) {
       if (f >= lo && f <= hi) v.push_back(f);
     }
   }
-  for (float c : {0.625f, -0.625f, 20.0f, -20.0f, 88.72f, -87.33f, -103.9f}) {
+  for (float c : {0.625f, -0.625f, 20.0f, -20.0f, 88.72f, -87.33f, -103.9f, 1.0f, 0.70710677f, 1.4142135f}) {
     float f = c;
     for (int i = 0; i < 2000; ++i) f = std::nextafter(f, 1e30f);
-    for (int i = 0; i < 4000; ++i, f = std::nextafter(f, -1e30f)) v.push_back(f);
+    for (int i = 0; i < 4000; ++i, f = std::nextafter(f, -1e30f))
+      if (f >= lo && f <= hi) v.push_back(f);
   }
   return v;
 }
@@ -209,6 +217,8 @@ TEST(UnaryFastF32, WithinAFewUlpsOfF64) {
   const std::vector<float> xs = sweep(-200.0f, 1e30f);
   const Tensor x = from_vector<float>(xs);
   EXPECT_TRUE(within_ulps(xs, exp(x), [](double v) { return std::exp(v); }, 1.5)) << "exp";
+  const std::vector<float> pos = sweep(0.0f, 3.4e38f);
+  EXPECT_TRUE(within_ulps(pos, log(from_vector<float>(pos)), [](double v) { return std::log(v); }, 2.5)) << "log";
   EXPECT_TRUE(within_ulps(xs, sigmoid(x), sigmoid_ref, 3.0)) << "sigmoid";
   EXPECT_TRUE(within_ulps(xs, tanh(x), [](double v) { return std::tanh(v); }, 2.0)) << "tanh";
   EXPECT_TRUE(within_ulps(xs, gelu(x), gelu_ref, 6.0)) << "gelu";
@@ -422,7 +432,8 @@ TEST(Unary, ErrorsNameTheOpAndTheProblem) {
   EXPECT_NE(message_of([] { exp(from_vector<int64_t>({1})); }).find("exp: expected a floating-point tensor, got i64"),
             std::string::npos);
   EXPECT_NE(message_of([] { sigmoid(from_vector<int32_t>({1})); }).find("sigmoid"), std::string::npos);
-  EXPECT_NE(message_of([] { gelu(zeros({2}), "fast"); }).find("gelu: approximate must be \"none\" or \"tanh\", got \"fast\""),
+  EXPECT_NE(message_of([] { gelu(zeros({2}), "fast"); })
+                .find("gelu: approximate must be \"none\" or \"tanh\", got \"fast\""),
             std::string::npos);
   EXPECT_NE(message_of([] { clamp(zeros({2}), std::nullopt, std::nullopt); }).find("at least one of min and max"),
             std::string::npos);
