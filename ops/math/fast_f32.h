@@ -124,8 +124,8 @@ TRIDENT_INLINE float log(float x) {
           (0.666666667f + s2 * (0.4f + s2 * (0.285714286f + s2 * (0.222222222f + s2 * 0.181818182f))));
   constexpr float kLn2Hi = 0.693115234375f, kLn2Lo = 3.19461833e-05f;  // ef * kLn2Hi is exact
   const float r = ef * kLn2Hi + (logm + ef * kLn2Lo);
-  constexpr float kInf = __builtin_huge_valf();
-  const float special = select(x == 0.0f, -kInf, select(x == kInf, kInf, __builtin_nanf("")));
+  const float kInf = from_bits(0x7f800000u), kNaN = from_bits(0x7fc00000u);
+  const float special = select(x == 0.0f, -kInf, select(x == kInf, kInf, kNaN));
   return select((x > 0.0f) & (x < kInf), r, special);
 }
 

@@ -21,8 +21,8 @@ struct ReluBackward {
   template <typename T> TRIDENT_INLINE T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
 };
 
+// Floating types (integer tensors use the kernel's own overflow-safe form).
 struct Abs {
-  template <typename T> TRIDENT_INLINE T operator()(T x) const { return x < T(0) ? -x : x; }
   TRIDENT_INLINE float operator()(float x) const { return f32::abs(x); }  // also clears -0's sign
   TRIDENT_INLINE double operator()(double x) const { return std::fabs(x); }
 };
