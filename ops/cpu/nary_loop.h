@@ -4,7 +4,9 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/strided.h"
@@ -14,15 +16,25 @@ namespace trident::cpu {
 
 namespace nary_detail {
 
+// Bool is read through its bytes: GCC does not vectorize loads of `bool` (a 1-bit type in its
+// IR), but does vectorize a byte load compared with 0.
+template <typename T>
+inline compute_t<T> load(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return reinterpret_cast<const uint8_t*>(p)[i] != 0;
+  } else {
+    return static_cast<compute_t<T>>(p[i]);
+  }
+}
+
 template <typename Out, typename... Ins, typename Op, size_t... K>
 inline void run(Out* o, const std::tuple<const Ins*...>& in, int64_t n,
                 const std::array<int64_t, sizeof...(Ins) + 1>& st, const Op& op, std::index_sequence<K...>) {
   if (st[0] == 1 && ((st[K + 1] == 1) && ...)) {
     // Unit strides everywhere: a plain loop the compiler vectorizes.
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<compute_t<Ins>>(std::get<K>(in)[i])...));
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(load(std::get<K>(in), i)...));
   } else {
-    for (int64_t i = 0; i < n; ++i)
-      o[i * st[0]] = static_cast<Out>(op(static_cast<compute_t<Ins>>(std::get<K>(in)[i * st[K + 1]])...));
+    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<Out>(op(load(std::get<K>(in), i * st[K + 1])...));
   }
 }
 
