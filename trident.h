@@ -17,6 +17,7 @@
 #include "ops/arith.h"
 #include "ops/attention.h"
 #include "ops/conv.h"
+#include "ops/compare.h"
 #include "ops/copy.h"
 #include "ops/dropout.h"
 #include "ops/index.h"

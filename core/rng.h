@@ -100,9 +100,10 @@ TRIDENT_INLINE double normal_f64_at(uint64_t seed, uint64_t offset, uint64_t i) 
   block(seed, offset, i / 2, o);
   const double u1 = 1.0 - uniform_f64(o[0], o[1]);
   const double u2 = uniform_f64(o[2], o[3]);
-  const double r = sqrt(-2.0 * log(u1));
+  // Global ::sqrt, ::log, ...: trident::sqrt(const Tensor&) and friends would hide them.
+  const double r = ::sqrt(-2.0 * ::log(u1));
   const double th = 6.283185307179586 * u2;
-  return (i % 2) ? r * sin(th) : r * cos(th);
+  return (i % 2) ? r * ::sin(th) : r * ::cos(th);
 }
 
 // Blocks a draw of n values uses (the generator advances by this much).

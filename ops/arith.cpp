@@ -152,6 +152,41 @@ Tensor neg(const Tensor& a) {
   return out;
 }
 
+// ---- maximum / minimum: the gradient goes to the winner, half to each on a tie ----
+
+namespace {
+Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(op, a, b);
+  if (autograd::any_requires_grad({a, b})) {
+    const bool ga = a.requires_grad(), gb = b.requires_grad();
+    autograd::record(backward_name, {a, b}, out,
+                     [op, ga, gb, sa = SavedTensor(a), sb = SavedTensor(b)](const TensorList& g) {
+                       const Tensor av = sa.unpack(), bv = sb.unpack();
+                       TensorList r(2);
+                       if (ga) r[0] = sum_to(cpu::max_min_grad(op, true, g[0], av, bv), av.sizes());
+                       if (gb) r[1] = sum_to(cpu::max_min_grad(op, false, g[0], av, bv), bv.sizes());
+                       return r;
+                     });
+  }
+  return out;
+}
+
+Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a, double s) {
+  Tensor out = scalar_forward(op, a, s, false);
+  if (autograd::any_requires_grad({a})) {
+    autograd::record(backward_name, {a}, out, [op, s, sa = SavedTensor(a)](const TensorList& g) {
+      return TensorList{cpu::max_min_grad_scalar(op, g[0], sa.unpack(), s)};
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(BinaryOp::Maximum, "MaximumBackward", a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(BinaryOp::Minimum, "MinimumBackward", a, b); }
+Tensor maximum(const Tensor& a, double s) { return max_min(BinaryOp::Maximum, "MaximumBackward", a, s); }
+Tensor minimum(const Tensor& a, double s) { return max_min(BinaryOp::Minimum, "MinimumBackward", a, s); }
+
 // ---- in place ----
 
 namespace {

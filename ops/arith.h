@@ -25,6 +25,14 @@ Tensor rsub(const Tensor& a, double s);  // s - a
 Tensor rdiv(const Tensor& a, double s);  // s / a
 Tensor neg(const Tensor& a);
 
+// Element-wise maximum / minimum with broadcasting (numeric dtypes). NaN in either operand gives
+// NaN. Gradient: all to the larger (smaller) operand; on a tie each operand gets half, as in
+// PyTorch. The scalar forms compare with s in the tensor's compute type; on a tie a gets half.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, double s);
+Tensor minimum(const Tensor& a, double s);
+
 // In place: self op= other (other broadcasts to self's shape). Return self.
 const Tensor& add_(const Tensor& self, const Tensor& other);
 const Tensor& sub_(const Tensor& self, const Tensor& other);

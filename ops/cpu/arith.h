@@ -14,5 +14,10 @@ Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first);
 void binary_inplace(BinaryOp op, const Tensor& self, const Tensor& other);
 void binary_scalar_inplace(BinaryOp op, const Tensor& self, double s);
 Tensor neg(const Tensor& a);
+// The gradient of maximum or minimum (op) with respect to a (first) or b, at the broadcast
+// shape of g: g, g / 2 on ties, or 0 (math::MaxMinGrad). Floating dtypes.
+Tensor max_min_grad(BinaryOp op, bool first, const Tensor& g, const Tensor& a, const Tensor& b);
+// The same for maximum(a, s) / minimum(a, s), with respect to a.
+Tensor max_min_grad_scalar(BinaryOp op, const Tensor& g, const Tensor& a, double s);
 
 }  // namespace trident::cpu

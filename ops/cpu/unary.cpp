@@ -1,29 +1,240 @@
 #include "ops/cpu/unary.h"
 
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
 #include "core/factory.h"
 #include "ops/cpu/loops.h"
 #include "ops/math/unary.h"
 
+// NOTE [CPU clones]: Trident builds for baseline x86-64 (SSE2: 4 floats per vector, no FMA).
+// The f32 loops below are compiled twice, for that baseline and for x86-64-v3 (AVX2 + FMA),
+// and the loader picks what the CPU runs (GCC's target_clones, an ifunc); for exp, sigmoid,
+// tanh and GELU that is worth ~2x. Every f32 element of these ops goes through the same clone,
+// contiguous or not (strided runs are gathered into a small buffer), so on one machine the
+// bits do not depend on the layout; across machines they may differ in the last place (FMA).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TRIDENT_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
+#else
+#define TRIDENT_CPU_CLONES
+#endif
+
 namespace trident::cpu {
 
-Tensor unary(UnaryOp op, const Tensor& x) {
+namespace {
+
+template <typename Op>
+TRIDENT_CPU_CLONES void map1_f32(const float* __restrict x, float* __restrict y, int64_t n, Op op) {
+  for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
+}
+
+template <typename Op>
+TRIDENT_CPU_CLONES void map2_f32(const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n,
+                                 Op op) {
+  for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
+}
+
+constexpr int64_t kBuf = 256;
+
+// out = op(x) in f32 through map1_f32; out is fresh and has x's shape.
+template <typename Op>
+void unary_f32(const Tensor& out, const Tensor& x, const Op& op) {
+  const StridedLoop<2> loop(out.sizes(), {out.strides(), x.strides()});
+  float* o = static_cast<float*>(out.data_ptr());
+  const float* xp = static_cast<const float*>(x.data_ptr());
+  loop.run([&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+    if (st[0] == 1 && st[1] == 1) return map1_f32(xp + off[1], o + off[0], n, op);
+    float in[kBuf], res[kBuf];
+    for (int64_t b = 0; b < n; b += kBuf) {
+      const int64_t len = std::min(kBuf, n - b);
+      for (int64_t i = 0; i < len; ++i) in[i] = xp[off[1] + (b + i) * st[1]];
+      map1_f32(in, res, len, op);
+      for (int64_t i = 0; i < len; ++i) o[off[0] + (b + i) * st[0]] = res[i];
+    }
+  });
+}
+
+// out = op(a, b) in f32 through map2_f32; a and b broadcast to out's shape.
+template <typename Op>
+void binary_f32(const Tensor& out, const Tensor& a, const Tensor& b, const Op& op) {
+  const StridedLoop<3> loop(out.sizes(), {out.strides(), broadcast_strides(a.sizes(), a.strides(), out.sizes()),
+                                          broadcast_strides(b.sizes(), b.strides(), out.sizes())});
+  float* o = static_cast<float*>(out.data_ptr());
+  const float* ap = static_cast<const float*>(a.data_ptr());
+  const float* bp = static_cast<const float*>(b.data_ptr());
+  loop.run([&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) return map2_f32(ap + off[1], bp + off[2], o + off[0], n, op);
+    float in_a[kBuf], in_b[kBuf], res[kBuf];
+    for (int64_t s = 0; s < n; s += kBuf) {
+      const int64_t len = std::min(kBuf, n - s);
+      for (int64_t i = 0; i < len; ++i) {
+        in_a[i] = ap[off[1] + (s + i) * st[1]];
+        in_b[i] = bp[off[2] + (s + i) * st[2]];
+      }
+      map2_f32(in_a, in_b, res, len, op);
+      for (int64_t i = 0; i < len; ++i) o[off[0] + (s + i) * st[0]] = res[i];
+    }
+  });
+}
+
+// A floating kernel: f32 through the clones, f64 and f16/bf16 (computed in f32) through the
+// generic loop.
+template <typename Op>
+Tensor map_unary(const Tensor& x, const char* name, const Op& op) {
   Tensor out = empty(x.sizes(), x.dtype());
-  TRIDENT_DISPATCH_FLOATING(x.dtype(), "unary", [&] {
-    switch (op) {
-      case UnaryOp::Relu: unary_loop<scalar_t, scalar_t>(out, x, math::Relu{}); break;
-      case UnaryOp::Tanh: unary_loop<scalar_t, scalar_t>(out, x, math::Tanh{}); break;
+  TRIDENT_DISPATCH_FLOATING(x.dtype(), name, [&] {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      unary_f32(out, x, op);
+    } else {
+      unary_loop<scalar_t, scalar_t>(out, x, op);
     }
   });
   return out;
 }
 
-Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& saved) {
+template <typename Op>
+Tensor map_binary(const Tensor& g, const Tensor& saved, const char* name, const Op& op) {
   Tensor out = empty(saved.sizes(), saved.dtype());
-  TRIDENT_DISPATCH_FLOATING(saved.dtype(), "unary_backward", [&] {
-    switch (op) {
-      case UnaryOp::Relu: binary_loop<scalar_t, scalar_t>(out, g, saved, math::ReluBackward{}); break;
-      case UnaryOp::Tanh: binary_loop<scalar_t, scalar_t>(out, g, saved, math::TanhBackward{}); break;
+  TRIDENT_DISPATCH_FLOATING(saved.dtype(), name, [&] {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      binary_f32(out, g, saved, op);
+    } else {
+      binary_loop<scalar_t, scalar_t>(out, g, saved, op);
     }
+  });
+  return out;
+}
+
+// |x| for integers without the overflow of -INT_MIN (which stays INT_MIN, as in PyTorch).
+struct IntAbs {
+  template <typename T> T operator()(T x) const {
+    if constexpr (!std::is_integral_v<T> || std::is_unsigned_v<T>) {
+      return x;  // floating types never get here (math::Abs); unsigned ones are their own |x|
+    } else {
+      using U = std::make_unsigned_t<T>;
+      return x < 0 ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
+    }
+  }
+};
+
+// A clamp bound in the compute type: integers saturate at their limits (+-inf included).
+template <typename C>
+C bound_as(double v) {
+  if constexpr (std::is_integral_v<C>) {
+    constexpr C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
+    if (v <= static_cast<double>(lo)) return lo;
+    if (v >= static_cast<double>(hi)) return hi;
+    return static_cast<C>(v);
+  } else {
+    return static_cast<C>(v);
+  }
+}
+
+}  // namespace
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Abs: return "abs";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Gelu: return "gelu";
+    case UnaryOp::GeluTanh: return "gelu(approximate='tanh')";
+  }
+  return "?";
+}
+
+bool unary_backward_uses_output(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Tanh:
+    case UnaryOp::Exp:
+    case UnaryOp::Sqrt:
+    case UnaryOp::Rsqrt:
+    case UnaryOp::Sigmoid: return true;
+    case UnaryOp::Relu:
+    case UnaryOp::Abs:
+    case UnaryOp::Log:
+    case UnaryOp::Gelu:
+    case UnaryOp::GeluTanh: return false;
+  }
+  return false;
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  const char* name = unary_op_name(op);
+  switch (op) {
+    case UnaryOp::Relu: return map_unary(x, name, math::Relu{});
+    case UnaryOp::Tanh: return map_unary(x, name, math::Tanh{});
+    case UnaryOp::Abs:
+      if (is_integral(x.dtype())) {
+        Tensor out = empty(x.sizes(), x.dtype());
+        TRIDENT_DISPATCH_NUMERIC(x.dtype(), name, [&] { unary_loop<scalar_t, scalar_t>(out, x, IntAbs{}); });
+        return out;
+      }
+      return map_unary(x, name, math::Abs{});
+    case UnaryOp::Exp: return map_unary(x, name, math::Exp{});
+    case UnaryOp::Log: return map_unary(x, name, math::Log{});
+    case UnaryOp::Sqrt: return map_unary(x, name, math::Sqrt{});
+    case UnaryOp::Rsqrt: return map_unary(x, name, math::Rsqrt{});
+    case UnaryOp::Sigmoid: return map_unary(x, name, math::Sigmoid{});
+    case UnaryOp::Gelu: return map_unary(x, name, math::Gelu{});
+    case UnaryOp::GeluTanh: return map_unary(x, name, math::GeluTanh{});
+  }
+  TRIDENT_FAIL("unary: no kernel for op ", static_cast<int>(op));
+}
+
+Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& saved) {
+  const char* name = unary_op_name(op);
+  switch (op) {
+    case UnaryOp::Relu: return map_binary(g, saved, name, math::ReluBackward{});
+    case UnaryOp::Tanh: return map_binary(g, saved, name, math::TanhBackward{});
+    case UnaryOp::Abs: return map_binary(g, saved, name, math::AbsBackward{});
+    case UnaryOp::Exp: return map_binary(g, saved, name, math::ExpBackward{});
+    case UnaryOp::Log: return map_binary(g, saved, name, math::LogBackward{});
+    case UnaryOp::Sqrt: return map_binary(g, saved, name, math::SqrtBackward{});
+    case UnaryOp::Rsqrt: return map_binary(g, saved, name, math::RsqrtBackward{});
+    case UnaryOp::Sigmoid: return map_binary(g, saved, name, math::SigmoidBackward{});
+    case UnaryOp::Gelu: return map_binary(g, saved, name, math::GeluBackward{});
+    case UnaryOp::GeluTanh: return map_binary(g, saved, name, math::GeluTanhBackward{});
+  }
+  TRIDENT_FAIL("unary_backward: no kernel for op ", static_cast<int>(op));
+}
+
+Tensor pow(const Tensor& x, double p) {
+  return math::with_pow(p, [&](auto f) { return map_unary(x, "pow", f); });
+}
+
+Tensor pow_backward(const Tensor& g, const Tensor& x, double p) {
+  if (p == 0.0) return zeros(x.sizes(), x.dtype());
+  return math::with_pow(p - 1.0, [&](auto f) {
+    return map_binary(g, x, "pow_backward", math::PowBackward<decltype(f)>{f, p});
+  });
+}
+
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  Tensor out = empty(x.sizes(), x.dtype());
+  TRIDENT_DISPATCH_NUMERIC(x.dtype(), "clamp", [&] {
+    using C = compute_t<scalar_t>;
+    const math::Clamp<C> f{bound_as<C>(lo), bound_as<C>(hi)};
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      unary_f32(out, x, f);
+    } else {
+      unary_loop<scalar_t, scalar_t>(out, x, f);
+    }
+  });
+  return out;
+}
+
+Tensor clamp_backward(const Tensor& g, const Tensor& x, double lo, double hi) {
+  Tensor out;
+  TRIDENT_DISPATCH_FLOATING(x.dtype(), "clamp_backward", [&] {
+    using C = compute_t<scalar_t>;
+    out = map_binary(g, x, "clamp_backward", math::ClampBackward<C>{static_cast<C>(lo), static_cast<C>(hi)});
   });
   return out;
 }

@@ -5,10 +5,11 @@
 #include <cstdint>
 
 #include "core/macros.h"
+#include "ops/math/select.h"
 
 namespace trident {
 
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum };
 
 inline const char* binary_op_name(BinaryOp op) {
   switch (op) {
@@ -16,6 +17,8 @@ inline const char* binary_op_name(BinaryOp op) {
     case BinaryOp::Sub: return "sub";
     case BinaryOp::Mul: return "mul";
     case BinaryOp::Div: return "div";
+    case BinaryOp::Maximum: return "maximum";
+    case BinaryOp::Minimum: return "minimum";
   }
   return "?";
 }
@@ -34,6 +37,25 @@ struct Mul {
 struct Div {
   template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return a / b; }
 };
+// NaN in either operand gives NaN (as PyTorch's maximum/minimum, unlike std::max). The
+// comparisons are combined with `|`, not `||`, and select() picks, so the loop is branch-free.
+struct Maximum {
+  template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return select((a > b) | (a != a), a, b); }
+};
+struct Minimum {
+  template <typename T> TRIDENT_INLINE T operator()(T a, T b) const { return select((a < b) | (a != a), a, b); }
+};
+// Gradients of maximum(a, b): all of g to the larger operand, half to each on a tie (PyTorch's
+// rule); where a NaN is involved, both get g (PyTorch's masks, a < b and a == b, are false).
+// Minimum swaps the comparison. First selects the gradient of a (true) or of b.
+template <bool IsMax, bool First>
+struct MaxMinGrad {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T a, T b) const {
+    const bool other_wins = IsMax == First ? a < b : a > b;
+    return select(other_wins, T(0), select(a == b, T(0.5) * g, g));
+  }
+};
+
 struct Neg {
   template <typename T> TRIDENT_INLINE T operator()(T a) const { return -a; }
 };
@@ -46,6 +68,8 @@ TRIDENT_INLINE decltype(auto) with_binary_op(BinaryOp op, F&& f) {
     case BinaryOp::Sub: return f(Sub{});
     case BinaryOp::Mul: return f(Mul{});
     case BinaryOp::Div: return f(Div{});
+    case BinaryOp::Maximum: return f(Maximum{});
+    case BinaryOp::Minimum: return f(Minimum{});
   }
   return f(Add{});
 }

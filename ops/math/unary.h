@@ -1,10 +1,15 @@
 // Per-element unary math shared by the CPU loops and the CUDA kernels. Forward and backward
-// sit side by side; a backward functor takes (grad, x or y) and returns the input gradient.
+// sit side by side; a backward functor takes (grad, x or y) and returns the input gradient,
+// where y is the forward's output (ops that differentiate best from their output save it).
+// f32 (and f16/bf16, which compute in f32) take the vectorizable paths of ops/math/fast_f32.h
+// (NOTE [Fast f32 math]); f64 uses the C library, for gradient checks.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/macros.h"
+#include "ops/math/fast_f32.h"
 
 namespace trident::math {
 
@@ -16,12 +21,202 @@ struct ReluBackward {
   template <typename T> TRIDENT_INLINE T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
 };
 
-struct Tanh {
-  template <typename T> TRIDENT_INLINE T operator()(T x) const { return std::tanh(x); }
+// Floating types (integer tensors use the kernel's own overflow-safe form).
+struct Abs {
+  TRIDENT_INLINE float operator()(float x) const { return f32::abs(x); }  // also clears -0's sign
+  TRIDENT_INLINE double operator()(double x) const { return std::fabs(x); }
 };
-// In terms of the output y = tanh(x): dy/dx = 1 - y^2.
+// g * sign(x), with sign(0) = sign(NaN) = 0 as PyTorch.
+struct AbsBackward {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T x) const {
+    return g * (static_cast<T>(x > T(0)) - static_cast<T>(x < T(0)));
+  }
+};
+
+struct Exp {
+  TRIDENT_INLINE float operator()(float x) const { return f32::exp(x); }
+  TRIDENT_INLINE double operator()(double x) const { return std::exp(x); }
+};
+// From the output: d e^x / dx = e^x = y.
+struct ExpBackward {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T y) const { return g * y; }
+};
+
+struct Log {
+  TRIDENT_INLINE float operator()(float x) const { return f32::log(x); }
+  TRIDENT_INLINE double operator()(double x) const { return std::log(x); }
+};
+struct LogBackward {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T x) const { return g / x; }
+};
+
+struct Sqrt {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return std::sqrt(x); }
+};
+// From the output: g / (2 y) (inf at x = 0, as PyTorch).
+struct SqrtBackward {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T y) const { return g / (T(2) * y); }
+};
+
+struct Rsqrt {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); }
+};
+// From the output: d x^-1/2 / dx = -x^-3/2 / 2 = -y^3 / 2.
+struct RsqrtBackward {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T y) const { return T(-0.5) * g * (y * y * y); }
+};
+
+struct Sigmoid {
+  TRIDENT_INLINE float operator()(float x) const { return f32::sigmoid(x); }
+  TRIDENT_INLINE double operator()(double x) const {
+    const double e = std::exp(-std::fabs(x));
+    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
+  }
+};
+// From the output: y (1 - y).
+struct SigmoidBackward {
+  template <typename T> TRIDENT_INLINE T operator()(T g, T y) const { return g * (y * (T(1) - y)); }
+};
+
+struct Tanh {
+  TRIDENT_INLINE float operator()(float x) const { return f32::tanh(x); }
+  TRIDENT_INLINE double operator()(double x) const { return std::tanh(x); }
+};
+// From the output: 1 - y^2.
 struct TanhBackward {
   template <typename T> TRIDENT_INLINE T operator()(T g, T y) const { return g * (T(1) - y * y); }
+};
+
+// Exact GELU (BERT): x Phi(x), Phi the standard normal CDF. In f64, Phi(x) = erfc(-x/sqrt2)/2,
+// which, unlike 1 + erf(x/sqrt2), does not cancel for negative x. Below -40 the result is -0
+// (x is clamped so that -inf gives the limit, not -inf * 0).
+struct Gelu {
+  TRIDENT_INLINE float operator()(float x) const { return f32::gelu_erf(x); }
+  TRIDENT_INLINE double operator()(double x) const {
+    const double xm = x < -40.0 ? -40.0 : x;
+    return 0.5 * xm * std::erfc(-xm * 0.7071067811865476);
+  }
+};
+// Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi).
+struct GeluBackward {
+  TRIDENT_INLINE float operator()(float g, float x) const { return g * f32::gelu_erf_grad(x); }
+  TRIDENT_INLINE double operator()(double g, double x) const {
+    const double xm = x < -40.0 ? -40.0 : (x > 40.0 ? 40.0 : x);
+    return g * (0.5 * std::erfc(-x * 0.7071067811865476) + xm * std::exp(-0.5 * xm * xm) * f32::kInvSqrt2Pi);
+  }
+};
+
+// GPT-2's tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed
+// as x sigmoid(2u), which does not cancel for negative x.
+struct GeluTanh {
+  TRIDENT_INLINE float operator()(float x) const { return f32::gelu_tanh(x); }
+  TRIDENT_INLINE double operator()(double x) const {
+    const double xm = x < -40.0 ? -40.0 : (x > 40.0 ? 40.0 : x);
+    const double v = 2.0 * f32::kSqrt2OverPi * xm * (1.0 + f32::kGeluTanhCoeff * xm * xm);
+    const double e = std::exp(-std::fabs(v));
+    return (x > 40.0 ? x : xm) * ((v >= 0.0 ? 1.0 : e) / (1.0 + e));
+  }
+};
+// Analytically: sigmoid(v) + x sigmoid(v) sigmoid(-v) v', v' = 2 sqrt(2/pi) (1 + 3 0.044715 x^2).
+struct GeluTanhBackward {
+  TRIDENT_INLINE float operator()(float g, float x) const { return g * f32::gelu_tanh_grad(x); }
+  TRIDENT_INLINE double operator()(double g, double x) const {
+    const double xm = x < -40.0 ? -40.0 : (x > 40.0 ? 40.0 : x);
+    const double v = 2.0 * f32::kSqrt2OverPi * xm * (1.0 + f32::kGeluTanhCoeff * xm * xm);
+    const double dv = 2.0 * f32::kSqrt2OverPi * (1.0 + 3.0 * f32::kGeluTanhCoeff * xm * xm);
+    const double e = std::exp(-std::fabs(v));
+    const double sp = 1.0 / (1.0 + e);
+    const double sig = v >= 0.0 ? sp : e * sp;
+    return g * (sig + xm * (sp * (e * sp)) * dv);
+  }
+};
+
+// ---- pow(x, p) for a scalar exponent ----
+// The exponents PyTorch computes without pow() get the same special forms here (so
+// pow(-0., 0.5) = -0 as sqrt gives, and pow(x, 0) = 1 even for NaN); the choice is made once
+// per kernel, not per element.
+enum class PowKind : uint8_t { Zero, One, Square, Cube, Sqrt, Rsqrt, Reciprocal, InvSquare, General };
+
+TRIDENT_INLINE PowKind pow_kind(double p) {
+  if (p == 0.0) return PowKind::Zero;
+  if (p == 1.0) return PowKind::One;
+  if (p == 2.0) return PowKind::Square;
+  if (p == 3.0) return PowKind::Cube;
+  if (p == 0.5) return PowKind::Sqrt;
+  if (p == -0.5) return PowKind::Rsqrt;
+  if (p == -1.0) return PowKind::Reciprocal;
+  if (p == -2.0) return PowKind::InvSquare;
+  return PowKind::General;
+}
+
+struct PowZero {
+  template <typename T> TRIDENT_INLINE T operator()(T) const { return T(1); }
+};
+struct PowOne {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return x; }
+};
+struct PowSquare {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return x * x; }
+};
+struct PowCube {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return x * x * x; }
+};
+struct PowReciprocal {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return T(1) / x; }
+};
+struct PowInvSquare {
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return T(1) / (x * x); }
+};
+// The exponent is rounded to the compute type, as PyTorch does for a float tensor.
+struct PowGeneral {
+  double p;
+  template <typename T> TRIDENT_INLINE T operator()(T x) const { return std::pow(x, static_cast<T>(p)); }
+};
+
+// Calls f with the functor computing x^p.
+template <typename F>
+TRIDENT_INLINE decltype(auto) with_pow(double p, F&& f) {
+  switch (pow_kind(p)) {
+    case PowKind::Zero: return f(PowZero{});
+    case PowKind::One: return f(PowOne{});
+    case PowKind::Square: return f(PowSquare{});
+    case PowKind::Cube: return f(PowCube{});
+    case PowKind::Sqrt: return f(Sqrt{});
+    case PowKind::Rsqrt: return f(Rsqrt{});
+    case PowKind::Reciprocal: return f(PowReciprocal{});
+    case PowKind::InvSquare: return f(PowInvSquare{});
+    case PowKind::General: break;
+  }
+  return f(PowGeneral{p});
+}
+
+// d x^p / dx = p x^(p-1), with x^(p-1) from the functor of p - 1 (so the special forms agree
+// with PyTorch's at 0: pow(x, 0.5)' at -0 is 0.5 * rsqrt(-0) = -inf). p = 0 has gradient 0,
+// handled by the caller.
+template <typename PowFn>
+struct PowBackward {
+  PowFn pow_m1;  // x -> x^(p-1)
+  double p;
+  template <typename T> TRIDENT_INLINE T operator()(T g, T x) const { return g * (static_cast<T>(p) * pow_m1(x)); }
+};
+
+// ---- clamp(x, lo, hi) ----
+// min(max(x, lo), hi) as PyTorch: lo > hi gives hi everywhere, NaN in x stays NaN. Absent
+// bounds are -inf / +inf (for integers: the type's limits).
+template <typename T>
+struct Clamp {
+  T lo, hi;
+  TRIDENT_INLINE T operator()(T x) const {
+    const T y = x < lo ? lo : x;
+    return y > hi ? hi : y;
+  }
+};
+// The gradient passes where lo <= x <= hi, bounds included (PyTorch's convention); a NaN x
+// gets 0.
+template <typename T>
+struct ClampBackward {
+  T lo, hi;
+  TRIDENT_INLINE T operator()(T g, T x) const { return (x >= lo) & (x <= hi) ? g : T(0); }
 };
 
 }  // namespace trident::math

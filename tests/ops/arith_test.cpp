@@ -1,3 +1,7 @@
+#include <cmath>
+#include <functional>
+#include <limits>
+
 #include "test_util.h"
 
 using namespace trident;
@@ -119,4 +123,125 @@ TEST(Arith, GradOfBroadcastOperandHasItsShape) {
   sum(mul(a, b)).backward();
   EXPECT_EQ(b.grad().sizes(), (Shape{3}));
   EXPECT_TRUE(all_close(b.grad(), sum(a.detach(), {0})));
+}
+
+// ---- maximum / minimum ----
+
+namespace {
+std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(MaximumMinimum, KnownValuesWithBroadcastingAndTiesAgainstPyTorch) {
+  // PyTorch 1.13: maximum/minimum of a [2, 3] and b [3], backward of sum(out * w).
+  const Tensor w = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+  for (bool is_max : {true, false}) {
+    Tensor a = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad();
+    Tensor b = from_vector<double>({3, 2, 7}).set_requires_grad();
+    Tensor y = is_max ? maximum(a, b) : minimum(a, b);
+    sum(mul(y, w)).backward();
+    if (is_max) {
+      EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{3, 2, 7, 4, 5, 7}));
+      EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0, 1, 0, 4, 5, 0}));  // the tie (2, 2) splits
+      EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{1, 1, 9}));
+    } else {
+      EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{1, 2, 3, 3, 2, 6}));
+      EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{1, 1, 3, 0, 0, 6}));
+      EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{4, 6, 0}));
+    }
+  }
+}
+
+TEST(MaximumMinimum, NaNPropagatesAndBothOperandsGetItsGradient) {
+  // PyTorch 1.13: values [1, nan, nan, 3]; gradients [0.5, 1, 1, 0.5] for both operands, for
+  // maximum and minimum alike (ties split, and NaN positions pass the gradient to both).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (bool is_max : {true, false}) {
+    Tensor a = from_vector<float>({1, static_cast<float>(nan), 2, 3}).set_requires_grad();
+    Tensor b = from_vector<float>({1, 1, static_cast<float>(nan), 3}).set_requires_grad();
+    Tensor y = is_max ? maximum(a, b) : minimum(a, b);
+    const std::vector<float> v = y.to_vector<float>();
+    EXPECT_EQ(v[0], 1.f);
+    EXPECT_TRUE(std::isnan(v[1]));
+    EXPECT_TRUE(std::isnan(v[2]));
+    EXPECT_EQ(v[3], 3.f);
+    sum(y).backward();
+    EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{0.5f, 1, 1, 0.5f}));
+    EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{0.5f, 1, 1, 0.5f}));
+  }
+  // Same tensor on both sides: every element ties, the halves add up to 1.
+  Tensor x = rand_leaf({5}, 61);
+  sum(maximum(x, x)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(5, 1.0));
+}
+
+TEST(MaximumMinimum, ScalarFormsIntegersAndHalf) {
+  const Tensor a = from_vector<float>({-2, 0.5f, 3});
+  EXPECT_EQ(maximum(a, 0.0).to_vector<float>(), (std::vector<float>{0, 0.5f, 3}));
+  EXPECT_EQ(minimum(a, 1.0).to_vector<float>(), (std::vector<float>{-2, 0.5f, 1}));
+  const Tensor i = from_vector<int64_t>({-5, 7, 2});
+  EXPECT_EQ(maximum(i, from_vector<int64_t>({0})).to_vector<int64_t>(), (std::vector<int64_t>{0, 7, 2}));
+  EXPECT_EQ(minimum(i, 3.0).dtype(), kI64);
+  EXPECT_EQ(minimum(i, 3.0).to_vector<int64_t>(), (std::vector<int64_t>{-5, 3, 2}));
+  const Tensor h = from_vector<float>({1.5f, -2.0f}).to(kBF16);
+  EXPECT_EQ(maximum(h, from_vector<float>({1.0f, 1.0f}).to(kBF16)).to_vector<float>(),
+            (std::vector<float>{1.5f, 1.0f}));
+  EXPECT_EQ(maximum(h, h).dtype(), kBF16);
+  // The scalar form's gradient: all of g where a wins, half on a tie, 0 where s wins.
+  Tensor x = from_vector<double>({-1, 0, 2}).set_requires_grad();
+  sum(maximum(x, 0.0)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 0.5, 1}));
+  // Empty and size-1 broadcasting.
+  EXPECT_EQ(maximum(zeros({0, 3}), zeros({1, 3})).sizes(), (Shape{0, 3}));
+  EXPECT_EQ(minimum(zeros({2, 1}), zeros({1})).sizes(), (Shape{2, 1}));
+}
+
+class MaxMinGradcheck : public ::testing::TestWithParam<BinaryCase> {};
+
+TEST_P(MaxMinGradcheck, BothOps) {
+  // Random normal operands differ almost surely, so no element sits on a tie (the kink); b is
+  // shifted by 0.05 to make an exact tie impossible in practice.
+  const BinaryCase c = GetParam();
+  Tensor a = rand_leaf(c.a, 71);
+  Tensor b = add(rand_leaf(c.b, 72), 0.05).detach().set_requires_grad();
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return maximum(x[0], x[1]); }, {a, b}))) << "maximum";
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return minimum(x[0], x[1]); }, {a, b}))) << "minimum";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MaxMinGradcheck,
+                         ::testing::Values(BinaryCase{"same", {2, 3}, {2, 3}}, BinaryCase{"row", {2, 3}, {3}},
+                                           BinaryCase{"col", {2, 3}, {2, 1}}, BinaryCase{"outer", {3, 1}, {1, 4}},
+                                           BinaryCase{"scalar", {2, 3}, {}}, BinaryCase{"lead", {2, 1, 3}, {4, 1}},
+                                           BinaryCase{"size1", {1}, {1, 1}}, BinaryCase{"empty", {0, 3}, {3}}),
+                         [](const ::testing::TestParamInfo<BinaryCase>& i) { return std::string(i.param.name); });
+
+TEST(MaxMinGradcheck, NonContiguousAndScalarForms) {
+  Tensor a = rand_leaf_transposed({3, 4}, 81);
+  Tensor b = transpose(add(rand_leaf({4, 3}, 82), 0.05).detach(), 0, 1);
+  b.set_requires_grad();
+  ASSERT_FALSE(a.is_contiguous());
+  ASSERT_FALSE(b.is_contiguous());
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return maximum(x[0], x[1]); }, {a, b})));
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return minimum(x[0], x[1]); }, {a, b})));
+  // Scalar forms: 0.0123 is not among the normal draws' values.
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return maximum(x[0], 0.0123); }, {rand_leaf({2, 5}, 83)})));
+  EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& x) { return minimum(x[0], 0.0123); }, {a})));
+}
+
+TEST(MaximumMinimum, Errors) {
+  EXPECT_NE(error_message([] { maximum(zeros({2}, kF32), zeros({2}, kF64)); })
+                .find("maximum: expected both tensors to have the same dtype, got f32 (shape [2]) and f64 (shape [2])"),
+            std::string::npos);
+  EXPECT_NE(error_message([] { minimum(zeros({2, 3}), zeros({4})); })
+                .find("minimum: shapes [2, 3] and [4] cannot be broadcast together"),
+            std::string::npos);
+  EXPECT_NE(error_message([] { maximum(from_vector<bool>({true}), from_vector<bool>({false})); })
+                .find("maximum: not defined for bool tensors"),
+            std::string::npos);
 }
