@@ -33,14 +33,18 @@ void run(benchmark::State& state, const std::vector<Tensor*>& leaves, bool backw
 }
 
 // ---- matmul and linear ----
-void BM_blas_sgemm(benchmark::State& state) {  // the direct OpenBLAS call matmul must match
+// The direct OpenBLAS call matmul must match: OpenBLAS threading itself with as many threads
+// as Trident uses (Trident keeps OpenBLAS on one thread and splits GEMMs itself, NOTE [Threads]).
+void BM_blas_sgemm(benchmark::State& state) {
   const int n = 1024;
   Tensor a = param({n, n}, 1), b = param({n, n}, 2), c = empty({n, n});
+  openblas_set_num_threads(get_num_threads());
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data<float>(), n, b.data<float>(), n, 0.f,
                 c.data<float>(), n);
     benchmark::DoNotOptimize(c.data_ptr());
   }
+  openblas_set_num_threads(1);
 }
 void BM_matmul(benchmark::State& state) {
   Tensor a = param({1024, 1024}, 1), b = param({1024, 1024}, 2);
@@ -66,6 +70,37 @@ void BM_attention(benchmark::State& state) {
   run(state, {&q, &k, &v}, Bwd, [&] { return scaled_dot_product_attention(q, k, v, o); });
 }
 
+// ---- convolution (ImageNet-like shapes) ----
+template <bool Bwd>
+void BM_conv3x3(benchmark::State& state) {  // a ResNet stage-1 layer
+  Tensor x = param({8, 64, 56, 56}, 1), w = param({64, 64, 3, 3}, 2, 0.05), b = param({64}, 3);
+  run(state, {&x, &w, &b}, Bwd, [&] { return conv2d(x, w, b, {1, 1}, {1, 1}); });
+}
+template <bool Bwd>
+void BM_depthwise5x5(benchmark::State& state) {  // an AmoebaNet/MobileNet separable conv, depthwise half
+  Tensor x = param({8, 128, 28, 28}, 1), w = param({128, 1, 5, 5}, 2, 0.1);
+  run(state, {&x, &w}, Bwd, [&] { return conv2d(x, w, Tensor(), {1, 1}, {2, 2}, {1, 1}, 128); });
+}
+
+// ---- normalization, softmax, loss ----
+template <bool Bwd>
+void BM_layer_norm(benchmark::State& state) {
+  Tensor x = param({4096, 768}, 1), w = param({768}, 2), b = param({768}, 3);
+  run(state, {&x, &w, &b}, Bwd, [&] { return layer_norm(x, {768}, w, b); });
+}
+template <bool Bwd>
+void BM_softmax(benchmark::State& state) {
+  Tensor x = param({4096, 1024}, 1, 3.0);
+  run(state, {&x}, Bwd, [&] { return softmax(x, -1); });
+}
+template <bool Bwd>
+void BM_cross_entropy(benchmark::State& state) {  // GPT-2's padded vocabulary
+  Tensor logits = param({256, 50304}, 1, 2.0);
+  Generator g(4);
+  Tensor target = randint(0, 50257, {256}, kI64, &g);
+  run(state, {&logits}, Bwd, [&] { return cross_entropy(logits, target); });
+}
+
 }  // namespace
 
 BENCHMARK(BM_blas_sgemm)->Name("blas_sgemm/fwd/1024x1024x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -76,5 +111,16 @@ BENCHMARK_TEMPLATE(BM_linear, false)->Name("linear/fwd/1024x768->3072")->UseReal
 BENCHMARK_TEMPLATE(BM_linear, true)->Name("linear/fwdbwd/1024x768->3072")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, false)->Name("attention/fwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, true)->Name("attention/fwdbwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK_TEMPLATE(BM_conv3x3, false)->Name("conv2d3x3/fwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv3x3, true)->Name("conv2d3x3/fwdbwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_depthwise5x5, false)->Name("depthwise5x5/fwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_depthwise5x5, true)->Name("depthwise5x5/fwdbwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_layer_norm, false)->Name("layer_norm/fwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_layer_norm, true)->Name("layer_norm/fwdbwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_softmax, false)->Name("softmax/fwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_softmax, true)->Name("softmax/fwdbwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_cross_entropy, false)->Name("cross_entropy/fwd/256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_cross_entropy, true)->Name("cross_entropy/fwdbwd/256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -67,6 +67,19 @@ def cases():
             s = s.masked_fill(~causal, float("-inf"))
             return torch.softmax(s, dim=-1) @ v
         yield f"attention/{'fwdbwd' if bwd else 'fwd'}/4x12x256x64-causal", case([q, k, v], bwd, attn)
+    for bwd in (False, True):
+        tag = "fwdbwd" if bwd else "fwd"
+        x, w, b = param((8, 64, 56, 56), 1), param((64, 64, 3, 3), 2, 0.05), param((64,), 3)
+        yield f"conv2d3x3/{tag}/8x64x56x56->64", case([x, w, b], bwd, lambda x=x, w=w, b=b: F.conv2d(x, w, b, 1, 1))
+        x, w = param((8, 128, 28, 28), 1), param((128, 1, 5, 5), 2, 0.1)
+        yield f"depthwise5x5/{tag}/8x128x28x28", case([x, w], bwd, lambda x=x, w=w: F.conv2d(x, w, None, 1, 2, 1, 128))
+        x, w, b = param((4096, 768), 1), param((768,), 2), param((768,), 3)
+        yield f"layer_norm/{tag}/4096x768", case([x, w, b], bwd, lambda x=x, w=w, b=b: F.layer_norm(x, (768,), w, b))
+        x = param((4096, 1024), 1, 3.0)
+        yield f"softmax/{tag}/4096x1024", case([x], bwd, lambda x=x: torch.softmax(x, -1))
+        logits = param((256, 50304), 1, 2.0)
+        target = torch.randint(0, 50257, (256,), generator=torch.Generator().manual_seed(4))
+        yield f"cross_entropy/{tag}/256x50304", case([logits], bwd, lambda l=logits, t=target: F.cross_entropy(l, t))
 
 
 def main():
