@@ -71,15 +71,34 @@ void BM_attention(benchmark::State& state) {
 }
 
 // ---- convolution (ImageNet-like shapes) ----
-template <bool Bwd>
-void BM_conv3x3(benchmark::State& state) {  // a ResNet stage-1 layer
-  Tensor x = param({8, 64, 56, 56}, 1), w = param({64, 64, 3, 3}, 2, 0.05), b = param({64}, 3);
-  run(state, {&x, &w, &b}, Bwd, [&] { return conv2d(x, w, b, {1, 1}, {1, 1}); });
-}
-template <bool Bwd>
-void BM_depthwise5x5(benchmark::State& state) {  // an AmoebaNet/MobileNet separable conv, depthwise half
-  Tensor x = param({8, 128, 28, 28}, 1), w = param({128, 1, 5, 5}, 2, 0.1);
-  run(state, {&x, &w}, Bwd, [&] { return conv2d(x, w, Tensor(), {1, 1}, {2, 2}, {1, 1}, 128); });
+// Each shape: input [N, C, H, W], weight [O, C / groups, kH, kW], stride, padding, groups, bias.
+struct ConvSpec {
+  int64_t N, C, H, W, O, kH, kW, stride, ph, pw, groups;
+  bool bias;
+};
+constexpr ConvSpec kConvSpecs[] = {
+    {8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, true},       // 0: a ResNet stage-1 layer (Winograd)
+    {8, 256, 14, 14, 256, 3, 3, 1, 1, 1, 1, true},     // 1: a ResNet stage-3 layer (Winograd)
+    {1, 128, 28, 28, 128, 3, 3, 1, 1, 1, 1, true},     // 2: batch 1 (Winograd)
+    {32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, true},      // 3: batch 32 (Winograd)
+    {8, 64, 56, 56, 128, 3, 3, 2, 1, 1, 1, true},      // 4: strided 3x3 (im2col + GEMM)
+    {8, 128, 28, 28, 128, 1, 7, 1, 0, 3, 1, false},    // 5: AmoebaNet's 1x7
+    {8, 128, 28, 28, 128, 7, 1, 1, 3, 0, 1, false},    // 6: and 7x1
+    {8, 128, 28, 28, 128, 5, 5, 1, 2, 2, 128, false},  // 7: an AmoebaNet/MobileNet separable conv, depthwise half
+    {32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 64, false},    // 8: depthwise 3x3, batch 32
+    {8, 128, 56, 56, 128, 3, 3, 2, 1, 1, 128, false},  // 9: depthwise 3x3, stride 2
+    {8, 128, 56, 56, 128, 5, 5, 2, 2, 2, 128, false},  // 10: depthwise 5x5, stride 2
+    {1, 256, 14, 14, 256, 7, 7, 1, 3, 3, 256, false},  // 11: depthwise 7x7, batch 1
+};
+template <int Spec, bool Bwd>
+void BM_conv(benchmark::State& state) {
+  const ConvSpec& s = kConvSpecs[Spec];
+  const double fan_in = static_cast<double>(s.C / s.groups * s.kH * s.kW);
+  Tensor x = param({s.N, s.C, s.H, s.W}, 1), w = param({s.O, s.C / s.groups, s.kH, s.kW}, 2, 1.0 / std::sqrt(fan_in));
+  Tensor b = s.bias ? param({s.O}, 3) : Tensor();
+  std::vector<Tensor*> leaves{&x, &w};
+  if (s.bias) leaves.push_back(&b);
+  run(state, leaves, Bwd, [&] { return conv2d(x, w, b, {s.stride, s.stride}, {s.ph, s.pw}, {1, 1}, s.groups); });
 }
 
 // ---- normalization, softmax, loss ----
@@ -112,10 +131,26 @@ BENCHMARK_TEMPLATE(BM_linear, true)->Name("linear/fwdbwd/1024x768->3072")->UseRe
 BENCHMARK_TEMPLATE(BM_attention, false)->Name("attention/fwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, true)->Name("attention/fwdbwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 
-BENCHMARK_TEMPLATE(BM_conv3x3, false)->Name("conv2d3x3/fwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_conv3x3, true)->Name("conv2d3x3/fwdbwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_depthwise5x5, false)->Name("depthwise5x5/fwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_depthwise5x5, true)->Name("depthwise5x5/fwdbwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 0, false)->Name("conv2d3x3/fwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 0, true)->Name("conv2d3x3/fwdbwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 1, false)->Name("conv2d3x3/fwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 1, true)->Name("conv2d3x3/fwdbwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 2, false)->Name("conv2d3x3/fwd/1x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 3, false)->Name("conv2d3x3/fwd/32x64x28x28->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 4, false)->Name("conv2d3x3s2/fwd/8x64x56x56->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 4, true)->Name("conv2d3x3s2/fwdbwd/8x64x56x56->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 5, false)->Name("conv2d1x7/fwd/8x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 5, true)->Name("conv2d1x7/fwdbwd/8x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 6, false)->Name("conv2d7x1/fwd/8x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 7, false)->Name("depthwise5x5/fwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 7, true)->Name("depthwise5x5/fwdbwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 8, false)->Name("depthwise3x3/fwd/32x64x56x56")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 8, true)->Name("depthwise3x3/fwdbwd/32x64x56x56")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 9, false)->Name("depthwise3x3s2/fwd/8x128x56x56")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 10, false)->Name("depthwise5x5s2/fwd/8x128x56x56")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 11, false)->Name("depthwise7x7/fwd/1x256x14x14")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 11, true)->Name("depthwise7x7/fwdbwd/1x256x14x14")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_TEMPLATE(BM_layer_norm, false)->Name("layer_norm/fwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_layer_norm, true)->Name("layer_norm/fwdbwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, false)->Name("softmax/fwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -49,6 +49,33 @@ def case(leaves, backward, forward):
                 t.grad = None
     return step
 
+# benchmarks/cpu_ops_bench.cpp's kConvSpecs: name, (N, C, H, W), O, (kH, kW), stride, (ph, pw), groups, bias, with fwdbwd.
+CONV_SPECS = [
+    ("conv2d3x3", "8x64x56x56->64", (8, 64, 56, 56), 64, (3, 3), 1, (1, 1), 1, True, True),
+    ("conv2d3x3", "8x256x14x14->256", (8, 256, 14, 14), 256, (3, 3), 1, (1, 1), 1, True, True),
+    ("conv2d3x3", "1x128x28x28->128", (1, 128, 28, 28), 128, (3, 3), 1, (1, 1), 1, True, False),
+    ("conv2d3x3", "32x64x28x28->64", (32, 64, 28, 28), 64, (3, 3), 1, (1, 1), 1, True, False),
+    ("conv2d3x3s2", "8x64x56x56->128", (8, 64, 56, 56), 128, (3, 3), 2, (1, 1), 1, True, True),
+    ("conv2d1x7", "8x128x28x28->128", (8, 128, 28, 28), 128, (1, 7), 1, (0, 3), 1, False, True),
+    ("conv2d7x1", "8x128x28x28->128", (8, 128, 28, 28), 128, (7, 1), 1, (3, 0), 1, False, False),
+    ("depthwise5x5", "8x128x28x28", (8, 128, 28, 28), 128, (5, 5), 1, (2, 2), 128, False, True),
+    ("depthwise3x3", "32x64x56x56", (32, 64, 56, 56), 64, (3, 3), 1, (1, 1), 64, False, True),
+    ("depthwise3x3s2", "8x128x56x56", (8, 128, 56, 56), 128, (3, 3), 2, (1, 1), 128, False, False),
+    ("depthwise5x5s2", "8x128x56x56", (8, 128, 56, 56), 128, (5, 5), 2, (2, 2), 128, False, False),
+    ("depthwise7x7", "1x256x14x14", (1, 256, 14, 14), 256, (7, 7), 1, (3, 3), 256, False, True),
+]
+
+
+def conv_cases():
+    for op, shape, xs, o, k, stride, pad, groups, bias, with_bwd in CONV_SPECS:
+        for bwd in ((False, True) if with_bwd else (False,)):
+            x = param(xs, 1)
+            w = param((o, xs[1] // groups) + k, 2, 1.0 / math.sqrt(xs[1] // groups * k[0] * k[1]))
+            b = param((o,), 3) if bias else None
+            leaves = [x, w] + ([b] if bias else [])
+            yield f"{op}/{'fwdbwd' if bwd else 'fwd'}/{shape}", case(
+                leaves, bwd, lambda x=x, w=w, b=b, stride=stride, pad=pad, groups=groups: F.conv2d(x, w, b, stride, pad, 1, groups))
+
 
 def cases():
     a, b = param((1024, 1024), 1), param((1024, 1024), 2)
@@ -67,12 +94,9 @@ def cases():
             s = s.masked_fill(~causal, float("-inf"))
             return torch.softmax(s, dim=-1) @ v
         yield f"attention/{'fwdbwd' if bwd else 'fwd'}/4x12x256x64-causal", case([q, k, v], bwd, attn)
+    yield from conv_cases()
     for bwd in (False, True):
         tag = "fwdbwd" if bwd else "fwd"
-        x, w, b = param((8, 64, 56, 56), 1), param((64, 64, 3, 3), 2, 0.05), param((64,), 3)
-        yield f"conv2d3x3/{tag}/8x64x56x56->64", case([x, w, b], bwd, lambda x=x, w=w, b=b: F.conv2d(x, w, b, 1, 1))
-        x, w = param((8, 128, 28, 28), 1), param((128, 1, 5, 5), 2, 0.1)
-        yield f"depthwise5x5/{tag}/8x128x28x28", case([x, w], bwd, lambda x=x, w=w: F.conv2d(x, w, None, 1, 2, 1, 128))
         x, w, b = param((4096, 768), 1), param((768,), 2), param((768,), 3)
         yield f"layer_norm/{tag}/4096x768", case([x, w, b], bwd, lambda x=x, w=w, b=b: F.layer_norm(x, (768,), w, b))
         x = param((4096, 1024), 1, 3.0)

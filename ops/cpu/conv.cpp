@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_depthwise.h"
+#include "ops/cpu/conv_winograd.h"
 
 namespace trident::cpu {
 
@@ -385,6 +387,9 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
       for (int64_t p = 0; p < g.N * g.O; ++p) std::fill_n(yp + p * g.OH * g.OW, g.OH * g.OW, bp ? bp[p % g.O] : scalar_t(0));
     } else if (g.depthwise()) {
       depthwise_forward(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
+    } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
+      winograd_forward(reinterpret_cast<const float*>(x.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
+                       reinterpret_cast<const float*>(bp), reinterpret_cast<float*>(yp), g);
     } else {
       forward_gemm(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
     }
@@ -404,6 +409,9 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
       std::fill_n(gxp, gx.numel(), scalar_t(0));
     } else if (g.depthwise()) {
       depthwise_backward_input(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
+    } else if (std::is_same_v<scalar_t, float> && winograd_backward_input_applies(g)) {
+      winograd_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
+                              reinterpret_cast<float*>(gxp), g);
     } else {
       backward_input_gemm(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
     }

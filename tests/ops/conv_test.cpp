@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/cpu/conv_winograd.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -100,6 +101,96 @@ struct ConvCase {
   bool bias = true;
 };
 
+cpu::Conv2dGeometry geometry_of(const Shape& x, const Shape& w, const ConvParams& p) {
+  cpu::Conv2dGeometry g;
+  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3], g.O = w[0], g.kH = w[2], g.kW = w[3];
+  g.sh = p.stride[0], g.sw = p.stride[1], g.ph = p.padding[0], g.pw = p.padding[1], g.dh = p.dilation[0], g.dw = p.dilation[1];
+  g.groups = p.groups;
+  g.OH = (g.H + 2 * g.ph - g.dh * (g.kH - 1) - 1) / g.sh + 1;
+  g.OW = (g.W + 2 * g.pw - g.dw * (g.kW - 1) - 1) / g.sw + 1;
+  return g;
+}
+
+// The error bound of Winograd F(4x4, 3x3) (NOTE [Conv2d Winograd] in ops/cpu/conv_winograd.cpp),
+// computed here from the operands with the transform matrices written out again: for output
+// (oh, ow) at position (i, j) = (oh % 4, ow % 4) of its 4x4 tile (tiles start at output (0, 0)),
+//   |A^T| [ sum_c (|G| |g_c| |G^T|) (.) (|B^T| |d_c| |B|) ] |A|  at (i, j),  plus |b|,
+// d_c the tile's 6x6 window of the zero-padded input channel c, g_c the kernel. Every step of
+// the algorithm (two G passes, two B^T passes, the channel sum, two A^T passes) rounds each
+// result once per operation on its path, at most a few u of the sum of its terms' absolute
+// values, so the f32 error is at most about (C/groups + 24) u times this magnitude: the
+// channel sum contributes C/groups, the transforms at most 10 (U) + 6 (V) + 6 (output) + 1
+// (bias), and the check allows twice that, like within_rounding's bound for dot products.
+Tensor winograd_magnitude(const Tensor& x, const Tensor& w, const Tensor& b, int64_t ph, int64_t pw, int64_t groups) {
+  static const double BT[6][6] = {{4, 0, 5, 0, 1, 0}, {0, 4, 4, 1, 1, 0}, {0, 4, 4, 1, 1, 0},
+                                  {0, 2, 1, 2, 1, 0}, {0, 2, 1, 2, 1, 0}, {0, 4, 0, 5, 0, 1}};
+  static const double G[6][3] = {{1.0 / 4, 0, 0},          {1.0 / 6, 1.0 / 6, 1.0 / 6},   {1.0 / 6, 1.0 / 6, 1.0 / 6},
+                                 {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  static const double AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, 1, 2, 2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, 1, 8, 8, 1}};
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), Cg = w.size(1);
+  const int64_t Og = O / groups, OH = H + 2 * ph - 2, OW = W + 2 * pw - 2, TH = (OH + 3) / 4, TW = (OW + 3) / 4;
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  std::vector<double> mag(static_cast<size_t>(N * O * OH * OW));
+  // |G| |g| |G^T| for every (output, input) channel pair.
+  std::vector<double> um(static_cast<size_t>(O * Cg * 36));
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int k = 0; k < 6; ++k)
+        for (int l = 0; l < 6; ++l) {
+          double s = 0;
+          for (int a = 0; a < 3; ++a)
+            for (int q = 0; q < 3; ++q) s += G[k][a] * std::fabs(wv[static_cast<size_t>(((o * Cg + c) * 3 + a) * 3 + q)]) * G[l][q];
+          um[static_cast<size_t>((o * Cg + c) * 36 + k * 6 + l)] = s;
+        }
+  std::vector<double> vm(static_cast<size_t>(Cg * 36));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t gi = 0; gi < groups; ++gi)
+      for (int64_t th = 0; th < TH; ++th)
+        for (int64_t tw = 0; tw < TW; ++tw) {
+          // |B^T| |d_c| |B| for the tile's window of every input channel of the group.
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int k = 0; k < 6; ++k)
+              for (int l = 0; l < 6; ++l) {
+                double s = 0;
+                for (int r = 0; r < 6; ++r)
+                  for (int q = 0; q < 6; ++q) {
+                    const int64_t h = 4 * th - ph + r, ww = 4 * tw - pw + q;
+                    if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                    s += BT[k][r] * std::fabs(xv[static_cast<size_t>(((n * C + gi * Cg + c) * H + h) * W + ww)]) * BT[l][q];
+                  }
+                vm[static_cast<size_t>(c * 36 + k * 6 + l)] = s;
+              }
+          for (int64_t o = gi * Og; o < (gi + 1) * Og; ++o) {
+            double P[6][6] = {};
+            for (int64_t c = 0; c < Cg; ++c)
+              for (int kl = 0; kl < 36; ++kl) P[kl / 6][kl % 6] += um[static_cast<size_t>((o * Cg + c) * 36 + kl)] * vm[static_cast<size_t>(c * 36 + kl)];
+            const double bias = b.defined() ? std::fabs(b.to_vector<double>()[static_cast<size_t>(o)]) : 0.0;
+            for (int i = 0; i < 4 && 4 * th + i < OH; ++i)
+              for (int j = 0; j < 4 && 4 * tw + j < OW; ++j) {
+                double s = bias;
+                for (int k = 0; k < 6; ++k)
+                  for (int l = 0; l < 6; ++l) s += AT[i][k] * P[k][l] * AT[j][l];
+                mag[static_cast<size_t>(((n * O + o) * OH + 4 * th + i) * OW + 4 * tw + j)] = s;
+              }
+          }
+        }
+  return from_vector<double>(mag, {N, O, OH, OW});
+}
+
+// w [O, C/g, 3, 3] -> w' [C, O/g, 3, 3], w'[g C/g + c][o] = w[g O/g + o][c] rotated by 180
+// degrees: the kernel of the input gradient as a convolution of gy.
+Tensor flipped_transposed(const Tensor& w, int64_t groups) {
+  const int64_t O = w.size(0), Cg = w.size(1), Og = O / groups;
+  const std::vector<double> wv = w.to_vector<double>();
+  std::vector<double> out(wv.size());
+  for (int64_t gi = 0; gi < groups; ++gi)
+    for (int64_t o = 0; o < Og; ++o)
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int k = 0; k < 9; ++k)
+          out[static_cast<size_t>(((gi * Cg + c) * Og + o) * 9 + k)] = wv[static_cast<size_t>(((gi * Og + o) * Cg + c) * 9 + 8 - k)];
+  return from_vector<double>(out, {groups * Cg, Og, 3, 3});
+}
+
 // Forward in f64 and f32 and all three f64 gradients against the reference.
 void check_against_reference(const ConvCase& c, uint64_t seed) {
   Generator gen(seed);
@@ -132,7 +223,13 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
   const ConvReference ref32 = reference_conv2d(x32.to(kF64), w32.to(kF64), c.bias ? b32.to(kF64) : Tensor(), c.p);
   const Tensor out32 = conv2d(x32, w32, b32, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
   EXPECT_EQ(out32.dtype(), kF32);
-  EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+  if (cpu::winograd_forward_applies(geometry_of(c.x, c.w, c.p))) {  // f32 3x3 stride 1: its own bound
+    const Tensor mag = winograd_magnitude(x32.to(kF64), w32.to(kF64), c.bias ? b32.to(kF64) : Tensor(), c.p.padding[0],
+                                          c.p.padding[1], c.p.groups);
+    EXPECT_TRUE(within_rounding(out32, ref32.out, mag, static_cast<double>(c.w[1] + 24), kU32)) << what << " (f32 Winograd)";
+  } else {
+    EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+  }
 }
 
 }  // namespace
@@ -229,6 +326,67 @@ TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
     for (const ConvCase& c : cases) {
       SCOPED_TRACE(detail::str(threads, " threads, ", describe(c.p, c.x, c.w)));
       check_against_reference(c, seed++);
+    }
+  }
+  set_num_threads(before);
+}
+
+namespace {
+// f32 forward, input gradient and weight gradient of a case that takes the Winograd paths,
+// against the nested loops run in f64 on the same f32-rounded values: the forward and input
+// gradient within the Winograd bound (winograd_magnitude), the weight gradient (im2col +
+// GEMM) within the dot-product bound.
+void check_winograd_f32(const ConvCase& c, uint64_t seed) {
+  const std::string what = detail::str(describe(c.p, c.x, c.w), c.bias ? " with bias" : " without bias");
+  const cpu::Conv2dGeometry geo = geometry_of(c.x, c.w, c.p);
+  ASSERT_TRUE(cpu::winograd_forward_applies(geo)) << what;
+  ASSERT_TRUE(cpu::winograd_backward_input_applies(geo)) << what;
+  Generator gen(seed);
+  const Tensor x = randn(c.x, kF32, &gen), w = randn(c.w, kF32, &gen), b = c.bias ? randn({c.w[0]}, kF32, &gen) : Tensor();
+  Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
+  Tensor out = conv2d(xl, wl, b, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+  const Tensor gy = randn(out.sizes(), kF32, &gen);
+  out.backward(gy);
+  const Tensor xd = x.to(kF64), wd = w.to(kF64), bd = c.bias ? b.to(kF64) : Tensor(), gyd = gy.to(kF64);
+  const ConvReference ref = reference_conv2d(xd, wd, bd, c.p, gyd);
+  const int64_t ph = c.p.padding[0], pw = c.p.padding[1];
+  EXPECT_TRUE(within_rounding(out, ref.out, winograd_magnitude(xd, wd, bd, ph, pw, c.p.groups), static_cast<double>(c.w[1] + 24),
+                              kU32))
+      << what;
+  // d input = gy (*) w' with padding 2 - p: bounded as that convolution.
+  const Tensor gx_mag = winograd_magnitude(gyd, flipped_transposed(wd, c.p.groups), Tensor(), 2 - ph, 2 - pw, c.p.groups);
+  EXPECT_TRUE(within_rounding(xl.grad(), ref.gx, gx_mag, static_cast<double>(c.w[0] / c.p.groups + 24), kU32)) << what << " (d input)";
+  const ConvReference mags = reference_conv2d(abs_of(xd), abs_of(wd), Tensor(), c.p, abs_of(gyd));
+  EXPECT_TRUE(within_rounding(wl.grad(), ref.gw, mags.gw, static_cast<double>(out.numel() / c.w[0]), kU32)) << what << " (d weight)";
+}
+}  // namespace
+
+TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
+  // NOTE [Conv2d Winograd]: every f32 3x3 stride-1 convolution with >= 8 channels per group and
+  // an output of at least about 3x3 runs forward and input gradient as F(4x4, 3x3). The cases
+  // cover odd sizes (tiles sticking out at the bottom and right), every padding 0..2 and
+  // unequal ones (the input gradient's padding is 2 - p), odd channel counts, output channels
+  // not a multiple of the 4-row micro-kernel or of the 16-channel output chunks, groups, batch
+  // 1, tiles numbered across images, and each of the 8/16/24-tile block widths; with 1 and 3
+  // threads (3 splits the output channels of the few blocks of the small cases).
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 13, 11}, {20, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 9, 8, 8}, {12, 9, 3, 3}, {{1, 1}, {0, 0}, {1, 1}, 1}, false},
+      {{3, 8, 10, 17}, {8, 8, 3, 3}, {{1, 1}, {2, 1}, {1, 1}, 1}, true},
+      {{2, 16, 9, 9}, {18, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
+      {{4, 24, 20, 20}, {32, 24, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 40, 7, 7}, {36, 40, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 8, 6, 6}, {9, 8, 3, 3}, {{1, 1}, {2, 2}, {1, 1}, 1}, false},
+      {{2, 12, 9, 9}, {16, 12, 3, 3}, {{1, 1}, {0, 1}, {1, 1}, 1}, true},
+      {{5, 8, 4, 4}, {8, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  // 5 images of one tile each
+  };
+  const int before = get_num_threads();
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    uint64_t seed = 6000;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(threads, " threads"));
+      check_winograd_f32(c, seed++);
     }
   }
   set_num_threads(before);

@@ -1,0 +1,471 @@
+// Winograd F(4x4, 3x3) convolution for f32 (NOTE [Conv2d algorithms] in ops/cpu/conv.cpp).
+//
+// NOTE [Conv2d Winograd]: a 4x4 block of outputs of a 3x3 stride-1 convolution needs a 6x6
+// block d of input; Lavin and Gray's F(4x4, 3x3) computes it as
+//     Y = A^T [ sum_c (G g_c G^T) (.) (B^T d_c B) ] A
+// ((.) element-wise, g_c the 3x3 kernel of input channel c) with the matrices
+//     B^T = [4  0 -5  0 1 0]    G = [ 1/4     0    0 ]    A^T = [1 1  1 1  1 0]
+//           [0 -4 -4  1 1 0]        [-1/6 -1/6 -1/6 ]          [0 1 -1 2 -2 0]
+//           [0  4 -4 -1 1 0]        [-1/6  1/6 -1/6 ]          [0 1  1 4  4 0]
+//           [0 -2 -1  2 1 0]        [1/24 1/12  1/6 ]          [0 1 -1 8 -8 1]
+//           [0  2 -1 -2 1 0]        [1/24 -1/12 1/6 ]
+//           [0  4  0 -5 0 1]        [   0    0    1 ]
+// So each of the 36 "frequencies" xi of a tile is an independent sum over channels: for a set
+// of tiles, M[xi] (O x tiles) = U[xi] (O x C) @ V[xi] (C x tiles), 36 GEMMs with 36 * 16 / 4
+// = 4x fewer multiply-adds than the direct 9 per output (tiles that stick out past the output's
+// edge are computed and dropped, so small maps save less: a 7x7 output uses 2x2 tiles).
+//
+// The pipeline, per chunk of images (its zero-padded copy of the input fits kPaddedBytes):
+// 1. U = G g G^T for every (output, input) channel pair, once per call, laid out
+//    [group][xi][output block of 4][input channel][4] for the micro-kernel below.
+// 2. The input chunk is copied into zero-padded planes of (4 TH + 2) x (4 TW + 4) (TH x TW
+//    tiles cover the output), so no tile needs a bounds check.
+// 3. Threads take work items: a block of 8, 16 or 24 tiles (tiles numbered across the images
+//    of the chunk, so small maps still fill the blocks) and a range of output channels. Per
+//    block the thread transforms the input: for each channel, 8 tiles at a time, it loads each
+//    tile's 6 rows as 8-float vectors and transposes them so the lanes are the 8 tiles, then
+//    applies B^T from both sides in registers; V is [xi][channel][tile]. Then, 16 output
+//    channels at a time, a 4 x (8, 16 or 24) register-blocked GEMM kernel computes M for all
+//    36 frequencies into a small buffer that stays in cache, and the output transform (A^T
+//    from both sides, bias, a transpose back to 4-float tile rows) writes the outputs.
+//    With few blocks (small batch, small map) the output channels are split into ranges so
+//    every thread has work; each range's thread redoes the block's input transform.
+// The input gradient of a 3x3 stride-1 convolution with padding p is the same computation on
+// gy with padding 2 - p and the kernel flipped and transposed (w'[c][o] = w[o][c] rotated by
+// 180 degrees), so it runs through the same code.
+//
+// Accuracy: the transforms multiply magnitudes. Every intermediate is a sum of products
+// computed in f32, so each step adds at most a few units of roundoff u = 2^-24 of the sum of
+// absolute values of its terms; carried through the three stages this bounds the error of an
+// output by about (C + 24) u (|A^T| [ sum_c (|G| |g_c| |G^T|) (.) (|B^T| |d_c| |B|) ] |A|),
+// the same expression evaluated with the absolute values of every matrix and operand. Compared
+// with the direct sum (about 9 C u sum |x w|) that magnitude is larger by the transforms'
+// growth, which is largest at the tile's corner far from the origin (the 8s of A^T and the 5s
+// of B^T): for unit-size inputs the tests measure errors of a few 1e-6 relative to the outputs'
+// scale, 10 to 50 times the direct method's, still far below what f32 training notices (cuDNN
+// and oneDNN use the same F(4x4, 3x3)). tests/ops/conv_test.cpp checks every output against
+// exactly this bound, computed from the f64 operands in the test's own loops.
+#include "ops/cpu/conv_winograd.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "ops/cpu/isa.h"
+
+namespace trident::cpu {
+namespace {
+
+using v8f = float __attribute__((vector_size(32)));
+using v8i = int32_t __attribute__((vector_size(32)));
+
+constexpr int kXi = 36;        // frequencies of a 6x6 tile
+constexpr int kMR = 4;         // output channels per micro-kernel row block
+constexpr int64_t kOC = 16;    // output channels whose M is computed before their output transform
+constexpr int kMaxNV = 3;      // tiles per block: 8 NV, NV <= 3
+constexpr int64_t kPaddedBytes = int64_t{32} << 20;
+
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
+inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
+
+// ---- the three transforms, on 8 lanes at once --------------------------------------------
+
+// r[0..5] = G a for the 3-vector a (each entry 8 lanes).
+inline void g_times(const v8f& a0, const v8f& a1, const v8f& a2, v8f* r) {
+  const v8f s = a0 + a2;
+  r[0] = a0 * 0.25f;
+  r[1] = (s + a1) * (-1.0f / 6.0f);
+  r[2] = (s - a1) * (-1.0f / 6.0f);
+  const v8f p = a0 * (1.0f / 24.0f) + a2 * (1.0f / 6.0f), q = a1 * (1.0f / 12.0f);
+  r[3] = p + q;
+  r[4] = p - q;
+  r[5] = a2;
+}
+
+// t[0..5] = B^T d for the 6-vector d.
+inline void bt_times(const v8f* d, v8f* t) {
+  t[0] = d[0] * 4.0f - d[2] * 5.0f + d[4];
+  const v8f a = d[4] - d[2] * 4.0f, b = d[3] - d[1] * 4.0f;
+  t[1] = a + b;
+  t[2] = a - b;
+  const v8f c = d[4] - d[2], e = (d[3] - d[1]) * 2.0f;
+  t[3] = c + e;
+  t[4] = c - e;
+  t[5] = d[1] * 4.0f - d[3] * 5.0f + d[5];
+}
+
+// y[0..3] = A^T m for the 6-vector m.
+inline void at_times(const v8f* m, v8f* y) {
+  const v8f s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
+  y[0] = m[0] + s12 + s34;
+  y[1] = d12 + d34 * 2.0f;
+  y[2] = s12 + s34 * 4.0f;
+  y[3] = d12 + d34 * 8.0f + m[5];
+}
+
+// Columns 0..5 of the 8x8 matrix whose rows are v[0..7]: d[j][q] = v[q][j] (unpack, shuffle
+// and 128-bit permute steps, 22 shuffles in all).
+inline void transpose_8x6(const v8f* v, v8f* d) {
+  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i p20 = {0, 1, 2, 3, 8, 9, 10, 11}, p31 = {4, 5, 6, 7, 12, 13, 14, 15};
+  const v8f t0 = __builtin_shuffle(v[0], v[1], lo), t1 = __builtin_shuffle(v[0], v[1], hi);
+  const v8f t2 = __builtin_shuffle(v[2], v[3], lo), t3 = __builtin_shuffle(v[2], v[3], hi);
+  const v8f t4 = __builtin_shuffle(v[4], v[5], lo), t5 = __builtin_shuffle(v[4], v[5], hi);
+  const v8f t6 = __builtin_shuffle(v[6], v[7], lo), t7 = __builtin_shuffle(v[6], v[7], hi);
+  const v8f s0 = __builtin_shuffle(t0, t2, s44), s1 = __builtin_shuffle(t0, t2, sEE);
+  const v8f s2 = __builtin_shuffle(t1, t3, s44), s3 = __builtin_shuffle(t1, t3, sEE);
+  const v8f s4 = __builtin_shuffle(t4, t6, s44), s5 = __builtin_shuffle(t4, t6, sEE);
+  const v8f s6 = __builtin_shuffle(t5, t7, s44), s7 = __builtin_shuffle(t5, t7, sEE);
+  d[0] = __builtin_shuffle(s0, s4, p20);
+  d[1] = __builtin_shuffle(s1, s5, p20);
+  d[2] = __builtin_shuffle(s2, s6, p20);
+  d[3] = __builtin_shuffle(s3, s7, p20);
+  d[4] = __builtin_shuffle(s0, s4, p31);
+  d[5] = __builtin_shuffle(s1, s5, p31);
+}
+
+// The inverse direction for 4 columns: r[k] holds lane q = k's row (y[0..3][q]) in its low
+// half and lane q = k + 4's in its high half.
+inline void transpose_4x8(const v8f* y, v8f* r) {
+  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8f a = __builtin_shuffle(y[0], y[1], lo), b = __builtin_shuffle(y[0], y[1], hi);
+  const v8f c = __builtin_shuffle(y[2], y[3], lo), d = __builtin_shuffle(y[2], y[3], hi);
+  r[0] = __builtin_shuffle(a, c, s44);
+  r[1] = __builtin_shuffle(a, c, sEE);
+  r[2] = __builtin_shuffle(b, d, s44);
+  r[3] = __builtin_shuffle(b, d, sEE);
+}
+
+// ---- the problem -------------------------------------------------------------------------
+
+// One stride-1 3x3 convolution: input planes [N, Cin, Hin, Win] padded by (pt, pl) on the
+// top/left (and implicitly enough on the bottom/right) into [N, Cout, Hout, Wout].
+struct Problem {
+  const float* x;
+  float* y;
+  const float* bias;  // [Cout] or null
+  int64_t N, Cin, Hin, Win, Cout, Hout, Wout, groups, pt, pl;
+  int64_t Cg, Og, OB;  // per group: input channels, output channels, blocks of kMR outputs
+  int64_t TH, TW, Hp, Wp;
+  // Where kernel g[oo][ci] (output oo, input ci of group gi) lives in w: gi * group_stride +
+  // oo * s_out + ci * s_in, its 9 taps row-major, or reversed when flip (backward input).
+  const float* w;
+  int64_t group_stride, s_out, s_in;
+  bool flip;
+
+  Problem(const float* x_, float* y_, const float* bias_, int64_t N_, int64_t Cin_, int64_t Hin_, int64_t Win_,
+          int64_t Cout_, int64_t Hout_, int64_t Wout_, int64_t groups_, int64_t pt_, int64_t pl_)
+      : x(x_), y(y_), bias(bias_), N(N_), Cin(Cin_), Hin(Hin_), Win(Win_), Cout(Cout_), Hout(Hout_), Wout(Wout_),
+        groups(groups_), pt(pt_), pl(pl_), Cg(Cin_ / groups_), Og(Cout_ / groups_), OB((Cout_ / groups_ + kMR - 1) / kMR),
+        TH((Hout_ + 3) / 4), TW((Wout_ + 3) / 4), Hp(4 * TH + 2), Wp(4 * TW + 4), w(nullptr), group_stride(0), s_out(0),
+        s_in(0), flip(false) {}
+  int64_t u_panel(int64_t gi, int64_t xi, int64_t ob) const { return ((gi * kXi + xi) * OB + ob) * Cg * kMR; }
+};
+
+// U for the (group, output block) pairs [i0, i1): two input channels at a time, the lanes are
+// (channel c + lane / 4, output ob kMR + lane % 4), which is 8 consecutive floats of U.
+TRIDENT_CPU_CLONES void winograd_weights(const Problem& p, float* U, int64_t i0, int64_t i1) {
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t gi = item / p.OB, ob = item % p.OB;
+    for (int64_t c = 0; c < p.Cg; c += 2) {
+      alignas(32) float g[9][8];
+      for (int lane = 0; lane < 8; ++lane) {
+        const int64_t ci = c + lane / 4, oo = ob * kMR + lane % 4;
+        const bool real = ci < p.Cg && oo < p.Og;
+        const float* src = p.w + gi * p.group_stride + oo * p.s_out + ci * p.s_in;
+        for (int k = 0; k < 9; ++k) g[k][lane] = real ? src[p.flip ? 8 - k : k] : 0.0f;
+      }
+      v8f a[3][6];  // a[q] = G (column q of g)
+      for (int q = 0; q < 3; ++q) g_times(load8(g[q]), load8(g[3 + q]), load8(g[6 + q]), a[q]);
+      const int64_t pair = std::min<int64_t>(2, p.Cg - c) * kMR;
+      for (int i = 0; i < 6; ++i) {
+        v8f u[6];  // row i of (G g) G^T
+        g_times(a[0][i], a[1][i], a[2][i], u);
+        for (int j = 0; j < 6; ++j) {
+          alignas(32) float tmp[8];
+          store8(tmp, u[j]);
+          std::memcpy(U + p.u_panel(gi, i * 6 + j, ob) + c * kMR, tmp, static_cast<size_t>(pair) * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
+// xp[i, c] = the input plane of image n0 + i, zero-padded to Hp x Wp.
+void pad_input(const Problem& p, int64_t n0, int64_t nb, float* xp) {
+  const int64_t HWp = p.Hp * p.Wp;
+  parallel_for(0, nb * p.Cin, std::max<int64_t>(1, 16384 / HWp), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      float* dst = xp + q * HWp;
+      const float* src = p.x + (n0 * p.Cin + q) * p.Hin * p.Win;
+      for (int64_t r = 0; r < p.Hp; ++r) {
+        float* row = dst + r * p.Wp;
+        const int64_t h = r - p.pt;
+        if (h < 0 || h >= p.Hin) {
+          std::fill_n(row, p.Wp, 0.0f);
+          continue;
+        }
+        const int64_t lead = std::min(p.pl, p.Wp), n = std::clamp<int64_t>(p.Wp - p.pl, 0, p.Win);
+        std::fill_n(row, lead, 0.0f);
+        std::copy_n(src + h * p.Win, n, row + lead);
+        std::fill(row + lead + n, row + p.Wp, 0.0f);
+      }
+    }
+  });
+}
+
+// The work of one chunk of images: its padded input, its tiles in blocks, items.
+struct Chunk {
+  const Problem* p;
+  const float* U;
+  const float* xp;  // [nb, Cin, Hp, Wp]
+  int64_t n0, nb, T;
+  int nv;               // 8-tile groups per block
+  int64_t blocks, orr;  // tile blocks; output-channel ranges per (block, group)
+  int64_t items() const { return blocks * p->groups * orr; }
+};
+
+// Per-thread scratch: V [36][Cg][8 nv], M [36][kOC][8 nv], and the tiles of the current block.
+struct Scratch {
+  float* V = nullptr;
+  float* M = nullptr;
+  int64_t block = -1, group = -1;
+  int64_t in_off[8 * kMaxNV], out_off[8 * kMaxNV];
+  int rows[8 * kMaxNV], cols[8 * kMaxNV];
+};
+
+template <int NV>
+inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, int64_t K, float* __restrict mp) {
+  constexpr int NR = 8 * NV;
+  v8f acc[kMR][NV];
+  for (int r = 0; r < kMR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
+  for (int64_t c = 0; c < K; ++c) {
+    v8f b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = load8(vp + c * NR + 8 * v);
+    for (int r = 0; r < kMR; ++r) {
+      const v8f a = splat(up[c * kMR + r]);
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < kMR; ++r)
+    for (int v = 0; v < NV; ++v) store8(mp + r * NR + 8 * v, acc[r][v]);
+}
+
+// Outputs [o0, o1) of group gi for the current block, kOC at a time.
+template <int NV>
+inline void block_outputs(const Chunk& ch, Scratch& s, int64_t gi, int64_t ob0, int64_t ob1) {
+  const Problem& p = *ch.p;
+  constexpr int NR = 8 * NV;
+  const int64_t out_plane = p.Hout * p.Wout;
+  for (int64_t oc0 = ob0; oc0 < ob1; oc0 += kOC / kMR) {
+    const int64_t oc1 = std::min(ob1, oc0 + kOC / kMR);
+    for (int xi = 0; xi < kXi; ++xi)
+      for (int64_t ob = oc0; ob < oc1; ++ob)
+        gemm_kernel<NV>(ch.U + p.u_panel(gi, xi, ob), s.V + xi * p.Cg * NR, p.Cg, s.M + (xi * kOC + (ob - oc0) * kMR) * NR);
+    const int64_t o_end = std::min(p.Og, oc1 * kMR);
+    for (int64_t o = oc0 * kMR; o < o_end; ++o) {
+      const int64_t ol = o - oc0 * kMR, oc = gi * p.Og + o;
+      const v8f b = splat(p.bias ? p.bias[oc] : 0.0f);
+      float* yo = p.y + oc * out_plane;
+      for (int g8 = 0; g8 < NV; ++g8) {
+        v8f sA[4][6];  // A^T M, column by column
+        for (int l = 0; l < 6; ++l) {
+          v8f m[6], t[4];
+          for (int k = 0; k < 6; ++k) m[k] = load8(s.M + ((k * 6 + l) * kOC + ol) * NR + 8 * g8);
+          at_times(m, t);
+          for (int i = 0; i < 4; ++i) sA[i][l] = t[i];
+        }
+        for (int i = 0; i < 4; ++i) {
+          v8f yv[4], r[4];
+          at_times(sA[i], yv);
+          for (int j = 0; j < 4; ++j) yv[j] += b;
+          transpose_4x8(yv, r);
+          alignas(32) float rows[4][8];
+          for (int k = 0; k < 4; ++k) store8(rows[k], r[k]);
+          for (int q = 0; q < 8; ++q) {
+            const int tq = g8 * 8 + q;
+            if (i >= s.rows[tq]) continue;
+            const float* src = rows[q % 4] + 4 * (q / 4);
+            float* dst = yo + s.out_off[tq] + i * p.Wout;
+            if (s.cols[tq] == 4) {
+              std::memcpy(dst, src, 4 * sizeof(float));
+            } else {
+              for (int j = 0; j < s.cols[tq]; ++j) dst[j] = src[j];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// V for every input channel of group gi and the tiles of the current block.
+template <int NV>
+inline void block_inputs(const Chunk& ch, Scratch& s, int64_t gi) {
+  const Problem& p = *ch.p;
+  constexpr int NR = 8 * NV;
+  const int64_t HWp = p.Hp * p.Wp;
+  for (int64_t c = 0; c < p.Cg; ++c) {
+    const float* plane = ch.xp + (gi * p.Cg + c) * HWp;
+    for (int g8 = 0; g8 < NV; ++g8) {
+      v8f e[6][6];  // e[r] = (row r of d) B, lanes = tiles
+      for (int r = 0; r < 6; ++r) {
+        v8f v[8], d[6];
+        for (int q = 0; q < 8; ++q) v[q] = load8(plane + s.in_off[g8 * 8 + q] + r * p.Wp);
+        transpose_8x6(v, d);
+        bt_times(d, e[r]);
+      }
+      for (int l = 0; l < 6; ++l) {
+        v8f col[6], t[6];
+        for (int r = 0; r < 6; ++r) col[r] = e[r][l];
+        bt_times(col, t);
+        for (int k = 0; k < 6; ++k) store8(s.V + ((k * 6 + l) * p.Cg + c) * NR + 8 * g8, t[k]);
+      }
+    }
+  }
+}
+
+template <int NV>
+inline void chunk_items(const Chunk& ch, Scratch& s, int64_t i0, int64_t i1) {
+  const Problem& p = *ch.p;
+  constexpr int NR = 8 * NV;
+  const int64_t tiles_per_image = p.TH * p.TW;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t orr = item % ch.orr, gi = (item / ch.orr) % p.groups, blk = item / (ch.orr * p.groups);
+    if (blk != s.block) {
+      for (int q = 0; q < NR; ++q) {
+        const int64_t t = blk * NR + q;
+        if (t >= ch.T) {  // past the last tile: read tile 0, write nothing
+          s.in_off[q] = 0;
+          s.out_off[q] = 0;
+          s.rows[q] = s.cols[q] = 0;
+          continue;
+        }
+        const int64_t i = t / tiles_per_image, th = (t % tiles_per_image) / p.TW, tw = t % p.TW;
+        s.in_off[q] = (i * p.Cin * p.Hp + 4 * th) * p.Wp + 4 * tw;
+        s.out_off[q] = ((ch.n0 + i) * p.Cout * p.Hout + 4 * th) * p.Wout + 4 * tw;
+        s.rows[q] = static_cast<int>(std::min<int64_t>(4, p.Hout - 4 * th));
+        s.cols[q] = static_cast<int>(std::min<int64_t>(4, p.Wout - 4 * tw));
+      }
+      s.block = blk;
+      s.group = -1;
+    }
+    if (gi != s.group) {
+      block_inputs<NV>(ch, s, gi);
+      s.group = gi;
+    }
+    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr;
+    block_outputs<NV>(ch, s, gi, ob0, ob1);
+  }
+}
+
+TRIDENT_CPU_CLONES void winograd_items(const Chunk& ch, Scratch& s, int64_t i0, int64_t i1) {
+  switch (ch.nv) {
+    case 1: return chunk_items<1>(ch, s, i0, i1);
+    case 2: return chunk_items<2>(ch, s, i0, i1);
+    default: return chunk_items<3>(ch, s, i0, i1);
+  }
+}
+
+// Blocks of 8 nv tiles, nv in {3, 2, 1}: the one whose busiest thread has the fewest tiles to
+// go through, counting narrower kernels as slightly slower per tile (they reload the U panel
+// more often per multiply-add).
+void plan_blocks(Chunk& ch, int threads) {
+  const double cost_per_tile[4] = {0, 1.25, 1.05, 1.0};
+  double best = 0;
+  for (int nv = 3; nv >= 1; --nv) {
+    const int64_t blocks = (ch.T + 8 * nv - 1) / (8 * nv);
+    const int64_t units = blocks * ch.p->groups;
+    const double rounds = static_cast<double>((units + threads - 1) / threads);
+    const double cost = rounds * 8.0 * nv * cost_per_tile[nv];
+    if (nv == 3 || cost < best) {
+      best = cost;
+      ch.nv = nv;
+      ch.blocks = blocks;
+    }
+  }
+  // Too few (block, group) units to keep every thread busy for long: split the outputs.
+  ch.orr = 1;
+  while (ch.blocks * ch.p->groups * ch.orr < 4 * threads && ch.orr * 2 <= ch.p->OB) ch.orr *= 2;
+}
+
+void run(const Problem& p) {
+  const int threads = get_num_threads();
+  Tensor u = empty({p.groups * kXi * p.OB * kMR * p.Cg});
+  float* U = u.data<float>();
+  parallel_for(0, p.groups * p.OB, std::max<int64_t>(1, 2048 / (p.Cg * kMR)),
+               [&](int64_t i0, int64_t i1) { winograd_weights(p, U, i0, i1); });
+  const int64_t image_floats = p.Cin * p.Hp * p.Wp;
+  const int64_t chunk = std::clamp<int64_t>(kPaddedBytes / static_cast<int64_t>(sizeof(float) * image_floats), 1, p.N);
+  Tensor xpad = empty({std::min(chunk, p.N) * image_floats});
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    pad_input(p, n0, nb, xpad.data<float>());
+    Chunk ch{&p, U, xpad.data<float>(), n0, nb, nb * p.TH * p.TW, 3, 0, 1};
+    plan_blocks(ch, threads);
+    const int64_t NR = 8 * ch.nv;
+    parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
+      Tensor ws = empty({kXi * (p.Cg + kOC) * NR});
+      Scratch s;
+      s.V = ws.data<float>();
+      s.M = s.V + kXi * p.Cg * NR;
+      winograd_items(ch, s, i0, i1);
+    });
+  }
+}
+
+// F(4x4, 3x3) computes 36 products per 4x4 tile: worth it while that is at most half the
+// direct method's 9 per output, edge tiles included, and with enough channels that the GEMMs
+// dominate the transforms.
+bool worth_it(int64_t Cg, int64_t Og, int64_t OH, int64_t OW) {
+  if (Cg < 8 || Og < 8 || OH < 1 || OW < 1) return false;
+  const double tiles = static_cast<double>((OH + 3) / 4) * static_cast<double>((OW + 3) / 4);
+  return 36.0 * tiles <= 0.5 * 9.0 * static_cast<double>(OH) * static_cast<double>(OW);
+}
+
+bool winograd_shape(const Conv2dGeometry& g) {
+  return g.kH == 3 && g.kW == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && !g.depthwise();
+}
+
+}  // namespace
+
+bool winograd_forward_applies(const Conv2dGeometry& g) {
+  return winograd_shape(g) && worth_it(g.in_per_group(), g.out_per_group(), g.OH, g.OW);
+}
+
+bool winograd_backward_input_applies(const Conv2dGeometry& g) {
+  // gx = gy (*) w' with padding 2 - p: its "input channels" are O / groups, "outputs" C / groups.
+  return winograd_shape(g) && g.ph <= 2 && g.pw <= 2 && worth_it(g.out_per_group(), g.in_per_group(), g.H, g.W);
+}
+
+void winograd_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g) {
+  Problem p(x, y, bias, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.groups, g.ph, g.pw);
+  // w [O, C/g, 3, 3]: output oo of group gi is row gi Og + oo.
+  p.w = w;
+  p.group_stride = p.Og * p.Cg * 9;
+  p.s_out = p.Cg * 9;
+  p.s_in = 9;
+  run(p);
+}
+
+void winograd_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {
+  Problem p(gy, gx, nullptr, g.N, g.O, g.OH, g.OW, g.C, g.H, g.W, g.groups, 2 - g.ph, 2 - g.pw);
+  // w'[c][o] = w[o][c] rotated: "output" c of group gi reads w[gi Og_f + o][c], flipped.
+  p.w = w;
+  p.group_stride = g.out_per_group() * g.in_per_group() * 9;
+  p.s_out = 9;
+  p.s_in = g.in_per_group() * 9;
+  p.flip = true;
+  run(p);
+}
+
+}  // namespace trident::cpu
