@@ -14,10 +14,12 @@
 #include "ops/cpu/conv_depthwise.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/parallel.h"
+#include "ops/cpu/isa.h"
 
 namespace trident::cpu {
 namespace {
@@ -111,13 +113,14 @@ struct PhasePlanes {
   const PhaseLayout& L;
   std::vector<T> phased, pitched;
 
-  PhasePlanes(const Conv2dGeometry& geo, const PhaseLayout& layout, int64_t pitched_elems)
-      : g(geo), L(layout), phased(static_cast<size_t>(layout.phases * layout.plane)),
+  // `slack` zeros after the phases let a block of outputs run past the last one.
+  PhasePlanes(const Conv2dGeometry& geo, const PhaseLayout& layout, int64_t pitched_elems, int64_t slack = 0)
+      : g(geo), L(layout), phased(static_cast<size_t>(layout.phases * layout.plane + slack), T(0)),
         pitched(static_cast<size_t>(std::max<int64_t>(pitched_elems, 1)), T(0)) {}
 
   // Splits plane x [H, W] into the phases (the padding stays zero).
+  // Writes the same positions for every plane: the padding stays zero from construction.
   void load(const T* x) {
-    std::fill(phased.begin(), phased.end(), T(0));
     for (int64_t h = 0; h < g.H; ++h) for_each_phase_column(h, [&](T* dst, int64_t w0, int64_t n) {
       const T* row = x + h * g.W + w0;
       for (int64_t i = 0; i < n; ++i) dst[i] = row[i * g.sw];
@@ -155,31 +158,297 @@ const T* group_weights(const PhaseLayout::Group& gr, const T* wp, int64_t kW, st
   return buf.data();
 }
 
+
+// ---- forward ------------------------------------------------------------------------------
+// f64 (and the reference for the f32 kernel's layout): per output plane, each group of taps in
+// one unrolled pass over the plane at pitch Wq, accumulating in memory.
+template <typename T>
+void forward_planes_by_passes(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g, const PhaseLayout& L,
+                              int64_t p0, int64_t p1) {
+  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
+  PhasePlanes<T> pl(g, L, L.flat);
+  std::vector<T> wbuf;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n = p / g.C, c = p % g.C;
+    pl.load(x + p * HW);
+    for (int64_t j = 0; j < mult; ++j) {
+      const int64_t o = c * mult + j;
+      T* out = pl.pitched.data();
+      std::fill_n(out, L.flat, bias ? bias[o] : T(0));
+      for (const PhaseLayout::Group& gr : L.groups)
+        apply_taps(out, pl.phased.data() + gr.phase * L.plane, group_weights(gr, w + o * khw, g.kW, wbuf), gr.off.data(),
+                   static_cast<int64_t>(gr.kw.size()), 0, L.flat);
+      T* yp = y + (n * g.O + o) * P;
+      for (int64_t oh = 0; oh < g.OH; ++oh) std::copy_n(out + oh * L.Wq, g.OW, yp + oh * g.OW);
+    }
+  }
+}
+
+// f32, NOTE [Depthwise register blocks]: a block of R output rows x 8 V columns stays in
+// registers while every tap is applied, and each loaded input vector serves every output row
+// of the block it reaches: with stride 1, input row i at column offset kw meets output row r
+// through tap (i - r, kw). So per kernel column kw the block loads its R + kH - 1 input rows
+// once (V vectors each) and applies the column's kH weights, held in registers, to R of them
+// each: about (R + kH - 1) / (R kH) loads per multiply-add (0.4 for 5x5) instead of one, and
+// the outputs are written once. With stride s the input is split into s x s phases (NOTE
+// [Depthwise planes]); in phase (a, b) the taps kh = a, a + s, ... read consecutive rows, so
+// each phase is the same computation with a smaller kernel. (R, V) = (4, 2) for up to 5 taps
+// per phase column, (8, 1) for 6 or 7 (their weights take 7 registers); larger or dilated
+// kernels use dw_flat_block below. The phase planes have zero rows and columns of slack so
+// blocks may run past the output's edge; those outputs are dropped.
+using v8f = float __attribute__((vector_size(32)));
+
+inline v8f dw_load(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline v8f dw_splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
+
+// acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + 8 v].
+template <int KH, int R, int V>
+inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, v8f (&acc)[R][V]) {
+  // Fully unrolled (the pragmas): every register index is a constant.
+  for (int t = 0; t < nkw; ++t) {
+    v8f wv[KH];
+#pragma GCC unroll 8
+    for (int i = 0; i < KH; ++i) wv[i] = dw_splat(wk[i * nkw + t]);
+    const float* s = src + db[t];
+#pragma GCC unroll 16
+    for (int i = 0; i < R + KH - 1; ++i) {
+      v8f xv[V];
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) xv[v] = dw_load(s + i * Wr + 8 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int kh = i - r;
+        if (kh < 0 || kh >= KH) continue;
+#pragma GCC unroll 2
+        for (int v = 0; v < V; ++v) acc[r][v] += wv[kh] * xv[v];
+      }
+    }
+  }
+}
+
+// The taps of one phase: kH_a consecutive rows, kernel columns kw[] at offsets db[].
+struct DwPhaseTaps {
+  int64_t phase, rows;
+  std::vector<int64_t> kh, kw, db;
+};
+
+// Input row segment -> phase row: dst[i] = x[src + i sw] for i < n.
+struct DwCopy {
+  int64_t dst, src, n;
+};
+
+struct DwForwardArgs {
+  const float *x, *w, *bias;
+  float* y;
+  const Conv2dGeometry* g;
+  const std::vector<DwPhaseTaps>* taps;
+  const std::vector<DwCopy>* copies;
+  int64_t Hr, Wr;  // phase planes
+  int R, V;
+};
+
+template <int R, int V>
+inline void dw_phase_rows(int kh, const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, v8f (&acc)[R][V]) {
+  switch (kh) {
+    case 1: return dw_rows<1, R, V>(src, Wr, wk, db, nkw, acc);
+    case 2: return dw_rows<2, R, V>(src, Wr, wk, db, nkw, acc);
+    case 3: return dw_rows<3, R, V>(src, Wr, wk, db, nkw, acc);
+    case 4: return dw_rows<4, R, V>(src, Wr, wk, db, nkw, acc);
+    case 5: return dw_rows<5, R, V>(src, Wr, wk, db, nkw, acc);
+    case 6: if constexpr (R * V == 8 && V == 1) return dw_rows<6, R, V>(src, Wr, wk, db, nkw, acc); else return;
+    default: if constexpr (V == 1) return dw_rows<7, R, V>(src, Wr, wk, db, nkw, acc); else return;
+  }
+}
+
+template <int R, int V>
+inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
+  const Conv2dGeometry& g = *a.g;
+  const std::vector<DwPhaseTaps>& taps = *a.taps;
+  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW, plane = a.Hr * a.Wr;
+  std::vector<float> phases(static_cast<size_t>(g.sh * g.sw * plane), 0.0f);  // slack and padding stay zero
+  std::vector<float> wk(static_cast<size_t>(khw));
+  const DwCopy* copies = a.copies->data();
+  const int64_t ncopies = static_cast<int64_t>(a.copies->size());
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n = p / g.C, c = p % g.C;
+    const float* x = a.x + p * HW;
+    // The next plane comes from memory while this one is computed.
+    if (p + 1 < p1)
+      for (int64_t i = 0; i < HW; i += 16) __builtin_prefetch(x + HW + i);
+    if (g.sw == 1) {
+      for (int64_t k = 0; k < ncopies; ++k) {
+        float* dst = phases.data() + copies[k].dst;
+        const float* src = x + copies[k].src;
+        for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[i];
+      }
+    } else {
+      for (int64_t k = 0; k < ncopies; ++k) {
+        float* dst = phases.data() + copies[k].dst;
+        const float* src = x + copies[k].src;
+        for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[i * g.sw];
+      }
+    }
+    for (int64_t j = 0; j < mult; ++j) {
+      const int64_t o = c * mult + j;
+      // Each phase's weights as a [rows][columns] matrix.
+      int64_t at = 0;
+      for (const DwPhaseTaps& pt : taps)
+        for (int64_t kh : pt.kh)
+          for (int64_t kw : pt.kw) wk[static_cast<size_t>(at++)] = a.w[o * khw + kh * g.kW + kw];
+      const float b = a.bias ? a.bias[o] : 0.0f;
+      float* yo = a.y + (n * g.O + o) * P;
+      for (int64_t oh0 = 0; oh0 < g.OH; oh0 += R) {
+        for (int64_t jb = 0; jb < g.OW; jb += 8 * V) {
+          // A last block that would stick out moves left to end at the edge (recomputing a
+          // few outputs) when the row is wide enough, so its stores are whole vectors.
+          const int64_t j0 = jb + 8 * V > g.OW && g.OW >= 8 * V ? g.OW - 8 * V : jb;
+          v8f acc[R][V];
+          for (int r = 0; r < R; ++r)
+            for (int v = 0; v < V; ++v) acc[r][v] = dw_splat(b);
+          const float* wp = wk.data();
+          for (const DwPhaseTaps& pt : taps) {
+            const int nkw = static_cast<int>(pt.kw.size());
+            dw_phase_rows<R, V>(static_cast<int>(pt.rows), phases.data() + pt.phase * plane + oh0 * a.Wr + j0, a.Wr, wp,
+                                pt.db.data(), nkw, acc);
+            wp += pt.rows * nkw;
+          }
+          const int64_t rows = std::min<int64_t>(R, g.OH - oh0), cols = std::min<int64_t>(8 * V, g.OW - j0);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* dst = yo + (oh0 + r) * g.OW + j0;
+            for (int v = 0; v < V; ++v) {
+              const int64_t left = cols - 8 * v;
+              if (left >= 8) {
+                std::memcpy(dst + 8 * v, &acc[r][v], sizeof(v8f));
+              } else if (left > 0) {  // only for rows narrower than a block
+                alignas(32) float tmp[8];
+                std::memcpy(tmp, &acc[r][v], sizeof(v8f));
+                for (int64_t i = 0; i < left; ++i) dst[8 * v + i] = tmp[i];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TRIDENT_CPU_CLONES void depthwise_forward_f32_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
+  if (a.V == 2) {
+    dw_forward_planes<4, 2>(a, p0, p1);
+  } else {
+    dw_forward_planes<8, 1>(a, p0, p1);
+  }
+}
+
+// Dilated kernels, or more than 7 taps per phase column: every tap in one pass over blocks of 8
+// vectors at pitch Wq (one load per multiply-add), through the PhaseLayout buffers.
+constexpr int64_t kDwBlock = 64;
+
+inline void dw_flat_block(const float* src, const float* wt, const int64_t* off, int64_t taps, float b, float* out) {
+  v8f acc[8];
+  for (int r = 0; r < 8; ++r) acc[r] = dw_splat(b);
+  for (int64_t t = 0; t < taps; ++t) {
+    const v8f ws = dw_splat(wt[t]);
+    const float* s = src + off[t];
+    for (int r = 0; r < 8; ++r) acc[r] += ws * dw_load(s + 8 * r);
+  }
+  std::memcpy(out, acc, sizeof acc);
+}
+
+struct DwFlatArgs {
+  const float *x, *w, *bias;
+  float* y;
+  const Conv2dGeometry* g;
+  const PhaseLayout* L;
+  const int64_t* off;  // per tap (kh kW + kw): phase start + da Wq + db
+};
+
+TRIDENT_CPU_CLONES void depthwise_forward_f32_flat(const DwFlatArgs& a, int64_t p0, int64_t p1) {
+  const Conv2dGeometry& g = *a.g;
+  const PhaseLayout& L = *a.L;
+  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
+  const int64_t blocks = (L.flat + kDwBlock - 1) / kDwBlock;
+  PhasePlanes<float> pl(g, L, blocks * kDwBlock, kDwBlock);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n = p / g.C, c = p % g.C;
+    pl.load(a.x + p * HW);
+    for (int64_t j = 0; j < mult; ++j) {
+      const int64_t o = c * mult + j;
+      const float b = a.bias ? a.bias[o] : 0.0f;
+      float* out = pl.pitched.data();
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        dw_flat_block(pl.phased.data() + blk * kDwBlock, a.w + o * khw, a.off, khw, b, out + blk * kDwBlock);
+      float* yp = a.y + (n * g.O + o) * P;
+      for (int64_t oh = 0; oh < g.OH; ++oh) std::memcpy(yp + oh * g.OW, out + oh * L.Wq, static_cast<size_t>(g.OW) * sizeof(float));
+    }
+  }
+}
+
+void forward_planes(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g, const PhaseLayout& L,
+                    int64_t p0, int64_t p1) {
+  // The taps of each phase: rows kh = a, a + sh, ... are consecutive phase rows when dh == 1.
+  std::vector<DwPhaseTaps> taps;
+  int64_t max_rows = 0, max_da = 0, max_db = 0;
+  for (int64_t a0 = 0; a0 < g.sh && g.dh == 1; ++a0)
+    for (int64_t b0 = 0; b0 < g.sw; ++b0) {
+      DwPhaseTaps pt{a0 * g.sw + b0, 0, {}, {}, {}};
+      for (int64_t kh = a0; kh < g.kH; kh += g.sh) pt.kh.push_back(kh);
+      for (int64_t kw = 0; kw < g.kW; ++kw)
+        if ((kw * g.dw) % g.sw == b0) {
+          pt.kw.push_back(kw);
+          pt.db.push_back((kw * g.dw) / g.sw);
+          max_db = std::max(max_db, pt.db.back());
+        }
+      pt.rows = static_cast<int64_t>(pt.kh.size());
+      if (pt.rows == 0 || pt.kw.empty()) continue;
+      max_rows = std::max(max_rows, pt.rows);
+      max_da = std::max(max_da, pt.rows - 1);
+      taps.push_back(std::move(pt));
+    }
+  if (g.dh == 1 && max_rows <= 7) {
+    const int V = max_rows <= 5 ? 2 : 1, R = 8 / V;
+    // Phase planes hold rows up to the last block's (OH rounded up to R, plus the taps) and
+    // columns up to the last block's 8 V (plus the taps), all at least the phase's own size.
+    const int64_t Hr = std::max(L.Hq, (g.OH + R - 1) / R * R + max_da);
+    const int64_t Wr = std::max(L.Wq, (g.OW + 8 * V - 1) / (8 * V) * (8 * V) + max_db);
+    std::vector<DwCopy> copies;
+    for (int64_t h = 0; h < g.H; ++h) {
+      const int64_t r = h + g.ph;
+      for (int64_t b = 0; b < g.sw; ++b) {
+        const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;  // first w with (w + pw) % sw == b
+        if (w0 >= g.W) continue;
+        copies.push_back({((r % g.sh) * g.sw + b) * Hr * Wr + (r / g.sh) * Wr + (w0 + g.pw) / g.sw, h * g.W + w0,
+                          (g.W - w0 + g.sw - 1) / g.sw});
+      }
+    }
+    const DwForwardArgs a{x, w, bias, y, &g, &taps, &copies, Hr, Wr, R, V};
+    depthwise_forward_f32_planes(a, p0, p1);
+    return;
+  }
+  std::vector<int64_t> off(static_cast<size_t>(g.kH * g.kW));
+  for (const PhaseLayout::Group& gr : L.groups)
+    for (size_t i = 0; i < gr.kw.size(); ++i) off[static_cast<size_t>(gr.kh * g.kW + gr.kw[i])] = gr.phase * L.plane + gr.off[i];
+  const DwFlatArgs a{x, w, bias, y, &g, &L, off.data()};
+  depthwise_forward_f32_flat(a, p0, p1);
+}
+void forward_planes(const double* x, const double* w, const double* bias, double* y, const Conv2dGeometry& g,
+                    const PhaseLayout& L, int64_t p0, int64_t p1) {
+  forward_planes_by_passes(x, w, bias, y, g, L, p0, p1);
+}
+
 }  // namespace
 
 template <typename T>
 void depthwise_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
-  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
+  const int64_t mult = g.O / g.C, khw = g.kH * g.kW, P = g.OH * g.OW;
   const PhaseLayout L(g);
   // Threads take input planes (n, c): each is split once for its `mult` output planes.
-  parallel_for(0, g.N * g.C, std::max<int64_t>(1, 32768 / (mult * P * khw)), [&](int64_t p0, int64_t p1) {
-    PhasePlanes<T> pl(g, L, L.flat);
-    std::vector<T> wbuf;
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n = p / g.C, c = p % g.C;
-      pl.load(x + p * HW);
-      for (int64_t j = 0; j < mult; ++j) {
-        const int64_t o = c * mult + j;
-        T* out = pl.pitched.data();
-        std::fill_n(out, L.flat, bias ? bias[o] : T(0));
-        for (const PhaseLayout::Group& gr : L.groups)
-          apply_taps(out, pl.phased.data() + gr.phase * L.plane, group_weights(gr, w + o * khw, g.kW, wbuf), gr.off.data(),
-                     static_cast<int64_t>(gr.kw.size()), 0, L.flat);
-        T* yp = y + (n * g.O + o) * P;
-        for (int64_t oh = 0; oh < g.OH; ++oh) std::copy_n(out + oh * L.Wq, g.OW, yp + oh * g.OW);
-      }
-    }
-  });
+  parallel_for(0, g.N * g.C, std::max<int64_t>(1, 32768 / (mult * P * khw)),
+               [&](int64_t p0, int64_t p1) { forward_planes(x, w, bias, y, g, L, p0, p1); });
 }
 
 template <typename T>

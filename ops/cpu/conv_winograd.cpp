@@ -52,6 +52,7 @@
 
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/isa.h"
 
 namespace trident::cpu {
@@ -65,6 +66,7 @@ constexpr int kMR = 4;         // output channels per micro-kernel row block
 constexpr int64_t kOC = 16;    // output channels whose M is computed before their output transform
 constexpr int kMaxNV = 3;      // tiles per block: 8 NV, NV <= 3
 constexpr int64_t kPaddedBytes = int64_t{32} << 20;
+constexpr int64_t kTileChunk = 256;  // tiles per weight-gradient GEMM
 
 inline v8f load8(const float* p) {
   v8f v;
@@ -107,6 +109,25 @@ inline void at_times(const v8f* m, v8f* y) {
   y[1] = d12 + d34 * 2.0f;
   y[2] = s12 + s34 * 4.0f;
   y[3] = d12 + d34 * 8.0f + m[5];
+}
+
+// z[0..5] = A g for the 4-vector g (A = (A^T)^T, 6 x 4): the adjoint of at_times.
+inline void a_times(const v8f* g, v8f* z) {
+  const v8f p = g[0] + g[2], q = g[1] + g[3], r = g[0] + g[2] * 4.0f, s = g[1] * 2.0f + g[3] * 8.0f;
+  z[0] = g[0];
+  z[1] = p + q;
+  z[2] = p - q;
+  z[3] = r + s;
+  z[4] = r - s;
+  z[5] = g[3];
+}
+
+// o[0..2] = G^T m for the 6-vector m: the adjoint of g_times.
+inline void gt_times(const v8f* m, v8f* o) {
+  const v8f s12 = m[1] + m[2], d12 = m[2] - m[1], s34 = m[3] + m[4], d34 = m[3] - m[4];
+  o[0] = m[0] * 0.25f - s12 * (1.0f / 6.0f) + s34 * (1.0f / 24.0f);
+  o[1] = d12 * (1.0f / 6.0f) + d34 * (1.0f / 12.0f);
+  o[2] = (s34 - s12) * (1.0f / 6.0f) + m[5];
 }
 
 // Columns 0..5 of the 8x8 matrix whose rows are v[0..7]: d[j][q] = v[q][j] (unpack, shuffle
@@ -199,27 +220,53 @@ TRIDENT_CPU_CLONES void winograd_weights(const Problem& p, float* U, int64_t i0,
   }
 }
 
-// xp[i, c] = the input plane of image n0 + i, zero-padded to Hp x Wp.
-void pad_input(const Problem& p, int64_t n0, int64_t nb, float* xp) {
-  const int64_t HWp = p.Hp * p.Wp;
-  parallel_for(0, nb * p.Cin, std::max<int64_t>(1, 16384 / HWp), [&](int64_t q0, int64_t q1) {
+// dst[q] = plane q of src ([planes, H, W]) placed at (pt, pl) in a zeroed Hp x Wp plane
+// (cropped where it does not fit).
+void pad_planes(const float* src, int64_t planes, int64_t H, int64_t W, int64_t pt, int64_t pl, int64_t Hp, int64_t Wp,
+                float* dst) {
+  parallel_for(0, planes, std::max<int64_t>(1, 16384 / (Hp * Wp)), [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
-      float* dst = xp + q * HWp;
-      const float* src = p.x + (n0 * p.Cin + q) * p.Hin * p.Win;
-      for (int64_t r = 0; r < p.Hp; ++r) {
-        float* row = dst + r * p.Wp;
-        const int64_t h = r - p.pt;
-        if (h < 0 || h >= p.Hin) {
-          std::fill_n(row, p.Wp, 0.0f);
+      for (int64_t r = 0; r < Hp; ++r) {
+        float* row = dst + (q * Hp + r) * Wp;
+        const int64_t h = r - pt;
+        if (h < 0 || h >= H) {
+          std::fill_n(row, Wp, 0.0f);
           continue;
         }
-        const int64_t lead = std::min(p.pl, p.Wp), n = std::clamp<int64_t>(p.Wp - p.pl, 0, p.Win);
+        const int64_t lead = std::min(pl, Wp), n = std::clamp<int64_t>(Wp - pl, 0, W);
         std::fill_n(row, lead, 0.0f);
-        std::copy_n(src + h * p.Win, n, row + lead);
-        std::fill(row + lead + n, row + p.Wp, 0.0f);
+        std::copy_n(src + (q * H + h) * W, n, row + lead);
+        std::fill(row + lead + n, row + Wp, 0.0f);
       }
     }
   });
+}
+
+// V[xi][c][8 g + lane] (frequency xi v_stride floats apart, channel c ld apart) = B^T d B for
+// channels [0, channels) of `planes` (plane_stride apart, rows Wp apart) and groups8 groups of
+// 8 tiles, tile q's 6x6 window starting at off[q]. Per channel and group: each tile's 6 rows
+// as 8-float vectors, transposed so the lanes are the tiles, B^T applied along the rows, then
+// along the columns.
+inline void transform_inputs(const float* planes, int64_t plane_stride, int64_t Wp, int64_t channels, const int64_t* off,
+                             int groups8, float* V, int64_t v_stride, int64_t ld) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* plane = planes + c * plane_stride;
+    for (int g8 = 0; g8 < groups8; ++g8) {
+      v8f e[6][6];  // e[r] = (row r of d) B
+      for (int r = 0; r < 6; ++r) {
+        v8f v[8], d[6];
+        for (int q = 0; q < 8; ++q) v[q] = load8(plane + off[g8 * 8 + q] + r * Wp);
+        transpose_8x6(v, d);
+        bt_times(d, e[r]);
+      }
+      for (int l = 0; l < 6; ++l) {
+        v8f col[6], t[6];
+        for (int r = 0; r < 6; ++r) col[r] = e[r][l];
+        bt_times(col, t);
+        for (int k = 0; k < 6; ++k) store8(V + (k * 6 + l) * v_stride + c * ld + 8 * g8, t[k]);
+      }
+    }
+  }
 }
 
 // The work of one chunk of images: its padded input, its tiles in blocks, items.
@@ -233,10 +280,12 @@ struct Chunk {
   int64_t items() const { return blocks * p->groups * orr; }
 };
 
-// Per-thread scratch: V [36][Cg][8 nv], M [36][kOC][8 nv], and the tiles of the current block.
+// Per-thread scratch: V [36][Cg][8 nv], M [36][kOC][8 nv] (each frequency v_stride, m_stride
+// floats apart), and the tiles of the current block.
 struct Scratch {
   float* V = nullptr;
   float* M = nullptr;
+  int64_t v_stride = 0, m_stride = 0;  // floats between frequencies
   int64_t block = -1, group = -1;
   int64_t in_off[8 * kMaxNV], out_off[8 * kMaxNV];
   int rows[8 * kMaxNV], cols[8 * kMaxNV];
@@ -270,7 +319,7 @@ inline void block_outputs(const Chunk& ch, Scratch& s, int64_t gi, int64_t ob0, 
     const int64_t oc1 = std::min(ob1, oc0 + kOC / kMR);
     for (int xi = 0; xi < kXi; ++xi)
       for (int64_t ob = oc0; ob < oc1; ++ob)
-        gemm_kernel<NV>(ch.U + p.u_panel(gi, xi, ob), s.V + xi * p.Cg * NR, p.Cg, s.M + (xi * kOC + (ob - oc0) * kMR) * NR);
+        gemm_kernel<NV>(ch.U + p.u_panel(gi, xi, ob), s.V + xi * s.v_stride, p.Cg, s.M + xi * s.m_stride + (ob - oc0) * kMR * NR);
     const int64_t o_end = std::min(p.Og, oc1 * kMR);
     for (int64_t o = oc0 * kMR; o < o_end; ++o) {
       const int64_t ol = o - oc0 * kMR, oc = gi * p.Og + o;
@@ -280,7 +329,7 @@ inline void block_outputs(const Chunk& ch, Scratch& s, int64_t gi, int64_t ob0, 
         v8f sA[4][6];  // A^T M, column by column
         for (int l = 0; l < 6; ++l) {
           v8f m[6], t[4];
-          for (int k = 0; k < 6; ++k) m[k] = load8(s.M + ((k * 6 + l) * kOC + ol) * NR + 8 * g8);
+          for (int k = 0; k < 6; ++k) m[k] = load8(s.M + (k * 6 + l) * s.m_stride + ol * NR + 8 * g8);
           at_times(m, t);
           for (int i = 0; i < 4; ++i) sA[i][l] = t[i];
         }
@@ -312,26 +361,8 @@ inline void block_outputs(const Chunk& ch, Scratch& s, int64_t gi, int64_t ob0, 
 template <int NV>
 inline void block_inputs(const Chunk& ch, Scratch& s, int64_t gi) {
   const Problem& p = *ch.p;
-  constexpr int NR = 8 * NV;
   const int64_t HWp = p.Hp * p.Wp;
-  for (int64_t c = 0; c < p.Cg; ++c) {
-    const float* plane = ch.xp + (gi * p.Cg + c) * HWp;
-    for (int g8 = 0; g8 < NV; ++g8) {
-      v8f e[6][6];  // e[r] = (row r of d) B, lanes = tiles
-      for (int r = 0; r < 6; ++r) {
-        v8f v[8], d[6];
-        for (int q = 0; q < 8; ++q) v[q] = load8(plane + s.in_off[g8 * 8 + q] + r * p.Wp);
-        transpose_8x6(v, d);
-        bt_times(d, e[r]);
-      }
-      for (int l = 0; l < 6; ++l) {
-        v8f col[6], t[6];
-        for (int r = 0; r < 6; ++r) col[r] = e[r][l];
-        bt_times(col, t);
-        for (int k = 0; k < 6; ++k) store8(s.V + ((k * 6 + l) * p.Cg + c) * NR + 8 * g8, t[k]);
-      }
-    }
-  }
+  transform_inputs(ch.xp + gi * p.Cg * HWp, HWp, p.Wp, p.Cg, s.in_off, NV, s.V, s.v_stride, 8 * NV);
 }
 
 template <int NV>
@@ -409,17 +440,111 @@ void run(const Problem& p) {
   Tensor xpad = empty({std::min(chunk, p.N) * image_floats});
   for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, p.N - n0);
-    pad_input(p, n0, nb, xpad.data<float>());
+    pad_planes(p.x + n0 * p.Cin * p.Hin * p.Win, nb * p.Cin, p.Hin, p.Win, p.pt, p.pl, p.Hp, p.Wp, xpad.data<float>());
     Chunk ch{&p, U, xpad.data<float>(), n0, nb, nb * p.TH * p.TW, 3, 0, 1};
     plan_blocks(ch, threads);
     const int64_t NR = 8 * ch.nv;
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
-      Tensor ws = empty({kXi * (p.Cg + kOC) * NR});
+      // The 36 frequencies of a tile go to 36 places at once: one cache line more than the
+      // panel between them, so they never fall into the same L1 set (panels of 4 KiB
+      // multiples would all map to one set and evict each other).
+      const int64_t v_stride = p.Cg * NR + 16, m_stride = kOC * NR + 16;
+      Tensor ws = empty({kXi * (v_stride + m_stride)});
       Scratch s;
       s.V = ws.data<float>();
-      s.M = s.V + kXi * p.Cg * NR;
+      s.M = s.V + kXi * v_stride;
+      s.v_stride = v_stride;
+      s.m_stride = m_stride;
       winograd_items(ch, s, i0, i1);
     });
+  }
+}
+
+// ---- weight gradient ----------------------------------------------------------------------
+// The forward pass is linear in U = G g G^T through M = sum_c U_c (.) V_c, so for an output
+// gradient gy: d U_c = sum over tiles of Z (.) V_c with Z = A gy_tile A^T (the 4x4 output
+// gradient of the tile, zero past the output's edge), and d g = G^T (d U) G. Per frequency
+// that is dU[xi] (O x C) = Z[xi] (O x tiles) @ V[xi]^T (tiles x C): 36 GEMMs through cpu::gemm
+// with the tiles as the long inner dimension.
+
+// Z[xi][o][8 g + lane] = A gy A^T for channels [0, channels) of the padded gradient planes
+// (rows Wg apart) and groups8 groups of 8 tiles at off[q].
+inline void transform_grads(const float* planes, int64_t plane_stride, int64_t Wg, int64_t channels, const int64_t* off,
+                            int groups8, float* Z, int64_t z_stride, int64_t ld) {
+  for (int64_t o = 0; o < channels; ++o) {
+    const float* plane = planes + o * plane_stride;
+    for (int g8 = 0; g8 < groups8; ++g8) {
+      v8f e[4][6];  // e[i] = A (row i of gy)
+      for (int i = 0; i < 4; ++i) {
+        v8f v[8], d[6];
+        for (int q = 0; q < 8; ++q) v[q] = load8(plane + off[g8 * 8 + q] + i * Wg);
+        transpose_8x6(v, d);
+        a_times(d, e[i]);
+      }
+      for (int l = 0; l < 6; ++l) {
+        v8f col[4], z[6];
+        for (int i = 0; i < 4; ++i) col[i] = e[i][l];
+        a_times(col, z);
+        for (int k = 0; k < 6; ++k) store8(Z + (k * 6 + l) * z_stride + o * ld + 8 * g8, z[k]);
+      }
+    }
+  }
+}
+
+struct WgradChunk {
+  const Problem* p;
+  const float* xp;  // [nb, C, Hp, Wp]
+  const float* gp;  // [nb, O, Hg, Wg]
+  int64_t Hg, Wg, t0, T;  // tiles [t0, t0 + T) of the images in xp and gp
+  float *V, *Z;            // [36][C][ld], [36][O][ld]
+  int64_t v_stride, z_stride, ld;
+};
+
+// V and Z for the groups of 8 tiles [g0, g1) of a chunk.
+TRIDENT_CPU_CLONES void winograd_wgrad_transforms(const WgradChunk& ch, int64_t g0, int64_t g1) {
+  const Problem& p = *ch.p;
+  const int64_t tiles_per_image = p.TH * p.TW;
+  for (int64_t gr = g0; gr < g1; ++gr) {
+    int64_t in_off[8], gy_off[8];
+    for (int q = 0; q < 8; ++q) {
+      const int64_t t = ch.t0 + std::min(gr * 8 + q, ch.T - 1);  // lanes past the end repeat the last tile
+      const int64_t i = t / tiles_per_image, th = (t % tiles_per_image) / p.TW, tw = t % p.TW;
+      in_off[q] = (i * p.Cin * p.Hp + 4 * th) * p.Wp + 4 * tw;
+      gy_off[q] = (i * p.Cout * ch.Hg + 4 * th) * ch.Wg + 4 * tw;
+    }
+    transform_inputs(ch.xp, p.Hp * p.Wp, p.Wp, p.Cin, in_off, 1, ch.V + gr * 8, ch.v_stride, ch.ld);
+    transform_grads(ch.gp, ch.Hg * ch.Wg, ch.Wg, p.Cout, gy_off, 1, ch.Z + gr * 8, ch.z_stride, ch.ld);
+  }
+}
+
+// gw[gi Og + o][c][3x3] = G^T dU G for the (group, output) pairs [i0, i1), 8 input channels at
+// a time (lanes = channels).
+TRIDENT_CPU_CLONES void winograd_wgrad_finish(const Problem& p, const float* dU, float* gw, int64_t i0, int64_t i1) {
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t gi = item / p.Og, o = item % p.Og;
+    for (int64_t c0 = 0; c0 < p.Cg; c0 += 8) {
+      const int64_t n = std::min<int64_t>(8, p.Cg - c0);
+      v8f h[6][3];  // h[k] = G^T (row k of dU)
+      for (int k = 0; k < 6; ++k) {
+        v8f m[6];
+        for (int l = 0; l < 6; ++l) {
+          alignas(32) float tmp[8] = {};
+          std::memcpy(tmp, dU + ((gi * kXi + k * 6 + l) * p.Og + o) * p.Cg + c0, static_cast<size_t>(n) * sizeof(float));
+          m[l] = load8(tmp);
+        }
+        gt_times(m, h[k]);
+      }
+      alignas(32) float out[9][8];
+      for (int b = 0; b < 3; ++b) {
+        v8f col[6], r[3];
+        for (int k = 0; k < 6; ++k) col[k] = h[k][b];
+        gt_times(col, r);
+        for (int a = 0; a < 3; ++a) store8(out[a * 3 + b], r[a]);
+      }
+      float* dst = gw + ((gi * p.Og + o) * p.Cg + c0) * 9;
+      for (int64_t c = 0; c < n; ++c)
+        for (int t = 0; t < 9; ++t) dst[c * 9 + t] = out[t][c];
+    }
   }
 }
 
@@ -455,6 +580,50 @@ void winograd_forward(const float* x, const float* w, const float* bias, float* 
   p.s_out = p.Cg * 9;
   p.s_in = 9;
   run(p);
+}
+
+void winograd_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {
+  Problem p(x, nullptr, nullptr, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.groups, g.ph, g.pw);
+  // The gradient planes padded with zeros to whole tiles, plus 4 columns for the 8-float loads.
+  const int64_t Hg = 4 * p.TH, Wg = 4 * p.TW + 4, tiles_per_image = p.TH * p.TW;
+  const int64_t image_floats = p.Cin * p.Hp * p.Wp + p.Cout * Hg * Wg;
+  const int64_t chunk = std::clamp<int64_t>(kPaddedBytes / static_cast<int64_t>(sizeof(float) * image_floats), 1, p.N);
+  const int64_t nb_max = std::min(chunk, p.N);
+  // The tiles of a chunk of images go through the GEMMs kTileChunk at a time, so that their
+  // V and Z (36 (C + O) kTileChunk floats) stay in cache between the transforms and the GEMMs.
+  const int64_t ld = std::min<int64_t>(kTileChunk, (nb_max * tiles_per_image + 7) / 8 * 8);
+  // Frequencies one cache line more than a panel apart (as for the forward's V).
+  const int64_t v_stride = p.Cin * ld + 16, z_stride = p.Cout * ld + 16;
+  Tensor ws = empty({nb_max * image_floats + kXi * (v_stride + z_stride)});
+  Tensor du = empty({p.groups * kXi * p.Og * p.Cg});
+  float* xp = ws.data<float>();
+  float* gp = xp + nb_max * p.Cin * p.Hp * p.Wp;
+  float* V = gp + nb_max * p.Cout * Hg * Wg;
+  float* Z = V + kXi * v_stride;
+  float* dU = du.data<float>();
+  bool first = true;
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    pad_planes(x + n0 * p.Cin * p.Hin * p.Win, nb * p.Cin, p.Hin, p.Win, p.pt, p.pl, p.Hp, p.Wp, xp);
+    pad_planes(gy + n0 * p.Cout * p.Hout * p.Wout, nb * p.Cout, p.Hout, p.Wout, 0, 0, Hg, Wg, gp);
+    for (int64_t t0 = 0; t0 < nb * tiles_per_image; t0 += ld) {
+      WgradChunk ch{&p, xp, gp, Hg, Wg, t0, std::min(ld, nb * tiles_per_image - t0), V, Z, v_stride, z_stride, ld};
+      parallel_for(0, (ch.T + 7) / 8, 1, [&](int64_t g0, int64_t g1) { winograd_wgrad_transforms(ch, g0, g1); });
+      // dU[gi][xi] (+)= Z[xi] (group rows) @ V[xi]^T (group rows), one GEMM per thread at a
+      // time; the inner dimension is the tile count exactly (lanes past it are not read).
+      const float beta = first ? 0.0f : 1.0f;
+      parallel_for(0, p.groups * kXi, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t it = i0; it < i1; ++it) {
+          const int64_t gi = it / kXi, xi = it % kXi;
+          gemm<float>(false, true, p.Og, p.Cg, ch.T, 1.0f, Z + xi * z_stride + gi * p.Og * ld, ld,
+                      V + xi * v_stride + gi * p.Cg * ld, ld, beta, dU + it * p.Og * p.Cg, p.Cg);
+        }
+      });
+      first = false;
+    }
+  }
+  parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 256 / p.Cg),
+               [&](int64_t i0, int64_t i1) { winograd_wgrad_finish(p, dU, gw, i0, i1); });
 }
 
 void winograd_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {

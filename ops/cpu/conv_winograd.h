@@ -18,5 +18,8 @@ bool winograd_backward_input_applies(const Conv2dGeometry& g);
 void winograd_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g);
 // gx [N, C, H, W] (overwritten) from gy [N, O, OH, OW].
 void winograd_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g);
+// gw [O, C/g, 3, 3] (overwritten), summed over the batch, from gy and x, where the forward
+// applies (the same tiles of the output).
+void winograd_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g);
 
 }  // namespace trident::cpu

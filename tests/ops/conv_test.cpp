@@ -177,6 +177,60 @@ Tensor winograd_magnitude(const Tensor& x, const Tensor& w, const Tensor& b, int
   return from_vector<double>(mag, {N, O, OH, OW});
 }
 
+// The same bound for the Winograd weight gradient, d g = G^T [sum over images and tiles of
+// (A gy_tile A^T) (.) (B^T d_tile B)] G (gy_tile the tile's 4x4 output gradient, zero past
+// the output's edge): |G^T| [sum (|A| |gy_tile| |A^T|) (.) (|B^T| |d_tile| |B|)] |G| for every
+// weight. The sum over tiles is a GEMM's inner dimension, so the error is at most about
+// (N TH TW + 24) u times this.
+Tensor winograd_weight_magnitude(const Tensor& x, const Tensor& gy, int64_t ph, int64_t pw, int64_t groups) {
+  static const double BT[6][6] = {{4, 0, 5, 0, 1, 0}, {0, 4, 4, 1, 1, 0}, {0, 4, 4, 1, 1, 0},
+                                  {0, 2, 1, 2, 1, 0}, {0, 2, 1, 2, 1, 0}, {0, 4, 0, 5, 0, 1}};
+  static const double G[6][3] = {{1.0 / 4, 0, 0},          {1.0 / 6, 1.0 / 6, 1.0 / 6},   {1.0 / 6, 1.0 / 6, 1.0 / 6},
+                                 {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  static const double AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, 1, 2, 2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, 1, 8, 8, 1}};
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = gy.size(1), OH = gy.size(2), OW = gy.size(3);
+  const int64_t Cg = C / groups, Og = O / groups, TH = (OH + 3) / 4, TW = (OW + 3) / 4;
+  const std::vector<double> xv = x.to_vector<double>(), gv = gy.to_vector<double>();
+  std::vector<double> P(static_cast<size_t>(O * Cg * 36), 0.0), vm(static_cast<size_t>(C * 36)), zm(static_cast<size_t>(O * 36));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t th = 0; th < TH; ++th)
+      for (int64_t tw = 0; tw < TW; ++tw) {
+        for (int64_t c = 0; c < C; ++c)
+          for (int k = 0; k < 36; ++k) {
+            double s = 0;
+            for (int r = 0; r < 6; ++r)
+              for (int q = 0; q < 6; ++q) {
+                const int64_t h = 4 * th - ph + r, ww = 4 * tw - pw + q;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                s += BT[k / 6][r] * std::fabs(xv[static_cast<size_t>(((n * C + c) * H + h) * W + ww)]) * BT[k % 6][q];
+              }
+            vm[static_cast<size_t>(c * 36 + k)] = s;
+          }
+        for (int64_t o = 0; o < O; ++o)
+          for (int k = 0; k < 36; ++k) {
+            double s = 0;
+            for (int i = 0; i < 4 && 4 * th + i < OH; ++i)
+              for (int j = 0; j < 4 && 4 * tw + j < OW; ++j)
+                s += AT[i][k / 6] * std::fabs(gv[static_cast<size_t>(((n * O + o) * OH + 4 * th + i) * OW + 4 * tw + j)]) * AT[j][k % 6];
+            zm[static_cast<size_t>(o * 36 + k)] = s;
+          }
+        for (int64_t o = 0; o < O; ++o)
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int k = 0; k < 36; ++k)
+              P[static_cast<size_t>((o * Cg + c) * 36 + k)] +=
+                  zm[static_cast<size_t>(o * 36 + k)] * vm[static_cast<size_t>(((o / Og) * Cg + c) * 36 + k)];
+      }
+  std::vector<double> mag(static_cast<size_t>(O * Cg * 9));
+  for (int64_t oc = 0; oc < O * Cg; ++oc)
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) {
+        double s = 0;
+        for (int k = 0; k < 36; ++k) s += G[k / 6][a] * P[static_cast<size_t>(oc * 36 + k)] * G[k % 6][b];
+        mag[static_cast<size_t>(oc * 9 + a * 3 + b)] = s;
+      }
+  return from_vector<double>(mag, {O, Cg, 3, 3});
+}
+
 // w [O, C/g, 3, 3] -> w' [C, O/g, 3, 3], w'[g C/g + c][o] = w[g O/g + o][c] rotated by 180
 // degrees: the kernel of the input gradient as a convolution of gy.
 Tensor flipped_transposed(const Tensor& w, int64_t groups) {
@@ -333,9 +387,8 @@ TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
 
 namespace {
 // f32 forward, input gradient and weight gradient of a case that takes the Winograd paths,
-// against the nested loops run in f64 on the same f32-rounded values: the forward and input
-// gradient within the Winograd bound (winograd_magnitude), the weight gradient (im2col +
-// GEMM) within the dot-product bound.
+// against the nested loops run in f64 on the same f32-rounded values, each within its
+// Winograd bound (winograd_magnitude, winograd_weight_magnitude).
 void check_winograd_f32(const ConvCase& c, uint64_t seed) {
   const std::string what = detail::str(describe(c.p, c.x, c.w), c.bias ? " with bias" : " without bias");
   const cpu::Conv2dGeometry geo = geometry_of(c.x, c.w, c.p);
@@ -356,14 +409,16 @@ void check_winograd_f32(const ConvCase& c, uint64_t seed) {
   // d input = gy (*) w' with padding 2 - p: bounded as that convolution.
   const Tensor gx_mag = winograd_magnitude(gyd, flipped_transposed(wd, c.p.groups), Tensor(), 2 - ph, 2 - pw, c.p.groups);
   EXPECT_TRUE(within_rounding(xl.grad(), ref.gx, gx_mag, static_cast<double>(c.w[0] / c.p.groups + 24), kU32)) << what << " (d input)";
-  const ConvReference mags = reference_conv2d(abs_of(xd), abs_of(wd), Tensor(), c.p, abs_of(gyd));
-  EXPECT_TRUE(within_rounding(wl.grad(), ref.gw, mags.gw, static_cast<double>(out.numel() / c.w[0]), kU32)) << what << " (d weight)";
+  const double tiles = static_cast<double>(c.x[0] * ((geo.OH + 3) / 4) * ((geo.OW + 3) / 4));
+  EXPECT_TRUE(within_rounding(wl.grad(), ref.gw, winograd_weight_magnitude(xd, gyd, ph, pw, c.p.groups), tiles + 24, kU32))
+      << what << " (d weight)";
 }
 }  // namespace
 
 TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
   // NOTE [Conv2d Winograd]: every f32 3x3 stride-1 convolution with >= 8 channels per group and
-  // an output of at least about 3x3 runs forward and input gradient as F(4x4, 3x3). The cases
+  // an output of at least about 3x3 runs forward, input gradient and weight gradient as
+  // F(4x4, 3x3). The cases
   // cover odd sizes (tiles sticking out at the bottom and right), every padding 0..2 and
   // unequal ones (the input gradient's padding is 2 - p), odd channel counts, output channels
   // not a multiple of the 4-row micro-kernel or of the 16-channel output chunks, groups, batch
@@ -390,6 +445,37 @@ TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
     }
   }
   set_num_threads(before);
+}
+
+TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
+  // NOTE [Depthwise register blocks]: f32 depthwise forward runs in blocks of 4 rows x 16
+  // columns (up to 5 kernel rows per stride phase) or 8 rows x 8 columns (6 or 7), the last
+  // column block moved left to end at the edge when the row is at least a block wide, rows
+  // past the output computed and dropped; dilated kernels and more than 7 rows per phase take
+  // the flat kernel. Widths below, at and above a block, heights not a multiple of the rows,
+  // strides 1 and 2 (phases with different row counts), every kernel height 1..7, 9, channel
+  // multipliers, batch 1, with and without bias. check_against_reference checks f32 against
+  // the dot-product bound and f64 (the old per-kernel-row passes) and all gradients.
+  const std::vector<ConvCase> cases = {
+      {{2, 3, 28, 28}, {3, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 3}, false},   // 28 = 16 + 12: the shifted block
+      {{1, 2, 13, 21}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},    // 21 columns, 13 rows
+      {{2, 2, 30, 17}, {2, 1, 7, 7}, {{1, 1}, {3, 3}, {1, 1}, 2}, true},    // 8 x 8 blocks, 30 rows
+      {{1, 2, 9, 7}, {2, 1, 7, 7}, {{1, 1}, {3, 3}, {1, 1}, 2}, true},      // narrower than a block
+      {{2, 2, 27, 40}, {4, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 2}, true},    // stride 2: 3- and 2-row phases, multiplier 2
+      {{1, 3, 29, 33}, {3, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 3}, false},   // stride 2, odd sizes
+      {{2, 2, 20, 19}, {2, 1, 6, 6}, {{1, 1}, {2, 3}, {1, 1}, 2}, true},    // 6 rows, unequal padding
+      {{1, 2, 18, 18}, {2, 1, 4, 2}, {{1, 1}, {1, 0}, {1, 1}, 2}, true},
+      {{2, 4, 17, 23}, {4, 1, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 4}, true},    // 1x7
+      {{2, 4, 23, 17}, {4, 1, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 4}, true},    // 7x1
+      {{1, 2, 30, 30}, {2, 1, 9, 9}, {{1, 1}, {4, 4}, {1, 1}, 2}, true},    // 9 rows: the flat kernel
+      {{1, 2, 30, 30}, {2, 1, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 2}, true},    // dilated: the flat kernel
+      {{1, 2, 40, 40}, {2, 1, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 2}, false},   // 9 taps, stride 2: 5-row phases
+  };
+  uint64_t seed = 7000;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(describe(c.p, c.x, c.w));
+    check_against_reference(c, seed++);
+  }
 }
 
 TEST(Conv2d, KnownValues) {
