@@ -9,6 +9,7 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/conv_winograd.h"
 
@@ -390,6 +391,9 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
     } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
       winograd_forward(reinterpret_cast<const float*>(x.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                        reinterpret_cast<const float*>(bp), reinterpret_cast<float*>(yp), g);
+    } else if (std::is_same_v<scalar_t, float> && !g.pointwise()) {
+      blocked_forward(reinterpret_cast<const float*>(x.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
+                      reinterpret_cast<const float*>(bp), reinterpret_cast<float*>(yp), g);
     } else {
       forward_gemm(x.data<scalar_t>(), w.data<scalar_t>(), bp, yp, g);
     }
@@ -412,6 +416,9 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
     } else if (std::is_same_v<scalar_t, float> && winograd_backward_input_applies(g)) {
       winograd_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                               reinterpret_cast<float*>(gxp), g);
+    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && blocked_backward_input_applies(g)) {
+      blocked_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
+                             reinterpret_cast<float*>(gxp), g);
     } else {
       backward_input_gemm(gy.data<scalar_t>(), w.data<scalar_t>(), gxp, g);
     }

@@ -19,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "core/parallel.h"
+#include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
 
 namespace trident::cpu {
@@ -196,14 +197,7 @@ void forward_planes_by_passes(const T* x, const T* w, const T* bias, T* y, const
 // per phase column, (8, 1) for 6 or 7 (their weights take 7 registers); larger or dilated
 // kernels use dw_flat_block below. The phase planes have zero rows and columns of slack so
 // blocks may run past the output's edge; those outputs are dropped.
-using v8f = float __attribute__((vector_size(32)));
-
-inline v8f dw_load(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline v8f dw_splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
+using namespace conv_simd;
 
 // acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + 8 v].
 template <int KH, int R, int V>
@@ -212,13 +206,13 @@ inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t
   for (int t = 0; t < nkw; ++t) {
     v8f wv[KH];
 #pragma GCC unroll 8
-    for (int i = 0; i < KH; ++i) wv[i] = dw_splat(wk[i * nkw + t]);
+    for (int i = 0; i < KH; ++i) wv[i] = splat(wk[i * nkw + t]);
     const float* s = src + db[t];
 #pragma GCC unroll 16
     for (int i = 0; i < R + KH - 1; ++i) {
       v8f xv[V];
 #pragma GCC unroll 2
-      for (int v = 0; v < V; ++v) xv[v] = dw_load(s + i * Wr + 8 * v);
+      for (int v = 0; v < V; ++v) xv[v] = load8(s + i * Wr + 8 * v);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int kh = i - r;
@@ -308,7 +302,7 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
           const int64_t j0 = jb + 8 * V > g.OW && g.OW >= 8 * V ? g.OW - 8 * V : jb;
           v8f acc[R][V];
           for (int r = 0; r < R; ++r)
-            for (int v = 0; v < V; ++v) acc[r][v] = dw_splat(b);
+            for (int v = 0; v < V; ++v) acc[r][v] = splat(b);
           const float* wp = wk.data();
           for (const DwPhaseTaps& pt : taps) {
             const int nkw = static_cast<int>(pt.kw.size());
@@ -350,11 +344,11 @@ constexpr int64_t kDwBlock = 64;
 
 inline void dw_flat_block(const float* src, const float* wt, const int64_t* off, int64_t taps, float b, float* out) {
   v8f acc[8];
-  for (int r = 0; r < 8; ++r) acc[r] = dw_splat(b);
+  for (int r = 0; r < 8; ++r) acc[r] = splat(b);
   for (int64_t t = 0; t < taps; ++t) {
-    const v8f ws = dw_splat(wt[t]);
+    const v8f ws = splat(wt[t]);
     const float* s = src + off[t];
-    for (int r = 0; r < 8; ++r) acc[r] += ws * dw_load(s + 8 * r);
+    for (int r = 0; r < 8; ++r) acc[r] += ws * load8(s + 8 * r);
   }
   std::memcpy(out, acc, sizeof acc);
 }

@@ -53,28 +53,19 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
 
 namespace trident::cpu {
 namespace {
 
-using v8f = float __attribute__((vector_size(32)));
-using v8i = int32_t __attribute__((vector_size(32)));
+using namespace conv_simd;
 
 constexpr int kXi = 36;        // frequencies of a 6x6 tile
-constexpr int kMR = 4;         // output channels per micro-kernel row block
 constexpr int64_t kOC = 16;    // output channels whose M is computed before their output transform
 constexpr int kMaxNV = 3;      // tiles per block: 8 NV, NV <= 3
 constexpr int64_t kPaddedBytes = int64_t{32} << 20;
 constexpr int64_t kTileChunk = 256;  // tiles per weight-gradient GEMM
-
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
-inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
 
 // ---- the three transforms, on 8 lanes at once --------------------------------------------
 
@@ -290,24 +281,6 @@ struct Scratch {
   int64_t in_off[8 * kMaxNV], out_off[8 * kMaxNV];
   int rows[8 * kMaxNV], cols[8 * kMaxNV];
 };
-
-template <int NV>
-inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, int64_t K, float* __restrict mp) {
-  constexpr int NR = 8 * NV;
-  v8f acc[kMR][NV];
-  for (int r = 0; r < kMR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = splat(0.0f);
-  for (int64_t c = 0; c < K; ++c) {
-    v8f b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = load8(vp + c * NR + 8 * v);
-    for (int r = 0; r < kMR; ++r) {
-      const v8f a = splat(up[c * kMR + r]);
-      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
-    }
-  }
-  for (int r = 0; r < kMR; ++r)
-    for (int v = 0; v < NV; ++v) store8(mp + r * NR + 8 * v, acc[r][v]);
-}
 
 // Outputs [o0, o1) of group gi for the current block, kOC at a time.
 template <int NV>

@@ -272,17 +272,37 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
   }
 
   // f32: the inputs rounded to f32 and the reference recomputed in f64 from those same
-  // rounded values, so the only difference left is f32 accumulation (bounded as above).
-  const Tensor x32 = x.to(kF32), w32 = w.to(kF32), b32 = c.bias ? b.to(kF32) : Tensor();
-  const ConvReference ref32 = reference_conv2d(x32.to(kF64), w32.to(kF64), c.bias ? b32.to(kF64) : Tensor(), c.p);
-  const Tensor out32 = conv2d(x32, w32, b32, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+  // rounded values, so the only difference left is f32 accumulation, bounded as above: the
+  // forward and each gradient entry by its number of terms (O/groups kH kW for d input, N OH
+  // OW for d weight), or by the Winograd bounds where the f32 3x3 stride-1 paths apply.
+  const cpu::Conv2dGeometry geo = geometry_of(c.x, c.w, c.p);
+  const Tensor x32 = x.to(kF32), w32 = w.to(kF32), b32 = c.bias ? b.to(kF32) : Tensor(), gy32 = gy.to(kF32);
+  const Tensor xd = x32.to(kF64), wd = w32.to(kF64), bd = c.bias ? b32.to(kF64) : Tensor(), gyd = gy32.to(kF64);
+  const ConvReference ref32 = reference_conv2d(xd, wd, bd, c.p, gyd);
+  const ConvReference mags32 = reference_conv2d(abs_of(xd), abs_of(wd), Tensor(), c.p, abs_of(gyd));
+  Tensor x32l = x32.clone().set_requires_grad(), w32l = w32.clone().set_requires_grad();
+  const Tensor out32 = conv2d(x32l, w32l, b32, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
   EXPECT_EQ(out32.dtype(), kF32);
-  if (cpu::winograd_forward_applies(geometry_of(c.x, c.w, c.p))) {  // f32 3x3 stride 1: its own bound
-    const Tensor mag = winograd_magnitude(x32.to(kF64), w32.to(kF64), c.bias ? b32.to(kF64) : Tensor(), c.p.padding[0],
-                                          c.p.padding[1], c.p.groups);
-    EXPECT_TRUE(within_rounding(out32, ref32.out, mag, static_cast<double>(c.w[1] + 24), kU32)) << what << " (f32 Winograd)";
+  out32.backward(gy32);
+  const int64_t ph = c.p.padding[0], pw = c.p.padding[1], groups = c.p.groups;
+  if (cpu::winograd_forward_applies(geo)) {
+    EXPECT_TRUE(within_rounding(out32, ref32.out, winograd_magnitude(xd, wd, bd, ph, pw, groups), static_cast<double>(c.w[1] + 24),
+                                kU32))
+        << what << " (f32 Winograd)";
+    const double tiles = static_cast<double>(c.x[0] * ((geo.OH + 3) / 4) * ((geo.OW + 3) / 4));
+    EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd_weight_magnitude(xd, gyd, ph, pw, groups), tiles + 24, kU32))
+        << what << " (f32 Winograd d weight)";
   } else {
     EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+    EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 d weight)";
+  }
+  if (cpu::winograd_backward_input_applies(geo)) {
+    const Tensor mag = winograd_magnitude(gyd, flipped_transposed(wd, groups), Tensor(), 2 - ph, 2 - pw, groups);
+    EXPECT_TRUE(within_rounding(x32l.grad(), ref32.gx, mag, static_cast<double>(c.w[0] / groups + 24), kU32))
+        << what << " (f32 Winograd d input)";
+  } else {
+    const double gx_terms = static_cast<double>(c.w[0] / groups * c.w[2] * c.w[3]);
+    EXPECT_TRUE(within_rounding(x32l.grad(), ref32.gx, mags32.gx, gx_terms, kU32)) << what << " (f32 d input)";
   }
 }
 
@@ -386,32 +406,14 @@ TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
 }
 
 namespace {
-// f32 forward, input gradient and weight gradient of a case that takes the Winograd paths,
-// against the nested loops run in f64 on the same f32-rounded values, each within its
-// Winograd bound (winograd_magnitude, winograd_weight_magnitude).
+// A case that takes the Winograd paths in f32 (forward, input and weight gradients), checked
+// by check_against_reference within the Winograd bounds (winograd_magnitude,
+// winograd_weight_magnitude).
 void check_winograd_f32(const ConvCase& c, uint64_t seed) {
-  const std::string what = detail::str(describe(c.p, c.x, c.w), c.bias ? " with bias" : " without bias");
   const cpu::Conv2dGeometry geo = geometry_of(c.x, c.w, c.p);
-  ASSERT_TRUE(cpu::winograd_forward_applies(geo)) << what;
-  ASSERT_TRUE(cpu::winograd_backward_input_applies(geo)) << what;
-  Generator gen(seed);
-  const Tensor x = randn(c.x, kF32, &gen), w = randn(c.w, kF32, &gen), b = c.bias ? randn({c.w[0]}, kF32, &gen) : Tensor();
-  Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
-  Tensor out = conv2d(xl, wl, b, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
-  const Tensor gy = randn(out.sizes(), kF32, &gen);
-  out.backward(gy);
-  const Tensor xd = x.to(kF64), wd = w.to(kF64), bd = c.bias ? b.to(kF64) : Tensor(), gyd = gy.to(kF64);
-  const ConvReference ref = reference_conv2d(xd, wd, bd, c.p, gyd);
-  const int64_t ph = c.p.padding[0], pw = c.p.padding[1];
-  EXPECT_TRUE(within_rounding(out, ref.out, winograd_magnitude(xd, wd, bd, ph, pw, c.p.groups), static_cast<double>(c.w[1] + 24),
-                              kU32))
-      << what;
-  // d input = gy (*) w' with padding 2 - p: bounded as that convolution.
-  const Tensor gx_mag = winograd_magnitude(gyd, flipped_transposed(wd, c.p.groups), Tensor(), 2 - ph, 2 - pw, c.p.groups);
-  EXPECT_TRUE(within_rounding(xl.grad(), ref.gx, gx_mag, static_cast<double>(c.w[0] / c.p.groups + 24), kU32)) << what << " (d input)";
-  const double tiles = static_cast<double>(c.x[0] * ((geo.OH + 3) / 4) * ((geo.OW + 3) / 4));
-  EXPECT_TRUE(within_rounding(wl.grad(), ref.gw, winograd_weight_magnitude(xd, gyd, ph, pw, c.p.groups), tiles + 24, kU32))
-      << what << " (d weight)";
+  ASSERT_TRUE(cpu::winograd_forward_applies(geo)) << describe(c.p, c.x, c.w);
+  ASSERT_TRUE(cpu::winograd_backward_input_applies(geo)) << describe(c.p, c.x, c.w);
+  check_against_reference(c, seed);
 }
 }  // namespace
 

@@ -1,0 +1,252 @@
+// Blocked im2col convolution for f32 (NOTE [Conv2d algorithms] in ops/cpu/conv.cpp).
+//
+// NOTE [Conv2d blocked im2col]: every input plane is copied once into zero-padded planes
+// split by stride phase, as for the depthwise kernels (NOTE [Depthwise planes]): then tap
+// (kh, kw) of output j = oh Wq + ow (outputs numbered at the phase planes' pitch Wq) reads
+// element j + off[tap] of the channel's phase buffer, a fixed offset. Threads take work
+// items, a block of 24 consecutive outputs j of one image and group (and a range of its
+// output channels when there are few blocks): the item copies its im2col tile, the 24 inputs
+// each (channel, tap) row reads (three vector copies per row, K = C/g kH kW rows, a tile of
+// at most a few hundred KiB that stays in L2), and runs the register-blocked micro-kernel of
+// ops/cpu/conv_simd.h over it for every block of 4 output channels against the weights
+// packed once per call as [group][block of 4][K][4]. The results go to the output with the
+// bias, skipping the Wq - OW columns per row that fall between output rows (computed and
+// dropped: the price of a fixed offset per tap, (kW - 1) dw / Wq of the work).
+// Unlike im2col of the whole image followed by a BLAS GEMM, nothing of size K x OH OW is
+// written to or read back from memory, and there is no packing beyond the tile itself.
+// The input gradient of a stride-1 convolution with padding p is the same computation on gy
+// with the kernel flipped and transposed and padding (k - 1) d - p.
+#include "ops/cpu/conv_blocked.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "ops/cpu/conv_simd.h"
+#include "ops/cpu/isa.h"
+
+namespace trident::cpu {
+namespace {
+
+using namespace conv_simd;
+
+constexpr int kNV = 3, kNR = 8 * kNV;  // outputs per block
+constexpr int64_t kPhaseBytes = int64_t{32} << 20;
+constexpr int64_t kKc = 256;  // tile rows per slice: 24 KiB
+
+// One convolution: input planes [N, Cin, H, W] into [N, Cout, OH, OW].
+struct Problem {
+  const float* x;
+  float* y;
+  const float* bias;  // [Cout] or null
+  int64_t N, Cin, H, W, Cout, OH, OW, kH, kW, sh, sw, ph, pw, dh, dw, groups;
+  // Kernel g[oo][ci] (output oo, input ci of group gi) at w + gi * group_stride + oo * s_out +
+  // ci * s_in, taps row-major, reversed when flip.
+  const float* w = nullptr;
+  int64_t group_stride = 0, s_out = 0, s_in = 0;
+  bool flip = false;
+
+  Problem(const float* x_, float* y_, const float* bias_, int64_t N_, int64_t Cin_, int64_t H_, int64_t W_, int64_t Cout_,
+          int64_t OH_, int64_t OW_, int64_t kH_, int64_t kW_, int64_t sh_, int64_t sw_, int64_t ph_, int64_t pw_, int64_t dh_,
+          int64_t dw_, int64_t groups_)
+      : x(x_), y(y_), bias(bias_), N(N_), Cin(Cin_), H(H_), W(W_), Cout(Cout_), OH(OH_), OW(OW_), kH(kH_), kW(kW_), sh(sh_),
+        sw(sw_), ph(ph_), pw(pw_), dh(dh_), dw(dw_), groups(groups_) {}
+
+  // Derived: channels per group, 4-output blocks, taps, K = Cg taps; the phase planes (Hq x Wq
+  // each, sh sw of them per channel, then kNR zeros of slack: Lc floats per channel); the
+  // outputs' flat extent at pitch Wq and its blocks; each tap's offset.
+  int64_t Cg = 0, Og = 0, OB = 0, taps = 0, K = 0, Hq = 0, Wq = 0, plane = 0, Lc = 0, flat = 0, blocks = 0;
+  std::vector<int64_t> off;
+
+  void derive() {
+    Cg = Cin / groups;
+    Og = Cout / groups;
+    OB = (Og + kMR - 1) / kMR;
+    taps = kH * kW;
+    K = Cg * taps;
+    Hq = (H + 2 * ph + sh - 1) / sh;
+    Wq = (W + 2 * pw + sw - 1) / sw;
+    plane = Hq * Wq;
+    Lc = sh * sw * plane + kNR;
+    flat = (OH - 1) * Wq + OW;
+    blocks = (flat + kNR - 1) / kNR;
+    off.resize(static_cast<size_t>(taps));
+    for (int64_t kh = 0; kh < kH; ++kh)
+      for (int64_t kw = 0; kw < kW; ++kw) {
+        const int64_t a = (kh * dh) % sh, b = (kw * dw) % sw;
+        off[static_cast<size_t>(kh * kW + kw)] = (a * sw + b) * plane + (kh * dh / sh) * Wq + kw * dw / sw;
+      }
+  }
+};
+
+// Wp[gi][ob][c taps + t][r] = kernel (ob kMR + r, c) tap t of group gi (zero past Og).
+void pack_weights(const Problem& p, float* Wp) {
+  parallel_for(0, p.groups * p.OB, std::max<int64_t>(1, 4096 / (p.K * kMR)), [&](int64_t i0, int64_t i1) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t gi = item / p.OB, ob = item % p.OB;
+      float* dst = Wp + item * p.K * kMR;
+      for (int r = 0; r < kMR; ++r) {
+        const int64_t oo = ob * kMR + r;
+        for (int64_t c = 0; c < p.Cg; ++c) {
+          const float* src = p.w + gi * p.group_stride + oo * p.s_out + c * p.s_in;
+          for (int64_t t = 0; t < p.taps; ++t)
+            dst[(c * p.taps + t) * kMR + r] = oo < p.Og ? src[p.flip ? p.taps - 1 - t : t] : 0.0f;
+        }
+      }
+    }
+  });
+}
+
+// The phase planes of images [n0, n0 + nb): channel q's phase (a, b) row i holds padded row
+// i sh + a, columns j sw + b. Only the input's own positions are written: the rest was zeroed
+// once when the buffer was made.
+void split_phases(const Problem& p, int64_t n0, int64_t nb, float* buf) {
+  parallel_for(0, nb * p.Cin, std::max<int64_t>(1, 16384 / (p.H * p.W)), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const float* src = p.x + (n0 * p.Cin + q) * p.H * p.W;
+      float* dst = buf + q * p.Lc;
+      for (int64_t h = 0; h < p.H; ++h) {
+        const int64_t r = h + p.ph;
+        for (int64_t b = 0; b < p.sw; ++b) {
+          const int64_t w0 = ((b - p.pw) % p.sw + p.sw) % p.sw;  // first w with (w + pw) % sw == b
+          if (w0 >= p.W) continue;
+          float* d = dst + ((r % p.sh) * p.sw + b) * p.plane + (r / p.sh) * p.Wq + (w0 + p.pw) / p.sw;
+          const float* s = src + h * p.W + w0;
+          const int64_t n = (p.W - w0 + p.sw - 1) / p.sw;
+          if (p.sw == 1) {
+            std::memcpy(d, s, static_cast<size_t>(n) * sizeof(float));
+          } else {
+            for (int64_t i = 0; i < n; ++i) d[i] = s[i * p.sw];
+          }
+        }
+      }
+    }
+  });
+}
+
+struct Chunk {
+  const Problem* p;
+  const float* Wp;
+  const float* phases;  // [nb, Cin, Lc]
+  int64_t n0, nb, orr;  // images; output-channel ranges per block
+  int64_t items() const { return nb * p->groups * p->blocks * orr; }
+};
+
+// Items [i0, i1) of a chunk; tile is K x kNR floats, out OB x 4 x kNR.
+TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
+  const Problem& p = *ch.p;
+  const int64_t* off = p.off.data();
+  int64_t loaded = -1;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t unit = item / ch.orr, orr = item % ch.orr;  // unit = (image, group, block)
+    const int64_t jb = unit % p.blocks, gi = (unit / p.blocks) % p.groups, i = unit / (p.blocks * p.groups);
+    const int64_t j0 = jb * kNR;
+    if (unit != loaded) {
+      const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + j0;
+      float* dst = tile;
+      for (int64_t c = 0; c < p.Cg; ++c, base += p.Lc)
+        for (int64_t t = 0; t < p.taps; ++t, dst += kNR)
+          for (int v = 0; v < kNV; ++v) store8(dst + 8 * v, load8(base + off[t] + 8 * v));
+      loaded = unit;
+    }
+    // The block's outputs in runs of whole rows: lanes [l0, l0 + len) are outputs
+    // (oh, ow0 .. ow0 + len) of the image.
+    int64_t run_lane[kNR], run_len[kNR], run_out[kNR];
+    int runs = 0;
+    for (int64_t l = 0; l < kNR && j0 + l < p.flat;) {
+      const int64_t j = j0 + l, oh = j / p.Wq, ow = j % p.Wq;
+      if (ow >= p.OW) {
+        l += p.Wq - ow;
+        continue;
+      }
+      const int64_t len = std::min(p.OW - ow, std::min<int64_t>(kNR - l, p.flat - j));
+      run_lane[runs] = l;
+      run_len[runs] = len;
+      run_out[runs] = oh * p.OW + ow;
+      ++runs;
+      l += len;
+    }
+    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr;
+    const int64_t out_plane = p.OH * p.OW;
+    // K in slices of kKc tile rows, so the slice stays in L1 while every output block uses it.
+    for (int64_t k0 = 0; k0 < p.K; k0 += kKc) {
+      const int64_t kn = std::min(kKc, p.K - k0);
+      for (int64_t ob = ob0; ob < ob1; ++ob) {
+        const float* up = ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR;
+        float* mp = out + (ob - ob0) * kMR * kNR;
+        if (k0 == 0) {
+          gemm_kernel<kNV, false>(up, tile + k0 * kNR, kn, mp);
+        } else {
+          gemm_kernel<kNV, true>(up, tile + k0 * kNR, kn, mp);
+        }
+      }
+    }
+    for (int64_t ob = ob0; ob < ob1; ++ob) {
+      const float* ob_out = out + (ob - ob0) * kMR * kNR;
+      for (int r = 0; r < kMR; ++r) {
+        const int64_t o = ob * kMR + r;
+        if (o >= p.Og) break;
+        const int64_t oc = gi * p.Og + o;
+        const float b = p.bias ? p.bias[oc] : 0.0f;
+        float* yo = p.y + ((ch.n0 + i) * p.Cout + oc) * out_plane;
+        for (int k = 0; k < runs; ++k) {
+          const float* s = ob_out + r * kNR + run_lane[k];
+          float* d = yo + run_out[k];
+          for (int64_t e = 0; e < run_len[k]; ++e) d[e] = s[e] + b;
+        }
+      }
+    }
+  }
+}
+
+void run(Problem& p) {
+  p.derive();
+  const int threads = get_num_threads();
+  Tensor wp = empty({p.groups * p.OB * p.K * kMR});
+  pack_weights(p, wp.data<float>());
+  const int64_t chunk = std::clamp<int64_t>(kPhaseBytes / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
+  Tensor phases = zeros({std::min(chunk, p.N) * p.Cin * p.Lc}, kF32);
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    split_phases(p, n0, nb, phases.data<float>());
+    Chunk ch{&p, wp.data<float>(), phases.data<float>(), n0, nb, 1};
+    // Too few blocks to keep every thread busy for long: split the output channels too.
+    while (nb * p.groups * p.blocks * ch.orr < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
+    parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
+      Tensor ws = empty({p.K * kNR + p.OB * kMR * kNR});
+      blocked_items(ch, ws.data<float>(), ws.data<float>() + p.K * kNR, i0, i1);
+    });
+  }
+}
+
+}  // namespace
+
+void blocked_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g) {
+  Problem p(x, y, bias, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);
+  // w [O, C/g, kH, kW]: output oo of group gi is row gi Og + oo.
+  p.w = w;
+  p.group_stride = g.out_per_group() * g.in_per_group() * g.kH * g.kW;
+  p.s_out = g.in_per_group() * g.kH * g.kW;
+  p.s_in = g.kH * g.kW;
+  run(p);
+}
+
+bool blocked_backward_input_applies(const Conv2dGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && (g.kH - 1) * g.dh >= g.ph && (g.kW - 1) * g.dw >= g.pw;
+}
+
+void blocked_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {
+  const int64_t qh = (g.kH - 1) * g.dh - g.ph, qw = (g.kW - 1) * g.dw - g.pw;
+  Problem p(gy, gx, nullptr, g.N, g.O, g.OH, g.OW, g.C, g.H, g.W, g.kH, g.kW, 1, 1, qh, qw, g.dh, g.dw, g.groups);
+  // w'[c][o] = w[o][c] rotated: "output" c of group gi reads w[gi Og_f + o][c], flipped.
+  p.w = w;
+  p.group_stride = g.out_per_group() * g.in_per_group() * g.kH * g.kW;
+  p.s_out = g.kH * g.kW;
+  p.s_in = g.in_per_group() * g.kH * g.kW;
+  p.flip = true;
+  run(p);
+}
+
+}  // namespace trident::cpu

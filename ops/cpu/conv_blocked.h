@@ -1,0 +1,20 @@
+// Blocked im2col convolution for f32 (internal to ops/cpu/conv.cpp, which chooses it; NOTE
+// [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp). Buffers are contiguous.
+#pragma once
+
+#include "ops/cpu/conv.h"
+
+namespace trident::cpu {
+
+// y [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/g, kH, kW] + bias (may be null), any kernel,
+// stride, padding and dilation.
+void blocked_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g);
+
+// Whether the input gradient can run as the blocked forward convolution of gy with the
+// flipped, transposed kernel: stride 1 and padding at most the dilated kernel's reach,
+// (k - 1) d - p >= 0 on both axes.
+bool blocked_backward_input_applies(const Conv2dGeometry& g);
+// gx [N, C, H, W] (overwritten) from gy [N, O, OH, OW].
+void blocked_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g);
+
+}  // namespace trident::cpu
