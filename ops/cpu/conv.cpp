@@ -1,6 +1,7 @@
 #include "ops/cpu/conv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -16,41 +17,72 @@
 namespace trident::cpu {
 
 // NOTE [Conv2d algorithms]
+// Chosen per pass from the geometry and dtype (conv2d_forward / _backward_input /
+// _backward_weight below); f64 (the gradchecks' dtype) always takes the exact paths, the
+// depthwise kernels or im2col + GEMM.
 // - Depthwise (groups == C, one input channel per group, O = C x multiplier): each output
 //   plane is a weighted sum of kH x kW shifted copies of one input plane. im2col would build a
 //   [kH kW, OH OW] matrix per channel only to multiply it by a 1 x kH kW row; the direct loops
 //   of ops/cpu/conv_depthwise.cpp (NOTE [Depthwise planes]) instead make every tap a fixed
-//   offset into a padded, stride-phase-split copy of the input plane and apply a kernel row's
-//   taps in one vectorized pass over the whole plane. Threads take whole planes.
+//   offset into a padded, stride-phase-split copy of the input plane. The f32 forward keeps a
+//   block of 4 x 16 or 8 x 8 outputs in registers through all the taps and reuses each loaded
+//   input vector for every output row of the block (NOTE [Depthwise register blocks]); f64
+//   and the gradients apply a kernel row's taps in one vectorized pass over the whole plane.
+//   Threads take whole planes (the weight gradient: whole channels).
+// - f32 3x3, stride 1, dilation 1, at least 8 input and output channels per group and an
+//   output large enough (at least about 3x3): Winograd F(4x4, 3x3) for the forward pass, the
+//   weight gradient and, when the padding is at most 2, the input gradient (NOTE [Conv2d
+//   Winograd] in ops/cpu/conv_winograd.cpp): 4x fewer multiply-adds than the direct sum. Its
+//   f32 error is bounded by the transforms' growth rather than by the plain dot-product bound;
+//   the note says how, and tests/ops/conv_test.cpp checks that bound on every output.
+//   Measured on a 2-core AMD EPYC (Zen 3), single thread, against the im2col + OpenBLAS path
+//   it replaces: 8x64x56x56->64 forward 10 ms instead of 25, forward + backward 32 instead
+//   of 70.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
 //   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
-// - General: im2col into a [C/g kH kW, OH OW] matrix per (sample, group) unit and GEMM with
-//   the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then col2im (the
-//   adjoint scatter), backward weight is gy @ col^T accumulated over the batch. Both copy each
-//   input plane into a zero-padded buffer first, so their loops need no bounds checks.
+// - Other f32 forward passes, and input gradients of other stride-1 convolutions (a forward
+//   convolution of gy with the flipped kernel): blocked im2col (NOTE [Conv2d blocked im2col]
+//   in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time kept in cache and
+//   multiplied by the register-blocked micro-kernel of ops/cpu/conv_simd.h, so the im2col
+//   matrix never goes through memory.
+// - Everything else (f64; f32 weight gradients outside Winograd; f32 input gradients of
+//   strided convolutions): im2col into a [C/g kH kW, OH OW] matrix per (sample, group) unit
+//   and GEMM with the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then
+//   col2im (the adjoint scatter), backward weight is gy @ col^T accumulated over the batch.
+//   Both copy each input plane into a zero-padded buffer first, so their loops need no bounds
+//   checks.
 // GEMMs run in the tensor's type (f32 or f64), so f32 accumulates in f32 like every BLAS-based
 // convolution (PyTorch's and cuDNN's included); sums over the batch in the weight gradient
-// accumulate in f32 through GEMM's beta = 1. The gradients that sum N OH OW terms without a
-// GEMM accumulate in f64 so that long batches do not drift: the depthwise weight gradient
-// adds per-plane f32 sums into f64, the bias gradient sums in f64 directly.
+// accumulate in f32 through GEMM's beta = 1 (Winograd's too). The gradients that sum N OH OW
+// terms without a GEMM accumulate in f64 so that long batches do not drift: the depthwise
+// weight gradient adds per-plane f32 sums into f64, the bias gradient sums in f64 directly.
 //
 // NOTE [Conv2d threads]
 // All parallelism is OpenMP's (NOTE [Threads]): cpu::gemm splits a large GEMM into panels
-// across the threads and runs a GEMM called inside a parallel region on its own thread. The
-// GEMM paths choose between:
-// - "parallel units": (sample, group) units on parallel_for threads, each with its own im2col
-//   workspace and one GEMM on its thread, when each GEMM is small (m n k <= 65536 x 4: too
-//   little work to split) or there are at least as many units as threads;
-// - otherwise "chunks": samples go in chunks whose buffers fit a 32 MiB workspace, each chunk
-//   in phases: im2col of the whole chunk in parallel, then its GEMMs (each split across the
-//   threads), then col2im (or the copy to the output) in parallel. The chunk's im2col matrices are "batched": its
-//   samples sit side by side in each row, so each group needs one wide GEMM per chunk
-//   ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and the result is copied from its
-//   [O, nb, OH OW] layout into the output (a copy O / K the size of the im2col);
-// - pointwise convolutions need no im2col, so outside the parallel-units case they run one
-//   GEMM per sample and group straight on the tensors, back to back. (Copying them into
-//   batched columns for wider GEMMs, measured single-threaded, won on one of five shapes, a
-//   512-channel 7x7 layer, and lost on the other four.)
+// across the threads and runs a GEMM called inside a parallel region on its own thread.
+// - Winograd and blocked im2col split each pass into work items, a block of tiles (Winograd:
+//   8, 16 or 24 4x4 tiles, numbered across the images) or of 24 outputs (blocked im2col) with
+//   all its output channels, and hand threads contiguous ranges of items; each thread
+//   transforms or copies its block's input once and keeps it in its cache. When there are
+//   fewer than 4 items per thread (batch 1, small maps) the output channels of each block are
+//   split into ranges as well, each range's thread redoing the block's input side. The
+//   Winograd weight gradient alternates two parallel loops per few hundred tiles: the
+//   transforms (threads take tiles) and the 36 frequencies' GEMMs (threads take frequencies).
+// - The im2col + GEMM paths choose between:
+//   - "parallel units": (sample, group) units on parallel_for threads, each with its own
+//     im2col workspace and one GEMM on its thread, when each GEMM is small (m n k <= 65536 x
+//     4: too little work to split) or there are at least as many units as threads;
+//   - otherwise "chunks": samples go in chunks whose buffers fit a 32 MiB workspace, each
+//     chunk in phases: im2col of the whole chunk in parallel, then its GEMMs (each split
+//     across the threads), then col2im (or the copy to the output) in parallel. The chunk's
+//     im2col matrices are "batched": its samples sit side by side in each row, so each group
+//     needs one wide GEMM per chunk ([O/g, K] x [K, nb OH OW]) instead of nb narrow ones, and
+//     the result is copied from its [O, nb, OH OW] layout into the output (a copy O / K the
+//     size of the im2col);
+//   - pointwise convolutions need no im2col, so outside the parallel-units case they run one
+//     GEMM per sample and group straight on the tensors, back to back. (Copying them into
+//     batched columns for wider GEMMs, measured single-threaded, won on one of five shapes, a
+//     512-channel 7x7 layer, and lost on the other four.)
 // The direct depthwise kernels make no BLAS calls and always parallelize over planes.
 
 namespace {
@@ -374,6 +406,14 @@ void backward_bias(const T* gy, T* gb, int64_t N, int64_t O, int64_t P) {
 Tensor upcast(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
 
 }  // namespace
+
+namespace {
+constexpr int64_t kDefaultCopyBudget = int64_t{32} << 20;
+std::atomic<int64_t> g_copy_budget{kDefaultCopyBudget};
+}  // namespace
+
+int64_t conv_copy_budget_bytes() { return g_copy_budget.load(std::memory_order_relaxed); }
+void set_conv_copy_budget_bytes_for_testing(int64_t bytes) { g_copy_budget.store(bytes > 0 ? bytes : kDefaultCopyBudget); }
 
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   const DType dt = input.dtype();

@@ -2,9 +2,10 @@
 // Conv2dGeometry; these functions trust it. Inputs may have any strides (they are made
 // contiguous here) and must be detached; f16/bf16 are computed in f32.
 //
-// Three algorithms, chosen from the geometry (NOTE [Conv2d algorithms] in ops/cpu/conv.cpp):
-// depthwise (direct loops), pointwise 1x1 / stride 1 / no padding (one GEMM per sample and
-// group, no im2col), and everything else (im2col + GEMM).
+// The algorithm is chosen per pass from the geometry and dtype (NOTE [Conv2d algorithms] in
+// ops/cpu/conv.cpp): depthwise (direct loops), f32 3x3 stride 1 (Winograd F(4x4, 3x3)),
+// pointwise 1x1 / stride 1 / no padding (one GEMM per sample and group, no im2col), other
+// f32 (blocked im2col with a register-blocked kernel), and everything else (im2col + GEMM).
 #pragma once
 
 #include <cstdint>
@@ -37,5 +38,11 @@ Tensor conv2d_backward_input(const Tensor& gy, const Tensor& weight, const Conv2
 Tensor conv2d_backward_weight(const Tensor& gy, const Tensor& input, const Conv2dGeometry& g);
 // d bias [O]: gy summed over N, OH, OW.
 Tensor conv2d_backward_bias(const Tensor& gy);
+
+// The budget (bytes) for the padded copy of the input that the Winograd and blocked im2col
+// kernels make: a batch whose copy is larger goes through them in chunks of images. 32 MiB
+// unless a test sets another (bytes <= 0 restores the default) to exercise the chunking.
+int64_t conv_copy_budget_bytes();
+void set_conv_copy_budget_bytes_for_testing(int64_t bytes);
 
 }  // namespace trident::cpu

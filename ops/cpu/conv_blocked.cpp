@@ -33,7 +33,6 @@ namespace {
 using namespace conv_simd;
 
 constexpr int kNV = 3, kNR = 8 * kNV;  // outputs per block
-constexpr int64_t kPhaseBytes = int64_t{32} << 20;
 constexpr int64_t kKc = 256;  // tile rows per slice: 24 KiB
 
 // One convolution: input planes [N, Cin, H, W] into [N, Cout, OH, OW].
@@ -100,13 +99,14 @@ void pack_weights(const Problem& p, float* Wp) {
 }
 
 // The phase planes of images [n0, n0 + nb): channel q's phase (a, b) row i holds padded row
-// i sh + a, columns j sw + b. Only the input's own positions are written: the rest was zeroed
-// once when the buffer was made.
+// i sh + a, columns j sw + b. Each channel's buffer is zeroed right before its rows are
+// copied in, while it is in cache.
 void split_phases(const Problem& p, int64_t n0, int64_t nb, float* buf) {
   parallel_for(0, nb * p.Cin, std::max<int64_t>(1, 16384 / (p.H * p.W)), [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       const float* src = p.x + (n0 * p.Cin + q) * p.H * p.W;
       float* dst = buf + q * p.Lc;
+      std::fill_n(dst, p.Lc, 0.0f);
       for (int64_t h = 0; h < p.H; ++h) {
         const int64_t r = h + p.ph;
         for (int64_t b = 0; b < p.sw; ++b) {
@@ -206,8 +206,8 @@ void run(Problem& p) {
   const int threads = get_num_threads();
   Tensor wp = empty({p.groups * p.OB * p.K * kMR});
   pack_weights(p, wp.data<float>());
-  const int64_t chunk = std::clamp<int64_t>(kPhaseBytes / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
-  Tensor phases = zeros({std::min(chunk, p.N) * p.Cin * p.Lc}, kF32);
+  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
+  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * p.Lc});
   for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, p.N - n0);
     split_phases(p, n0, nb, phases.data<float>());

@@ -15,7 +15,8 @@
 // = 4x fewer multiply-adds than the direct 9 per output (tiles that stick out past the output's
 // edge are computed and dropped, so small maps save less: a 7x7 output uses 2x2 tiles).
 //
-// The pipeline, per chunk of images (its zero-padded copy of the input fits kPaddedBytes):
+// The pipeline, per chunk of images (its zero-padded copy of the input fits
+// conv_copy_budget_bytes(), 32 MiB):
 // 1. U = G g G^T for every (output, input) channel pair, once per call, laid out
 //    [group][xi][output block of 4][input channel][4] for the micro-kernel below.
 // 2. The input chunk is copied into zero-padded planes of (4 TH + 2) x (4 TW + 4) (TH x TW
@@ -49,6 +50,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/factory.h"
 #include "core/parallel.h"
@@ -64,8 +66,7 @@ using namespace conv_simd;
 constexpr int kXi = 36;        // frequencies of a 6x6 tile
 constexpr int64_t kOC = 16;    // output channels whose M is computed before their output transform
 constexpr int kMaxNV = 3;      // tiles per block: 8 NV, NV <= 3
-constexpr int64_t kPaddedBytes = int64_t{32} << 20;
-constexpr int64_t kTileChunk = 256;  // tiles per weight-gradient GEMM
+constexpr int64_t kTransformBytes = int64_t{4} << 20;  // the weight gradient's V and Z per pass
 
 // ---- the three transforms, on 8 lanes at once --------------------------------------------
 
@@ -179,7 +180,11 @@ struct Problem {
         groups(groups_), pt(pt_), pl(pl_), Cg(Cin_ / groups_), Og(Cout_ / groups_), OB((Cout_ / groups_ + kMR - 1) / kMR),
         TH((Hout_ + 3) / 4), TW((Wout_ + 3) / 4), Hp(4 * TH + 2), Wp(4 * TW + 4), w(nullptr), group_stride(0), s_out(0),
         s_in(0), flip(false) {}
-  int64_t u_panel(int64_t gi, int64_t xi, int64_t ob) const { return ((gi * kXi + xi) * OB + ob) * Cg * kMR; }
+  // U is [group][output block][xi][Cg][kMR], each xi's panel a cache line more than Cg kMR
+  // floats apart (the weight transform writes all 36 of them at once).
+  int64_t u_xi() const { return Cg * kMR + 16; }
+  int64_t u_size() const { return groups * OB * kXi * u_xi(); }
+  int64_t u_panel(int64_t gi, int64_t xi, int64_t ob) const { return ((gi * OB + ob) * kXi + xi) * u_xi(); }
 };
 
 // U for the (group, output block) pairs [i0, i1): two input channels at a time, the lanes are
@@ -202,9 +207,14 @@ TRIDENT_CPU_CLONES void winograd_weights(const Problem& p, float* U, int64_t i0,
         v8f u[6];  // row i of (G g) G^T
         g_times(a[0][i], a[1][i], a[2][i], u);
         for (int j = 0; j < 6; ++j) {
-          alignas(32) float tmp[8];
-          store8(tmp, u[j]);
-          std::memcpy(U + p.u_panel(gi, i * 6 + j, ob) + c * kMR, tmp, static_cast<size_t>(pair) * sizeof(float));
+          float* dst = U + p.u_panel(gi, i * 6 + j, ob) + c * kMR;
+          if (pair == 8) {
+            store8(dst, u[j]);
+          } else {
+            alignas(32) float tmp[8];
+            store8(tmp, u[j]);
+            for (int64_t e = 0; e < pair; ++e) dst[e] = tmp[e];
+          }
         }
       }
     }
@@ -404,12 +414,12 @@ void plan_blocks(Chunk& ch, int threads) {
 
 void run(const Problem& p) {
   const int threads = get_num_threads();
-  Tensor u = empty({p.groups * kXi * p.OB * kMR * p.Cg});
+  Tensor u = empty({p.u_size()});
   float* U = u.data<float>();
   parallel_for(0, p.groups * p.OB, std::max<int64_t>(1, 2048 / (p.Cg * kMR)),
                [&](int64_t i0, int64_t i1) { winograd_weights(p, U, i0, i1); });
   const int64_t image_floats = p.Cin * p.Hp * p.Wp;
-  const int64_t chunk = std::clamp<int64_t>(kPaddedBytes / static_cast<int64_t>(sizeof(float) * image_floats), 1, p.N);
+  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * image_floats), 1, p.N);
   Tensor xpad = empty({std::min(chunk, p.N) * image_floats});
   for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, p.N - n0);
@@ -469,30 +479,30 @@ struct WgradChunk {
   const float* xp;  // [nb, C, Hp, Wp]
   const float* gp;  // [nb, O, Hg, Wg]
   int64_t Hg, Wg, t0, T;  // tiles [t0, t0 + T) of the images in xp and gp
-  float *V, *Z;            // [36][C][ld], [36][O][ld]
-  int64_t v_stride, z_stride, ld;
+  float *V, *Z;       // [C][36][.], [O][36][.]
+  int64_t xs, cs;      // floats between frequencies, between channels
 };
 
-// V and Z for the groups of 8 tiles [g0, g1) of a chunk.
+// V and Z for the groups of 8 tiles [g0, g1) of a chunk, channel by channel: the groups'
+// windows lie side by side in each plane, so the loads stream through it.
 TRIDENT_CPU_CLONES void winograd_wgrad_transforms(const WgradChunk& ch, int64_t g0, int64_t g1) {
   const Problem& p = *ch.p;
   const int64_t tiles_per_image = p.TH * p.TW;
-  for (int64_t gr = g0; gr < g1; ++gr) {
-    int64_t in_off[8], gy_off[8];
-    for (int q = 0; q < 8; ++q) {
-      const int64_t t = ch.t0 + std::min(gr * 8 + q, ch.T - 1);  // lanes past the end repeat the last tile
-      const int64_t i = t / tiles_per_image, th = (t % tiles_per_image) / p.TW, tw = t % p.TW;
-      in_off[q] = (i * p.Cin * p.Hp + 4 * th) * p.Wp + 4 * tw;
-      gy_off[q] = (i * p.Cout * ch.Hg + 4 * th) * ch.Wg + 4 * tw;
-    }
-    transform_inputs(ch.xp, p.Hp * p.Wp, p.Wp, p.Cin, in_off, 1, ch.V + gr * 8, ch.v_stride, ch.ld);
-    transform_grads(ch.gp, ch.Hg * ch.Wg, ch.Wg, p.Cout, gy_off, 1, ch.Z + gr * 8, ch.z_stride, ch.ld);
+  std::vector<int64_t> in_off(static_cast<size_t>(8 * (g1 - g0))), gy_off(in_off.size());
+  for (int64_t q = 0; q < 8 * (g1 - g0); ++q) {
+    const int64_t t = ch.t0 + std::min(g0 * 8 + q, ch.T - 1);  // lanes past the end repeat the last tile
+    const int64_t i = t / tiles_per_image, th = (t % tiles_per_image) / p.TW, tw = t % p.TW;
+    in_off[static_cast<size_t>(q)] = (i * p.Cin * p.Hp + 4 * th) * p.Wp + 4 * tw;
+    gy_off[static_cast<size_t>(q)] = (i * p.Cout * ch.Hg + 4 * th) * ch.Wg + 4 * tw;
   }
+  const int groups8 = static_cast<int>(g1 - g0);
+  transform_inputs(ch.xp, p.Hp * p.Wp, p.Wp, p.Cin, in_off.data(), groups8, ch.V + g0 * 8, ch.xs, ch.cs);
+  transform_grads(ch.gp, ch.Hg * ch.Wg, ch.Wg, p.Cout, gy_off.data(), groups8, ch.Z + g0 * 8, ch.xs, ch.cs);
 }
 
 // gw[gi Og + o][c][3x3] = G^T dU G for the (group, output) pairs [i0, i1), 8 input channels at
-// a time (lanes = channels).
-TRIDENT_CPU_CLONES void winograd_wgrad_finish(const Problem& p, const float* dU, float* gw, int64_t i0, int64_t i1) {
+// a time (lanes = channels); dU[gi][o][xi][c] with frequencies du_xi floats apart.
+TRIDENT_CPU_CLONES void winograd_wgrad_finish(const Problem& p, const float* dU, int64_t du_xi, float* gw, int64_t i0, int64_t i1) {
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t gi = item / p.Og, o = item % p.Og;
     for (int64_t c0 = 0; c0 < p.Cg; c0 += 8) {
@@ -501,9 +511,14 @@ TRIDENT_CPU_CLONES void winograd_wgrad_finish(const Problem& p, const float* dU,
       for (int k = 0; k < 6; ++k) {
         v8f m[6];
         for (int l = 0; l < 6; ++l) {
-          alignas(32) float tmp[8] = {};
-          std::memcpy(tmp, dU + ((gi * kXi + k * 6 + l) * p.Og + o) * p.Cg + c0, static_cast<size_t>(n) * sizeof(float));
-          m[l] = load8(tmp);
+          const float* src = dU + ((gi * p.Og + o) * kXi + k * 6 + l) * du_xi + c0;
+          if (n == 8) {
+            m[l] = load8(src);
+          } else {
+            alignas(32) float tmp[8] = {};
+            for (int64_t e = 0; e < n; ++e) tmp[e] = src[e];
+            m[l] = load8(tmp);
+          }
         }
         gt_times(m, h[k]);
       }
@@ -560,19 +575,25 @@ void winograd_backward_weight(const float* gy, const float* x, float* gw, const 
   // The gradient planes padded with zeros to whole tiles, plus 4 columns for the 8-float loads.
   const int64_t Hg = 4 * p.TH, Wg = 4 * p.TW + 4, tiles_per_image = p.TH * p.TW;
   const int64_t image_floats = p.Cin * p.Hp * p.Wp + p.Cout * Hg * Wg;
-  const int64_t chunk = std::clamp<int64_t>(kPaddedBytes / static_cast<int64_t>(sizeof(float) * image_floats), 1, p.N);
+  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * image_floats), 1, p.N);
   const int64_t nb_max = std::min(chunk, p.N);
-  // The tiles of a chunk of images go through the GEMMs kTileChunk at a time, so that their
-  // V and Z (36 (C + O) kTileChunk floats) stay in cache between the transforms and the GEMMs.
-  const int64_t ld = std::min<int64_t>(kTileChunk, (nb_max * tiles_per_image + 7) / 8 * 8);
-  // Frequencies one cache line more than a panel apart (as for the forward's V).
-  const int64_t v_stride = p.Cin * ld + 16, z_stride = p.Cout * ld + 16;
-  Tensor ws = empty({nb_max * image_floats + kXi * (v_stride + z_stride)});
-  Tensor du = empty({p.groups * kXi * p.Og * p.Cg});
+  // The tiles of a chunk of images go through the GEMMs ld at a time, so that their V and Z
+  // (36 (C + O) ld floats, about kTransformBytes) stay in cache between the transforms and the
+  // GEMMs. Layout [channel][xi][ld]: a tile's 36 frequencies of one channel go to one
+  // compact region (few pages), each frequency a line more than ld floats apart so they
+  // do not share an L1 set.
+  const int64_t budget = kTransformBytes / static_cast<int64_t>(sizeof(float) * kXi * (p.Cin + p.Cout));
+  const int64_t ld = std::min(std::clamp<int64_t>(budget / 8 * 8, 32, 512), (nb_max * tiles_per_image + 7) / 8 * 8);
+  const int64_t xs = ld + 16, cs = kXi * xs;
+  Tensor ws = empty({nb_max * image_floats + (p.Cin + p.Cout) * cs});
+  // dU [group][output][xi][Cg], frequencies a line more than Cg floats apart: G^T dU G reads
+  // all 36 of an output at once.
+  const int64_t du_xi = p.Cg + 16;
+  Tensor du = empty({p.groups * p.Og * kXi * du_xi});
   float* xp = ws.data<float>();
   float* gp = xp + nb_max * p.Cin * p.Hp * p.Wp;
   float* V = gp + nb_max * p.Cout * Hg * Wg;
-  float* Z = V + kXi * v_stride;
+  float* Z = V + p.Cin * cs;
   float* dU = du.data<float>();
   bool first = true;
   for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
@@ -580,7 +601,7 @@ void winograd_backward_weight(const float* gy, const float* x, float* gw, const 
     pad_planes(x + n0 * p.Cin * p.Hin * p.Win, nb * p.Cin, p.Hin, p.Win, p.pt, p.pl, p.Hp, p.Wp, xp);
     pad_planes(gy + n0 * p.Cout * p.Hout * p.Wout, nb * p.Cout, p.Hout, p.Wout, 0, 0, Hg, Wg, gp);
     for (int64_t t0 = 0; t0 < nb * tiles_per_image; t0 += ld) {
-      WgradChunk ch{&p, xp, gp, Hg, Wg, t0, std::min(ld, nb * tiles_per_image - t0), V, Z, v_stride, z_stride, ld};
+      WgradChunk ch{&p, xp, gp, Hg, Wg, t0, std::min(ld, nb * tiles_per_image - t0), V, Z, xs, cs};
       parallel_for(0, (ch.T + 7) / 8, 1, [&](int64_t g0, int64_t g1) { winograd_wgrad_transforms(ch, g0, g1); });
       // dU[gi][xi] (+)= Z[xi] (group rows) @ V[xi]^T (group rows), one GEMM per thread at a
       // time; the inner dimension is the tile count exactly (lanes past it are not read).
@@ -588,15 +609,15 @@ void winograd_backward_weight(const float* gy, const float* x, float* gw, const 
       parallel_for(0, p.groups * kXi, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t it = i0; it < i1; ++it) {
           const int64_t gi = it / kXi, xi = it % kXi;
-          gemm<float>(false, true, p.Og, p.Cg, ch.T, 1.0f, Z + xi * z_stride + gi * p.Og * ld, ld,
-                      V + xi * v_stride + gi * p.Cg * ld, ld, beta, dU + it * p.Og * p.Cg, p.Cg);
+          gemm<float>(false, true, p.Og, p.Cg, ch.T, 1.0f, Z + xi * xs + gi * p.Og * cs, cs, V + xi * xs + gi * p.Cg * cs, cs, beta,
+                      dU + (gi * p.Og * kXi + xi) * du_xi, kXi * du_xi);
         }
       });
       first = false;
     }
   }
   parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 256 / p.Cg),
-               [&](int64_t i0, int64_t i1) { winograd_wgrad_finish(p, dU, gw, i0, i1); });
+               [&](int64_t i0, int64_t i1) { winograd_wgrad_finish(p, dU, du_xi, gw, i0, i1); });
 }
 
 void winograd_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {

@@ -480,6 +480,30 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
   }
 }
 
+TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {
+  // The Winograd and blocked im2col kernels copy the padded input of at most 32 MiB worth of
+  // images at a time; with the budget at one byte every image is its own chunk (and the
+  // Winograd weight gradient accumulates across chunks), on 1 and 3 threads.
+  const std::vector<ConvCase> cases = {
+      {{3, 8, 10, 9}, {12, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},   // Winograd, all three passes
+      {{2, 8, 98, 100}, {8, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},  // 625 tiles: two weight-gradient slices per image
+      {{3, 6, 11, 10}, {8, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},   // blocked forward, strided
+      {{3, 4, 9, 12}, {6, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},    // blocked forward and input gradient
+  };
+  const int before = get_num_threads();
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    cpu::set_conv_copy_budget_bytes_for_testing(1);
+    uint64_t seed = 7500;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(threads, " threads, ", describe(c.p, c.x, c.w)));
+      check_against_reference(c, seed++);
+    }
+    cpu::set_conv_copy_budget_bytes_for_testing(0);
+  }
+  set_num_threads(before);
+}
+
 TEST(Conv2d, KnownValues) {
   // 1 x 1 x 3 x 3 input 1..9, 2x2 all-ones kernel: each output sums a 2x2 block.
   Tensor x = reshape(arange(1, 10, 1, kF32), {1, 1, 3, 3});
