@@ -15,10 +15,11 @@
 // = 4x fewer multiply-adds than the direct 9 per output (tiles that stick out past the output's
 // edge are computed and dropped, so small maps save less: a 7x7 output uses 2x2 tiles).
 //
-// The pipeline, per chunk of images (its zero-padded copy of the input fits
+// The forward pass, per chunk of images (their zero-padded copy fits
 // conv_copy_budget_bytes(), 32 MiB):
 // 1. U = G g G^T for every (output, input) channel pair, once per call, laid out
-//    [group][xi][output block of 4][input channel][4] for the micro-kernel below.
+//    [group][output block of 4][xi][input channel][4] for the micro-kernel of
+//    ops/cpu/conv_simd.h (8 pairs at a time, 8 lanes).
 // 2. The input chunk is copied into zero-padded planes of (4 TH + 2) x (4 TW + 4) (TH x TW
 //    tiles cover the output), so no tile needs a bounds check.
 // 3. Threads take work items: a block of 8, 16 or 24 tiles (tiles numbered across the images
@@ -26,26 +27,33 @@
 //    block the thread transforms the input: for each channel, 8 tiles at a time, it loads each
 //    tile's 6 rows as 8-float vectors and transposes them so the lanes are the 8 tiles, then
 //    applies B^T from both sides in registers; V is [xi][channel][tile]. Then, 16 output
-//    channels at a time, a 4 x (8, 16 or 24) register-blocked GEMM kernel computes M for all
-//    36 frequencies into a small buffer that stays in cache, and the output transform (A^T
-//    from both sides, bias, a transpose back to 4-float tile rows) writes the outputs.
+//    channels at a time, the 4 x (8, 16 or 24) register-blocked micro-kernel computes M for
+//    all 36 frequencies into a small buffer that stays in cache, and the output transform
+//    (A^T from both sides, bias, a transpose back to 4-float tile rows) writes the outputs.
 //    With few blocks (small batch, small map) the output channels are split into ranges so
 //    every thread has work; each range's thread redoes the block's input transform.
+// Buffers whose 36 frequencies are written or read at once place them a cache line more than
+// a multiple of 4 KiB apart, so they do not all land in one L1 set.
 // The input gradient of a 3x3 stride-1 convolution with padding p is the same computation on
 // gy with padding 2 - p and the kernel flipped and transposed (w'[c][o] = w[o][c] rotated by
-// 180 degrees), so it runs through the same code.
+// 180 degrees), so it runs through the same code. The weight gradient is its adjoint: see
+// "weight gradient" below (36 GEMMs through cpu::gemm over the tiles).
 //
 // Accuracy: the transforms multiply magnitudes. Every intermediate is a sum of products
 // computed in f32, so each step adds at most a few units of roundoff u = 2^-24 of the sum of
-// absolute values of its terms; carried through the three stages this bounds the error of an
-// output by about (C + 24) u (|A^T| [ sum_c (|G| |g_c| |G^T|) (.) (|B^T| |d_c| |B|) ] |A|),
-// the same expression evaluated with the absolute values of every matrix and operand. Compared
-// with the direct sum (about 9 C u sum |x w|) that magnitude is larger by the transforms'
-// growth, which is largest at the tile's corner far from the origin (the 8s of A^T and the 5s
-// of B^T): for unit-size inputs the tests measure errors of a few 1e-6 relative to the outputs'
-// scale, 10 to 50 times the direct method's, still far below what f32 training notices (cuDNN
-// and oneDNN use the same F(4x4, 3x3)). tests/ops/conv_test.cpp checks every output against
-// exactly this bound, computed from the f64 operands in the test's own loops.
+// absolute values of its terms; carried through the stages this bounds the error of an output
+// by about (C + 24) u (|A^T| [ sum_c (|G| |g_c| |G^T|) (.) (|B^T| |d_c| |B|) ] |A|), the same
+// expression evaluated with the absolute values of every matrix and operand (C counts the
+// channel sum, 24 the roundings along the longest path through the transforms). That
+// magnitude exceeds the direct sum's sum |x w| by the transforms' growth, largest at the
+// tile's far corner (the 8s of A^T, the 5s of B^T). Measured (unit-variance inputs and
+// outputs, 28x28, 64 outputs, C = 16 / 64 / 256): rms error 1.0e-6 / 1.7e-6 / 3.2e-6 and max
+// 1.5e-5 / 3.0e-5 / 5.5e-5, 4 to 5 times the direct f32 kernel's rms error (6 times its max);
+// far below what f32 training notices (cuDNN and oneDNN use the same F(4x4, 3x3)). F(6x6,
+// 3x3) would save another 1.8x of multiplies, but published error analyses put its error
+// about an order of magnitude higher; F(2x2, 3x3) is more accurate but saves only 2.25x. tests/ops/conv_test.cpp checks every output, input-gradient
+// and weight-gradient entry against this bound (and its weight-gradient counterpart, noted
+// there), computed from the f64 operands in the test's own loops.
 #include "ops/cpu/conv_winograd.h"
 
 #include <algorithm>
