@@ -204,9 +204,12 @@ TRIDENT_CPU_CLONES void winograd_weights(const Problem& p, float* U, int64_t i0,
       alignas(32) float g[9][8];
       for (int lane = 0; lane < 8; ++lane) {
         const int64_t ci = c + lane / 4, oo = ob * kMR + lane % 4;
-        const bool real = ci < p.Cg && oo < p.Og;
+        if (ci >= p.Cg || oo >= p.Og) {  // padding lanes
+          for (int k = 0; k < 9; ++k) g[k][lane] = 0.0f;
+          continue;
+        }
         const float* src = p.w + gi * p.group_stride + oo * p.s_out + ci * p.s_in;
-        for (int k = 0; k < 9; ++k) g[k][lane] = real ? src[p.flip ? 8 - k : k] : 0.0f;
+        for (int k = 0; k < 9; ++k) g[k][lane] = src[p.flip ? 8 - k : k];
       }
       v8f a[3][6];  // a[q] = G (column q of g)
       for (int q = 0; q < 3; ++q) g_times(load8(g[q]), load8(g[3 + q]), load8(g[6 + q]), a[q]);
