@@ -121,6 +121,8 @@ void split_phases(const Problem& p, int64_t n0, int64_t nb, float* buf) {
           const int64_t n = (p.W - w0 + p.sw - 1) / p.sw;
           if (p.sw == 1) {
             std::memcpy(d, s, static_cast<size_t>(n) * sizeof(float));
+          } else if (p.sw == 2) {  // a constant stride: vectorized with shuffles
+            for (int64_t i = 0; i < n; ++i) d[i] = s[2 * i];
           } else {
             for (int64_t i = 0; i < n; ++i) d[i] = s[i * p.sw];
           }

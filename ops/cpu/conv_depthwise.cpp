@@ -279,6 +279,12 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
         const float* src = x + copies[k].src;
         for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[i];
       }
+    } else if (g.sw == 2) {  // a constant stride: vectorized with shuffles
+      for (int64_t k = 0; k < ncopies; ++k) {
+        float* dst = phases.data() + copies[k].dst;
+        const float* src = x + copies[k].src;
+        for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[2 * i];
+      }
     } else {
       for (int64_t k = 0; k < ncopies; ++k) {
         float* dst = phases.data() + copies[k].dst;
