@@ -340,6 +340,11 @@ TEST(Conv2d, OneByOneOneBySevenSevenByOneAndChannelMultiplierKernels) {
       {{2, 4, 9, 9}, {6, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
       {{2, 4, 9, 9}, {6, 4, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, true},
       {{2, 4, 9, 8}, {4, 1, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 4}, true},
+      // 1 x k, stride 1, no vertical padding: the blocked f32 kernel runs on transposed planes
+      // (NOTE [Conv2d blocked im2col]); dilated, grouped, unpadded.
+      {{2, 4, 8, 11}, {6, 2, 1, 3}, {{1, 1}, {0, 2}, {1, 2}, 2}, true},
+      {{1, 3, 5, 12}, {4, 3, 1, 5}, {{1, 1}, {0, 0}, {1, 1}, 1}, false},
+      {{2, 3, 6, 7}, {5, 3, 1, 2}, {{2, 1}, {0, 1}, {1, 1}, 1}, true},  // strided rows: not transposed
       {{2, 4, 9, 8}, {4, 1, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 4}, false},
       // Depthwise-separable pieces: 3x3, 5x5, 7x7 depthwise, strided, and a channel multiplier.
       {{2, 3, 11, 10}, {3, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 3}, true},
