@@ -481,6 +481,9 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
     } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
       winograd_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
                                reinterpret_cast<float*>(gwp), g);
+    } else if (std::is_same_v<scalar_t, float> && !g.pointwise()) {
+      blocked_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
+                              reinterpret_cast<float*>(gwp), g);
     } else {
       backward_weight_gemm(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
     }

@@ -25,6 +25,7 @@
 #include "ops/cpu/conv_blocked.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 #include <cstring>
 #include <vector>
@@ -151,6 +152,30 @@ struct Chunk {
   int64_t items() const { return nb * p->groups * p->blocks * orr; }
 };
 
+// The outputs of the block of kNR starting at j0, in runs of one output row: lanes [lane,
+// lane + len) are outputs out, out + step, ... of the image plane (step 1, or OH' when the
+// problem is transposed: the plane's column).
+struct Runs {
+  int64_t lane[kNR], len[kNR], out[kNR];
+  int count = 0;
+  void find(const Problem& p, int64_t j0) {
+    count = 0;
+    for (int64_t l = 0; l < kNR && j0 + l < p.flat;) {
+      const int64_t j = j0 + l, oh = j / p.Wq, ow = j % p.Wq;
+      if (ow >= p.OW) {
+        l += p.Wq - ow;
+        continue;
+      }
+      const int64_t n = std::min(p.OW - ow, std::min<int64_t>(kNR - l, p.flat - j));
+      lane[count] = l;
+      len[count] = n;
+      out[count] = p.transposed ? ow * p.OH + oh : oh * p.OW + ow;
+      ++count;
+      l += n;
+    }
+  }
+};
+
 // Items [i0, i1) of a chunk; tile is K x kNR floats, out OB x 4 x kNR.
 TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
   const Problem& p = *ch.p;
@@ -168,23 +193,10 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
           for (int v = 0; v < kNV; ++v) store8(dst + 8 * v, load8(base + off[t] + 8 * v));
       loaded = unit;
     }
-    // The block's outputs in runs of whole rows: lanes [l0, l0 + len) are outputs
-    // (oh, ow0 .. ow0 + len) of the image.
-    int64_t run_lane[kNR], run_len[kNR], run_out[kNR];
-    int runs = 0;
-    for (int64_t l = 0; l < kNR && j0 + l < p.flat;) {
-      const int64_t j = j0 + l, oh = j / p.Wq, ow = j % p.Wq;
-      if (ow >= p.OW) {
-        l += p.Wq - ow;
-        continue;
-      }
-      const int64_t len = std::min(p.OW - ow, std::min<int64_t>(kNR - l, p.flat - j));
-      run_lane[runs] = l;
-      run_len[runs] = len;
-      run_out[runs] = p.transposed ? ow * p.OH + oh : oh * p.OW + ow;
-      ++runs;
-      l += len;
-    }
+    Runs rn;
+    rn.find(p, j0);
+    const int runs = rn.count;
+    const int64_t *run_lane = rn.lane, *run_len = rn.len, *run_out = rn.out;
     const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr;
     const int64_t out_plane = p.OH * p.OW;
     // K in slices of kKc tile rows, so the slice stays in L1 while every output block uses it.
@@ -257,7 +269,108 @@ void run(Problem& p) {
   }
 }
 
+// ---- weight gradient ----------------------------------------------------------------------
+// dW[o][k] = sum over outputs j of gy[o][j] tile[k][j]: per block of 24 outputs the item
+// gathers its gy columns as [output block][24][4] (zero for lanes that are no output) and its
+// tile transposed, [k / 24][24 lanes][k % 24], and the micro-kernel adds a 4 x 24 block of dW
+// per (output block, 24 tile rows) with the 24 lanes as the inner dimension. Each thread sums
+// its range of items into its own dW, [group][output block][k / 24][4][24]; the ranges' sums
+// are added in item order (the same result on every run with the same thread count).
+struct WgradChunk {
+  const Problem* p;
+  const float* phases;  // [nb, Cin, Lc]
+  const float* gy;      // [N, Cout, OH, OW] (the output's layout, transposed or not)
+  int64_t n0, KB;       // images; blocks of 24 tile rows
+};
+
+TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, float* gyP, float* dW, int64_t i0, int64_t i1) {
+  const Problem& p = *ch.p;
+  const int64_t* off = p.off.data();
+  const int64_t out_plane = p.OH * p.OW, step = p.transposed ? p.OH : 1;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t jb = item % p.blocks, gi = (item / p.blocks) % p.groups, i = item / (p.blocks * p.groups);
+    const int64_t j0 = jb * kNR;
+    Runs rn;
+    rn.find(p, j0);
+    std::fill_n(gyP, p.OB * kNR * kMR, 0.0f);
+    const float* gimg = ch.gy + ((ch.n0 + i) * p.Cout + gi * p.Og) * out_plane;
+    for (int64_t o = 0; o < p.Og; ++o) {
+      float* dst = gyP + (o / kMR) * kNR * kMR + o % kMR;
+      const float* src = gimg + o * out_plane;
+      for (int k = 0; k < rn.count; ++k)
+        for (int64_t e = 0; e < rn.len[k]; ++e) dst[(rn.lane[k] + e) * kMR] = src[rn.out[k] + e * step];
+    }
+    // The tile transposed, 8 rows at a time through 8x8 transposes (the rows of a tile block
+    // of 24 start at multiples of 8), the last K % 8 rows one by one.
+    const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + j0;
+    const float* rows[8];
+    int64_t k = 0;
+    for (int64_t c = 0; c < p.Cg; ++c, base += p.Lc)
+      for (int64_t t = 0; t < p.taps; ++t, ++k) {
+        rows[k % 8] = base + off[t];
+        if (k % 8 != 7) continue;
+        float* dst = tileT + (k / kNR) * kNR * kNR + (k - 7) % kNR;
+        for (int l0 = 0; l0 < kNR; l0 += 8) {
+          v8f v[8], d[8];
+          for (int q = 0; q < 8; ++q) v[q] = load8(rows[q] + l0);
+          transpose_8x8(v, d);
+          for (int l = 0; l < 8; ++l) store8(dst + (l0 + l) * kNR, d[l]);
+        }
+      }
+    for (int64_t kt = k - k % 8; kt < k; ++kt) {
+      float* dst = tileT + (kt / kNR) * kNR * kNR + kt % kNR;
+      for (int l = 0; l < kNR; ++l) dst[l * kNR] = rows[kt % 8][l];
+    }
+    for (int64_t ob = 0; ob < p.OB; ++ob)
+      for (int64_t kb = 0; kb < ch.KB; ++kb)
+        gemm_kernel<kNV, true>(gyP + ob * kNR * kMR, tileT + kb * kNR * kNR, kNR, dW + ((gi * p.OB + ob) * ch.KB + kb) * kMR * kNR);
+  }
+}
+
+void run_wgrad(Problem& p, const float* gy, float* gw) {
+  transpose_if_row_kernel(p);
+  p.derive();
+  const int64_t KB = (p.K + kNR - 1) / kNR, dw_size = p.groups * p.OB * KB * kMR * kNR;
+  Tensor total = zeros({dw_size}, kF32);
+  float* tot = total.data<float>();
+  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
+  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * p.Lc});
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    split_phases(p, n0, nb, phases.data<float>());
+    const WgradChunk ch{&p, phases.data<float>(), gy, n0, KB};
+    std::mutex mu;
+    std::vector<std::pair<int64_t, Tensor>> partials;
+    parallel_for(0, nb * p.groups * p.blocks, 1, [&](int64_t i0, int64_t i1) {
+      Tensor ws = zeros({KB * kNR * kNR + p.OB * kNR * kMR + dw_size}, kF32);  // tile rows past K stay zero
+      float* tileT = ws.data<float>();
+      blocked_wgrad_items(ch, tileT, tileT + KB * kNR * kNR, tileT + KB * kNR * kNR + p.OB * kNR * kMR, i0, i1);
+      std::lock_guard<std::mutex> lock(mu);
+      partials.emplace_back(i0, ws);
+    });
+    // The threads' sums in the order of their first item, so the result does not depend on
+    // thread timing.
+    std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [first, ws] : partials) {
+      const float* part = ws.template data<float>() + KB * kNR * kNR + p.OB * kNR * kMR;
+      for (int64_t e = 0; e < dw_size; ++e) tot[e] += part[e];
+    }
+  }
+  // gw[gi Og + o][k] from the [group][output block][k / 24][4][24] layout.
+  parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 4096 / p.K), [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t gi = row / p.Og, o = row % p.Og, ob = o / kMR, r = o % kMR;
+      for (int64_t k = 0; k < p.K; ++k) gw[row * p.K + k] = tot[(((gi * p.OB + ob) * KB + k / kNR) * kMR + r) * kNR + k % kNR];
+    }
+  });
+}
+
 }  // namespace
+
+void blocked_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {
+  Problem p(x, nullptr, nullptr, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);
+  run_wgrad(p, gy, gw);
+}
 
 void blocked_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g) {
   Problem p(x, y, bias, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);

@@ -16,5 +16,7 @@ void blocked_forward(const float* x, const float* w, const float* bias, float* y
 bool blocked_backward_input_applies(const Conv2dGeometry& g);
 // gx [N, C, H, W] (overwritten) from gy [N, O, OH, OW].
 void blocked_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g);
+// gw [O, C/g, kH, kW] (overwritten), summed over the batch, from gy and x.
+void blocked_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g);
 
 }  // namespace trident::cpu

@@ -27,6 +27,28 @@ inline v8f load8(const float* p) {
 inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
 inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
 
+// d[j][q] = v[q][j]: the 8x8 transpose (unpack, shuffle and 128-bit permute steps).
+inline void transpose_8x8(const v8f* v, v8f* d) {
+  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i p20 = {0, 1, 2, 3, 8, 9, 10, 11}, p31 = {4, 5, 6, 7, 12, 13, 14, 15};
+  v8f t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = __builtin_shuffle(v[2 * i], v[2 * i + 1], lo);
+    t[2 * i + 1] = __builtin_shuffle(v[2 * i], v[2 * i + 1], hi);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = __builtin_shuffle(t[4 * i], t[4 * i + 2], s44);
+    u[4 * i + 1] = __builtin_shuffle(t[4 * i], t[4 * i + 2], sEE);
+    u[4 * i + 2] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], s44);
+    u[4 * i + 3] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], sEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    d[j] = __builtin_shuffle(u[j], u[4 + j], p20);
+    d[j + 4] = __builtin_shuffle(u[j], u[4 + j], p31);
+  }
+}
+
 constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 
 // mp[r][0, 8 NV) = sum over k < K of up[k kMR + r] * vp[k (8 NV) + 0 .. 8 NV), r < kMR: a
