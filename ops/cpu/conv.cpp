@@ -40,13 +40,13 @@ namespace trident::cpu {
 //   of 70.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
 //   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
-// - Other f32 forward passes, and input gradients of other stride-1 convolutions (a forward
-//   convolution of gy with the flipped kernel): blocked im2col (NOTE [Conv2d blocked im2col]
-//   in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time kept in cache and
-//   multiplied by the register-blocked micro-kernel of ops/cpu/conv_simd.h, so the im2col
-//   matrix never goes through memory.
-// - Everything else (f64; f32 weight gradients outside Winograd; f32 input gradients of
-//   strided convolutions): im2col into a [C/g kH kW, OH OW] matrix per (sample, group) unit
+// - Other f32 forward passes and weight gradients, and input gradients of other stride-1
+//   convolutions (a forward convolution of gy with the flipped kernel): blocked im2col (NOTE
+//   [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time
+//   kept in cache and multiplied by the register-blocked micro-kernel of ops/cpu/conv_simd.h,
+//   so the im2col matrix never goes through memory.
+// - Everything else (f64; f32 pointwise; f32 input gradients of strided convolutions): im2col
+//   into a [C/g kH kW, OH OW] matrix per (sample, group) unit
 //   and GEMM with the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then
 //   col2im (the adjoint scatter), backward weight is gy @ col^T accumulated over the batch.
 //   Both copy each input plane into a zero-padded buffer first, so their loops need no bounds

@@ -21,7 +21,8 @@
 // instead of 24 and forward + backward 60 instead of 73 (the weight gradient still im2col);
 // the micro-kernel alone runs at 48 GMAC/s, in here at about 40.
 // The input gradient of a stride-1 convolution with padding p is the same computation on gy
-// with the kernel flipped and transposed and padding (k - 1) d - p.
+// with the kernel flipped and transposed and padding (k - 1) d - p. The weight gradient uses
+// the same tiles, transposed, against gy (see "weight gradient" below).
 #include "ops/cpu/conv_blocked.h"
 
 #include <algorithm>

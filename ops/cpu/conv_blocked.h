@@ -1,5 +1,6 @@
-// Blocked im2col convolution for f32 (internal to ops/cpu/conv.cpp, which chooses it; NOTE
-// [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp). Buffers are contiguous.
+// Blocked im2col convolution for f32: forward, weight gradient and stride-1 input gradient
+// (internal to ops/cpu/conv.cpp, which chooses it; NOTE [Conv2d blocked im2col] in
+// ops/cpu/conv_blocked.cpp). Buffers are contiguous.
 #pragma once
 
 #include "ops/cpu/conv.h"
