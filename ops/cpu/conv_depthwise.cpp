@@ -201,27 +201,34 @@ using namespace conv_simd;
 
 // acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + 8 v].
 template <int KH, int R, int V>
-inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, v8f (&acc)[R][V]) {
-  // Fully unrolled (the pragmas): every register index is a constant.
+inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, v8f (&acc_io)[R][V]) {
+  // Local accumulators: stores through acc_io could alias the float loads (a vector type may
+  // alias its element type), which would force a store after every multiply-add.
+  v8f acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = acc_io[r][v];
+  // Fully unrolled (the pragmas): every register index is a constant. Weights are broadcast
+  // from L1 at each use rather than held, which leaves registers for the accumulators.
   for (int t = 0; t < nkw; ++t) {
-    v8f wv[KH];
-#pragma GCC unroll 8
-    for (int i = 0; i < KH; ++i) wv[i] = splat(wk[i * nkw + t]);
     const float* s = src + db[t];
+    const float* wt = wk + t;
 #pragma GCC unroll 16
-    for (int i = 0; i < R + KH - 1; ++i) {
+    for (int i = 0; i < R + KH - 1; ++i, s += Wr) {
       v8f xv[V];
 #pragma GCC unroll 2
-      for (int v = 0; v < V; ++v) xv[v] = load8(s + i * Wr + 8 * v);
+      for (int v = 0; v < V; ++v) xv[v] = load8(s + 8 * v);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int kh = i - r;
         if (kh < 0 || kh >= KH) continue;
+        const v8f wv = splat(wt[kh * nkw]);
 #pragma GCC unroll 2
-        for (int v = 0; v < V; ++v) acc[r][v] += wv[kh] * xv[v];
+        for (int v = 0; v < V; ++v) acc[r][v] += wv * xv[v];
       }
     }
   }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc_io[r][v] = acc[r][v];
 }
 
 // The taps of one phase: kH_a consecutive rows, kernel columns kw[] at offsets db[].
