@@ -29,3 +29,4 @@
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "ops/unary.h"
+#include "nn/nn.h"
