@@ -30,3 +30,4 @@
 #include "ops/softmax.h"
 #include "ops/unary.h"
 #include "nn/nn.h"
+#include "ops/autocast.h"
