@@ -1,6 +1,7 @@
 // Trident's public API in one include.
 #pragma once
 
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
