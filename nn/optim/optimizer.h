@@ -136,7 +136,6 @@ class Optimizer {
   // Registers a group (checks its parameters: defined leaves, f32/f64, contiguous, not in
   // another group). The concrete optimizer stores the group's options first.
   void add_group_params(std::vector<Tensor> params, double lr);
-  int64_t group_first(size_t group) const { return groups_.at(group).first; }
 
  private:
   struct Group {
@@ -183,9 +182,9 @@ class OptimizerWith : public Optimizer {
 
  protected:
   explicit OptimizerWith(std::vector<ParamGroup<Options>> groups) {
-    TRIDENT_CHECK(!groups.empty(), "optimizer: no parameter groups");
+    TRIDENT_CHECK(!groups.empty(), Options::kName, ": no parameter groups");
     for (auto& g : groups) add_param_group(std::move(g.params), g.options);
-    TRIDENT_CHECK(num_params() > 0, "optimizer: got an empty parameter list");
+    TRIDENT_CHECK(num_params() > 0, Options::kName, ": got an empty parameter list");
   }
 
   std::map<std::string, double> hyperparameters(size_t group) const override {
