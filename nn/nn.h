@@ -7,6 +7,7 @@
 #include "nn/containers.h"
 #include "nn/conv2d.h"
 #include "nn/embedding.h"
+#include "nn/grad_scaler.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/module.h"
