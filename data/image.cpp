@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -18,10 +19,38 @@
 #define STBI_ONLY_GIF
 #define STBI_ONLY_PNM
 #define STBI_NO_STDIO
+// Pixels are adopted by PixelBuffer, which frees with std::free.
+#define STBI_MALLOC(size) std::malloc(size)
+#define STBI_REALLOC(p, size) std::realloc(p, size)
+#define STBI_FREE(p) std::free(p)
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb_image.h>
 
 namespace trident::data {
+
+PixelBuffer::PixelBuffer(size_t size) : data_(static_cast<uint8_t*>(std::calloc(size ? size : 1, 1))), size_(size) {
+  TRIDENT_CHECK(data_ != nullptr, "PixelBuffer: out of memory for ", size, " bytes");
+}
+
+PixelBuffer::PixelBuffer(const std::vector<uint8_t>& bytes) : PixelBuffer(bytes.size()) {
+  if (!bytes.empty()) std::memcpy(data(), bytes.data(), bytes.size());
+}
+
+PixelBuffer PixelBuffer::adopt(uint8_t* data, size_t size) {
+  PixelBuffer b;
+  b.data_.reset(data);
+  b.size_ = size;
+  return b;
+}
+
+PixelBuffer::PixelBuffer(const PixelBuffer& o) : PixelBuffer(o.size_) {
+  if (o.size_) std::memcpy(data(), o.data(), o.size_);
+}
+
+PixelBuffer& PixelBuffer::operator=(const PixelBuffer& o) {
+  if (this != &o) *this = PixelBuffer(o);
+  return *this;
+}
 
 namespace {
 
@@ -113,16 +142,18 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name, int6
   TRIDENT_CHECK(pixels <= max_pixels, "image ", name, ": its header claims ", header.width, " x ", header.height, " = ",
                 pixels, " pixels, more than the limit of ", max_pixels);
   int w = 0, h = 0, c = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> data(
-      stbi_load_from_memory(bytes.data(), checked_length(bytes, name), &w, &h, &c, 3), stbi_image_free);
-  TRIDENT_CHECK(data != nullptr, "image ", name, ": cannot decode (truncated or corrupt; stb_image: ", failure_reason(),
-                ")");
+  PixelBuffer data;
+  if (stbi_uc* p = stbi_load_from_memory(bytes.data(), checked_length(bytes, name), &w, &h, &c, 3)) {
+    data = PixelBuffer::adopt(p, static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+  }
+  TRIDENT_CHECK(data.data() != nullptr, "image ", name, ": cannot decode (truncated or corrupt; stb_image: ",
+                failure_reason(), ")");
   TRIDENT_CHECK(w == header.width && h == header.height, "image ", name, ": corrupt header (it says ", header.width,
                 " x ", header.height, " but stb_image decoded ", w, " x ", h, ")");
   Image img;
   img.height = h;
   img.width = w;
-  img.pixels.assign(data.get(), data.get() + static_cast<size_t>(pixels) * 3);
+  img.pixels = std::move(data);
   return img;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include "core/factory.h"
 
@@ -39,21 +40,25 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, const std::strin
   std::error_code ec;
   TRIDENT_CHECK(fs::is_directory(dir, ec), "ImageFolderDataset: ", dir.string(), " is not a folder (expected ",
                 "<root>/<split>/<class>/<images>)");
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    if (e.is_directory()) classes_.push_back(e.path().filename().string());
-  }
-  TRIDENT_CHECK(!classes_.empty(), "ImageFolderDataset: no class folders in ", dir.string());
-  std::sort(classes_.begin(), classes_.end());
-  for (size_t c = 0; c < classes_.size(); ++c) {
-    const fs::path class_dir = dir / classes_[c];
-    std::vector<std::string> files;
-    for (const fs::directory_entry& e : fs::directory_iterator(class_dir)) {
-      if (!e.is_directory() && has_extension(e.path(), options_.extensions)) files.push_back(e.path().string());
+  try {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+      if (e.is_directory()) classes_.push_back(e.path().filename().string());
     }
-    TRIDENT_CHECK(!files.empty(), "ImageFolderDataset: class folder ", class_dir.string(),
-                  " holds no image (no file ending in one of ", options_.extensions, ")");
-    std::sort(files.begin(), files.end());
-    for (std::string& f : files) samples_.push_back({std::move(f), static_cast<int64_t>(c)});
+    TRIDENT_CHECK(!classes_.empty(), "ImageFolderDataset: no class folders in ", dir.string());
+    std::sort(classes_.begin(), classes_.end());
+    for (size_t c = 0; c < classes_.size(); ++c) {
+      const fs::path class_dir = dir / classes_[c];
+      std::vector<std::string> files;
+      for (const fs::directory_entry& e : fs::directory_iterator(class_dir)) {
+        if (!e.is_directory() && has_extension(e.path(), options_.extensions)) files.push_back(e.path().string());
+      }
+      TRIDENT_CHECK(!files.empty(), "ImageFolderDataset: class folder ", class_dir.string(),
+                    " holds no image (no file ending in one of ", options_.extensions, ")");
+      std::sort(files.begin(), files.end());
+      for (std::string& f : files) samples_.push_back({std::move(f), static_cast<int64_t>(c)});
+    }
+  } catch (const fs::filesystem_error& e) {  // unreadable folder, permissions
+    TRIDENT_FAIL("ImageFolderDataset: cannot list ", e.path1().string(), ": ", e.code().message());
   }
 }
 
@@ -143,10 +148,7 @@ std::vector<std::string> CifarDataset::standard_files(const std::string& folder,
 Image CifarDataset::image(int64_t index) const {
   TRIDENT_CHECK(index >= 0 && index < count_, "CifarDataset: index ", index, " out of range [0, ", count_, ")");
   const uint8_t* planes = data_.data() + index * record_ + (record_ - kPixels);
-  Image img;
-  img.height = 32;
-  img.width = 32;
-  img.pixels.resize(static_cast<size_t>(kPixels));
+  Image img(32, 32);
   for (int64_t p = 0; p < 32 * 32; ++p)
     for (int64_t c = 0; c < 3; ++c) img.pixels[static_cast<size_t>(p * 3 + c)] = planes[c * 1024 + p];
   return img;
@@ -234,13 +236,15 @@ IdxArray read_idx(const std::string& path, int expected_dims) {
   TRIDENT_CHECK(bytes.size() >= header, "read_idx: ", path, " has ", bytes.size(), " bytes, too few for the ",
                 expected_dims, " dims of its header");
   IdxArray a;
-  int64_t expected = 1;
+  unsigned __int128 expected = 1;  // three u32 dims cannot overflow it
   for (int d = 0; d < expected_dims; ++d) {
     a.dims.push_back(big_endian_u32(bytes.data() + 4 + 4 * d));
-    expected *= a.dims.back();
+    expected *= static_cast<uint64_t>(a.dims.back());
   }
-  const int64_t have = static_cast<int64_t>(bytes.size() - header);
-  TRIDENT_CHECK(have == expected, "read_idx: ", path, ": the header's dims ", a.dims, " need ", expected,
+  const size_t have = bytes.size() - header;
+  TRIDENT_CHECK(expected == have, "read_idx: ", path, ": the header's dims ", a.dims, " need ",
+                expected <= std::numeric_limits<uint64_t>::max() ? std::to_string(static_cast<uint64_t>(expected))
+                                                                   : std::string("more than 2^64"),
                 " data bytes but the file has ", have);
   a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return a;

@@ -248,7 +248,7 @@ TEST(Cifar, Cifar100FineOrCoarseLabel) {
     EXPECT_EQ(by_fine.get(i, g)[1].item<int64_t>(), fine[i]);
     EXPECT_EQ(by_coarse.get(i, g)[1].item<int64_t>(), coarse[i]);
     const std::vector<uint8_t> px = make_pixels(32, 32, 3, static_cast<uint64_t>(10 + i));
-    EXPECT_EQ(by_fine.image(i).pixels, px);  // the record's image after both label bytes
+    EXPECT_EQ(by_fine.image(i).pixels.to_vector(), px);  // the record's image after both label bytes
   }
 }
 

@@ -83,10 +83,7 @@ std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& pixels, int height,
 }
 
 data::Image to_rgb(const std::vector<uint8_t>& pixels, int height, int width, int channels) {
-  data::Image img;
-  img.height = height;
-  img.width = width;
-  img.pixels.resize(static_cast<size_t>(height) * width * 3);
+  data::Image img(height, width);
   for (size_t p = 0; p < static_cast<size_t>(height) * width; ++p)
     for (int c = 0; c < 3; ++c) img.pixels[p * 3 + c] = pixels[p * channels + (channels >= 3 ? c : 0)];
   return img;

@@ -24,12 +24,11 @@ namespace {
 }
 
 Image grey_image(const std::vector<std::vector<double>>& rows) {
-  Image img;
-  img.height = static_cast<int64_t>(rows.size());
-  img.width = static_cast<int64_t>(rows[0].size());
+  Image img(static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size()));
+  size_t i = 0;
   for (const auto& r : rows)
     for (double v : r)
-      for (int c = 0; c < 3; ++c) img.pixels.push_back(static_cast<uint8_t>(v));
+      for (int c = 0; c < 3; ++c) img.pixels[i++] = static_cast<uint8_t>(v);
   return img;
 }
 
@@ -313,7 +312,7 @@ TEST(Pipeline, DecodedFilesThroughTheTransforms) {
       write_bytes(dir.file("a.jpg"), encode_jpeg(px, h, w, channels));
       const Image png = load_image(dir.file("a.png"));
       const Image jpg = load_image(dir.file("a.jpg"));
-      EXPECT_EQ(png.pixels, to_rgb(px, h, w, channels).pixels);
+      EXPECT_EQ(png.pixels.to_vector(), to_rgb(px, h, w, channels).pixels.to_vector());
       TrainTransformOptions o;
       o.size = 32;
       for (const Image* img : {&png, &jpg}) {
