@@ -86,7 +86,17 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, st
       });
     }
   }
-  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  } catch (...) {  // no thread left running when the constructor fails
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    throw;
+  }
 }
 
 Loader::~Loader() {

@@ -74,6 +74,7 @@ using PinMemoryHook = std::function<Tensor(const Tensor&)>;
 void set_pin_memory_hook(PinMemoryHook hook);
 bool has_pin_memory_hook();
 
+// One thread consumes a loader (next, set_epoch, restore, position); the workers are its own.
 class Loader {
  public:
   // `sampler` defaults to SequentialSampler(dataset->size()).
