@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace trident::testing {
@@ -60,6 +61,45 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
 inline std::string read_file_for_test(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// GPT-2's byte alphabet, restated from the paper's code: printable Latin-1 bytes are themselves,
+// the others U+0100 onwards in byte order. Returns the UTF-8 of the symbol of byte b.
+inline std::string gpt2_symbol(int b) {
+  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
+  int cp = b;
+  if (!printable(b)) {
+    cp = 256;
+    for (int x = 0; x < b; ++x) cp += !printable(x);
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s.push_back(static_cast<char>(cp));
+  } else {
+    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return s;
+}
+
+// A tiny GPT-2 vocabulary (encoder.json and vocab.bpe in `dir`): ids 0..255 are the bytes
+// themselves (id == byte value), then
+//   256 "ab", 257 "abc", 258 "bc", 259 "aa", 260 " a", 261 "aaaa", 262 "<|endoftext|>"
+// with merges, by rank: a b, ab c, b c, a a, Ġ a (space a), aa aa.
+enum TinyGpt2 : int32_t { kAB = 256, kABC, kBC, kAA, kSpaceA, kAAAA, kEot };
+
+inline void write_tiny_gpt2_vocab(const std::string& dir) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) j[gpt2_symbol(b)] = b;
+  j["ab"] = kAB;
+  j["abc"] = kABC;
+  j["bc"] = kBC;
+  j["aa"] = kAA;
+  j[gpt2_symbol(' ') + "a"] = kSpaceA;
+  j["aaaa"] = kAAAA;
+  j["<|endoftext|>"] = kEot;
+  write_bytes(dir + "/encoder.json", j.dump());
+  write_bytes(dir + "/vocab.bpe", "#version: 0.2\na b\nab c\nb c\na a\n" + gpt2_symbol(' ') + " a\naa aa\n");
 }
 
 }  // namespace trident::testing

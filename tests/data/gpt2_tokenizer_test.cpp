@@ -22,47 +22,10 @@ namespace {
 using data::Gpt2Tokenizer;
 using Ids = std::vector<int32_t>;
 
-// GPT-2's byte alphabet, restated from the paper's code: printable Latin-1 bytes are themselves,
-// the others U+0100 onwards in byte order. Returns the UTF-8 of the symbol of byte b.
-std::string symbol(int b) {
-  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  int cp = b;
-  if (!printable) {
-    cp = 256;
-    for (int x = 0; x < b; ++x)
-      if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) ++cp;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
-
-// The tiny vocabulary: ids 0..255 are the bytes themselves (id == byte value), then
-//   256 "ab", 257 "abc", 258 "bc", 259 "aa", 260 " a", 261 "aaaa", 262 "<|endoftext|>"
-// with merges, by rank: a b, ab c, b c, a a, Ġ a (space a), aa aa.
-enum : int32_t { kAB = 256, kABC, kBC, kAA, kSpaceA, kAAAA, kEot };
-
 struct TinyVocab {
   ScratchDir dir{"gpt2"};
   std::string encoder = dir.file("encoder.json"), merges = dir.file("vocab.bpe");
-  TinyVocab() {
-    nlohmann::json j = nlohmann::json::object();
-    for (int b = 0; b < 256; ++b) j[symbol(b)] = b;
-    j["ab"] = kAB;
-    j["abc"] = kABC;
-    j["bc"] = kBC;
-    j["aa"] = kAA;
-    j[symbol(' ') + "a"] = kSpaceA;
-    j["aaaa"] = kAAAA;
-    j["<|endoftext|>"] = kEot;
-    write_bytes(encoder, j.dump());
-    write_bytes(merges, "#version: 0.2\na b\nab c\nb c\na a\n" + symbol(' ') + " a\naa aa\n");
-  }
+  TinyVocab() { write_tiny_gpt2_vocab(dir.path().string()); }
   Gpt2Tokenizer load() const { return Gpt2Tokenizer(encoder, merges); }
 };
 
