@@ -1,14 +1,12 @@
 #include "data/bert_examples.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 #include "core/error.h"
 #include "core/factory.h"
+#include "data/text_corpus.h"
 
 namespace trident::data {
 
@@ -140,31 +138,12 @@ std::vector<BertInstance> create_bert_instances(std::vector<BertDocument> docs, 
   const size_t jobs = docs.size() * static_cast<size_t>(options.dupe_factor);
   std::vector<std::vector<BertInstance>> per_job(jobs);
   std::vector<BertPairStats> per_job_stats(jobs);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t j; (j = next.fetch_add(1)) < jobs;) {
-      const size_t dupe = j / docs.size(), d = j % docs.size();
-      PhiloxRandom rng(options.seed, (uint64_t{dupe} << 32) | d);
-      per_job[j] = create_bert_pairs(docs, d, ids, options, rng, &per_job_stats[j]);
-      for (auto& inst : per_job[j]) mask_bert_tokens(inst, ids, options, rng);
-    }
-  };
-  const unsigned n_threads = threads > 0 ? static_cast<unsigned>(threads) : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
-  std::mutex error_mu;
-  for (unsigned t = 0; t < std::min<size_t>(n_threads, jobs); ++t)
-    pool.emplace_back([&] {
-      try {
-        work();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-        next.store(jobs);
-      }
-    });
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  parallel_items(jobs, threads, [&](size_t j) {
+    const size_t dupe = j / docs.size(), d = j % docs.size();
+    PhiloxRandom rng(options.seed, (uint64_t{dupe} << 32) | d);
+    per_job[j] = create_bert_pairs(docs, d, ids, options, rng, &per_job_stats[j]);
+    for (auto& inst : per_job[j]) mask_bert_tokens(inst, ids, options, rng);
+  });
   std::vector<BertInstance> out;
   for (size_t j = 0; j < jobs; ++j) {
     if (stats) {

