@@ -83,6 +83,8 @@ namespace {
 // NOTE: a cache belongs to one tokenizer (by serial number, never reused), and is dropped when
 // the thread switches tokenizers or when it outgrows kMaxCacheEntries.
 constexpr size_t kMaxCacheEntries = size_t{1} << 17;
+// Longer pieces (runs of digits, white space or symbols) rarely repeat; they skip the cache.
+constexpr size_t kMaxCachedPieceBytes = 64;
 
 struct ThreadState {
   pcre2_match_data* match = nullptr;
@@ -169,6 +171,10 @@ void Gpt2Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out)
 void Gpt2Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() == 1) {
     out.push_back(byte_id[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  if (piece.size() > kMaxCachedPieceBytes) {
+    bpe(piece, out);
     return;
   }
   ThreadState& ts = thread_state();
