@@ -39,3 +39,20 @@
 #include "ops/unary.h"
 #include "nn/nn.h"
 #include "ops/autocast.h"
+
+// data/ (tokenizers, shards, datasets) exists when the build found its dependencies
+// (TRIDENT_DATA); its headers need none of them.
+#include "trident_config.h"
+#if TRIDENT_HAVE_DATA
+#include "data/bert_examples.h"
+#include "data/dataset.h"
+#include "data/image.h"
+#include "data/image_datasets.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/lm_dataset.h"
+#include "data/token_shard.h"
+#include "data/wordpiece_tokenizer.h"
+#endif

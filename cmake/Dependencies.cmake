@@ -111,6 +111,7 @@ if(NOT TRIDENT_MPI STREQUAL "OFF")
 endif()
 
 # --- data/: PCRE2 (GPT-2 pre-tokenization), zlib (gzip IDX), stb_image, nlohmann-json --------
+# and Python 3, whose unicodedata the build turns into BERT's Unicode tables (data/CMakeLists.txt).
 # The data layer is optional so that a build on a machine with only a compiler and CUDA (the
 # GPU check) still configures; scripts/setup.sh installs all of it on Debian.
 set(TRIDENT_DATA "AUTO" CACHE STRING "Build data/ (tokenizers, shards, image pipeline): AUTO, ON or OFF")
@@ -124,6 +125,9 @@ if(NOT TRIDENT_DATA STREQUAL "OFF")
   find_package(ZLIB QUIET)
   find_path(TRIDENT_STB_INCLUDE stb_image.h PATH_SUFFIXES stb HINTS ${STB_ROOT} ENV STB_ROOT)
   find_package(nlohmann_json QUIET)
+  # Debian's interpreter first: the build only needs its standard library, never a virtualenv's.
+  find_program(TRIDENT_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  find_program(TRIDENT_PYTHON3 NAMES python3)
   set(_missing "")
   if(NOT TRIDENT_PCRE2_FOUND)
     list(APPEND _missing "PCRE2 (libpcre2-dev)")
@@ -136,6 +140,9 @@ if(NOT TRIDENT_DATA STREQUAL "OFF")
   endif()
   if(NOT nlohmann_json_FOUND)
     list(APPEND _missing "nlohmann-json (nlohmann-json3-dev)")
+  endif()
+  if(NOT TRIDENT_PYTHON3)
+    list(APPEND _missing "Python 3 (python3)")
   endif()
   if(_missing STREQUAL "")
     set(TRIDENT_HAVE_DATA ON)
