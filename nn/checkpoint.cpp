@@ -35,8 +35,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Moves the complete checkpoint `tmp` to `path`, replacing whatever checkpoint is there.
-void publish(const std::string& tmp, const std::string& path) {
+}  // namespace
+
+namespace internal {
+void publish_checkpoint_directory(const std::string& tmp, const std::string& path, bool use_exchange) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     TRIDENT_CHECK(errno == ENOENT, "checkpoint '", path, "': cannot stat: ", os_error(errno));
@@ -47,14 +49,18 @@ void publish(const std::string& tmp, const std::string& path) {
   TRIDENT_CHECK(S_ISDIR(st.st_mode), "checkpoint '", path, "' exists and is not a directory; not replacing it");
 #ifdef RENAME_EXCHANGE
   // One atomic step: <path> holds the new checkpoint and tmp the old one.
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // the old checkpoint; failing to delete it is not an error
-    return;
+  if (use_exchange) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // the old checkpoint; failing to delete it is not an error
+      return;
+    }
+    const int err = errno;
+    TRIDENT_CHECK(err == EINVAL || err == ENOSYS || err == EOPNOTSUPP, "checkpoint '", path, "': cannot exchange it with '",
+                  tmp, "': ", os_error(err));
   }
-  const int err = errno;
-  TRIDENT_CHECK(err == EINVAL || err == ENOSYS || err == EOPNOTSUPP, "checkpoint '", path, "': cannot exchange it with '",
-                tmp, "': ", os_error(err));
+#else
+  (void)use_exchange;
 #endif
   // No exchange on this file system: move the old one aside, the new one in, then delete.
   const std::string aside = temporary_sibling(path, "old");
@@ -68,6 +74,9 @@ void publish(const std::string& tmp, const std::string& path) {
   std::error_code ec;
   fs::remove_all(aside, ec);
 }
+}  // namespace internal
+
+namespace {
 
 std::string utc_iso8601(std::chrono::system_clock::time_point t) {
   const std::time_t secs = std::chrono::system_clock::to_time_t(t);
@@ -155,7 +164,7 @@ void CheckpointWriter::commit() {
   const std::string text = manifest.dump(2) + "\n";
   // The manifest goes last: a directory with a valid manifest has every file complete.
   write_file_atomically((fs::path(tmp_) / kManifest).string(), [&](OutputFile& f) { f.write(text.data(), text.size()); });
-  publish(tmp_, path_);
+  internal::publish_checkpoint_directory(tmp_, path_, true);
   committed_ = true;
   const fs::path parent = fs::path(path_).parent_path();
   fsync_directory(parent.empty() ? "." : parent.string());

@@ -105,4 +105,12 @@ Checkpoint read_checkpoint(const std::string& path, LoadMode mode = LoadMode::Co
 std::vector<std::string> list_checkpoints(const std::string& folder);
 std::optional<std::string> latest_checkpoint(const std::string& folder);
 
+namespace internal {
+// Moves the complete checkpoint directory `tmp` to `path`, replacing a previous one there:
+// by an atomic exchange when `use_exchange` and the file system can, else by renaming the old
+// one aside first (NOTE [Checkpoint layout]). commit() calls it with use_exchange = true; the
+// tests call it both ways.
+void publish_checkpoint_directory(const std::string& tmp, const std::string& path, bool use_exchange);
+}  // namespace internal
+
 }  // namespace trident::nn

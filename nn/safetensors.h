@@ -10,16 +10,18 @@
 // NOTE [safetensors validation]: files are untrusted. Reading checks everything before touching
 // the data and reports, as a trident::Error naming the file, any of: a file shorter than 8 bytes;
 // a header length past the end of the file or over 100,000,000 bytes (the reference
-// implementation's limit); invalid JSON (UTF-8 included), JSON nested deeper than 64 levels, or
-// a duplicate key at any level; a header that is not an object; an entry that is not an object
-// or lacks dtype/shape/data_offsets or has them with the wrong JSON type; an unknown or
-// unsupported dtype; a dimension that is negative, fractional or above 2^63-1; an element count
-// or byte count that overflows 64 bits; data_offsets that are reversed, run past the buffer,
+// implementation's limit); invalid JSON (UTF-8 included; a NUL byte anywhere in the header, which
+// nlohmann-json would take for the end of its input), JSON nested deeper than 64 levels, or a
+// duplicate key at any level; a header that is not an object; an entry that is not an object or
+// lacks dtype/shape/data_offsets or has them with the wrong JSON type; an unknown or unsupported
+// dtype; a dimension that is negative, fractional or above 2^63-1; dims whose product (zeros
+// counted as ones: Trident's strides are those products even for an empty tensor) exceeds
+// 2^63-1, or a byte count over 64 bits; data_offsets that are reversed, run past the buffer,
 // disagree with dtype x shape, overlap another tensor, or leave a gap; bytes after the last
-// tensor; "__metadata__" that is not an object of strings; a BOOL element other than 0 or 1
-// (any other byte is not a valid C++ bool). Like the reference implementation, gaps and
-// trailing bytes are errors (its "InvalidOffset" and "MetadataIncompleteBuffer"), and unknown
-// keys inside an entry are ignored. A fuzz test feeds mutated files through the reader under
+// tensor; "__metadata__" that is not an object of strings; a BOOL element other than 0 or 1 (any
+// other byte is not a valid C++ bool). Like the reference implementation, gaps and trailing bytes
+// are errors (its "InvalidOffset" and "MetadataIncompleteBuffer"), and unknown keys inside an
+// entry are ignored. A fuzz test feeds mutated files through the reader, also under
 // AddressSanitizer and UBSan (tests/nn/safetensors_fuzz_test.cpp).
 #pragma once
 
@@ -44,7 +46,7 @@ struct SafetensorsFile {
 // One tensor's header entry, validated.
 struct SafetensorsEntry {
   std::string name;
-  DType dtype;
+  DType dtype = DType::F32;
   Shape shape;
   uint64_t begin = 0;  // byte offsets into the data buffer, [begin, end)
   uint64_t end = 0;

@@ -215,6 +215,25 @@ TEST_F(Checkpoints, ReplacingKeepsOneCompleteCheckpoint) {
   EXPECT_TRUE(hidden_entries().empty());
 }
 
+// Both ways of replacing a checkpoint: the atomic exchange, and renaming the old one aside
+// (for file systems without RENAME_EXCHANGE).
+TEST_F(Checkpoints, PublishByExchangeAndByRenamingAside) {
+  for (bool exchange : {true, false}) {
+    write("ck", 1.0f, 1);
+    fs::create_directory(path("new"));
+    write_bytes(path("new/marker"), exchange ? "exchange" : "aside");
+    internal::publish_checkpoint_directory(path("new"), path("ck"), exchange);
+    EXPECT_EQ(read_bytes(path("ck/marker")), exchange ? "exchange" : "aside");
+    EXPECT_FALSE(fs::exists(path("ck/manifest.json")));
+    EXPECT_EQ(listing(), std::vector<std::string>({"ck"}));  // neither "new" nor the old one remains
+    fs::remove_all(path("ck"));
+  }
+  // Into a free name: a plain rename.
+  fs::create_directory(path("new"));
+  internal::publish_checkpoint_directory(path("new"), path("fresh"), true);
+  EXPECT_EQ(listing(), std::vector<std::string>({"fresh"}));
+}
+
 TEST_F(Checkpoints, WriterErrors) {
   expect_error([&] { CheckpointWriter w(path("no/such/ck")); }, {"the folder '" + path("no/such") + "' does not exist"});
   write_bytes(path("file"), "x");
