@@ -110,8 +110,27 @@ if(NOT TRIDENT_MPI STREQUAL "OFF")
   endif()
 endif()
 
-# --- data/: PCRE2 (GPT-2 pre-tokenization), zlib (gzip IDX), stb_image, nlohmann-json --------
-# and Python 3, whose unicodedata the build turns into BERT's Unicode tables (data/CMakeLists.txt).
+# --- nlohmann-json (header-only): nn/ state files and checkpoints, data/ ----------------------
+# Required: the safetensors headers and checkpoint manifests are JSON. Debian's
+# nlohmann-json3-dev provides the CMake package; elsewhere (a GPU-check machine with only a
+# compiler and CUDA) NLOHMANN_JSON_ROOT, or a copy under .carry/ in the checkout, names a folder
+# holding nlohmann/json.hpp (the headers travel: nothing is compiled).
+find_package(nlohmann_json 3.9 QUIET)
+if(NOT nlohmann_json_FOUND)
+  find_path(TRIDENT_NLOHMANN_JSON_INCLUDE nlohmann/json.hpp
+    HINTS ${NLOHMANN_JSON_ROOT} ENV NLOHMANN_JSON_ROOT ${CMAKE_SOURCE_DIR}/.carry
+    PATH_SUFFIXES include single_include)
+  if(NOT TRIDENT_NLOHMANN_JSON_INCLUDE)
+    message(FATAL_ERROR "nlohmann-json not found: run scripts/setup.sh (nlohmann-json3-dev), or set "
+                        "NLOHMANN_JSON_ROOT to a folder holding nlohmann/json.hpp")
+  endif()
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  target_include_directories(nlohmann_json::nlohmann_json SYSTEM INTERFACE ${TRIDENT_NLOHMANN_JSON_INCLUDE})
+  message(STATUS "nlohmann-json: ${TRIDENT_NLOHMANN_JSON_INCLUDE}")
+endif()
+
+# --- data/: PCRE2 (GPT-2 pre-tokenization), zlib (gzip IDX), stb_image, and Python 3, whose
+# unicodedata the build turns into BERT's Unicode tables (data/CMakeLists.txt) -----------------
 # The data layer is optional so that a build on a machine with only a compiler and CUDA (the
 # GPU check) still configures; scripts/setup.sh installs all of it on Debian.
 set(TRIDENT_DATA "AUTO" CACHE STRING "Build data/ (tokenizers, shards, image pipeline): AUTO, ON or OFF")
@@ -124,7 +143,6 @@ if(NOT TRIDENT_DATA STREQUAL "OFF")
   endif()
   find_package(ZLIB QUIET)
   find_path(TRIDENT_STB_INCLUDE stb_image.h PATH_SUFFIXES stb HINTS ${STB_ROOT} ENV STB_ROOT)
-  find_package(nlohmann_json QUIET)
   # Debian's interpreter first: the build only needs its standard library, never a virtualenv's.
   find_program(TRIDENT_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
   find_program(TRIDENT_PYTHON3 NAMES python3)
@@ -138,9 +156,6 @@ if(NOT TRIDENT_DATA STREQUAL "OFF")
   if(NOT TRIDENT_STB_INCLUDE)
     list(APPEND _missing "stb_image (libstb-dev)")
   endif()
-  if(NOT nlohmann_json_FOUND)
-    list(APPEND _missing "nlohmann-json (nlohmann-json3-dev)")
-  endif()
   if(NOT TRIDENT_PYTHON3)
     list(APPEND _missing "Python 3 (python3)")
   endif()
@@ -148,7 +163,7 @@ if(NOT TRIDENT_DATA STREQUAL "OFF")
     set(TRIDENT_HAVE_DATA ON)
     add_library(trident_data_deps INTERFACE)
     target_include_directories(trident_data_deps SYSTEM INTERFACE ${TRIDENT_STB_INCLUDE})
-    target_link_libraries(trident_data_deps INTERFACE PkgConfig::TRIDENT_PCRE2 ZLIB::ZLIB nlohmann_json::nlohmann_json)
+    target_link_libraries(trident_data_deps INTERFACE PkgConfig::TRIDENT_PCRE2 ZLIB::ZLIB)
   elseif(TRIDENT_DATA STREQUAL "ON")
     message(FATAL_ERROR "TRIDENT_DATA=ON but missing: ${_missing}. Run scripts/setup.sh.")
   else()
