@@ -15,10 +15,6 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "nn/checkpoint.h"
-#include "nn/file_io.h"
-#include "nn/safetensors.h"
-#include "nn/state_dict.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip_grad.h"
 #include "nn/optim/lamb.h"
@@ -41,7 +37,11 @@
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "ops/unary.h"
+// nn/checkpoint.h (checkpoint directories) is left out: it brings in nlohmann/json.hpp, which
+// would slow every file that includes this one; include it where checkpoints are written.
 #include "nn/nn.h"
+#include "nn/safetensors.h"
+#include "nn/state_dict.h"
 #include "ops/autocast.h"
 
 // data/ (tokenizers, shards, datasets) exists when the build found its dependencies

@@ -1,12 +1,12 @@
 #include "nn/module.h"
 
 #include <algorithm>
-#include <set>
 #include <sstream>
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
 #include "core/copy.h"
+#include "nn/state_dict.h"
 
 namespace trident::nn {
 
@@ -165,38 +165,16 @@ std::map<std::string, Tensor> Module::state_dict() const {
 }
 
 std::vector<std::string> Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
-  std::map<std::string, Tensor> mine = state_dict();
-  std::vector<std::string> missing, unexpected, mismatched, skipped;
-  for (const auto& [name, t] : mine) {
-    auto it = state.find(name);
-    if (it == state.end()) {
-      missing.push_back(name);
-      continue;
-    }
-    const Tensor& src = it->second;
-    if (src.sizes() != t.sizes() || src.dtype() != t.dtype())
-      mismatched.push_back(detail::str(name, ": expected ", t.dtype(), " ", t.sizes(), ", got ", src.dtype(), " ", src.sizes()));
-  }
-  for (const auto& [name, t] : state)
-    if (!mine.count(name)) unexpected.push_back(name);
-  if (strict && (!missing.empty() || !unexpected.empty() || !mismatched.empty())) {
-    std::ostringstream os;
-    os << "load_state_dict into " << type_name_ << ":";
-    if (!missing.empty()) os << " missing " << missing.size() << " " << detail::str(missing) << ";";
-    if (!unexpected.empty()) os << " unexpected " << unexpected.size() << " " << detail::str(unexpected) << ";";
-    if (!mismatched.empty()) os << " mismatched " << mismatched.size() << " " << detail::str(mismatched) << ";";
-    TRIDENT_FAIL(os.str());
-  }
   NoGradGuard no_grad;
-  for (const auto& [name, t] : mine) {
-    auto it = state.find(name);
-    if (it == state.end() || it->second.sizes() != t.sizes() || it->second.dtype() != t.dtype()) {
-      skipped.push_back(name);
-      continue;
-    }
-    copy_(t, it->second);
+  LoadResult r;
+  try {
+    r = load_into(state_dict(), state, strict);  // checks everything before copying anything
+  } catch (const Error& e) {
+    TRIDENT_FAIL("load_state_dict into ", type_name_, ": ", e.message());
   }
-  for (const std::string& u : unexpected) skipped.push_back(u);
+  std::vector<std::string> skipped = r.missing;
+  skipped.insert(skipped.end(), r.unexpected.begin(), r.unexpected.end());
+  for (const StateDictMismatch& m : r.mismatched) skipped.push_back(m.name);
   return skipped;
 }
 

@@ -2,6 +2,8 @@
 // writes leaving the previous checkpoint intact, and finding the latest complete checkpoint.
 #include <random>
 
+#include "nn/checkpoint.h"
+#include "nn/file_io.h"
 #include "nn/nn_test_util.h"
 
 namespace trident::nn {

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 
+#include "nn/file_io.h"
 #include "nn/nn_test_util.h"
 
 namespace trident::nn {
