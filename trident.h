@@ -1,6 +1,7 @@
 // Trident's public API in one include.
 #pragma once
 
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
@@ -14,6 +15,13 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/clip_grad.h"
+#include "nn/optim/lamb.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/rmsprop.h"
+#include "nn/optim/schedule.h"
+#include "nn/optim/sgd.h"
 #include "ops/arith.h"
 #include "ops/attention.h"
 #include "ops/conv.h"
@@ -29,3 +37,26 @@
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "ops/unary.h"
+// nn/checkpoint.h (checkpoint directories) is left out: it brings in nlohmann/json.hpp, which
+// would slow every file that includes this one; include it where checkpoints are written.
+#include "nn/nn.h"
+#include "nn/safetensors.h"
+#include "nn/state_dict.h"
+#include "ops/autocast.h"
+
+// data/ (tokenizers, shards, datasets) exists when the build found its dependencies
+// (TRIDENT_DATA); its headers need none of them.
+#include "trident_config.h"
+#if TRIDENT_HAVE_DATA
+#include "data/bert_examples.h"
+#include "data/dataset.h"
+#include "data/image.h"
+#include "data/image_datasets.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/lm_dataset.h"
+#include "data/token_shard.h"
+#include "data/wordpiece_tokenizer.h"
+#endif

@@ -109,3 +109,64 @@ if(NOT TRIDENT_MPI STREQUAL "OFF")
     message(STATUS "MPI backend off: MPI not found")
   endif()
 endif()
+
+# --- nlohmann-json (header-only): nn/ state files and checkpoints, data/ ----------------------
+# Required: the safetensors headers and checkpoint manifests are JSON. Debian's
+# nlohmann-json3-dev provides the CMake package; elsewhere (a GPU-check machine with only a
+# compiler and CUDA) NLOHMANN_JSON_ROOT, or a copy under .carry/ in the checkout, names a folder
+# holding nlohmann/json.hpp (the headers travel: nothing is compiled).
+find_package(nlohmann_json 3.9 QUIET)
+if(NOT nlohmann_json_FOUND)
+  find_path(TRIDENT_NLOHMANN_JSON_INCLUDE nlohmann/json.hpp
+    HINTS ${NLOHMANN_JSON_ROOT} ENV NLOHMANN_JSON_ROOT ${CMAKE_SOURCE_DIR}/.carry
+    PATH_SUFFIXES include single_include)
+  if(NOT TRIDENT_NLOHMANN_JSON_INCLUDE)
+    message(FATAL_ERROR "nlohmann-json not found: run scripts/setup.sh (nlohmann-json3-dev), or set "
+                        "NLOHMANN_JSON_ROOT to a folder holding nlohmann/json.hpp")
+  endif()
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  target_include_directories(nlohmann_json::nlohmann_json SYSTEM INTERFACE ${TRIDENT_NLOHMANN_JSON_INCLUDE})
+  message(STATUS "nlohmann-json: ${TRIDENT_NLOHMANN_JSON_INCLUDE}")
+endif()
+
+# --- data/: PCRE2 (GPT-2 pre-tokenization), zlib (gzip IDX), stb_image, and Python 3, whose
+# unicodedata the build turns into BERT's Unicode tables (data/CMakeLists.txt) -----------------
+# The data layer is optional so that a build on a machine with only a compiler and CUDA (the
+# GPU check) still configures; scripts/setup.sh installs all of it on Debian.
+set(TRIDENT_DATA "AUTO" CACHE STRING "Build data/ (tokenizers, shards, image pipeline): AUTO, ON or OFF")
+set_property(CACHE TRIDENT_DATA PROPERTY STRINGS AUTO ON OFF)
+set(TRIDENT_HAVE_DATA OFF)
+if(NOT TRIDENT_DATA STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(TRIDENT_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+  endif()
+  find_package(ZLIB QUIET)
+  find_path(TRIDENT_STB_INCLUDE stb_image.h PATH_SUFFIXES stb HINTS ${STB_ROOT} ENV STB_ROOT)
+  # Debian's interpreter first: the build only needs its standard library, never a virtualenv's.
+  find_program(TRIDENT_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  find_program(TRIDENT_PYTHON3 NAMES python3)
+  set(_missing "")
+  if(NOT TRIDENT_PCRE2_FOUND)
+    list(APPEND _missing "PCRE2 (libpcre2-dev)")
+  endif()
+  if(NOT ZLIB_FOUND)
+    list(APPEND _missing "zlib (zlib1g-dev)")
+  endif()
+  if(NOT TRIDENT_STB_INCLUDE)
+    list(APPEND _missing "stb_image (libstb-dev)")
+  endif()
+  if(NOT TRIDENT_PYTHON3)
+    list(APPEND _missing "Python 3 (python3)")
+  endif()
+  if(_missing STREQUAL "")
+    set(TRIDENT_HAVE_DATA ON)
+    add_library(trident_data_deps INTERFACE)
+    target_include_directories(trident_data_deps SYSTEM INTERFACE ${TRIDENT_STB_INCLUDE})
+    target_link_libraries(trident_data_deps INTERFACE PkgConfig::TRIDENT_PCRE2 ZLIB::ZLIB)
+  elseif(TRIDENT_DATA STREQUAL "ON")
+    message(FATAL_ERROR "TRIDENT_DATA=ON but missing: ${_missing}. Run scripts/setup.sh.")
+  else()
+    message(STATUS "data/ off: missing ${_missing}")
+  endif()
+endif()

@@ -17,7 +17,11 @@ namespace trident {
 // the OpenMP default (OMP_NUM_THREADS, or the cores) unless set_num_threads is called.
 namespace {
 std::atomic<int> g_threads{0};
-}
+thread_local bool t_single_threaded = false;  // NOTE [Single-threaded workers]
+}  // namespace
+
+SingleThreadGuard::SingleThreadGuard() : previous_(t_single_threaded) { t_single_threaded = true; }
+SingleThreadGuard::~SingleThreadGuard() { t_single_threaded = previous_; }
 
 int get_num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
@@ -27,7 +31,7 @@ int get_num_threads() {
     if (g_threads.compare_exchange_strong(expected, n)) openblas_set_num_threads(1);
     n = g_threads.load();
   }
-  return n;
+  return t_single_threaded ? 1 : n;
 }
 
 void set_num_threads(int n) {

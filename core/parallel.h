@@ -10,8 +10,24 @@
 
 namespace trident {
 
+// The threads Trident's ops use: 1 on a thread inside a SingleThreadGuard.
 int get_num_threads();
 void set_num_threads(int n);
+
+// NOTE [Single-threaded workers]: while alive, ops called on this thread run on it alone
+// (get_num_threads() is 1 here). The data loader's workers hold one, as PyTorch's DataLoader
+// workers call torch.set_num_threads(1): N workers each starting a team of OpenMP threads for
+// a collate or an augmentation would put N times the cores' worth of threads on the machine.
+class SingleThreadGuard {
+ public:
+  SingleThreadGuard();
+  ~SingleThreadGuard();
+  SingleThreadGuard(const SingleThreadGuard&) = delete;
+  SingleThreadGuard& operator=(const SingleThreadGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // Runs f(b, e) over disjoint chunks covering [begin, end), in parallel when the range is
 // larger than `grain` elements. Exceptions thrown by f reach the caller.

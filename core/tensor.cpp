@@ -57,6 +57,23 @@ Tensor Tensor::as_strided(Shape sizes, Shape strides, int64_t offset) const {
   return make_tensor(storage(), dtype(), std::move(sizes), std::move(strides), offset);
 }
 
+void Tensor::set_data(const Tensor& other) {
+  TRIDENT_CHECK(defined() && other.defined(), "set_data: undefined tensor");
+  TRIDENT_CHECK(is_leaf(), "set_data: only leaf tensors can have their data replaced (this one was computed by an op)");
+  if (requires_grad())
+    TRIDENT_CHECK(is_floating(other.dtype()), "set_data: a tensor that requires grad cannot take ", other.dtype(), " data");
+  TensorImpl& me = *impl_;
+  const TensorImpl& src = *other.impl();
+  const bool same_kind = me.dtype == src.dtype && me.sizes == src.sizes && me.storage->device() == src.storage->device();
+  me.storage = src.storage;
+  me.dtype = src.dtype;
+  me.sizes = src.sizes;
+  me.strides = src.strides;
+  me.offset = src.offset;
+  me.numel = src.numel;
+  if (!same_kind && me.autograd) me.autograd->grad = Tensor();
+}
+
 Tensor Tensor::detach() const { return make_tensor(storage(), dtype(), sizes(), strides(), storage_offset()); }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->autograd && impl_->autograd->requires_grad; }

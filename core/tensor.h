@@ -89,6 +89,10 @@ class Tensor {
   Tensor as_strided(Shape sizes, Shape strides, int64_t storage_offset) const;
   // A tensor sharing this one's storage but outside the autograd graph.
   Tensor detach() const;
+  // Makes this tensor (and every handle to it) refer to other's data: storage, dtype, shape and
+  // strides; keeps requires_grad and hooks, drops .grad when it no longer matches. What
+  // Module::to() uses, so optimizers holding the parameters see the moved values. Leaves only.
+  void set_data(const Tensor& other);
 
   // ---- autograd (autograd/engine.cpp and autograd/node.cpp) ----
   bool requires_grad() const;

@@ -1,6 +1,7 @@
 #include "ops/arith.h"
 
 #include "core/copy.h"
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/arith.h"
 #include "ops/reduce.h"
@@ -41,7 +42,10 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
 
 // ---- tensor op tensor: the gradient of a broadcast operand is summed back to its shape ----
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   Tensor out = binary_forward(BinaryOp::Add, a, b);
   if (autograd::any_requires_grad({a, b})) {
     autograd::record("AddBackward", {a, b}, out, [sa = a.sizes(), sb = b.sizes()](const TensorList& g) {
@@ -51,7 +55,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   Tensor out = binary_forward(BinaryOp::Sub, a, b);
   if (autograd::any_requires_grad({a, b})) {
     autograd::record("SubBackward", {a, b}, out, [sa = a.sizes(), sb = b.sizes()](const TensorList& g) {
@@ -61,7 +68,10 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   Tensor out = binary_forward(BinaryOp::Mul, a, b);
   if (autograd::any_requires_grad({a, b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -78,7 +88,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   Tensor out = binary_forward(BinaryOp::Div, a, b);
   if (autograd::any_requires_grad({a, b})) {
     const bool gb = b.requires_grad();
@@ -155,7 +168,10 @@ Tensor neg(const Tensor& a) {
 // ---- maximum / minimum: the gradient goes to the winner, half to each on a tie ----
 
 namespace {
-Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a, const Tensor& b) {
+Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   Tensor out = binary_forward(op, a, b);
   if (autograd::any_requires_grad({a, b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();

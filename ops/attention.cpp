@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/attention.h"
 #include "ops/reduce.h"
@@ -26,6 +27,12 @@ Tensor as_bhtd(const Tensor& x, int64_t bh) {
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opts) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    AttentionOptions o = opts;
+    if (o.attn_mask.defined() && o.attn_mask.dtype() != DType::Bool) o.attn_mask = autocast::lower(o.attn_mask);
+    return scaled_dot_product_attention(autocast::lower(q), autocast::lower(k), autocast::lower(v), o);
+  }
   const char* op = "scaled_dot_product_attention";
   check_defined(op, q, "query");
   check_defined(op, k, "key");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/compare.h"
 #include "ops/reduce.h"
@@ -13,7 +14,10 @@ using namespace ops_detail;
 
 namespace {
 
-Tensor compare_tensors(CompareOp op, const Tensor& a, const Tensor& b) {
+Tensor compare_tensors(CompareOp op, const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   const char* name = compare_op_name(op);
   check_defined(name, a, "first operand");
   check_defined(name, b, "second operand");
@@ -118,7 +122,10 @@ Tensor logical_and(const Tensor& a, const Tensor& b) { return logical_binary(Log
 Tensor logical_or(const Tensor& a, const Tensor& b) { return logical_binary(LogicalOp::Or, a, b); }
 Tensor logical_xor(const Tensor& a, const Tensor& b) { return logical_binary(LogicalOp::Xor, a, b); }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  const auto promoted = autocast::promote(a_in, b_in);  // mixed dtypes only under autocast
+  const Tensor& a = promoted.first;
+  const Tensor& b = promoted.second;
   check_defined("where", cond, "cond");
   check_defined("where", a, "a");
   check_defined("where", b, "b");

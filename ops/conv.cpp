@@ -1,5 +1,6 @@
 #include "ops/conv.h"
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/conv.h"
 #include "ops/shape.h"
@@ -75,6 +76,10 @@ Tensor conv2d_4d(const Tensor& x, const Tensor& w, const Tensor& b, Int2 stride,
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int2 stride, Int2 padding, Int2 dilation,
               int64_t groups) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return conv2d(autocast::lower(input), autocast::lower(weight), autocast::lower(bias), stride, padding, dilation, groups);
+  }
   check_defined("conv2d", input, "input");
   check_defined("conv2d", weight, "weight");
   check_same_dtype("conv2d", input, weight);

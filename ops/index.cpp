@@ -5,6 +5,7 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/index.h"
 #include "ops/shape.h"
@@ -162,7 +163,8 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
 
 // ---- joining and padding ----
 
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
+  const std::vector<Tensor> tensors = autocast::promote(tensors_in);  // NOTE [Autocast]
   TRIDENT_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i)
     TRIDENT_CHECK(tensors[i].defined(), "cat: tensor ", i, " is undefined");
@@ -213,7 +215,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
-Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
+  const std::vector<Tensor> tensors = autocast::promote(tensors_in);  // NOTE [Autocast]
   TRIDENT_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) TRIDENT_CHECK(tensors[i].defined(), "stack: tensor ", i, " is undefined");
   const Tensor& first = tensors[0];

@@ -1,5 +1,6 @@
 #include "ops/linalg.h"
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/linalg.h"
 #include "ops/reduce.h"
@@ -45,6 +46,10 @@ void check_matmul(const char* op, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return matmul(autocast::lower(a), autocast::lower(b));
+  }
   check_matmul("matmul", a, b);
   if (a.dim() == 1 && b.dim() == 1) return reshape(matmul_nd(unsqueeze(a, 0), unsqueeze(b, 1)), {});
   if (a.dim() == 1) return squeeze(matmul_nd(unsqueeze(a, 0), b), -2);
@@ -53,12 +58,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return mm(autocast::lower(a), autocast::lower(b));
+  }
   check_matmul("mm", a, b);
   TRIDENT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected two 2-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
   return matmul_nd(a, b);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return bmm(autocast::lower(a), autocast::lower(b));
+  }
   check_matmul("bmm", a, b);
   TRIDENT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two 3-D tensors, got shapes ", a.sizes(), " and ", b.sizes());
   TRIDENT_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.sizes(), " and ", b.sizes());
@@ -66,6 +79,10 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return linear(autocast::lower(x), autocast::lower(w), autocast::lower(b));
+  }
   check_defined("linear", x, "input");
   check_defined("linear", w, "weight");
   check_same_dtype("linear", x, w);

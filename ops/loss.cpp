@@ -2,6 +2,7 @@
 
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/loss.h"
 #include "ops/reduce.h"
@@ -100,6 +101,10 @@ double class_loss_scale(Reduction r, double total_weight) { return r == Reductio
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return cross_entropy(autocast::widen(logits), target, o);
+  }
   const char* op = "cross_entropy";
   cpu::ClassLossArgs args = class_loss_args(op, logits, target, o.weight, o.ignore_index);
   TRIDENT_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
@@ -124,6 +129,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return nll_loss(autocast::widen(log_probs), target, o);
+  }
   const char* op = "nll_loss";
   const cpu::ClassLossArgs args = class_loss_args(op, log_probs, target, o.weight, o.ignore_index);
   const Tensor w = o.weight.defined() ? o.weight.detach() : Tensor();
@@ -143,6 +152,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return mse_loss(autocast::widen(input), autocast::widen(target), reduction);
+  }
   const char* op = "mse_loss";
   check_defined(op, input, "input");
   check_defined(op, target, "target");
@@ -174,6 +187,11 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
                                         const Tensor& pos_weight) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return binary_cross_entropy_with_logits(autocast::widen(logits), autocast::widen(target), reduction,
+                                            autocast::widen(pos_weight));
+  }
   const char* op = "binary_cross_entropy_with_logits";
   check_defined(op, logits, "logits");
   check_defined(op, target, "target");

@@ -2,6 +2,7 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/norm.h"
 #include "ops/shape.h"
@@ -29,6 +30,10 @@ Tensor param_grad(const Tensor& g, bool need, const Shape& shape, DType dtype) {
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return layer_norm(autocast::widen(x), normalized_shape, autocast::widen(weight), autocast::widen(bias), eps);
+  }
   const char* op = "layer_norm";
   check_defined(op, x);
   check_cpu(op, x);
@@ -65,6 +70,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return batch_norm(autocast::widen(x), running_mean, running_var, autocast::widen(weight), autocast::widen(bias), training,
+                      momentum, eps);
+  }
   const char* op = "batch_norm";
   check_defined(op, x);
   check_cpu(op, x);

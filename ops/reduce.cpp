@@ -6,6 +6,7 @@
 
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/reduce.h"
 #include "ops/index.h"
@@ -60,6 +61,10 @@ namespace {
 DType sum_dtype(DType t) { return is_floating(t) ? t : DType::I64; }
 
 Tensor reduce_op(cpu::ReduceKind kind, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return reduce_op(kind, autocast::widen(x), dims_in, keepdim);
+  }
   const char* name = kind == cpu::ReduceKind::Sum ? "sum" : "mean";
   check_defined(name, x);
   check_cpu(name, x);
@@ -192,6 +197,10 @@ void check_float_reduce(const char* name, const Tensor& x) {
 }
 
 Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in, double correction, bool keepdim) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return var_op(is_std, autocast::widen(x), dims_in, correction, keepdim);
+  }
   const char* name = is_std ? "std_dev" : "var";
   check_float_reduce(name, x);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
@@ -219,6 +228,10 @@ Tensor std_dev(const Tensor& x, const std::vector<int64_t>& dims, double correct
 }
 
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return logsumexp(autocast::widen(x), dims_in, keepdim);
+  }
   check_float_reduce("logsumexp", x);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, "logsumexp");
   Tensor out = cpu::logsumexp(x.detach(), dims, keepdim);
@@ -235,6 +248,10 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims_in, bool keep
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims_in, bool keepdim) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return norm(autocast::widen(x), p, dims_in, keepdim);
+  }
   check_float_reduce("norm", x);
   TRIDENT_CHECK(p >= 0 || std::isinf(p), "norm: p must be >= 0 or +-inf, got ", p);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, "norm");

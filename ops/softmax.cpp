@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/softmax.h"
 #include "ops/shape.h"
@@ -13,6 +14,10 @@ using namespace ops_detail;
 namespace {
 
 Tensor softmax_op(const Tensor& x, int64_t dim_in, bool log) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return softmax_op(autocast::widen(x), dim_in, log);
+  }
   const char* name = log ? "log_softmax" : "softmax";
   check_defined(name, x);
   check_cpu(name, x);

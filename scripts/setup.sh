@@ -12,6 +12,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libpcre2-dev zlib1g-dev
+  dataset-fashion-mnist
+  python3
 )
 # Optional extras a script asks for by name (e.g. `scripts/setup.sh python3-torch`).
 PACKAGES+=("$@")

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "trident.h"
 
@@ -44,6 +46,28 @@ inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, do
                                            << ", rtol " << rtol << ")";
   }
   return ::testing::AssertionSuccess();
+}
+
+// The message of the trident::Error that f throws ("(no error)" when it throws none).
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(no error)";
+}
+
+// Runs f, expects a trident::Error, and checks that its message contains every part.
+template <typename F>
+void expect_error(const F& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts.front();
+  } catch (const Error& e) {
+    for (const std::string& p : parts)
+      EXPECT_NE(e.message().find(p), std::string::npos) << "missing \"" << p << "\" in: " << e.message();
+  }
 }
 
 inline ::testing::AssertionResult grad_ok(const GradcheckResult& r) {

@@ -5,20 +5,14 @@
 #include <type_traits>
 
 #include "core/factory.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/loops.h"
 #include "ops/math/unary.h"
 
-// NOTE [CPU clones]: Trident builds for baseline x86-64 (SSE2: 4 floats per vector, no FMA).
-// The f32 loops below are compiled twice, for that baseline and for x86-64-v3 (AVX2 + FMA),
-// and the loader picks what the CPU runs (GCC's target_clones, an ifunc); for exp, sigmoid,
-// tanh and GELU that is worth ~2x. Every f32 element of these ops goes through the same clone,
-// contiguous or not (strided runs are gathered into a small buffer), so on one machine the
-// bits do not depend on the layout; across machines they may differ in the last place (FMA).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TRIDENT_CPU_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
-#else
-#define TRIDENT_CPU_CLONES
-#endif
+// The f32 loops below are ISA clones (NOTE [ISA clones] in ops/cpu/isa.h). Every f32 element of
+// these ops goes through the same clone, contiguous or not (strided runs are gathered into a
+// small buffer), so on one machine the bits do not depend on the layout; across machines they
+// may differ in the last place (FMA).
 
 namespace trident::cpu {
 

@@ -19,7 +19,7 @@
 // scalar. select() (ops/math/select.h) picks with integer masks instead, so every value is
 // computed and the loop vectorizes; clamps are select(x > c, c, x), which also lets NaN through.
 // The results do not depend on the vector width (no reductions). The AVX2 clone of the CPU
-// loops (NOTE [CPU clones] in ops/cpu/unary.cpp) contracts a * b + c into FMAs, which can move
+// loops (NOTE [ISA clones] in ops/cpu/isa.h) contracts a * b + c into FMAs, which can move
 // the last bit; the formulas hold either way (the products that must be exact are exact with
 // or without FMA), and the accuracy test runs whichever clone the machine picks.
 #pragma once

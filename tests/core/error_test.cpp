@@ -1,18 +1,9 @@
-#include <gtest/gtest.h>
-
-#include "trident.h"
+#include "test_util.h"
 
 using namespace trident;
+using trident::testing::error_message;
 
 namespace {
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
 
@@ -29,22 +20,22 @@ TEST(Errors, CheckCarriesFileLineAndValues) {
 }
 
 TEST(Errors, AssertSaysItIsABug) {
-  const std::string m = message_of([] { TRIDENT_ASSERT(1 + 1 == 3, "arithmetic"); });
+  const std::string m = error_message([] { TRIDENT_ASSERT(1 + 1 == 3, "arithmetic"); });
   EXPECT_TRUE(has(m, "internal assertion")) << m;
   EXPECT_TRUE(has(m, "bug")) << m;
 }
 
 TEST(Errors, ShapeMismatchNamesBothShapes) {
-  const std::string m = message_of([] { add(zeros({2, 3}), zeros({4, 3})); });
+  const std::string m = error_message([] { add(zeros({2, 3}), zeros({4, 3})); });
   EXPECT_TRUE(has(m, "[2, 3]") && has(m, "[4, 3]")) << m;
-  const std::string mm = message_of([] { matmul(zeros({2, 3}), zeros({4, 5})); });
+  const std::string mm = error_message([] { matmul(zeros({2, 3}), zeros({4, 5})); });
   EXPECT_TRUE(has(mm, "[2, 3]") && has(mm, "[4, 5]") && has(mm, "3") && has(mm, "4")) << mm;
 }
 
 TEST(Errors, DtypeMismatchNamesBothDtypes) {
-  const std::string m = message_of([] { mul(zeros({2}, kF32), zeros({2}, kF64)); });
+  const std::string m = error_message([] { mul(zeros({2}, kF32), zeros({2}, kF64)); });
   EXPECT_TRUE(has(m, "f32") && has(m, "f64")) << m;
-  const std::string d = message_of([] { div(zeros({2}, kI64), zeros({2}, kI64)); });
+  const std::string d = error_message([] { div(zeros({2}, kI64), zeros({2}, kI64)); });
   EXPECT_TRUE(has(d, "i64")) << d;
 }
 
@@ -54,19 +45,19 @@ TEST(Errors, DeviceMismatchNamesTheDevices) {
   float fake[4];
   auto st = std::make_shared<Storage>(fake, sizeof fake, Device::cuda(0), nullptr);
   Tensor g = make_tensor(st, kF32, {4}, {1}, 0);
-  const std::string m = message_of([&] { add(zeros({4}), g); });
+  const std::string m = error_message([&] { add(zeros({4}), g); });
   EXPECT_TRUE(has(m, "cpu") && has(m, "cuda:0")) << m;
 }
 
 TEST(Errors, DimOutOfRange) {
-  const std::string m = message_of([] { sum(zeros({2, 3}), {2}); });
+  const std::string m = error_message([] { sum(zeros({2, 3}), {2}); });
   EXPECT_TRUE(has(m, "dim 2") && has(m, "2 dims")) << m;
   EXPECT_THROW(transpose(zeros({2}), 0, 1), Error);
   EXPECT_THROW(zeros({2, 3}).size(-3), Error);
 }
 
 TEST(Errors, ReshapeSizeMismatch) {
-  const std::string m = message_of([] { reshape(zeros({2, 3}), {4, 2}); });
+  const std::string m = error_message([] { reshape(zeros({2, 3}), {4, 2}); });
   EXPECT_TRUE(has(m, "[4, 2]") && has(m, "6")) << m;
   EXPECT_THROW(reshape(zeros({2, 3}), {-1, -1}), Error);
   EXPECT_THROW(view(transpose(zeros({2, 3}), 0, 1), {6}), Error);

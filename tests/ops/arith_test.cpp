@@ -127,16 +127,6 @@ TEST(Arith, GradOfBroadcastOperandHasItsShape) {
 
 // ---- maximum / minimum ----
 
-namespace {
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
-}  // namespace
 
 TEST(MaximumMinimum, KnownValuesWithBroadcastingAndTiesAgainstPyTorch) {
   // PyTorch 1.13: maximum/minimum of a [2, 3] and b [3], backward of sum(out * w).

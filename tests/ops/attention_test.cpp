@@ -153,14 +153,7 @@ TEST(Attention, HalfPrecisionComputesInF32) {
 }
 
 TEST(Attention, ErrorsNameTheShapes) {
-  auto msg = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  const auto msg = error_message;
   const std::string m1 = msg([] { scaled_dot_product_attention(zeros({2, 4, 8}), zeros({2, 4, 6}), zeros({2, 4, 8})); });
   EXPECT_NE(m1.find("[2, 4, 6]"), std::string::npos) << m1;
   const std::string m2 = msg([] { scaled_dot_product_attention(zeros({2, 4, 8}), zeros({3, 4, 8}), zeros({3, 4, 8})); });

@@ -602,18 +602,6 @@ TEST(Conv2dGradcheck, RepresentativeCombinations) {
   EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), {2, 2}, {1, 1}); }, {xu, wu})));
 }
 
-namespace {
-// Runs f, expects a trident::Error, and checks that its message contains every part.
-template <typename F>
-void expect_error(const F& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    for (const std::string& p : parts) EXPECT_NE(e.message().find(p), std::string::npos) << "missing \"" << p << "\" in: " << e.message();
-  }
-}
-}  // namespace
 
 TEST(Conv2d, ErrorsNameTheShapesAndTheParameter) {
   const Tensor x = zeros({2, 6, 5, 5}), w = zeros({4, 3, 3, 3});

@@ -4,16 +4,6 @@ using namespace trident;
 using namespace trident::testing;
 using autograd::TensorList;
 
-namespace {
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
-}  // namespace
 
 TEST(Dropout, KeepRateAndScale) {
   // 2^20 ones with p = 0.3: the dropped fraction is within 5 standard deviations
@@ -137,10 +127,10 @@ TEST(Dropout, IdentityAndEdgeCases) {
 }
 
 TEST(Dropout, Errors) {
-  std::string m = message_of([] { dropout(ones({3}), 1.5); });
+  std::string m = error_message([] { dropout(ones({3}), 1.5); });
   EXPECT_NE(m.find("dropout: probability p must be in [0, 1], got 1.5"), std::string::npos) << m;
-  m = message_of([] { dropout(ones({3}), -0.25, false); });
+  m = error_message([] { dropout(ones({3}), -0.25, false); });
   EXPECT_NE(m.find("got -0.25"), std::string::npos) << m;
-  m = message_of([] { dropout(from_vector<int64_t>({1, 2}), 0.5); });
+  m = error_message([] { dropout(from_vector<int64_t>({1, 2}), 0.5); });
   EXPECT_NE(m.find("dropout: expected a floating-point tensor, got i64"), std::string::npos) << m;
 }

@@ -20,14 +20,6 @@ Tensor upstream(Reduction r, const std::vector<double>& none, const Shape& shape
   return r == Reduction::None ? from_vector<double>(none, shape) : scalar_tensor(scalar, kF64);
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
 
 // Direct reference for one row: (1 - eps) (-log p_t) + eps/C sum_c (-log p_c), in f64 loops.
 double ref_ce_row(const std::vector<double>& row, int64_t t, double eps) {
@@ -432,12 +424,12 @@ TEST(LossGradcheck, NllMseAndBce) {
 TEST(Loss, Errors) {
   const Tensor x = zeros({3, 5});
   // Out-of-range targets name the value, the position and the class count.
-  std::string m = message_of([&] { cross_entropy(x, from_vector<int64_t>({0, 7, 1})); });
+  std::string m = error_message([&] { cross_entropy(x, from_vector<int64_t>({0, 7, 1})); });
   EXPECT_NE(m.find("cross_entropy: target 7 at position [1] is out of range for 5 classes"), std::string::npos) << m;
-  m = message_of([&] { cross_entropy(x, from_vector<int64_t>({0, -3, 1})); });
+  m = error_message([&] { cross_entropy(x, from_vector<int64_t>({0, -3, 1})); });
   EXPECT_NE(m.find("target -3"), std::string::npos) << m;
   EXPECT_NE(m.find("ignore_index -100"), std::string::npos) << m;
-  m = message_of([&] { nll_loss(zeros({2, 3, 2}), from_vector<int64_t>({0, 1, 2, 3}, {2, 2})); });
+  m = error_message([&] { nll_loss(zeros({2, 3, 2}), from_vector<int64_t>({0, 1, 2, 3}, {2, 2})); });
   EXPECT_NE(m.find("nll_loss: target 3 at position [1, 1] is out of range for 3 classes"), std::string::npos) << m;
   // -100 is fine (ignored) unless ignore_index says otherwise.
   EXPECT_NO_THROW(cross_entropy(x, from_vector<int64_t>({0, -100, 1})));
@@ -445,27 +437,27 @@ TEST(Loss, Errors) {
   other.ignore_index = 4;
   EXPECT_THROW(cross_entropy(x, from_vector<int64_t>({0, -100, 1}), other), Error);
   // Shapes and dtypes.
-  m = message_of([&] { cross_entropy(x, from_vector<int64_t>({0, 1})); });
+  m = error_message([&] { cross_entropy(x, from_vector<int64_t>({0, 1})); });
   EXPECT_NE(m.find("expected target of shape [3] for input of shape [3, 5], got target of shape [2]"), std::string::npos) << m;
-  m = message_of([&] { cross_entropy(x, from_vector<float>({0, 1, 2})); });
+  m = error_message([&] { cross_entropy(x, from_vector<float>({0, 1, 2})); });
   EXPECT_NE(m.find("target must be an i64 tensor of class indices, got f32"), std::string::npos) << m;
   CrossEntropyOptions bad_w;
   bad_w.weight = ones({4});
-  m = message_of([&] { cross_entropy(x, from_vector<int64_t>({0, 1, 2}), bad_w); });
+  m = error_message([&] { cross_entropy(x, from_vector<int64_t>({0, 1, 2}), bad_w); });
   EXPECT_NE(m.find("weight of shape [4] does not match the 5 classes"), std::string::npos) << m;
   CrossEntropyOptions grad_w;
   grad_w.weight = ones({5}).set_requires_grad();
   EXPECT_THROW(cross_entropy(x, from_vector<int64_t>({0, 1, 2}), grad_w), Error);
   CrossEntropyOptions bad_ls;
   bad_ls.label_smoothing = 1.5;
-  m = message_of([&] { cross_entropy(x, from_vector<int64_t>({0, 1, 2}), bad_ls); });
+  m = error_message([&] { cross_entropy(x, from_vector<int64_t>({0, 1, 2}), bad_ls); });
   EXPECT_NE(m.find("label_smoothing must be in [0, 1], got 1.5"), std::string::npos) << m;
   EXPECT_THROW(cross_entropy(scalar_tensor(1.0), scalar_tensor(0, kI64)), Error);
-  m = message_of([&] { mse_loss(zeros({2, 3}), zeros({2, 3}, kF64)); });
+  m = error_message([&] { mse_loss(zeros({2, 3}), zeros({2, 3}, kF64)); });
   EXPECT_NE(m.find("mse_loss"), std::string::npos) << m;
   EXPECT_THROW(mse_loss(zeros({2, 3}), zeros({4})), Error);
-  m = message_of([&] { binary_cross_entropy_with_logits(zeros({2, 3}), zeros({3})); });
+  m = error_message([&] { binary_cross_entropy_with_logits(zeros({2, 3}), zeros({3})); });
   EXPECT_NE(m.find("target of shape [3] must have the shape of logits [2, 3]"), std::string::npos) << m;
-  m = message_of([&] { binary_cross_entropy_with_logits(zeros({2, 3}), zeros({2, 3}), Reduction::Mean, ones({2})); });
+  m = error_message([&] { binary_cross_entropy_with_logits(zeros({2, 3}), zeros({2, 3}), Reduction::Mean, ones({2})); });
   EXPECT_NE(m.find("pos_weight of shape [2] does not broadcast to the logits' shape [2, 3]"), std::string::npos) << m;
 }

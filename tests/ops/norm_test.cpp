@@ -6,14 +6,6 @@ using autograd::TensorList;
 
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
 
 // Inputs and upstream gradients of the PyTorch comparisons below ([2, 3, 4] for layer norm,
 // [3, 2, 4] for batch norm: channel 1 is offset by 4 to give it a large mean).
@@ -224,30 +216,30 @@ TEST(BatchNormGradcheck, TrainingAndEval) {
 }
 
 TEST(Norm, Errors) {
-  std::string m = message_of([] { layer_norm(zeros({2, 3, 4}), {5}); });
+  std::string m = error_message([] { layer_norm(zeros({2, 3, 4}), {5}); });
   EXPECT_NE(m.find("layer_norm: normalized_shape [5] does not match the last dims of the input of shape [2, 3, 4]"),
             std::string::npos)
       << m;
-  m = message_of([] { layer_norm(zeros({2, 4}), {4}, ones({3})); });
+  m = error_message([] { layer_norm(zeros({2, 4}), {4}, ones({3})); });
   EXPECT_NE(m.find("layer_norm: weight of shape [3] does not match normalized_shape [4]"), std::string::npos) << m;
-  m = message_of([] { layer_norm(zeros({2, 4}), {4}, Tensor(), ones({4}, kF64)); });
+  m = error_message([] { layer_norm(zeros({2, 4}), {4}, Tensor(), ones({4}, kF64)); });
   EXPECT_NE(m.find("bias has dtype f64 but the input has f32"), std::string::npos) << m;
   EXPECT_THROW(layer_norm(zeros({2, 4}), {}), Error);
   EXPECT_THROW(layer_norm(zeros({2, 4}, kI64), {4}), Error);
-  m = message_of([] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); });
+  m = error_message([] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); });
   EXPECT_NE(m.find("batch_norm: expected an input of at least 2 dims [N, C, *], got shape [4]"), std::string::npos) << m;
-  m = message_of([] { batch_norm(zeros({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), true); });
+  m = error_message([] { batch_norm(zeros({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), true); });
   EXPECT_NE(m.find("expected more than 1 value per channel when training, got input of shape [1, 3]"), std::string::npos)
       << m;
-  m = message_of([] { batch_norm(zeros({2, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false); });
+  m = error_message([] { batch_norm(zeros({2, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false); });
   EXPECT_NE(m.find("running_mean and running_var are required in eval mode"), std::string::npos) << m;
-  m = message_of([] { batch_norm(zeros({2, 3, 5}), zeros({4}), ones({4}), Tensor(), Tensor(), false); });
+  m = error_message([] { batch_norm(zeros({2, 3, 5}), zeros({4}), ones({4}), Tensor(), Tensor(), false); });
   EXPECT_NE(m.find("running_mean of shape [4] does not match the channels [3] (input of shape [2, 3, 5])"),
             std::string::npos)
       << m;
-  m = message_of([] { batch_norm(zeros({2, 3}), zeros({3}), Tensor(), Tensor(), Tensor(), true); });
+  m = error_message([] { batch_norm(zeros({2, 3}), zeros({3}), Tensor(), Tensor(), Tensor(), true); });
   EXPECT_NE(m.find("must be given together"), std::string::npos) << m;
-  m = message_of([] { batch_norm(zeros({2, 3}), Tensor(), Tensor(), ones({2}), Tensor(), true); });
+  m = error_message([] { batch_norm(zeros({2, 3}), Tensor(), Tensor(), ones({2}), Tensor(), true); });
   EXPECT_NE(m.find("batch_norm: weight of shape [2] does not match the channels [3]"), std::string::npos) << m;
   // One value per channel is fine in eval mode; an empty batch is fine in training.
   EXPECT_NO_THROW(batch_norm(ones({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), false));

@@ -409,17 +409,6 @@ TEST(Pool2d, UnbatchedHalfLargeAndEmptyBatchInputs) {
   EXPECT_EQ(e.grad().sizes(), (Shape{0, 3, 4, 4}));
 }
 
-namespace {
-template <typename F>
-void expect_error(const F& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    for (const std::string& p : parts) EXPECT_NE(e.message().find(p), std::string::npos) << "missing \"" << p << "\" in: " << e.message();
-  }
-}
-}  // namespace
 
 TEST(Pool2d, ErrorsNameTheShapesAndTheParameter) {
   const Tensor x = zeros({2, 3, 5, 5});

@@ -1,0 +1,29 @@
+// Re-materialization (activation checkpointing): run a function without keeping its
+// intermediate activations, and run it again during backward to get them back.
+//
+// checkpoint(fn, inputs) calls fn on the inputs with grad recording off, so only the inputs
+// (and the outputs) stay alive, and records one node. Its backward re-runs fn with recording on,
+// starting from the same generator states so dropout draws the same masks (NOTE [Philox
+// streams]), and backpropagates through the recomputed graph: the inputs' gradients flow on
+// through the node, and parameters used inside fn (module weights) receive theirs directly,
+// with their hooks firing as usual. This is what GPipe applies to every pipeline stage.
+//
+// The node is recorded whenever grad mode is on (fn's parameters may need gradients even when
+// no input does, e.g. an embedding stage fed token ids). Like PyTorch's reentrant checkpoint,
+// parameters inside fn accumulate into .grad even under autograd::grad().
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "autograd/node.h"
+#include "core/rng.h"
+
+namespace trident::autograd {
+
+using CheckpointFn = std::function<TensorList(const TensorList& inputs)>;
+
+// `generators`: whose states to save and replay (default: the default generator).
+TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vector<Generator*> generators = {});
+
+}  // namespace trident::autograd

@@ -1,0 +1,33 @@
+// Gradient clipping over a list of parameters, as torch.nn.utils (PyTorch 1.13).
+//
+// clip_grad_norm_: the total norm is the p-norm of all gradients taken together (the norm of
+// the per-parameter norms); p = inf is the largest |g|. Every gradient is then multiplied in
+// place by min(1, max_norm / (total + 1e-6)), so the clipped norm lands just under max_norm.
+// Parameters without a gradient are skipped; with none at all the result is 0 and nothing is
+// touched. A non-finite total (an overflowed f16 step) is handled as PyTorch does: an infinite
+// total scales the gradients by 0 (so infinite elements become NaN), a NaN total by NaN; with
+// error_if_nonfinite it throws instead, before touching anything.
+// Gradients of any floating dtype; each one's norm accumulates in f64 (NOTE [Accumulation]) and
+// is rounded to its dtype, and those are combined in f64.
+// Errors: norm_type not > 0 (inf allowed), max_norm negative or NaN.
+//
+// clip_grad_value_: clamps every gradient element into [-clip_value, clip_value] in place.
+// Errors: clip_value negative or NaN.
+#pragma once
+
+#include <limits>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace trident::nn {
+
+// Returns the total norm (before clipping).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+
+inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
+
+}  // namespace trident::nn

@@ -1,0 +1,107 @@
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "nn/checkpoint.h"
+#include "nn/training_checkpoint.h"
+#include "test_util.h"
+
+using namespace trident;
+using namespace trident::nn;
+using namespace trident::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small training run: MLP with dropout, AdamW, warm-up + cosine schedule, f16 loss scaling,
+// data drawn from its own generator.
+struct TrainingRun {
+  Generator init_gen, data_gen{123};
+  std::shared_ptr<Sequential> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<optim::LRScheduler> sched;
+  GradScaler scaler{{.init_scale = 1024.0, .growth_interval = 3}};
+
+  explicit TrainingRun(uint64_t init_seed) : init_gen(init_seed) {
+    model = std::make_shared<Sequential>(std::initializer_list<std::shared_ptr<UnaryModule>>{
+        std::make_shared<Linear>(8, 32, true, kF32, &init_gen), std::make_shared<GELU>(), std::make_shared<Dropout>(0.2),
+        std::make_shared<Linear>(32, 1, true, kF32, &init_gen)});
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 3e-3, .weight_decay = 0.1});
+    sched = std::make_unique<optim::LRScheduler>(*opt, std::make_shared<optim::WarmupCosineLR>(3, 20, 0.1));
+  }
+  TrainingCheckpointParts parts() { return {model.get(), opt.get(), &scaler, {{"data", &data_gen}}}; }
+  double step() {
+    Tensor x = randn({16, 8}, kF32, &data_gen);
+    Tensor y = sum(mul(x, x), {1}, true);
+    Tensor loss;
+    {
+      autocast::Guard ac(kF16);
+      loss = mse_loss(model->forward(x), y);
+    }
+    opt->zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(*opt);
+    scaler.update();
+    sched->step();
+    return loss.item<double>();
+  }
+};
+
+std::string scratch(const char* name) {
+  const fs::path p = fs::temp_directory_path() / ("trident_resume_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+}  // namespace
+
+TEST(TrainingCheckpoint, ResumedLossesEqualTheUninterruptedRunBitForBit) {
+  const std::string dir = scratch("exact");
+  manual_seed(42);
+  TrainingRun a(7);
+  std::vector<double> straight;
+  for (int s = 1; s <= 12; ++s) {
+    straight.push_back(a.step());
+    if (s == 5) save_training_checkpoint(dir + "/step5", a.parts(), {5, {{"epoch", 0}, {"batch", 5}}, {{"note", "mid"}}});
+  }
+  // A fresh run with other weights and other random states resumes from step 5.
+  manual_seed(1000);
+  TrainingRun b(99);
+  const TrainingProgress p = load_training_checkpoint(dir + "/step5", b.parts());
+  EXPECT_EQ(p.step, 5);
+  EXPECT_EQ(p.data_position["batch"].get<int>(), 5);
+  EXPECT_EQ(p.extra["note"].get<std::string>(), "mid");
+  b.sched->set_step(p.step);
+  for (int s = 6; s <= 12; ++s) EXPECT_EQ(b.step(), straight[static_cast<size_t>(s - 1)]) << "step " << s;
+  EXPECT_EQ(b.scaler.get_scale(), a.scaler.get_scale());
+  for (const auto& [name, t] : a.model->state_dict()) EXPECT_TRUE(all_close(t, b.model->state_dict().at(name), 0, 0)) << name;
+  fs::remove_all(dir);
+}
+
+TEST(TrainingCheckpoint, AnotherModelOrADamagedFileIsAClearError) {
+  const std::string dir = scratch("errors");
+  TrainingRun a(1);
+  a.step();
+  save_training_checkpoint(dir + "/ck", a.parts(), {1, {}, {}});
+  // Another architecture: nothing changes, the message names the checkpoint and the mismatch.
+  Sequential other({std::make_shared<Linear>(8, 16), std::make_shared<Linear>(16, 1)});
+  const Tensor before = other.state_dict().at("0.weight").clone();
+  TrainingCheckpointParts parts{&other, nullptr, nullptr, {}};
+  const std::string m = error_message([&] { load_training_checkpoint(dir + "/ck", parts); });
+  EXPECT_NE(m.find(dir + "/ck"), std::string::npos) << m;
+  EXPECT_NE(m.find("0.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("3.weight"), std::string::npos) << m;
+  EXPECT_TRUE(all_close(other.state_dict().at("0.weight"), before, 0, 0));
+  // A flipped byte in the model file: caught by the manifest's checksum.
+  {
+    std::fstream f(dir + "/ck/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  TrainingRun b(2);
+  const std::string c = error_message([&] { load_training_checkpoint(dir + "/ck", b.parts()); });
+  EXPECT_NE(c.find("model.safetensors"), std::string::npos) << c;
+  fs::remove_all(dir);
+}

@@ -1,0 +1,103 @@
+#include "test_util.h"
+
+#include <thread>
+
+using namespace trident;
+using namespace trident::testing;
+
+TEST(Autocast, ProductsComputeInTheHalfType) {
+  Generator g(1);
+  Tensor x = randn({4, 8}, kF32, &g), w = randn({3, 8}, kF32, &g).set_requires_grad(), b = randn({3}, kF32, &g);
+  Tensor y;
+  {
+    autocast::Guard ac(kBF16);
+    EXPECT_TRUE(autocast::is_enabled());
+    y = linear(x, w, b);
+    EXPECT_EQ(matmul(x, transpose(w.detach(), 0, 1)).dtype(), kBF16);
+    EXPECT_EQ(conv2d(randn({1, 2, 5, 5}, kF32, &g), randn({3, 2, 3, 3}, kF32, &g)).dtype(), kBF16);
+    EXPECT_EQ(scaled_dot_product_attention(randn({1, 4, 8}, kF32, &g), randn({1, 4, 8}, kF32, &g), randn({1, 4, 8}, kF32, &g)).dtype(),
+              kBF16);
+  }
+  EXPECT_FALSE(autocast::is_enabled());
+  EXPECT_EQ(y.dtype(), kBF16);
+  EXPECT_TRUE(all_close(y, linear(x.to(kBF16), w.detach().to(kBF16), b.to(kBF16)), 0, 0));
+  // The gradient reaches the f32 master weight in f32, through the cast.
+  sum(y.to(kF32)).backward();
+  EXPECT_EQ(w.grad().dtype(), kF32);
+  Tensor w2 = w.detach().clone().set_requires_grad();
+  sum(linear(x.to(kBF16), w2.to(kBF16), b.to(kBF16)).to(kF32)).backward();
+  EXPECT_TRUE(all_close(w.grad(), w2.grad(), 0, 0));
+}
+
+TEST(Autocast, SoftmaxLossesNormsAndReductionsRunInF32) {
+  Generator g(2);
+  Tensor h = randn({4, 6}, kF32, &g).to(kBF16);
+  autocast::Guard ac(kBF16);
+  EXPECT_EQ(softmax(h, -1).dtype(), kF32);
+  EXPECT_EQ(log_softmax(h, -1).dtype(), kF32);
+  EXPECT_EQ(cross_entropy(h, from_vector<int64_t>({0, 1, 2, 3})).dtype(), kF32);
+  EXPECT_EQ(layer_norm(h, {6}, ones({6}), zeros({6})).dtype(), kF32);
+  EXPECT_EQ(sum(h).dtype(), kF32);
+  EXPECT_EQ(mean(h, {1}).dtype(), kF32);
+  EXPECT_EQ(var(h, {1}).dtype(), kF32);
+  EXPECT_EQ(logsumexp(h, {1}).dtype(), kF32);
+  EXPECT_EQ(norm(h).dtype(), kF32);
+  EXPECT_TRUE(all_close(softmax(h, -1), softmax(h.to(kF32), -1), 0, 0));
+  EXPECT_EQ(gelu(h).dtype(), kBF16) << "other ops keep their input's dtype";
+}
+
+TEST(Autocast, MixedDtypesPromoteOnlyUnderAutocast) {
+  Tensor a = ones({2}, kF32), b = ones({2}, kBF16), c = ones({2}, kF16);
+  EXPECT_THROW(add(a, b), Error);
+  autocast::Guard ac(kF16);
+  EXPECT_EQ(add(a, b).dtype(), kF32);
+  EXPECT_EQ(mul(b, c).dtype(), kF32);
+  EXPECT_EQ(sub(ones({2}, kF64), a).dtype(), kF64);
+  EXPECT_EQ(cat({a, b}, 0).dtype(), kF32);
+  EXPECT_EQ(where(from_vector<bool>({true, false}), c, a).dtype(), kF32);
+  EXPECT_EQ(linear(ones({2, 2}, kF64), ones({2, 2}, kF64)).dtype(), kF64) << "f64 is never lowered";
+  {
+    autocast::Guard off(kBF16, false);
+    EXPECT_EQ(linear(ones({2, 2}), ones({2, 2})).dtype(), kF32);
+    EXPECT_THROW(add(a, b), Error);
+  }
+  EXPECT_EQ(autocast::dtype(), kF16);
+  EXPECT_THROW({ autocast::Guard bad(kF32); }, Error);
+}
+
+TEST(Autocast, IsPerThread) {
+  autocast::Guard ac(kBF16);
+  bool other = true;
+  std::thread t([&] { other = autocast::is_enabled(); });
+  t.join();
+  EXPECT_FALSE(other);
+  EXPECT_TRUE(autocast::is_enabled());
+}
+
+TEST(Autocast, AnMlpTrainsWithF32MasterWeights) {
+  Generator g(3);
+  nn::Sequential mlp({std::make_shared<nn::Linear>(8, 32, true, kF32, &g), std::make_shared<nn::GELU>(),
+                      std::make_shared<nn::Linear>(32, 1, true, kF32, &g)});
+  double first = 0, last = 0;
+  for (int step = 0; step < 200; ++step) {
+    Tensor x = randn({64, 8}, kF32, &g);
+    Tensor y = sum(mul(x, x), {1}, true);
+    Tensor loss;
+    {
+      autocast::Guard ac(kBF16);
+      loss = mse_loss(mlp.forward(x), y);
+    }
+    EXPECT_EQ(loss.dtype(), kF32);
+    loss.backward();
+    NoGradGuard ng;
+    for (Tensor& p : mlp.parameters()) {
+      EXPECT_EQ(p.grad().dtype(), kF32);
+      sub_(p, mul(p.grad(), 0.01));
+    }
+    mlp.zero_grad();
+    if (step == 0) first = loss.item<double>();
+    last = loss.item<double>();
+  }
+  EXPECT_LT(last, 0.3 * first) << first << " -> " << last;
+  for (const Tensor& p : mlp.parameters()) EXPECT_EQ(p.dtype(), kF32);
+}
