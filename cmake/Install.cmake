@@ -10,7 +10,9 @@
 #                      <trident/trident.h>).
 #   lib/libtrident.a   the library (static unless BUILD_SHARED_LIBS).
 #   lib/cmake/Trident/ TridentConfig.cmake, TridentConfigVersion.cmake (same major.minor: 0.x
-#                      releases may break the API), TridentTargets*.cmake.
+#                      releases may break the API), TridentTargets*.cmake, and
+#                      TridentEnableCUDA.cmake (trident_enable_cuda(), for a project's own .cu
+#                      files: the CUDA dialect and flags Trident's are compiled with).
 # The exported target Trident::trident carries the library's public compile options -- among them
 # NOTE [CPU ISA]'s -march flag, so user code is compiled for the same ISA as the headers it
 # inlines -- and C++20. Its link dependencies are re-found by TridentConfig.cmake on the using
@@ -62,4 +64,4 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/TridentConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/TridentConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/TridentConfig.cmake ${PROJECT_BINARY_DIR}/TridentConfigVersion.cmake
-  DESTINATION ${TRIDENT_INSTALL_CMAKEDIR} COMPONENT devel)
+  ${PROJECT_SOURCE_DIR}/cmake/TridentEnableCUDA.cmake DESTINATION ${TRIDENT_INSTALL_CMAKEDIR} COMPONENT devel)
