@@ -60,6 +60,8 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     diff.push_back(i);
   }
   TRIDENT_CHECK(!diff.empty(), "gradcheck: no input requires grad");
+  TRIDENT_CHECK(opts.input_names.empty() || opts.input_names.size() == inputs.size(), "gradcheck: ",
+                opts.input_names.size(), " input names for ", inputs.size(), " inputs");
 
   TensorList outputs = fn(inputs);
   std::vector<size_t> outs;  // differentiable outputs
@@ -162,6 +164,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
             res.input_index = e;
             res.output = static_cast<int64_t>(outs[a]);
             res.output_index = j;
+            res.input_value = orig;
             res.analytic = ana;
             res.numeric = num;
             res.abs_error = err;
@@ -177,7 +180,9 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     os.precision(10);
     os << "gradcheck failed: " << res.mismatches << " of " << res.compared << " Jacobian entries differ; worst: d output "
        << res.output << index_str(outputs[static_cast<size_t>(res.output)].sizes(), res.output_index) << " / d input "
-       << res.input << index_str(inputs[static_cast<size_t>(res.input)].sizes(), res.input_index) << ": analytic "
+       << res.input << index_str(inputs[static_cast<size_t>(res.input)].sizes(), res.input_index) << " (";
+    if (!opts.input_names.empty()) os << opts.input_names[static_cast<size_t>(res.input)] << ", ";
+    os << "value " << res.input_value << "): analytic "
        << res.analytic << ", numeric " << res.numeric << ", |diff| " << res.abs_error << " (relative " << res.rel_error
        << ") > atol " << opts.atol << " + rtol " << opts.rtol << " * |numeric|";
     if (res.skipped) os << "; " << res.skipped << " entries skipped";

@@ -157,7 +157,8 @@ TEST(Function, GradcheckCatchesAWrongBackwardAndNamesTheElement) {
   EXPECT_NEAR(r.analytic, -3.0 * s, 1e-12);
   EXPECT_NEAR(r.numeric, -3.0 * s * (1.0 + 2.0 * (1.0 - s)), 1e-6);
   EXPECT_EQ(r.mismatches, 4);  // every diagonal entry of d out / d a (a != 0 everywhere)
-  EXPECT_NE(r.report.find("d output 0[1, 0] / d input 0[1, 0]"), std::string::npos) << r.report;
+  EXPECT_NE(r.report.find("d output 0[1, 0] / d input 0[1, 0] (value 2): analytic -2.64239"), std::string::npos)
+      << r.report;
 }
 
 TEST(Function, WrongGradientCountNamesTheFunction) {
@@ -351,33 +352,23 @@ TEST(Function, ReturningAnInputAndBackwardTwice) {
 
 // ---- a user-defined function inside a model trains like its composition from built-in ops ----
 
-namespace {
-struct GluMlp : nn::Module {
-  std::shared_ptr<nn::Linear> gate, up, down;
-  bool fused;
-  GluMlp(bool fused_op, uint64_t seed) : nn::Module("GluMlp"), fused(fused_op) {
-    Generator g(seed);
-    gate = register_module("gate", std::make_shared<nn::Linear>(6, 16, true, DType::F32, &g));
-    up = register_module("up", std::make_shared<nn::Linear>(6, 16, true, DType::F32, &g));
-    down = register_module("down", std::make_shared<nn::Linear>(16, 1, true, DType::F32, &g));
-  }
-  Tensor forward(const Tensor& x) {
-    Tensor a = gate->forward(x), b = up->forward(x);
-    return down->forward(fused ? SwiGLU::apply(a, b) : swiglu_composed(a, b));
-  }
-};
-}  // namespace
-
+// y = swiglu(x Wg, x Wu) Wd over bare parameter tensors (examples/custom_op trains the same kind
+// of block built from nn::Linear modules, against the installed package).
 TEST(Function, ModelWithItTrainsLikeTheComposition) {
   Generator data(7);
-  Tensor x = randn({32, 6}, kF32, &data);
-  Tensor target = tanh(matmul(x, randn({6, 1}, kF32, &data)));
+  const Tensor x = randn({32, 6}, kF32, &data);
+  const Tensor target = tanh(matmul(x, randn({6, 1}, kF32, &data)));
   std::vector<double> losses[2];
   for (int fused = 0; fused < 2; ++fused) {
-    GluMlp model(fused == 1, 42);
-    nn::optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9});
+    Generator init(42);  // the same initial weights for both runs
+    std::vector<Tensor> w;
+    for (const Shape& shape : {Shape{6, 16}, Shape{6, 16}, Shape{16, 1}})
+      w.push_back(mul(randn(shape, kF32, &init), 0.4).set_requires_grad());
+    nn::optim::SGD opt(w, {.lr = 0.05, .momentum = 0.9});
     for (int step = 0; step < 40; ++step) {
-      Tensor loss = mse_loss(model.forward(x), target);
+      const Tensor gate = matmul(x, w[0]), up = matmul(x, w[1]);
+      const Tensor hidden = fused == 1 ? SwiGLU::apply(gate, up) : swiglu_composed(gate, up);
+      Tensor loss = mse_loss(matmul(hidden, w[2]), target);
       opt.zero_grad();
       loss.backward();
       opt.step();
