@@ -15,13 +15,14 @@ using trident::autograd::TensorList;
 
 namespace {
 
+// Errors thrown in forward reach the user prefixed with "in forward of SwiGLU".
 void check_inputs(const Tensor& a, const Tensor& b) {
-  TRIDENT_CHECK(a.defined() && b.defined(), "SwiGLU: gate and up must both be defined");
-  TRIDENT_CHECK(a.sizes() == b.sizes(), "SwiGLU: gate has shape ", a.sizes(), " but up has shape ", b.sizes());
-  TRIDENT_CHECK(a.dtype() == b.dtype(), "SwiGLU: gate is ", a.dtype(), " but up is ", b.dtype());
-  TRIDENT_CHECK(a.dtype() == trident::DType::F32 || a.dtype() == trident::DType::F64,
-                "SwiGLU: supports f32 and f64, got ", a.dtype());
-  TRIDENT_CHECK(a.device() == b.device(), "SwiGLU: gate is on ", a.device(), " but up is on ", b.device());
+  TRIDENT_CHECK(a.defined() && b.defined(), "gate and up must both be defined");
+  TRIDENT_CHECK(a.sizes() == b.sizes(), "gate has shape ", a.sizes(), " but up has shape ", b.sizes());
+  TRIDENT_CHECK(a.dtype() == b.dtype(), "gate is ", a.dtype(), " but up is ", b.dtype());
+  TRIDENT_CHECK(a.dtype() == trident::DType::F32 || a.dtype() == trident::DType::F64, "f32 and f64 only, got ",
+                a.dtype());
+  TRIDENT_CHECK(a.device() == b.device(), "gate is on ", a.device(), " but up is on ", b.device());
 }
 
 Tensor empty_like_on(const Tensor& t) {
@@ -74,7 +75,7 @@ Tensor SwiGLU::forward(trident::FunctionCtx& ctx, const Tensor& gate, const Tens
 #if SWIGLU_WITH_CUDA
     swiglu_forward_cuda(gate, up, out);
 #else
-    TRIDENT_FAIL("SwiGLU: this build of the example has no CUDA kernel (Trident was built without CUDA)");
+    TRIDENT_FAIL("this build of the example has no CUDA kernel (Trident was built without CUDA)");
 #endif
   } else {
     swiglu_forward_cpu(gate, up, out);
@@ -91,7 +92,7 @@ TensorList SwiGLU::backward(trident::FunctionCtx& ctx, const TensorList& grads) 
 #if SWIGLU_WITH_CUDA
     swiglu_backward_cuda(grads[0], a, b, ga, gb);
 #else
-    TRIDENT_FAIL("SwiGLU: this build of the example has no CUDA kernel (Trident was built without CUDA)");
+    TRIDENT_FAIL("this build of the example has no CUDA kernel (Trident was built without CUDA)");
 #endif
   } else {
     swiglu_backward_cpu(grads[0], a, b, ga, gb);

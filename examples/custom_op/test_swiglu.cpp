@@ -29,19 +29,6 @@ int g_failures = 0;
 
 bool close(double x, double y, double tol) { return std::fabs(x - y) <= tol * (1.0 + std::fabs(y)); }
 
-// SwiGLU with a deliberately wrong backward: d/d gate forgets the gate * (1 - s) term.
-struct BrokenSwiGLU : autograd::Function<BrokenSwiGLU> {
-  static constexpr const char* name = "BrokenSwiGLU";
-  static Tensor forward(FunctionCtx& ctx, const Tensor& gate, const Tensor& up) {
-    ctx.save_for_backward({gate, up});
-    return swiglu_reference(gate, up);
-  }
-  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    const TensorList s = ctx.saved_tensors();
-    return {mul(mul(grads[0], s[1]), sigmoid(s[0])), mul(grads[0], mul(s[0], sigmoid(s[0])))};
-  }
-};
-
 void known_values() {
   // By hand: sigmoid(1) = 0.7310585786300049, sigmoid(-2) = 0.11920292202211755.
   Tensor a = from_vector<double>({0.0, 1.0, -2.0}), b = from_vector<double>({1.0, 2.0, 3.0});
@@ -69,14 +56,30 @@ void gradcheck_passes() {
 }
 
 void gradcheck_catches_a_wrong_backward() {
+  // SwiGLU with a deliberately wrong backward, in the lambda form of a user-defined function:
+  // d/d gate forgets the gate * (1 - s) term.
+  const autograd::LambdaFunction broken(
+      "BrokenSwiGLU",
+      [](FunctionCtx& ctx, const TensorList& in) {
+        ctx.save_for_backward(in);
+        return TensorList{swiglu_reference(in[0], in[1])};
+      },
+      [](FunctionCtx& ctx, const TensorList& grads) {
+        const TensorList saved = ctx.saved_tensors();
+        const Tensor s = sigmoid(saved[0]);
+        return TensorList{mul(mul(grads[0], saved[1]), s), mul(grads[0], mul(saved[0], s))};
+      });
   // The dropped term, up * s * gate * (1 - s), is largest at gate = 2, up = -3: element [1, 0].
   Tensor a = from_vector<double>({0.5, -1.0, 2.0, 0.1}, {2, 2}).set_requires_grad();
   Tensor b = from_vector<double>({1.0, 2.0, -3.0, 0.5}, {2, 2}).set_requires_grad();
-  GradcheckResult r = gradcheck([](const TensorList& in) { return BrokenSwiGLU::apply(in[0], in[1]); }, {a, b});
+  GradcheckOptions opts;
+  opts.input_names = {"gate", "up"};
+  GradcheckResult r = gradcheck(broken, {a, b}, opts);
   EXPECT(!r.ok, "gradcheck accepted a wrong backward");
   EXPECT(r.input == 0 && r.input_index == 2 && r.output_index == 2, "worst element: input %lld [%lld], output [%lld]",
          static_cast<long long>(r.input), static_cast<long long>(r.input_index), static_cast<long long>(r.output_index));
-  EXPECT(r.report.find("d output 0[1, 0] / d input 0[1, 0]") != std::string::npos, "report: %s", r.report.c_str());
+  EXPECT(r.report.find("d output 0[1, 0] / d input 0[1, 0] (gate, value 2)") != std::string::npos, "report: %s",
+         r.report.c_str());
   std::printf("wrong backward caught: %s\n", r.report.c_str());
 }
 
@@ -128,8 +131,8 @@ void bad_input_is_a_clear_error() {
   } catch (const Error& e) {
     msg = e.message();
   }
-  EXPECT(msg.find("SwiGLU: gate has shape [2, 3] but up has shape [3, 2]") != std::string::npos, "message: %s",
-         msg.c_str());
+  EXPECT(msg.find("in forward of SwiGLU: gate has shape [2, 3] but up has shape [3, 2]") != std::string::npos,
+         "message: %s", msg.c_str());
   std::printf("bad input: \"%s\"\n", msg.c_str());
 }
 
