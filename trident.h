@@ -3,6 +3,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
+#include "autograd/function.h"
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"

@@ -1,5 +1,6 @@
 #include "autograd/gradcheck.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -28,14 +29,16 @@ std::vector<int64_t> element_offsets(const Tensor& t) {
   return offs;
 }
 
-std::string index_str(const Shape& sizes, int64_t flat) {
+Shape unravel(const Shape& sizes, int64_t flat) {
   Shape idx(sizes.size());
   for (size_t d = sizes.size(); d-- > 0;) {
     idx[d] = sizes[d] ? flat % sizes[d] : 0;
     flat = sizes[d] ? flat / sizes[d] : 0;
   }
-  return detail::str(idx);
+  return idx;
 }
+
+std::string index_str(const Shape& sizes, int64_t flat) { return detail::str(unravel(sizes, flat)); }
 
 std::vector<double> values_f64(const Tensor& t) { return t.detach().to(DType::F64).to_vector<double>(); }
 
@@ -57,6 +60,8 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     diff.push_back(i);
   }
   TRIDENT_CHECK(!diff.empty(), "gradcheck: no input requires grad");
+  TRIDENT_CHECK(opts.input_names.empty() || opts.input_names.size() == inputs.size(), "gradcheck: ",
+                opts.input_names.size(), " input names for ", inputs.size(), " inputs");
 
   TensorList outputs = fn(inputs);
   std::vector<size_t> outs;  // differentiable outputs
@@ -98,6 +103,11 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     }
   }
 
+  // f(x), for the one-sided differences that recognize kinks (NOTE [Non-differentiable points]).
+  std::vector<std::vector<double>> f0(outs.size());
+  if (opts.allow_kinks)
+    for (size_t a = 0; a < outs.size(); ++a) f0[a] = values_f64(outputs[outs[a]]);
+
   // Central differences, perturbing each input element in place (through raw pointers, so the
   // version counters of the inputs do not move).
   double worst_excess = -INFINITY;
@@ -108,6 +118,13 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     for (int64_t e = 0; e < x.numel(); ++e) {
       double* p = base + offs[static_cast<size_t>(e)];
       const double orig = *p;
+      if (opts.skip) {
+        const GradcheckPoint point{diff[k], e, unravel(x.sizes(), e), orig, inputs};
+        if (opts.skip(point)) {
+          for (size_t a = 0; a < outs.size(); ++a) res.skipped += outputs[outs[a]].numel();
+          continue;
+        }
+      }
       TensorList plus, minus;
       {
         NoGradGuard ng;
@@ -122,11 +139,23 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
         const std::vector<double> fm = values_f64(minus[outs[a]]);
         const int64_t ny = static_cast<int64_t>(fp.size());
         for (int64_t j = 0; j < ny; ++j) {
-          const double num = (fp[static_cast<size_t>(j)] - fm[static_cast<size_t>(j)]) / (2 * opts.eps);
+          const size_t sj = static_cast<size_t>(j);
+          const double num = (fp[sj] - fm[sj]) / (2 * opts.eps);
           const double ana = analytic[a][k][static_cast<size_t>(e * ny + j)];
           const double err = std::fabs(ana - num);
           const double bound = opts.atol + opts.rtol * std::fabs(num);
-          const double excess = std::isnan(err) ? INFINITY : err - bound;
+          double excess = std::isnan(err) ? INFINITY : err - bound;
+          if (excess > 0 && opts.allow_kinks) {
+            // A kink: the slopes on either side differ beyond the tolerance, and the analytic
+            // value is one of them or between them.
+            const double right = (fp[sj] - f0[a][sj]) / opts.eps, left = (f0[a][sj] - fm[sj]) / opts.eps;
+            const double tol = opts.atol + opts.rtol * std::max(std::fabs(left), std::fabs(right));
+            const bool kink = std::fabs(right - left) > tol;
+            if (kink && ana >= std::min(left, right) - tol && ana <= std::max(left, right) + tol) {
+              ++res.kinks;
+              continue;
+            }
+          }
           ++res.compared;
           if (excess > 0) ++res.mismatches;
           if (excess > worst_excess) {
@@ -135,6 +164,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
             res.input_index = e;
             res.output = static_cast<int64_t>(outs[a]);
             res.output_index = j;
+            res.input_value = orig;
             res.analytic = ana;
             res.numeric = num;
             res.abs_error = err;
@@ -150,9 +180,13 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     os.precision(10);
     os << "gradcheck failed: " << res.mismatches << " of " << res.compared << " Jacobian entries differ; worst: d output "
        << res.output << index_str(outputs[static_cast<size_t>(res.output)].sizes(), res.output_index) << " / d input "
-       << res.input << index_str(inputs[static_cast<size_t>(res.input)].sizes(), res.input_index) << ": analytic "
+       << res.input << index_str(inputs[static_cast<size_t>(res.input)].sizes(), res.input_index) << " (";
+    if (!opts.input_names.empty()) os << opts.input_names[static_cast<size_t>(res.input)] << ", ";
+    os << "value " << res.input_value << "): analytic "
        << res.analytic << ", numeric " << res.numeric << ", |diff| " << res.abs_error << " (relative " << res.rel_error
        << ") > atol " << opts.atol << " + rtol " << opts.rtol << " * |numeric|";
+    if (res.skipped) os << "; " << res.skipped << " entries skipped";
+    if (res.kinks) os << "; " << res.kinks << " accepted at kinks";
     res.report = os.str();
   }
   return res;
@@ -161,6 +195,37 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
 GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
                           const GradcheckOptions& opts) {
   return gradcheck(GradcheckFn([&fn](const TensorList& xs) { return TensorList{fn(xs)}; }), inputs, opts);
+}
+
+GradcheckSkipFn skip_near(std::vector<double> points, double radius) {
+  TRIDENT_CHECK(radius >= 0, "skip_near: radius must be >= 0, got ", radius);
+  return [points = std::move(points), radius](const GradcheckPoint& p) {
+    for (double q : points)
+      if (std::fabs(p.value - q) <= radius) return true;
+    return false;
+  };
+}
+
+GradcheckSkipFn skip_where(TensorList masks) {
+  std::vector<std::vector<bool>> flags;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    const Tensor& m = masks[i];
+    if (!m.defined()) {
+      flags.emplace_back();
+      continue;
+    }
+    TRIDENT_CHECK(m.dtype() == DType::Bool, "skip_where: mask ", i, " has dtype ", m.dtype(), "; expected bool");
+    std::vector<bool> f;
+    for (uint8_t v : m.to_vector<uint8_t>()) f.push_back(v != 0);
+    flags.push_back(std::move(f));
+    masks[i] = m.detach();  // kept for the shape check
+  }
+  return [flags = std::move(flags), masks = std::move(masks)](const GradcheckPoint& p) {
+    if (p.input >= flags.size() || flags[p.input].empty()) return false;
+    TRIDENT_CHECK(masks[p.input].sizes() == p.inputs[p.input].sizes(), "skip_where: mask ", p.input, " has shape ",
+                  masks[p.input].sizes(), " but input ", p.input, " has shape ", p.inputs[p.input].sizes());
+    return static_cast<bool>(flags[p.input][static_cast<size_t>(p.index)]);
+  };
 }
 
 }  // namespace trident::autograd

@@ -73,20 +73,8 @@ if(NOT TRIDENT_CUDA STREQUAL "OFF")
 endif()
 
 if(TRIDENT_HAVE_CUDA)
-  if(NOT CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES ${TRIDENT_CUDA_ARCHITECTURES})
-  endif()
-  enable_language(CUDA)
-  # CMake 3.25's tables do not know that nvcc 12+ takes C++20; teach them, so CUDA sources
-  # compile with the same dialect as the C++ ones.
-  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
-    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
-    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
-  endif()
-  set(CMAKE_CUDA_STANDARD 20)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-  set(CMAKE_CUDA_EXTENSIONS OFF)
-  string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr")
+  include(${CMAKE_CURRENT_LIST_DIR}/TridentEnableCUDA.cmake)
+  trident_enable_cuda(${TRIDENT_CUDA_ARCHITECTURES})
   add_library(trident_cuda_deps INTERFACE)
   target_include_directories(trident_cuda_deps SYSTEM INTERFACE ${TRIDENT_CUDNN_INCLUDE} ${TRIDENT_NCCL_INCLUDE})
   target_link_libraries(trident_cuda_deps INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt
