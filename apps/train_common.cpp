@@ -117,6 +117,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--grad-clip", o.grad_clip, "clip the gradient norm to this (0: off)")->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps (0: from --epochs)")->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs over the training set when --steps is 0")->capture_default_str();
+  app.add_option("--time-limit", o.time_limit, "stop after this many seconds of training (0: no limit)")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "evaluate every N steps (0: before and after training only)")->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation (0: all)")->capture_default_str();
   app.add_option("--log-every", o.log_every, "a log line and a metrics record every N steps")->capture_default_str();
@@ -341,7 +342,9 @@ int train(const TrainOptions& o, TrainTask& task) {
   int64_t tokens_since = 0, skipped = 0;
   double first_loss = NAN, last_loss = NAN;
   std::map<std::string, double> after = before;
-  for (int64_t step = start + 1; step <= total; ++step) {
+  int64_t end = total;  // the last step run (earlier under --time-limit)
+  for (int64_t step = start + 1; step <= end; ++step) {
+    if (o.time_limit > 0 && step < end && std::chrono::duration<double>(Clock::now() - t0).count() >= o.time_limit) end = step;
     std::optional<data::Example> ex = loader.next();
     if (!ex) {
       loader.set_epoch(loader.position().epoch + 1);
@@ -375,12 +378,13 @@ int train(const TrainOptions& o, TrainTask& task) {
     last_loss = loss;
     tokens_since += task.tokens(batch);
 
-    if (step % o.log_every == 0 || step == total) {
+    if (step % o.log_every == 0 || step == end) {
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - last_t).count();
       const double tps = dt > 0 ? static_cast<double>(tokens_since) / dt : 0.0;
       const double elapsed = std::chrono::duration<double>(now - t0).count();
-      const double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
+      double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
+      if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
       std::printf("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s | ETA %s%s", tty ? "\r" : "",
                   static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, format_duration(eta).c_str(),
@@ -390,19 +394,20 @@ int train(const TrainOptions& o, TrainTask& task) {
       last_t = now;
       tokens_since = 0;
     }
-    if (o.eval_every > 0 && step % o.eval_every == 0 && step != total) {
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step != end) {
       if (tty) std::printf("\n");
       print_eval("validation", step, evaluate(step));
     }
-    if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == total)) {
+    if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end)) {
       nn::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), parts,
                                    {step, json(loader.position()), extra});
     }
   }
-  if (tty && total > start) std::printf("\n");
-  if (total > start) {
-    after = evaluate(total);
-    print_eval("validation after training", total, after);
+  if (tty && end > start) std::printf("\n");
+  if (end < total) std::printf("stopped at step %lld: --time-limit %.0f s reached\n", static_cast<long long>(end), o.time_limit);
+  if (end > start) {
+    after = evaluate(end);
+    print_eval("validation after training", end, after);
     std::printf("train loss %.4f -> %.4f in %s\n", first_loss, last_loss,
                 format_duration(std::chrono::duration<double>(Clock::now() - t0).count()).c_str());
   }
@@ -410,7 +415,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   for (const auto& [ppl, of] : task.perplexity_of)
     if (before.count(ppl) && after.count(ppl))
       std::printf("validation perplexity: %.2f before, %.2f after\n", before.at(ppl), after.at(ppl));
-  if (!o.ckpt_dir.empty()) std::printf("checkpoint: %s/step-%lld\n", o.ckpt_dir.c_str(), static_cast<long long>(total));
+  if (!o.ckpt_dir.empty()) std::printf("checkpoint: %s/step-%lld\n", o.ckpt_dir.c_str(), static_cast<long long>(end));
   if (metrics.is_open()) {
     metrics.close();
     std::printf("metrics: %s\n", metrics_path.c_str());

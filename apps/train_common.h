@@ -42,6 +42,7 @@ struct TrainOptions {
   double grad_clip = 1.0;  // 0: off
   int64_t steps = 0;       // 0: from --epochs
   double epochs = 1;
+  double time_limit = 0;  // seconds; > 0: stop after the first step past it (then evaluate, checkpoint)
   int64_t eval_every = 0;  // 0: only before and after training
   int64_t eval_batches = 20;
   int64_t log_every = 10;  // a line (not a tty) or a metrics record every N steps
