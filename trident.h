@@ -45,6 +45,15 @@
 #include "nn/state_dict.h"
 #include "ops/autocast.h"
 
+// models/: GPT-2 and BERT (their headers need no JSON library: configs parse JSON in .cpp files).
+#include "models/bert.h"
+#include "models/bert_hf.h"
+#include "models/gpt2.h"
+#include "models/gpt2_generate.h"
+#include "models/gpt2_hf.h"
+#include "models/layer_factory.h"
+#include "models/layer_list.h"
+
 // data/ (tokenizers, shards, datasets) exists when the build found its dependencies
 // (TRIDENT_DATA); its headers need none of them.
 #include "trident_config.h"

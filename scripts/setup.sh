@@ -14,6 +14,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libpcre2-dev zlib1g-dev
   dataset-fashion-mnist
   python3
+  gnuplot-nox
 )
 # Optional extras a script asks for by name (e.g. `scripts/setup.sh python3-torch`).
 PACKAGES+=("$@")

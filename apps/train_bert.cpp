@@ -1,0 +1,109 @@
+// train_bert: BERT pre-training (masked LM + next sentence) on example shards from
+// apps/prepare_bert.
+//
+//   train_bert --train '~/.cache/trident/brown/bert128/bert_train_*.bin'
+//              --val '~/.cache/trident/brown/bert128/bert_val_*.bin' --preset tiny --steps 300
+//
+// The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
+#include <cstdio>
+
+#include "apps/train_common.h"
+#include "data/bert_examples.h"
+#include "data/token_shard.h"
+#include "models/bert.h"
+#include "ops/reduce.h"
+
+using namespace trident;
+using namespace trident::models;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Pre-train BERT (masked LM + next sentence) on example shards from apps/prepare_bert", "train_bert"};
+  apps::TrainOptions o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.01;
+  std::string train_glob, val_glob, preset = "tiny", model_json;
+  bool remask = false;
+  app.add_option("--train", train_glob, "training shards, a glob pattern (quote it)");
+  app.add_option("--val", val_glob, "validation shards, a glob pattern");
+  app.add_option("--preset", preset, "tiny, base or large")->capture_default_str();
+  app.add_option("--model", model_json, "JSON overrides of the preset, e.g. '{\"num_hidden_layers\": 4}'");
+  app.add_flag("--remask", remask, "mask the training examples afresh each epoch (dynamic masking)");
+  apps::add_train_options(app, o);
+  if (int rc = apps::parse(app, argc, argv); rc >= 0) return rc;
+
+  try {
+    apps::check_train_options(o);
+    BertConfig config = BertConfig::preset(preset, model_json);
+    std::shared_ptr<data::BertExampleDataset> train, val;
+    int64_t seq_len = 128;
+    if (!train_glob.empty()) {
+      const std::vector<std::string> paths = data::glob_files(train_glob);
+      train = std::make_shared<data::BertExampleDataset>(paths, remask);
+      const data::BertShard first(paths.front());
+      seq_len = first.max_seq_len();
+      // The vocabulary the examples were made with, unless the config names one.
+      if (model_json.find("vocab_size") == std::string::npos) config.vocab_size = first.ids().vocab_size;
+      TRIDENT_CHECK(first.ids().vocab_size <= config.vocab_size, "the shards were made with a vocabulary of ",
+                    first.ids().vocab_size, " tokens, more than the model's vocab_size ", config.vocab_size);
+      TRIDENT_CHECK(seq_len <= config.max_position_embeddings, "the shards hold sequences of ", seq_len,
+                    " tokens, more than max_position_embeddings ", config.max_position_embeddings);
+    }
+    if (!val_glob.empty()) val = std::make_shared<data::BertExampleDataset>(data::glob_files(val_glob));
+    const int64_t predictions = (seq_len * 15 + 99) / 100;
+    if (o.dry_run) {
+      auto n = [](int64_t v) { return std::to_string(v); };
+      apps::print_dry_run("BERT: " + n(config.num_hidden_layers) + " layers, " + n(config.num_attention_heads) +
+                              " heads, hidden " + n(config.hidden_size) + ", intermediate " + n(config.intermediate_size) +
+                              ", sequences of " + n(seq_len) + "\nlayers: embeddings, layer.0 .. layer." +
+                              n(config.num_hidden_layers - 1) + " (post-LayerNorm), heads (pooler, MLM tied to the word "
+                              "embeddings, NSP)\nconfig: " + config.to_json(),
+                          config.num_parameters(),
+                          config.estimate_memory(o.batch, seq_len, predictions, apps::memory_options(o.precision)));
+      return 0;
+    }
+    TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin')");
+
+    manual_seed(o.seed);
+    Generator init(o.seed);
+    BertForPreTraining model(config, &init);
+    std::printf("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
+                static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
+                static_cast<long long>(seq_len));
+
+    apps::TrainTask task;
+    task.app = "train_bert";
+    task.model_name = "bert";
+    task.config_json = config.to_json();
+    task.model = &model;
+    task.train = train;
+    task.val = val;
+    task.to_batch = [](const data::Example& ex) {
+      return Batch{{"input_ids", ex.at(0)},
+                   {"token_type_ids", ex.at(1)},
+                   {"attention_mask", ex.at(2)},
+                   {"mlm_labels", ex.at(3)},
+                   {"next_sentence_label", ex.at(4)}};
+    };
+    task.tokens = [](const Batch& b) { return static_cast<int64_t>(b.at("attention_mask").to_vector<int64_t>().size()); };
+    task.eval = [&model](const Activations& out, const Batch& b) {
+      const std::vector<double> n = model.loss_counts(b);
+      const auto [mlm, nsp] = model.loss_terms(out, b);
+      const std::vector<int64_t> pred = argmax(out[1], 1).to_vector<int64_t>();
+      const std::vector<int64_t> truth = b.at("next_sentence_label").to_vector<int64_t>();
+      double correct = 0;
+      for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i] ? 1.0 : 0.0;
+      return std::map<std::string, std::pair<double, double>>{
+          {"val_mlm_loss", {mlm.item<double>() * n[0], n[0]}},
+          {"val_nsp_loss", {nsp.item<double>() * n[1], n[1]}},
+          {"val_nsp_acc", {correct, static_cast<double>(pred.size())}}};
+    };
+    task.perplexity_of = {{"val_mlm_ppl", "val_mlm_loss"}};
+    return apps::train(o, task);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "train_bert: %s\n", e.message().c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_bert: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,431 @@
+#include "apps/train_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "nn/checkpoint.h"
+#include "nn/grad_scaler.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/clip_grad.h"
+#include "nn/optim/schedule.h"
+#include "nn/training_checkpoint.h"
+#include "ops/autocast.h"
+
+namespace trident::apps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+std::string option_name(const std::string& key) {
+  std::string s = key;
+  std::replace(s.begin(), s.end(), '_', '-');
+  return "--" + s;
+}
+
+// Autocast for bf16/fp16 (a disabled guard for fp32).
+DType autocast_dtype(const std::string& precision) { return precision == "fp16" ? DType::F16 : DType::BF16; }
+
+std::string format_duration(double s) {
+  char buf[32];
+  const int64_t t = static_cast<int64_t>(std::max(0.0, s));
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(t / 3600), static_cast<long long>(t / 60 % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  return buf;
+}
+
+// Writes a gnuplot script plotting train loss (and val loss) from the metrics file; returns
+// whether the PNG was made.
+bool plot_losses(const std::string& metrics, const std::string& png, const std::string& title) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return false;
+  const std::string dir = std::filesystem::path(png).parent_path().string();
+  const std::string train_dat = png + ".train.dat", val_dat = png + ".val.dat";
+  std::ifstream in(metrics);
+  std::ofstream tr(train_dat), va(val_dat);
+  std::string line;
+  int64_t n_val = 0;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("step")) continue;
+    if (j.contains("loss")) tr << j["step"].get<int64_t>() << ' ' << j["loss"].get<double>() << '\n';
+    if (j.contains("val_loss")) {
+      va << j["step"].get<int64_t>() << ' ' << j["val_loss"].get<double>() << '\n';
+      ++n_val;
+    }
+  }
+  tr.close();
+  va.close();
+  const std::string script = png + ".gp";
+  {
+    std::ofstream gp(script);
+    gp << "set terminal pngcairo size 900,540 noenhanced\n"
+       << "set output '" << png << "'\n"
+       << "set title '" << title << "'\n"
+       << "set xlabel 'step'\nset ylabel 'loss'\nset grid\n"
+       << "plot '" << train_dat << "' using 1:2 with lines title 'train loss'";
+    if (n_val > 0) gp << ", '" << val_dat << "' using 1:2 with linespoints title 'validation loss'";
+    gp << '\n';
+  }
+  int rc = std::system(("gnuplot '" + script + "' 2>/dev/null").c_str());
+  if (rc != 0) {  // gnuplot-nox may lack pngcairo: the plain png terminal
+    std::ifstream s(script);
+    std::stringstream ss;
+    ss << s.rdbuf();
+    std::string text = ss.str();
+    text.replace(text.find("pngcairo"), 8, "png");
+    std::ofstream(script) << text;
+    rc = std::system(("gnuplot '" + script + "' 2>/dev/null").c_str());
+  }
+  std::filesystem::remove(train_dat);
+  std::filesystem::remove(val_dat);
+  std::filesystem::remove(script);
+  (void)dir;
+  return rc == 0 && std::filesystem::exists(png);
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32, bf16 or fp16 (autocast with f32 master weights)")->capture_default_str();
+  app.add_option("--batch", o.batch, "examples per micro-batch")->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->capture_default_str();
+  app.add_option("--schedule", o.schedule, "learning-rate schedule: cosine, linear or constant")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str();
+  app.add_option("--min-lr-fraction", o.min_lr_fraction, "cosine/linear decay ends at lr times this")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices and embeddings only)")->capture_default_str();
+  app.add_option("--grad-clip", o.grad_clip, "clip the gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps (0: from --epochs)")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs over the training set when --steps is 0")->capture_default_str();
+  app.add_option("--time-limit", o.time_limit, "stop after this many seconds of training (0: no limit)")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "evaluate every N steps (0: before and after training only)")->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation (0: all)")->capture_default_str();
+  app.add_option("--log-every", o.log_every, "a log line and a metrics record every N steps")->capture_default_str();
+  app.add_option("--ckpt-dir", o.ckpt_dir, "folder for checkpoints (step-N subfolders) and metrics.jsonl");
+  app.add_option("--ckpt-every", o.ckpt_every, "write a checkpoint every N steps (needs --ckpt-dir; the last step always)")
+      ->capture_default_str();
+  app.add_option("--resume", o.resume, "a checkpoint folder to continue from, or 'latest' (the newest in --ckpt-dir)");
+  app.add_option("--seed", o.seed, "random seed (init, dropout, data order)")->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads (0: all cores)")->capture_default_str();
+  app.add_option("--workers", o.workers, "data loader threads")->capture_default_str();
+  app.add_option("--metrics", o.metrics, "JSON-lines metrics file (default <ckpt-dir>/metrics.jsonl)");
+  app.add_option("--plot", o.plot, "PNG loss plot written at the end with gnuplot (default beside the metrics)");
+  app.add_flag("--dry-run", o.dry_run, "print the model, its parameter count and memory estimate, then exit");
+  app.add_option("--config", o.config, "a JSON file of options (keys as the flags, e.g. \"grad_accum\": 4); flags override it");
+}
+
+int parse(CLI::App& app, int argc, char** argv) {
+  for (CLI::Option* opt : app.get_options()) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::vector<std::string> cli(argv + 1, argv + argc);
+  std::string config;
+  for (size_t i = 0; i < cli.size(); ++i) {
+    if (cli[i] == "--config" && i + 1 < cli.size()) config = cli[i + 1];
+    if (cli[i].rfind("--config=", 0) == 0) config = cli[i].substr(9);
+  }
+  std::vector<std::string> args;
+  if (!config.empty()) {
+    std::ifstream f(config);
+    if (!f) {
+      std::fprintf(stderr, "%s: cannot read the config file '%s'\n", app.get_name().c_str(), config.c_str());
+      return 2;
+    }
+    json j;
+    try {
+      j = json::parse(f);
+    } catch (const json::exception& e) {
+      std::fprintf(stderr, "%s: the config file '%s' is not valid JSON: %s\n", app.get_name().c_str(), config.c_str(), e.what());
+      return 2;
+    }
+    if (!j.is_object()) {
+      std::fprintf(stderr, "%s: the config file '%s' must hold a JSON object, got %s\n", app.get_name().c_str(), config.c_str(),
+                   j.type_name());
+      return 2;
+    }
+    for (const auto& [key, value] : j.items()) {
+      const std::string name = option_name(key);
+      const CLI::Option* opt = app.get_option_no_throw(name);
+      if (opt == nullptr || key == "config") {
+        std::fprintf(stderr, "%s: unknown key \"%s\" in the config file '%s' (the keys are the options of --help)\n",
+                     app.get_name().c_str(), key.c_str(), config.c_str());
+        return 2;
+      }
+      if (value.is_boolean()) {
+        if (value.get<bool>()) args.push_back(name);
+        continue;
+      }
+      args.push_back(name);
+      args.push_back(value.is_string() ? value.get<std::string>() : value.dump());
+    }
+  }
+  args.insert(args.end(), cli.begin(), cli.end());
+  std::reverse(args.begin(), args.end());  // CLI11 takes the vector in reverse order
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return -1;
+}
+
+void check_train_options(const TrainOptions& o) {
+  TRIDENT_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
+  TRIDENT_CHECK(o.device == "cpu", "--device cuda: this build of Trident has no CUDA backend yet; use --device cpu");
+  TRIDENT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
+                "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
+  TRIDENT_CHECK(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant",
+                "--schedule must be cosine, linear or constant, got '", o.schedule, "'");
+  TRIDENT_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
+  TRIDENT_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
+  TRIDENT_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be positive, got ", o.lr);
+  TRIDENT_CHECK(o.steps >= 0 && o.warmup >= 0 && o.eval_every >= 0 && o.ckpt_every >= 0 && o.eval_batches >= 0,
+                "--steps, --warmup, --eval-every, --eval-batches and --ckpt-every must be >= 0");
+  TRIDENT_CHECK(o.steps > 0 || o.epochs > 0, "--epochs must be positive when --steps is 0, got ", o.epochs);
+  TRIDENT_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
+  TRIDENT_CHECK(o.ckpt_every == 0 || !o.ckpt_dir.empty(), "--ckpt-every needs --ckpt-dir");
+  TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
+  if (o.threads > 0) set_num_threads(o.threads);
+}
+
+models::MemoryOptions memory_options(const std::string& precision) {
+  models::MemoryOptions m;
+  if (precision != "fp32") m.activation_bytes = 2;  // the products' outputs; master weights stay f32
+  return m;
+}
+
+void print_dry_run(const std::string& description, int64_t parameters, const models::MemoryEstimate& memory) {
+  std::printf("%s\n", description.c_str());
+  std::printf("parameters: %lld (%.1fM)\n", static_cast<long long>(parameters), static_cast<double>(parameters) / 1e6);
+  std::printf("memory estimate for training: %s\n", memory.str().c_str());
+}
+
+std::pair<std::string, std::string> checkpoint_model(const std::string& path) {
+  TRIDENT_CHECK(std::filesystem::is_directory(path), "checkpoint '", path, "' is not a folder");
+  const std::string trainer = path + "/trainer.json";
+  std::ifstream f(trainer);
+  TRIDENT_CHECK(f.good(), "checkpoint '", path, "' has no trainer.json: not a training checkpoint");
+  const json j = json::parse(f, nullptr, false);
+  TRIDENT_CHECK(!j.is_discarded() && j.is_object(), "checkpoint '", path, "': trainer.json is not valid JSON");
+  const json extra = j.value("extra", json());
+  TRIDENT_CHECK(extra.is_object() && extra.contains("model") && extra["model"].is_string() && extra.contains("config"),
+                "checkpoint '", path, "' does not say which model it holds (no extra.model/extra.config in trainer.json)");
+  return {extra["model"].get<std::string>(), extra["config"].dump()};
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir) {
+  if (resume != "latest") return resume;
+  TRIDENT_CHECK(!ckpt_dir.empty(), "--resume latest needs --ckpt-dir");
+  const auto latest = nn::latest_checkpoint(ckpt_dir);
+  TRIDENT_CHECK(latest.has_value(), "--resume latest: no complete checkpoint in '", ckpt_dir, "'");
+  return *latest;
+}
+
+int train(const TrainOptions& o, TrainTask& task) {
+  models::LayeredModel& model = *task.model;
+  const models::LayerList& layers = model.layers();
+
+  // AdamW; no weight decay on biases and LayerNorm parameters (1-D), as GPT-2 and BERT train.
+  std::vector<Tensor> decay, no_decay;
+  for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay};
+  nn::optim::AdamWOptions without = with;
+  without.weight_decay = 0.0;
+  nn::optim::AdamW opt({{decay, with}, {no_decay, without}});
+  nn::GradScaler scaler({.enabled = o.precision == "fp16"});
+
+  const int64_t per_step = o.batch * o.grad_accum;
+  data::Loader loader(task.train, {.batch_size = per_step, .drop_last = true, .num_workers = o.workers, .seed = o.seed},
+                      std::make_shared<data::ShuffledSampler>(task.train->size(), o.seed));
+  const int64_t per_epoch = loader.batches_per_epoch();
+  TRIDENT_CHECK(per_epoch > 0, "the training set has ", task.train->size(), " examples, fewer than one step's batch of ",
+                per_step, " (--batch ", o.batch, " x --grad-accum ", o.grad_accum, ")");
+  const int64_t total = o.steps > 0 ? o.steps : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.epochs * static_cast<double>(per_epoch))));
+
+  std::shared_ptr<nn::optim::LRSchedule> schedule;
+  if (o.schedule == "cosine") schedule = std::make_shared<nn::optim::WarmupCosineLR>(o.warmup, total, o.min_lr_fraction);
+  if (o.schedule == "linear") schedule = std::make_shared<nn::optim::LinearLR>(o.warmup, total, o.min_lr_fraction);
+  if (o.schedule == "constant") schedule = std::make_shared<nn::optim::ConstantLR>(o.warmup);
+
+  nn::TrainingCheckpointParts parts{&model, &opt, &scaler, {}};
+  const json extra = {{"model", task.model_name}, {"config", json::parse(task.config_json)}};
+  int64_t start = 0;
+  if (!o.resume.empty()) {
+    const std::string path = resolve_resume(o.resume, o.ckpt_dir);
+    const auto [name, config] = checkpoint_model(path);
+    TRIDENT_CHECK(name == task.model_name, "checkpoint '", path, "' holds a ", name, " model, not ", task.model_name);
+    TRIDENT_CHECK(json::parse(config) == extra["config"], "checkpoint '", path, "' holds a ", name,
+                  " model of another configuration: ", config, " (this run: ", extra["config"].dump(), ")");
+    const nn::TrainingProgress p = nn::load_training_checkpoint(path, parts);
+    start = p.step;
+    loader.restore(p.data_position.get<data::LoaderPosition>());
+    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(start));
+  }
+  nn::optim::LRScheduler scheduler(opt, schedule, start);
+  if (!o.ckpt_dir.empty()) std::filesystem::create_directories(o.ckpt_dir);
+
+  std::string metrics_path = o.metrics;
+  if (metrics_path.empty() && !o.ckpt_dir.empty()) metrics_path = o.ckpt_dir + "/metrics.jsonl";
+  std::ofstream metrics;
+  if (!metrics_path.empty()) {
+    metrics.open(metrics_path, std::ios::app);
+    TRIDENT_CHECK(metrics.good(), "cannot write the metrics file '", metrics_path, "'");
+  }
+  auto record = [&](const json& j) {
+    if (metrics.is_open()) metrics << j.dump() << '\n' << std::flush;
+  };
+
+  auto evaluate = [&](int64_t step) -> std::map<std::string, double> {
+    std::map<std::string, double> out;
+    if (!task.val || !task.eval) return out;
+    model.eval();
+    NoGradGuard ng;
+    data::Loader vl(task.val, {.batch_size = o.batch, .drop_last = false, .num_workers = 0, .seed = o.seed});
+    std::map<std::string, std::pair<double, double>> sums;
+    int64_t n = 0;
+    while (auto ex = vl.next()) {
+      if (o.eval_batches > 0 && n == o.eval_batches) break;
+      const models::Batch b = task.to_batch(*ex);
+      models::Activations outs;
+      {
+        autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
+        outs = layers.run(b);
+      }
+      for (const auto& [k, v] : task.eval(outs, b)) {
+        sums[k].first += v.first;
+        sums[k].second += v.second;
+      }
+      ++n;
+    }
+    model.train();
+    json j = {{"step", step}};
+    for (const auto& [k, v] : sums) j[k] = out[k] = v.second > 0 ? v.first / v.second : 0.0;
+    for (const auto& [ppl, of] : task.perplexity_of)
+      if (out.count(of)) j[ppl] = out[ppl] = std::exp(out[of]);
+    record(j);
+    return out;
+  };
+  auto print_eval = [&](const char* when, int64_t step, const std::map<std::string, double>& m) {
+    if (m.empty()) return;
+    std::printf("%s (step %lld):", when, static_cast<long long>(step));
+    for (const auto& [k, v] : m) std::printf(" %s %.4f", k.c_str(), v);
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+
+  const bool tty = ::isatty(1) != 0;
+  const auto before = evaluate(start);
+  print_eval("validation before training", start, before);
+  std::printf("training %lld steps (%lld per epoch) of %lld examples (--batch %lld x --grad-accum %lld), %s, %d threads\n",
+              static_cast<long long>(total - start), static_cast<long long>(per_epoch), static_cast<long long>(per_step),
+              static_cast<long long>(o.batch), static_cast<long long>(o.grad_accum), o.precision.c_str(), get_num_threads());
+  const auto t0 = Clock::now();
+  auto last_t = t0;
+  int64_t tokens_since = 0, skipped = 0;
+  double first_loss = NAN, last_loss = NAN;
+  std::map<std::string, double> after = before;
+  int64_t end = total;  // the last step run (earlier under --time-limit)
+  for (int64_t step = start + 1; step <= end; ++step) {
+    if (o.time_limit > 0 && step < end && std::chrono::duration<double>(Clock::now() - t0).count() >= o.time_limit) end = step;
+    std::optional<data::Example> ex = loader.next();
+    if (!ex) {
+      loader.set_epoch(loader.position().epoch + 1);
+      ex = loader.next();
+    }
+    const models::Batch batch = task.to_batch(*ex);
+    const std::vector<double> counts = model.loss_counts(batch);
+    opt.zero_grad();
+    double loss = 0;
+    for (const models::Batch& mb : batch.split(o.grad_accum)) {
+      Tensor l;
+      {
+        autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
+        l = model.loss(layers.run(mb), mb, counts);
+      }
+      scaler.scale(l).backward();
+      loss += l.item<double>();
+    }
+    if (o.grad_clip > 0) {
+      scaler.unscale_(opt);
+      nn::clip_grad_norm_(model.parameters(), o.grad_clip);
+    }
+    scaler.step(opt);
+    skipped += scaler.last_step_skipped() ? 1 : 0;
+    scaler.update();
+    const double lr = opt.lr(0);
+    scheduler.step();
+    TRIDENT_CHECK(std::isfinite(loss) || o.precision == "fp16", "the loss became ", loss, " at step ", step,
+                  " (try a lower --lr)");
+    if (std::isnan(first_loss)) first_loss = loss;
+    last_loss = loss;
+    tokens_since += task.tokens(batch);
+
+    if (step % o.log_every == 0 || step == end) {
+      const auto now = Clock::now();
+      const double dt = std::chrono::duration<double>(now - last_t).count();
+      const double tps = dt > 0 ? static_cast<double>(tokens_since) / dt : 0.0;
+      const double elapsed = std::chrono::duration<double>(now - t0).count();
+      double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
+      if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
+      // %.9g: any two f32 losses print differently (the resume test compares the lines).
+      std::printf("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s | ETA %s%s", tty ? "\r" : "",
+                  static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, format_duration(eta).c_str(),
+                  tty ? "   " : "\n");
+      std::fflush(stdout);
+      record({{"step", step}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}});
+      last_t = now;
+      tokens_since = 0;
+    }
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step != end) {
+      if (tty) std::printf("\n");
+      print_eval("validation", step, evaluate(step));
+    }
+    if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end)) {
+      nn::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), parts,
+                                   {step, json(loader.position()), extra});
+    }
+  }
+  if (tty && end > start) std::printf("\n");
+  if (end < total) std::printf("stopped at step %lld: --time-limit %.0f s reached\n", static_cast<long long>(end), o.time_limit);
+  if (end > start) {
+    after = evaluate(end);
+    print_eval("validation after training", end, after);
+    std::printf("train loss %.4f -> %.4f in %s\n", first_loss, last_loss,
+                format_duration(std::chrono::duration<double>(Clock::now() - t0).count()).c_str());
+  }
+  if (skipped > 0) std::printf("fp16: %lld steps skipped for overflowing gradients\n", static_cast<long long>(skipped));
+  for (const auto& [ppl, of] : task.perplexity_of)
+    if (before.count(ppl) && after.count(ppl))
+      std::printf("validation perplexity: %.2f before, %.2f after\n", before.at(ppl), after.at(ppl));
+  if (!o.ckpt_dir.empty()) std::printf("checkpoint: %s/step-%lld\n", o.ckpt_dir.c_str(), static_cast<long long>(end));
+  if (metrics.is_open()) {
+    metrics.close();
+    std::printf("metrics: %s\n", metrics_path.c_str());
+    const std::string png = o.plot.empty() ? std::filesystem::path(metrics_path).replace_extension(".png").string() : o.plot;
+    if (plot_losses(metrics_path, png, task.app + " loss"))
+      std::printf("loss plot: %s\n", png.c_str());
+    else
+      std::printf("loss plot: skipped (gnuplot not found: scripts/setup.sh installs gnuplot-nox)\n");
+  }
+  return 0;
+}
+
+}  // namespace trident::apps

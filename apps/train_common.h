@@ -1,0 +1,108 @@
+// What train_gpt2 and train_bert share: the common command-line options (and --config FILE.json
+// with flags overriding it), the training loop over a models::LayeredModel (gradient
+// accumulation, mixed precision, learning-rate schedule, evaluation, checkpoints, exact resume),
+// the live progress line, metrics as JSON lines and the final loss plot.
+//
+// NOTE [Training apps]: a step takes one loader batch of batch * grad_accum examples, splits it
+// into grad_accum micro-batches (models::Batch::split) and weights each micro-batch's loss by
+// the target counts of the whole batch (LayeredModel::loss_counts), so the accumulated gradient
+// is exactly the gradient of the whole batch's mean loss. The checkpoint holds the model, the
+// optimizer, the loss scaler, the default generator (dropout), the loader's position and, as
+// "extra", {"model": <app's model name>, "config": <the model config's JSON>}: --resume refuses
+// a checkpoint of another model, or of other sizes, in one line before touching anything.
+// Everything a step depends on is restored, so a resumed run prints the losses of the
+// uninterrupted one bit for bit (tests: apps.train_gpt2_exact_resume).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "models/layer_list.h"
+#include "models/memory_estimate.h"
+
+namespace trident::apps {
+
+struct TrainOptions {
+  std::string device = "cpu";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler)
+  int64_t batch = 8;               // examples per micro-batch
+  int64_t grad_accum = 1;          // micro-batches per optimizer step
+  double lr = 1e-3;
+  std::string schedule = "cosine";  // cosine | linear | constant
+  int64_t warmup = 0;
+  double min_lr_fraction = 0.1;  // cosine/linear end at lr * this
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0: off
+  int64_t steps = 0;       // 0: from --epochs
+  double epochs = 1;
+  double time_limit = 0;  // seconds; > 0: stop after the first step past it (then evaluate, checkpoint)
+  int64_t eval_every = 0;  // 0: only before and after training
+  int64_t eval_batches = 20;
+  int64_t log_every = 10;  // a line (not a tty) or a metrics record every N steps
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  std::string resume;
+  uint64_t seed = 1234;
+  int threads = 0;  // 0: as many as the machine has
+  int workers = 1;  // loader threads
+  std::string metrics;  // JSON lines; default <ckpt-dir>/metrics.jsonl when --ckpt-dir is given
+  std::string plot;     // PNG; default beside the metrics file
+  bool dry_run = false;
+  std::string config;  // the JSON file --config read (already applied)
+};
+
+// Adds the common options to `app`. Call parse() instead of CLI11_PARSE.
+void add_train_options(CLI::App& app, TrainOptions& o);
+
+// Parses argv: when it has --config FILE, the file's keys (a JSON object) become options first
+// ("grad_accum": 4 is --grad-accum 4; a nested object, e.g. "model": {...}, is passed as its JSON
+// text; true is a flag) and the command line's own flags after, overriding them. Returns -1 when
+// the program should go on, or the exit code (--help: 0; bad input: the error printed, 2).
+int parse(CLI::App& app, int argc, char** argv);
+
+// Checks the device, precision, schedule and sizes; sets the thread count. Throws trident::Error.
+void check_train_options(const TrainOptions& o);
+
+// What train() needs from an application.
+struct TrainTask {
+  std::string app;         // "train_gpt2": prefixes messages
+  std::string model_name;  // "gpt2": stored in checkpoints
+  std::string config_json; // the model config (checked on resume)
+  models::LayeredModel* model = nullptr;
+  std::shared_ptr<const data::Dataset> train, val;  // val may be null
+  // Loader example -> the model's named inputs.
+  std::function<models::Batch(const data::Example&)> to_batch;
+  // Tokens in a batch, for tokens/s.
+  std::function<int64_t(const models::Batch&)> tokens;
+  // Evaluation metrics of outputs on a batch, summed over batches and divided by the total
+  // weight: each returns {name -> (sum, weight)}. The perplexities are exp of the means named
+  // in `perplexity_of` ("val_ppl" of "val_loss").
+  std::function<std::map<std::string, std::pair<double, double>>(const models::Activations&, const models::Batch&)> eval;
+  std::map<std::string, std::string> perplexity_of;
+};
+
+// Trains: resumes when asked, evaluates before and after (printing the validation loss and
+// perplexity), logs, checkpoints, plots. Returns the process exit code.
+int train(const TrainOptions& o, TrainTask& task);
+
+// The --dry-run lines: parameters, memory estimate.
+void print_dry_run(const std::string& model_description, int64_t parameters, const models::MemoryEstimate& memory);
+
+// Bytes per element of weights, gradients, optimizer state and activations for a precision.
+models::MemoryOptions memory_options(const std::string& precision);
+
+// Reads the "extra" of a training checkpoint's trainer.json: {"model": ..., "config": ...};
+// errors (missing or malformed checkpoint) name the path.
+std::pair<std::string, std::string> checkpoint_model(const std::string& path);
+
+// The newest complete checkpoint of --ckpt-dir when `resume` is "latest", else `resume`.
+std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir);
+
+}  // namespace trident::apps

@@ -1,0 +1,91 @@
+// train_gpt2: GPT-2 on llm.c-format token shards (apps/prepare_text makes them).
+//
+//   train_gpt2 --train '~/.cache/trident/brown/gpt2/brown_train_*.bin'
+//              --val '~/.cache/trident/brown/gpt2/brown_val_*.bin' --preset tiny --steps 300
+//
+// The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
+#include <cstdio>
+
+#include "apps/train_common.h"
+#include "data/lm_dataset.h"
+#include "data/token_shard.h"
+#include "models/gpt2.h"
+
+using namespace trident;
+using namespace trident::models;
+
+namespace {
+
+std::string describe(const GPT2Config& c, int64_t seq_len) {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  return "GPT-2: " + n(c.n_layer) + " layers, " + n(c.n_head) + " heads, width " + n(c.n_embd) + ", context " +
+         n(c.n_positions) + " (training on " + n(seq_len) + "), vocabulary " + n(c.vocab_size) + " (" + n(c.vocab_rows()) +
+         " rows)\nlayers: embedding (wte [" + n(c.vocab_rows()) + ", " + n(c.n_embd) + "] + wpe [" + n(c.n_positions) + ", " +
+         n(c.n_embd) + "]), h.0 .. h." + n(c.n_layer - 1) + " (pre-LayerNorm blocks), head (ln_f, output tied to wte)\nconfig: " +
+         c.to_json();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train GPT-2 on token shards (llm.c format, from apps/prepare_text)", "train_gpt2"};
+  apps::TrainOptions o;
+  o.lr = 6e-4;
+  std::string train_glob, val_glob, preset = "tiny", model_json;
+  int64_t seq_len = 0;
+  app.add_option("--train", train_glob, "training shards, a glob pattern (quote it)");
+  app.add_option("--val", val_glob, "validation shards, a glob pattern");
+  app.add_option("--preset", preset, "tiny, 124M, 355M, 774M, 1.5B or 8.3B")->capture_default_str();
+  app.add_option("--model", model_json, "JSON overrides of the preset, e.g. '{\"n_layer\": 2, \"embd_pdrop\": 0}'");
+  app.add_option("--seq-len", seq_len, "tokens per example (0: the context, n_positions)")->capture_default_str();
+  apps::add_train_options(app, o);
+  if (int rc = apps::parse(app, argc, argv); rc >= 0) return rc;
+
+  try {
+    apps::check_train_options(o);
+    GPT2Config config = GPT2Config::preset(preset, model_json);
+    if (seq_len == 0) seq_len = config.n_positions;
+    TRIDENT_CHECK(seq_len > 0 && seq_len <= config.n_positions, "--seq-len ", seq_len, " must be in [1, n_positions = ",
+                  config.n_positions, "]");
+    if (o.dry_run) {
+      apps::print_dry_run(describe(config, seq_len), config.num_parameters(),
+                          config.estimate_memory(o.batch, seq_len, apps::memory_options(o.precision)));
+      return 0;
+    }
+    TRIDENT_CHECK(!train_glob.empty(), "--train is required (token shards, e.g. 'data/brown_train_*.bin')");
+    auto train = std::make_shared<data::LmDataset>(data::glob_files(train_glob), seq_len);
+    std::shared_ptr<data::LmDataset> val;
+    if (!val_glob.empty()) val = std::make_shared<data::LmDataset>(data::glob_files(val_glob), seq_len);
+    TRIDENT_CHECK(train->size() > 0, "the training shards '", train_glob, "' hold ", train->num_tokens(),
+                  " tokens: not one window of --seq-len ", seq_len, " + 1");
+
+    manual_seed(o.seed);  // dropout
+    Generator init(o.seed);
+    GPT2LMHeadModel model(config, &init);
+    std::printf("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
+                static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
+                static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));
+
+    apps::TrainTask task;
+    task.app = "train_gpt2";
+    task.model_name = "gpt2";
+    task.config_json = config.to_json();
+    task.model = &model;
+    task.train = train;
+    task.val = val;
+    task.to_batch = [](const data::Example& ex) { return Batch{{"input_ids", ex.at(0)}, {"targets", ex.at(1)}}; };
+    task.tokens = [](const Batch& b) { return b.at("input_ids").numel(); };
+    task.eval = [&model](const Activations& out, const Batch& b) {
+      const double n = model.loss_counts(b).at(0);
+      return std::map<std::string, std::pair<double, double>>{{"val_loss", {model.loss(out, b).item<double>() * n, n}}};
+    };
+    task.perplexity_of = {{"val_ppl", "val_loss"}};
+    return apps::train(o, task);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "train_gpt2: %s\n", e.message().c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt2: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,55 @@
+// GPT-2 training throughput on the CPU: vocabulary 50304, context 128, 4 layers, 4 heads, width
+// 256, batch 8, AdamW, no dropout; random tokens. The same model written plainly in PyTorch is
+// benchmarks/gpt2_train_torch.py; scripts/bench-gpt2-vs-torch.sh runs both with the same threads.
+//
+//   bench_gpt2_train [threads] [steps]   ->  {"tokens_per_s": ..., "step_ms": ..., "threads": ...}
+// Prints the median step time of `steps` timed steps (after 3 warm-up steps).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/parallel.h"
+#include "trident.h"
+
+using namespace trident;
+using namespace trident::models;
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
+  if (threads > 0) set_num_threads(threads);
+  const int64_t B = 8, T = 128, V = 50304;
+  GPT2Config c = GPT2Config::preset("tiny");
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.n_embd = 256;
+  c.vocab_size = V;
+  c.padded_vocab_size = 0;
+  c.n_positions = T;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  Generator g(1);
+  GPT2LMHeadModel model(c, &g);
+  nn::optim::AdamW opt(model.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+  Generator data(2);
+  const Tensor x = randint(0, V, {B, T}, DType::I64, &data), y = randint(0, V, {B, T}, DType::I64, &data);
+  std::vector<double> ms;
+  double loss = 0;
+  for (int i = 0; i < steps + 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    Tensor l = model.forward(x, y).loss;
+    l.backward();
+    opt.step();
+    loss = l.item<double>();
+    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 3) ms.push_back(dt);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"last_loss\": %.4f}\n",
+              static_cast<double>(B * T) / (med / 1e3), med, get_num_threads(), static_cast<long long>(model.num_parameters()),
+              loss);
+  return 0;
+}

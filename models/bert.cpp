@@ -1,0 +1,330 @@
+#include "models/bert.h"
+
+#include "autograd/grad_mode.h"
+#include "core/copy.h"
+#include "core/factory.h"
+#include "nn/init.h"
+#include "ops/arith.h"
+#include "ops/attention.h"
+#include "ops/compare.h"
+#include "ops/index.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/unary.h"
+
+namespace trident::models {
+
+namespace {
+
+LinearSpec dense_spec(const BertConfig& c, const char* name, int64_t in, int64_t out, LinearKind kind, Generator* gen) {
+  LinearSpec s;
+  s.name = name;
+  s.in_features = in;
+  s.out_features = out;
+  s.kind = kind;
+  s.layout = WeightLayout::OutIn;
+  s.init_weight = [std = c.initializer_range, gen](const Tensor& w) { nn::init::normal_(w, 0.0, std, gen); };
+  s.dtype = c.dtype;
+  return s;
+}
+
+std::shared_ptr<nn::Embedding> embedding(const BertConfig& c, int64_t n, Generator* gen) {
+  auto e = std::make_shared<nn::Embedding>(n, c.hidden_size, std::nullopt, c.dtype);
+  nn::init::normal_(e->weight, 0.0, c.initializer_range, gen);
+  return e;
+}
+
+std::shared_ptr<nn::LayerNorm> layer_norm(const BertConfig& c) {
+  return std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, c.layer_norm_eps, true, c.dtype);
+}
+
+std::shared_ptr<nn::Dropout> hidden_dropout(const BertConfig& c) {
+  return std::make_shared<nn::Dropout>(c.hidden_dropout_prob,
+                                       c.factory().dropout_generator(DropoutSite::Replicated, c.dropout_generator));
+}
+
+// The pooler and both heads, over modules registered in the model (NOTE [Layer list]).
+class BertHeadsLayer : public Layer {
+ public:
+  BertHeadsLayer(std::shared_ptr<BertModel> bert, std::shared_ptr<BertPreTrainingHeads> cls, const BertConfig& c)
+      : Layer("BertHeads"), bert_(std::move(bert)), cls_(std::move(cls)), config_(c) {
+    register_module("pooler", bert_->pooler);
+    register_module("cls", cls_);
+    register_module("word_embeddings", bert_->embeddings->word_embeddings);  // tied decoder
+  }
+  Activations forward(const Activations& x, const Batch& batch) override {
+    TRIDENT_CHECK(x.size() == 1, "BERT heads: expected one activation (hidden states), got ", x.size());
+    const Tensor& h = x[0];
+    TRIDENT_CHECK(h.dim() == 3, "BERT heads: expected hidden states [B, T, H], got shape ", h.sizes());
+    Tensor selected = h;
+    const Tensor labels = batch.get("mlm_labels");
+    if (labels.defined()) {
+      TRIDENT_CHECK(labels.sizes() == Shape({h.size(0), h.size(1)}), "BERT: mlm_labels of shape ", labels.sizes(),
+                    " do not match hidden states ", h.sizes());
+      selected = index_select(reshape(h, {-1, h.size(2)}), 0, masked_positions(labels));
+    }
+    const Tensor t = cls_->predictions->transform->forward(selected);
+    const Tensor mlm = config_.factory().tied_logits(t, bert_->embeddings->word_embeddings_weight(), cls_->predictions->bias,
+                                                     config_.vocab_size);
+    const Tensor nsp = cls_->seq_relationship->forward(bert_->pooler->forward(h));
+    return {mlm, nsp};
+  }
+
+ private:
+  std::shared_ptr<BertModel> bert_;
+  std::shared_ptr<BertPreTrainingHeads> cls_;
+  BertConfig config_;
+};
+
+int64_t count_labels(const Tensor& labels) {
+  TRIDENT_CHECK(labels.dtype() == DType::I64, "BERT: labels must be i64, got ", labels.dtype());
+  return sum(ne(labels, -100.0).to(DType::I64)).item<int64_t>();
+}
+
+}  // namespace
+
+Tensor masked_positions(const Tensor& labels) {
+  TRIDENT_CHECK(labels.dtype() == DType::I64, "BERT: mlm_labels must be i64, got ", labels.dtype());
+  const std::vector<int64_t> l = labels.to_vector<int64_t>();
+  std::vector<int64_t> pos;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (l[i] != -100) pos.push_back(static_cast<int64_t>(i));
+  return from_vector<int64_t>(pos, {static_cast<int64_t>(pos.size())});
+}
+
+Tensor attention_mask_for_keys(const Tensor& attention_mask) {
+  if (!attention_mask.defined()) return {};
+  TRIDENT_CHECK(attention_mask.dim() == 2, "BERT: attention_mask must be [B, T], got shape ", attention_mask.sizes());
+  const Tensor keep = attention_mask.dtype() == DType::Bool ? attention_mask : ne(attention_mask, 0.0);
+  return view(keep.contiguous(), {attention_mask.size(0), 1, 1, attention_mask.size(1)});
+}
+
+// ---- embeddings ----
+
+BertEmbeddings::BertEmbeddings(const BertConfig& c, Generator* gen)
+    : Layer("BertEmbeddings"), max_positions(c.max_position_embeddings) {
+  EmbeddingSpec e;
+  e.name = "word_embeddings";
+  e.num_embeddings = c.vocab_rows();
+  e.embedding_dim = c.hidden_size;
+  e.padding_idx = c.pad_token_id;
+  e.dtype = c.dtype;
+  e.init_weight = [std = c.initializer_range, V = c.vocab_size, gen](const Tensor& w) {
+    nn::init::normal_(w, 0.0, std, gen);
+    if (w.size(0) > V) fill_(narrow(w, 0, V, w.size(0) - V), 0.0);  // padded rows: never used
+  };
+  word_embeddings = register_module("word_embeddings", c.factory().vocab_embedding(e));
+  position_embeddings = register_module("position_embeddings", embedding(c, c.max_position_embeddings, gen));
+  token_type_embeddings = register_module("token_type_embeddings", embedding(c, c.type_vocab_size, gen));
+  LayerNorm = register_module("LayerNorm", layer_norm(c));
+  dropout = register_module("dropout", hidden_dropout(c));
+}
+
+Tensor BertEmbeddings::word_embeddings_weight() const {
+  for (const auto& [name, t] : word_embeddings->named_parameters(false))
+    if (name == "weight") return t;
+  TRIDENT_FAIL("BERT: the word embedding module ", word_embeddings->type_name(), " has no parameter 'weight'");
+}
+
+Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& types) {
+  TRIDENT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+                "BERT: input_ids must be [B, T] of i64 or i32, got shape ", ids.sizes(), " of ", ids.dtype());
+  const int64_t T = ids.size(1);
+  TRIDENT_CHECK(T <= max_positions, "BERT: ", T, " positions exceed max_position_embeddings = ", max_positions);
+  if (types.defined())
+    TRIDENT_CHECK(types.sizes() == ids.sizes(), "BERT: token_type_ids of shape ", types.sizes(),
+                  " do not match input_ids of shape ", ids.sizes());
+  Tensor x = add(word_embeddings->forward(ids), position_embeddings->forward(arange(0.0, static_cast<double>(T), 1.0, DType::I64)));
+  // Without segment ids every token is segment 0: row 0 broadcast.
+  x = add(x, types.defined() ? token_type_embeddings->forward(types) : select(token_type_embeddings->weight, 0, 0));
+  return dropout->forward(LayerNorm->forward(x));
+}
+
+Activations BertEmbeddings::forward(const Activations& x, const Batch& batch) {
+  TRIDENT_CHECK(x.empty(), "BERT embeddings: expected no activations (they read batch \"input_ids\"), got ", x.size());
+  return {forward(batch.at("input_ids"), batch.get("token_type_ids"))};
+}
+
+// ---- attention ----
+
+BertSelfAttention::BertSelfAttention(const BertConfig& c, Generator* gen)
+    : nn::Module("BertSelfAttention"), head_dim(c.head_dim()), dropout_p(c.attention_probs_dropout_prob) {
+  const LayerFactory& f = c.factory();
+  check_divisible(f, c.num_attention_heads, "BERT: num_attention_heads");
+  local_heads = c.num_attention_heads / f.partitions();
+  generator = f.dropout_generator(DropoutSite::Split, c.dropout_generator);
+  const int64_t H = c.hidden_size;
+  query = register_module("query", f.linear(dense_spec(c, "attention.self.query", H, H, LinearKind::Column, gen)));
+  key = register_module("key", f.linear(dense_spec(c, "attention.self.key", H, H, LinearKind::Column, gen)));
+  value = register_module("value", f.linear(dense_spec(c, "attention.self.value", H, H, LinearKind::Column, gen)));
+}
+
+Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+  TRIDENT_CHECK(x.dim() == 3, "BERT attention: expected input [B, T, H], got shape ", x.sizes());
+  const int64_t B = x.size(0), T = x.size(1), width = local_heads * head_dim;
+  auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, local_heads, head_dim}), 1, 2); };
+  AttentionOptions ao;
+  ao.attn_mask = mask;
+  ao.dropout_p = is_training() ? dropout_p : 0.0;
+  ao.generator = generator;
+  const Tensor y = scaled_dot_product_attention(heads(query->forward(x)), heads(key->forward(x)), heads(value->forward(x)), ao);
+  return reshape(transpose(y, 1, 2), {B, T, width});
+}
+
+BertResidualOutput::BertResidualOutput(const BertConfig& c, int64_t in, const char* name, Generator* gen)
+    : nn::Module("BertOutput") {
+  dense = register_module("dense", c.factory().linear(dense_spec(c, name, in, c.hidden_size, LinearKind::Row, gen)));
+  LayerNorm = register_module("LayerNorm", layer_norm(c));
+  dropout = register_module("dropout", hidden_dropout(c));
+}
+
+Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
+  return LayerNorm->forward(add(dropout->forward(dense->forward(h)), residual));
+}
+
+BertAttention::BertAttention(const BertConfig& c, Generator* gen) : nn::Module("BertAttention") {
+  self = register_module("self", std::make_shared<BertSelfAttention>(c, gen));
+  output = register_module("output", std::make_shared<BertResidualOutput>(c, c.hidden_size, "attention.output.dense", gen));
+}
+
+Tensor BertAttention::forward(const Tensor& x, const Tensor& mask) { return output->forward(self->forward(x, mask), x); }
+
+BertIntermediate::BertIntermediate(const BertConfig& c, Generator* gen) : nn::Module("BertIntermediate") {
+  check_divisible(c.factory(), c.intermediate_size, "BERT: intermediate_size");
+  dense = register_module("dense", c.factory().linear(dense_spec(c, "intermediate.dense", c.hidden_size, c.intermediate_size,
+                                                                 LinearKind::Column, gen)));
+}
+
+Tensor BertIntermediate::forward(const Tensor& x) { return gelu(dense->forward(x)); }
+
+BertLayer::BertLayer(const BertConfig& c, Generator* gen) : Layer("BertLayer") {
+  attention = register_module("attention", std::make_shared<BertAttention>(c, gen));
+  intermediate = register_module("intermediate", std::make_shared<BertIntermediate>(c, gen));
+  output = register_module("output", std::make_shared<BertResidualOutput>(c, c.intermediate_size, "output.dense", gen));
+}
+
+Tensor BertLayer::forward(const Tensor& x, const Tensor& mask) {
+  const Tensor a = attention->forward(x, mask);
+  return output->forward(intermediate->forward(a), a);
+}
+
+Activations BertLayer::forward(const Activations& x, const Batch& batch) {
+  TRIDENT_CHECK(x.size() == 1, "BERT layer: expected one activation (hidden states), got ", x.size());
+  return {forward(x[0], attention_mask_for_keys(batch.get("attention_mask")))};
+}
+
+BertEncoder::BertEncoder(const BertConfig& c, Generator* gen) : nn::Module("BertEncoder") {
+  layer = register_module("layer", std::make_shared<nn::ModuleList<BertLayer>>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer->push_back(std::make_shared<BertLayer>(c, gen));
+}
+
+BertPooler::BertPooler(const BertConfig& c, Generator* gen) : nn::Module("BertPooler") {
+  dense = register_module("dense", c.factory().linear(dense_spec(c, "pooler.dense", c.hidden_size, c.hidden_size,
+                                                                 LinearKind::Replicated, gen)));
+}
+
+Tensor BertPooler::forward(const Tensor& hidden) { return tanh(dense->forward(select(hidden, 1, 0))); }
+
+BertModel::BertModel(const BertConfig& c, Generator* gen) : nn::Module("BertModel") {
+  embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(c, gen));
+  encoder = register_module("encoder", std::make_shared<BertEncoder>(c, gen));
+  pooler = register_module("pooler", std::make_shared<BertPooler>(c, gen));
+}
+
+BertModel::Output BertModel::forward(const Tensor& ids, const Tensor& types, const Tensor& attention_mask) {
+  const Tensor mask = attention_mask_for_keys(attention_mask);
+  Tensor h = embeddings->forward(ids, types);
+  for (const auto& l : *encoder->layer) h = l->forward(h, mask);
+  return {h, pooler->forward(h)};
+}
+
+// ---- heads ----
+
+BertPredictionHeadTransform::BertPredictionHeadTransform(const BertConfig& c, Generator* gen)
+    : nn::Module("BertPredictionHeadTransform") {
+  dense = register_module("dense", c.factory().linear(dense_spec(c, "cls.predictions.transform.dense", c.hidden_size,
+                                                                 c.hidden_size, LinearKind::Replicated, gen)));
+  LayerNorm = register_module("LayerNorm", layer_norm(c));
+}
+
+Tensor BertPredictionHeadTransform::forward(const Tensor& x) { return LayerNorm->forward(gelu(dense->forward(x))); }
+
+BertLMPredictionHead::BertLMPredictionHead(const BertConfig& c, Generator* gen) : nn::Module("BertLMPredictionHead") {
+  transform = register_module("transform", std::make_shared<BertPredictionHeadTransform>(c, gen));
+  bias = register_parameter("bias", zeros({c.vocab_rows()}, c.dtype));
+}
+
+BertPreTrainingHeads::BertPreTrainingHeads(const BertConfig& c, Generator* gen) : nn::Module("BertPreTrainingHeads") {
+  predictions = register_module("predictions", std::make_shared<BertLMPredictionHead>(c, gen));
+  seq_relationship = register_module("seq_relationship", c.factory().linear(dense_spec(c, "cls.seq_relationship",
+                                                                                       c.hidden_size, 2, LinearKind::Replicated, gen)));
+}
+
+// ---- the pre-training model ----
+
+BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen) : LayeredModel("BertForPreTraining") {
+  config.validate();
+  config_ = config;
+  bert = register_module("bert", std::make_shared<BertModel>(config_, gen));
+  cls = register_module("cls", std::make_shared<BertPreTrainingHeads>(config_, gen));
+  std::vector<std::pair<std::string, std::shared_ptr<Layer>>> list;
+  list.emplace_back("embeddings", bert->embeddings);
+  for (size_t i = 0; i < bert->encoder->layer->size(); ++i)
+    list.emplace_back("layer." + std::to_string(i), (*bert->encoder->layer)[i]);
+  list.emplace_back("heads", std::make_shared<BertHeadsLayer>(bert, cls, config_));
+  layers_ = LayerList(std::move(list), *this);
+}
+
+BertPreTrainingOutput BertForPreTraining::forward(const Batch& batch) {
+  const Activations out = layers_.run(batch);
+  BertPreTrainingOutput r;
+  r.mlm_logits = out[0];
+  r.nsp_logits = out[1];
+  if (batch.has("mlm_labels") || batch.has("next_sentence_label")) {
+    std::tie(r.mlm_loss, r.nsp_loss) = loss_terms(out, batch);
+    r.loss = r.mlm_loss.defined() && r.nsp_loss.defined() ? add(r.mlm_loss, r.nsp_loss)
+                                                          : (r.mlm_loss.defined() ? r.mlm_loss : r.nsp_loss);
+  }
+  return r;
+}
+
+std::vector<double> BertForPreTraining::loss_counts(const Batch& batch) const {
+  const Tensor mlm = batch.get("mlm_labels"), nsp = batch.get("next_sentence_label");
+  return {mlm.defined() ? static_cast<double>(count_labels(mlm)) : 0.0, nsp.defined() ? static_cast<double>(count_labels(nsp)) : 0.0};
+}
+
+std::pair<Tensor, Tensor> BertForPreTraining::loss_terms(const Activations& outputs, const Batch& batch,
+                                                         const std::vector<double>& counts) const {
+  TRIDENT_CHECK(outputs.size() == 2, "BERT loss: expected the heads' {mlm_logits, nsp_logits}, got ", outputs.size(),
+                " activations");
+  const std::vector<double> n = counts.empty() ? loss_counts(batch) : counts;
+  TRIDENT_CHECK(n.size() == 2, "BERT loss: expected 2 target counts (masked tokens, sentence pairs), got ", n.size());
+  const LayerFactory& f = config_.factory();
+  Tensor mlm, nsp;
+  const Tensor labels = batch.get("mlm_labels");
+  if (labels.defined()) {
+    const Tensor& logits = outputs[0];
+    TRIDENT_CHECK(logits.dim() == 2, "BERT loss: MLM logits of shape ", logits.sizes(),
+                  " are not [masked positions, V]: were they computed from a batch with mlm_labels?");
+    const Tensor targets = index_select(reshape(labels, {-1}), 0, masked_positions(labels));
+    mlm = div(f.vocab_cross_entropy(logits, targets, -100, Reduction::Sum), n[0]);
+  }
+  const Tensor next = batch.get("next_sentence_label");
+  if (next.defined()) {
+    TRIDENT_CHECK(next.dim() == 1 && next.size(0) == outputs[1].size(0), "BERT loss: next_sentence_label of shape ",
+                  next.sizes(), " does not match NSP logits of shape ", outputs[1].sizes());
+    CrossEntropyOptions o;
+    o.reduction = Reduction::Sum;
+    nsp = div(cross_entropy(outputs[1], next, o), n[1]);
+  }
+  return {mlm, nsp};
+}
+
+Tensor BertForPreTraining::loss(const Activations& outputs, const Batch& batch, const std::vector<double>& counts) const {
+  auto [mlm, nsp] = loss_terms(outputs, batch, counts);
+  TRIDENT_CHECK(mlm.defined() || nsp.defined(), "BERT loss: the batch has neither mlm_labels nor next_sentence_label");
+  if (mlm.defined() && nsp.defined()) return add(mlm, nsp);
+  return mlm.defined() ? mlm : nsp;
+}
+
+}  // namespace trident::models

@@ -1,0 +1,282 @@
+#include "models/gpt2.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "core/copy.h"
+#include "core/factory.h"
+#include "nn/embedding.h"
+#include "nn/init.h"
+#include "ops/arith.h"
+#include "ops/attention.h"
+#include "ops/compare.h"
+#include "ops/index.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/unary.h"
+
+namespace trident::models {
+
+namespace {
+
+using InitFn = std::function<void(const Tensor&)>;
+
+InitFn normal_init(double std, Generator* gen) {
+  return [std, gen](const Tensor& w) { nn::init::normal_(w, 0.0, std, gen); };
+}
+
+// The projections writing into the residual stream: N(0, range / sqrt(2 n_layer)).
+InitFn residual_init(const GPT2Config& c, Generator* gen) {
+  return [range = c.initializer_range, L = c.n_layer, gen](const Tensor& w) {
+    nn::init::gpt2_residual_normal_(w, L, gen);  // std 0.02 / sqrt(2 L)
+    if (range != 0.02) mul_(w, range / 0.02);
+  };
+}
+
+LinearSpec conv1d(const char* name, int64_t in, int64_t out, LinearKind kind, InitFn init, DType dtype, int64_t parts = 1) {
+  LinearSpec s;
+  s.name = name;
+  s.in_features = in;
+  s.out_features = out;
+  s.kind = kind;
+  s.layout = WeightLayout::InOut;
+  s.fused_parts = parts;
+  s.init_weight = std::move(init);
+  s.dtype = dtype;
+  return s;
+}
+
+// Views of the model's modules as the first and last layers (NOTE [Layer list]).
+class GPT2EmbeddingLayer : public Layer {
+ public:
+  explicit GPT2EmbeddingLayer(std::shared_ptr<GPT2Model> t, const GPT2Config& c)
+      : Layer("GPT2Embedding"), t_(std::move(t)), n_positions_(c.n_positions) {
+    register_module("wte", t_->wte);
+    register_module("wpe", t_->wpe);
+  }
+  Activations forward(const Activations& x, const Batch& batch) override {
+    TRIDENT_CHECK(x.empty(), "GPT-2 embedding layer: expected no activations (it reads batch \"input_ids\"), got ", x.size());
+    return {embed(*t_, batch.at("input_ids"), 0, n_positions_)};
+  }
+  // wte(ids) + wpe(past .. past + T), then dropout.
+  static Tensor embed(const GPT2Model& t, const Tensor& ids, int64_t past, int64_t n_positions) {
+    TRIDENT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+                  "GPT-2: input_ids must be [B, T] of i64 or i32, got shape ", ids.sizes(), " of ", ids.dtype());
+    const int64_t T = ids.size(1);
+    TRIDENT_CHECK(past + T <= n_positions, "GPT-2: ", past + T, " positions exceed the context n_positions = ", n_positions,
+                  past > 0 ? " (cached positions included)" : "");
+    const Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, DType::I64);
+    return t.drop->forward(add(t.wte->forward(ids), t.wpe->forward(pos)));
+  }
+
+ private:
+  std::shared_ptr<GPT2Model> t_;
+  int64_t n_positions_;
+};
+
+class GPT2HeadLayer : public Layer {
+ public:
+  GPT2HeadLayer(std::shared_ptr<GPT2Model> t, const GPT2Config& c) : Layer("GPT2Head"), t_(std::move(t)), config_(c) {
+    register_module("ln_f", t_->ln_f);
+    register_module("wte", t_->wte);  // tied: the output layer is the token embedding table
+  }
+  Activations forward(const Activations& x, const Batch&) override {
+    TRIDENT_CHECK(x.size() == 1, "GPT-2 head: expected one activation (hidden states), got ", x.size());
+    return {logits(*t_, config_, x[0])};
+  }
+  static Tensor logits(const GPT2Model& t, const GPT2Config& c, const Tensor& h) {
+    return c.factory().tied_logits(t.ln_f->forward(h), t.wte_weight(), Tensor(), c.vocab_size);
+  }
+
+ private:
+  std::shared_ptr<GPT2Model> t_;
+  GPT2Config config_;
+};
+
+}  // namespace
+
+// ---- attention ----
+
+GPT2Attention::GPT2Attention(const GPT2Config& c, Generator* gen)
+    : nn::Module("GPT2Attention"), n_head(c.n_head), head_dim(c.head_dim()), attn_pdrop(c.attn_pdrop) {
+  const LayerFactory& f = c.factory();
+  check_divisible(f, c.n_head, "GPT-2: n_head");
+  local_heads = c.n_head / f.partitions();
+  attn_generator = f.dropout_generator(DropoutSite::Split, c.dropout_generator);
+  const int64_t C = c.n_embd;
+  c_attn = register_module("c_attn", f.linear(conv1d("attn.c_attn", C, 3 * C, LinearKind::Column,
+                                                     normal_init(c.initializer_range, gen), c.dtype, 3)));
+  c_proj = register_module("c_proj", f.linear(conv1d("attn.c_proj", C, C, LinearKind::Row, residual_init(c, gen), c.dtype)));
+  resid_dropout = register_module(
+      "resid_dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, f.dropout_generator(DropoutSite::Replicated, c.dropout_generator)));
+}
+
+Tensor GPT2Attention::forward(const Tensor& x, GPT2KVCache* cache, int64_t layer) {
+  TRIDENT_CHECK(x.dim() == 3, "GPT-2 attention: expected input [B, T, C], got shape ", x.sizes());
+  const int64_t B = x.size(0), T = x.size(1), width = local_heads * head_dim;
+  const Tensor qkv = c_attn->forward(x);  // [B, T, 3 width]: [q | k | v] of this rank's heads
+  TRIDENT_ASSERT(qkv.size(2) == 3 * width, "c_attn returned shape ", qkv.sizes(), " for ", local_heads, " heads of ", head_dim);
+  const std::vector<Tensor> parts = split(qkv, width, 2);
+  // [B, T, width] -> [B, heads, T, head_dim]: views; the attention kernel reads strided rows.
+  auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, local_heads, head_dim}), 1, 2); };
+  Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  AttentionOptions ao;
+  ao.dropout_p = is_training() ? attn_pdrop : 0.0;
+  ao.generator = attn_generator;
+  ao.is_causal = true;
+  if (cache) {
+    TRIDENT_CHECK(!autograd::GradMode::is_enabled(),
+                  "GPT-2 attention: the key/value cache is for inference; run it under NoGradGuard");
+    TRIDENT_CHECK(layer >= 0 && layer < static_cast<int64_t>(cache->keys.size()), "GPT-2 attention: layer ", layer,
+                  " out of range for a cache of ", cache->keys.size(), " layers");
+    const int64_t past = cache->length;
+    TRIDENT_CHECK(B == cache->batch() && past + T <= cache->capacity(), "GPT-2 attention: ", T, " new positions of a batch of ",
+                  B, " do not fit a cache of batch ", cache->batch(), " holding ", past, " of ", cache->capacity(), " positions");
+    const Tensor& K = cache->keys[static_cast<size_t>(layer)];
+    const Tensor& V = cache->values[static_cast<size_t>(layer)];
+    copy_(narrow(K, 2, past, T), k);
+    copy_(narrow(V, 2, past, T), v);
+    k = narrow(K, 2, 0, past + T);
+    v = narrow(V, 2, 0, past + T);
+    if (past > 0) {
+      // The fused op's causal mask is top-left aligned (query i sees keys <= i); with cached keys
+      // query i is position past + i: it sees keys <= past + i. One new query sees everything.
+      ao.is_causal = false;
+      if (T > 1) {
+        const Tensor keys = arange(0.0, static_cast<double>(past + T), 1.0, DType::I64);
+        const Tensor queries = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, DType::I64);
+        ao.attn_mask = le(unsqueeze(keys, 0), unsqueeze(queries, 1));  // [T, past + T]
+      }
+    }
+  }
+  const Tensor y = scaled_dot_product_attention(q, k, v, ao);  // [B, heads, T, head_dim]
+  return resid_dropout->forward(c_proj->forward(reshape(transpose(y, 1, 2), {B, T, width})));
+}
+
+// ---- MLP ----
+
+GPT2MLP::GPT2MLP(const GPT2Config& c, Generator* gen) : nn::Module("GPT2MLP") {
+  const LayerFactory& f = c.factory();
+  const int64_t C = c.n_embd;
+  check_divisible(f, 4 * C, "GPT-2: MLP width 4 n_embd =");
+  c_fc = register_module("c_fc", f.linear(conv1d("mlp.c_fc", C, 4 * C, LinearKind::Column, normal_init(c.initializer_range, gen), c.dtype)));
+  c_proj = register_module("c_proj", f.linear(conv1d("mlp.c_proj", 4 * C, C, LinearKind::Row, residual_init(c, gen), c.dtype)));
+  dropout = register_module(
+      "dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, f.dropout_generator(DropoutSite::Replicated, c.dropout_generator)));
+}
+
+Tensor GPT2MLP::forward(const Tensor& x) {
+  return dropout->forward(c_proj->forward(gelu(c_fc->forward(x), GeluApproximation::Tanh)));
+}
+
+// ---- block ----
+
+GPT2Block::GPT2Block(const GPT2Config& c, Generator* gen) : Layer("GPT2Block") {
+  ln_1 = register_module("ln_1", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, c.dtype));
+  attn = register_module("attn", std::make_shared<GPT2Attention>(c, gen));
+  ln_2 = register_module("ln_2", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, c.dtype));
+  mlp = register_module("mlp", std::make_shared<GPT2MLP>(c, gen));
+}
+
+Tensor GPT2Block::forward(const Tensor& x, GPT2KVCache* cache, int64_t layer) {
+  const Tensor h = add(x, attn->forward(ln_1->forward(x), cache, layer));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+Activations GPT2Block::forward(const Activations& x, const Batch&) {
+  TRIDENT_CHECK(x.size() == 1, "GPT-2 block: expected one activation (hidden states), got ", x.size());
+  return {forward(x[0])};
+}
+
+// ---- the model ----
+
+GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen) : nn::Module("GPT2Model") {
+  const LayerFactory& f = c.factory();
+  EmbeddingSpec e;
+  e.name = "wte";
+  e.num_embeddings = c.vocab_rows();
+  e.embedding_dim = c.n_embd;
+  e.dtype = c.dtype;
+  // Padded rows start (and, never predicted nor looked up, stay) at zero.
+  e.init_weight = [std = c.initializer_range, V = c.vocab_size, gen](const Tensor& w) {
+    nn::init::normal_(w, 0.0, std, gen);
+    if (w.size(0) > V) fill_(narrow(w, 0, V, w.size(0) - V), 0.0);
+  };
+  wte = register_module("wte", f.vocab_embedding(e));
+  wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.n_positions, c.n_embd, std::nullopt, c.dtype));
+  nn::init::normal_(wpe->weight, 0.0, c.initializer_range, gen);
+  drop = register_module("drop", std::make_shared<nn::Dropout>(c.embd_pdrop, f.dropout_generator(DropoutSite::Replicated, c.dropout_generator)));
+  h = register_module("h", std::make_shared<nn::ModuleList<GPT2Block>>());
+  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, gen));
+  ln_f = register_module("ln_f", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, c.dtype));
+}
+
+Tensor GPT2Model::wte_weight() const {
+  for (const auto& [name, t] : wte->named_parameters(false))
+    if (name == "weight") return t;
+  TRIDENT_FAIL("GPT-2: the token embedding module ", wte->type_name(), " has no parameter 'weight'");
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen) : LayeredModel("GPT2LMHeadModel") {
+  config.validate();
+  config_ = config;
+  transformer = register_module("transformer", std::make_shared<GPT2Model>(config_, init_gen));
+  std::vector<std::pair<std::string, std::shared_ptr<Layer>>> list;
+  list.emplace_back("embedding", std::make_shared<GPT2EmbeddingLayer>(transformer, config_));
+  for (size_t i = 0; i < transformer->h->size(); ++i) list.emplace_back("h." + std::to_string(i), (*transformer->h)[i]);
+  list.emplace_back("head", std::make_shared<GPT2HeadLayer>(transformer, config_));
+  layers_ = LayerList(std::move(list), *this);
+}
+
+LMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& targets) {
+  Batch batch;
+  batch.set("input_ids", input_ids).set("targets", targets);
+  const Activations out = layers_.run(batch);
+  LMOutput r;
+  r.logits = out[0];
+  if (targets.defined()) r.loss = loss(out, batch);
+  return r;
+}
+
+std::vector<double> GPT2LMHeadModel::loss_counts(const Batch& batch) const {
+  const Tensor& t = batch.at("targets");
+  TRIDENT_CHECK(t.dtype() == DType::I64, "GPT-2: targets must be i64, got ", t.dtype());
+  return {sum(ne(t, -100.0).to(DType::F64)).item<double>()};
+}
+
+Tensor GPT2LMHeadModel::loss(const Activations& outputs, const Batch& batch, const std::vector<double>& counts) const {
+  TRIDENT_CHECK(outputs.size() == 1, "GPT-2 loss: expected the head's logits, got ", outputs.size(), " activations");
+  const Tensor& logits = outputs[0];
+  const Tensor& targets = batch.at("targets");
+  TRIDENT_CHECK(logits.dim() == 3 && targets.sizes() == Shape(logits.sizes().begin(), logits.sizes().end() - 1),
+                "GPT-2 loss: targets of shape ", targets.sizes(), " do not match logits of shape ", logits.sizes());
+  const std::vector<double> n = counts.empty() ? loss_counts(batch) : counts;
+  TRIDENT_CHECK(n.size() == 1, "GPT-2 loss: expected 1 target count, got ", n.size());
+  const Tensor total = config_.factory().vocab_cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}),
+                                                             -100, Reduction::Sum);
+  return div(total, n[0]);
+}
+
+Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, GPT2KVCache& cache) {
+  TRIDENT_CHECK(!autograd::GradMode::is_enabled(), "GPT-2 forward_cached is for inference; run it under NoGradGuard");
+  TRIDENT_CHECK(static_cast<int64_t>(cache.keys.size()) == config_.n_layer, "GPT-2 forward_cached: a cache of ",
+                cache.keys.size(), " layers for a model of ", config_.n_layer);
+  Tensor h = GPT2EmbeddingLayer::embed(*transformer, input_ids, cache.length, config_.n_positions);
+  for (size_t i = 0; i < transformer->h->size(); ++i) h = (*transformer->h)[i]->forward(h, &cache, static_cast<int64_t>(i));
+  cache.length += input_ids.size(1);
+  return config_.factory().full_logits(GPT2HeadLayer::logits(*transformer, config_, h));
+}
+
+GPT2KVCache GPT2LMHeadModel::make_cache(int64_t batch, int64_t capacity) const {
+  TRIDENT_CHECK(batch > 0 && capacity > 0 && capacity <= config_.n_positions, "GPT-2 cache: batch ", batch,
+                " and capacity ", capacity, " must be positive, capacity at most n_positions ", config_.n_positions);
+  GPT2KVCache c;
+  const GPT2Attention& a = *(*transformer->h)[0]->attn;
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    c.keys.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, config_.dtype));
+    c.values.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, config_.dtype));
+  }
+  return c;
+}
+
+}  // namespace trident::models

@@ -1,0 +1,77 @@
+#include "models/layer_factory.h"
+
+#include "autograd/grad_mode.h"
+#include "core/copy.h"
+#include "core/factory.h"
+#include "nn/embedding.h"
+#include "nn/init.h"
+#include "ops/index.h"
+#include "ops/linalg.h"
+#include "ops/shape.h"
+
+namespace trident::models {
+
+DenseLayer::DenseLayer(const LinearSpec& s)
+    : nn::UnaryModule(s.layout == WeightLayout::InOut ? "Conv1D" : "Linear"),
+      in_features(s.in_features),
+      out_features(s.out_features),
+      layout(s.layout) {
+  TRIDENT_CHECK(s.in_features > 0 && s.out_features > 0, "linear layer ", s.name, ": feature counts must be positive, got in=",
+                s.in_features, ", out=", s.out_features);
+  const Shape shape = layout == WeightLayout::InOut ? Shape{in_features, out_features} : Shape{out_features, in_features};
+  weight = register_parameter("weight", zeros(shape, s.dtype));
+  if (s.init_weight) {
+    NoGradGuard no_grad;
+    s.init_weight(weight);
+  }
+  if (s.bias) bias = register_parameter("bias", zeros({out_features}, s.dtype));
+}
+
+Tensor DenseLayer::forward(const Tensor& x) {
+  // The [in, out] layout is read transposed in place: one GEMM either way (ops/linalg.h).
+  return linear(x, layout == WeightLayout::InOut ? transpose(weight, 0, 1) : weight, bias);
+}
+
+std::string DenseLayer::extra_repr() const {
+  return detail::str("in_features=", in_features, ", out_features=", out_features, ", bias=", bias.defined() ? "true" : "false");
+}
+
+std::shared_ptr<nn::UnaryModule> LayerFactory::linear(const LinearSpec& spec) const {
+  return std::make_shared<DenseLayer>(spec);
+}
+
+std::shared_ptr<nn::UnaryModule> LayerFactory::vocab_embedding(const EmbeddingSpec& s) const {
+  auto e = std::make_shared<nn::Embedding>(s.num_embeddings, s.embedding_dim, s.padding_idx, s.dtype);
+  NoGradGuard no_grad;
+  if (s.init_weight) s.init_weight(e->weight);
+  if (s.padding_idx) fill_(select(e->weight.detach(), 0, *e->padding_idx), 0.0);
+  return e;
+}
+
+Tensor LayerFactory::tied_logits(const Tensor& hidden, const Tensor& weight, const Tensor& bias, int64_t vocab_size) const {
+  TRIDENT_CHECK(weight.dim() == 2 && vocab_size > 0 && vocab_size <= weight.size(0), "tied_logits: vocab_size ",
+                vocab_size, " must be in [1, ", weight.dim() == 2 ? weight.size(0) : 0, "] for an embedding table of shape ",
+                weight.sizes());
+  const Tensor logits = trident::linear(hidden, weight, bias);
+  return vocab_size == weight.size(0) ? logits : narrow(logits, -1, 0, vocab_size);
+}
+
+Tensor LayerFactory::vocab_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                         Reduction reduction) const {
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.reduction = reduction;
+  return cross_entropy(logits, targets, o);
+}
+
+std::shared_ptr<const LayerFactory> serial_layers() {
+  static const std::shared_ptr<const LayerFactory> f = std::make_shared<LayerFactory>();
+  return f;
+}
+
+void check_divisible(const LayerFactory& f, int64_t value, const char* what) {
+  TRIDENT_CHECK(value % f.partitions() == 0, what, " ", value, " does not divide by the ", f.partitions(),
+                " tensor-parallel partitions");
+}
+
+}  // namespace trident::models

@@ -1,0 +1,125 @@
+// Where tensor parallelism plugs into the models: every layer that Megatron-LM splits is made
+// by a LayerFactory named in the model's config.
+//
+// NOTE [Parallel layers by configuration]: GPT-2 and BERT are written once. They never construct
+// a split-able layer themselves; they ask the config's factory for it, describing what the layer
+// is (LinearSpec: sizes, bias, weight layout, how Megatron splits it, how it is initialized):
+//   - linear(spec): ColumnParallel layers (GPT-2's c_attn and c_fc, BERT's query/key/value and
+//     intermediate.dense) take the full input and return this rank's slice of the output,
+//     [..., out_features / partitions()]; RowParallel ones (the projections back into the
+//     residual stream: c_proj, attention.output.dense, output.dense) take such a slice and
+//     return the full [..., out_features], all-reduced, bias added once. Replicated ones (BERT's
+//     pooler and MLM transform, the NSP classifier) are whole on every rank.
+//   - vocab_embedding(spec): the word embeddings, [num_embeddings, dim] (split by rows under
+//     tensor parallelism), input ids -> [..., dim].
+//   - tied_logits(hidden, weight, bias, vocab_size): the output layer tied to the word
+//     embeddings; vocab_cross_entropy(logits, targets): the loss on what tied_logits returned,
+//     without gathering the vocabulary; full_logits(logits): the whole vocabulary (generation).
+//   - dropout_generator(site, serial): the stream dropout draws from (inside a split region,
+//     per-rank streams; outside, one shared across the tp group).
+// The model divides its heads and MLP width by partitions() (an error names the sizes that do
+// not divide) and otherwise runs the same code: this factory, the serial one, gives exactly the
+// single-process model. Parameter names stay the layer's own ("weight", "bias"), so a split model
+// keeps Hugging Face's names; a tensor-parallel factory saves and loads full tensors under them
+// (issue 9). Every parameter is initialized through the spec's init function applied to the full
+// weight, so a split layer that initializes the full tensor from the same generator and keeps
+// its shard holds exactly the serial values.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/rng.h"
+#include "nn/module.h"
+#include "ops/loss.h"
+
+namespace trident::models {
+
+enum class LinearKind {
+  Replicated,  // whole on every rank
+  Column,      // output features split across ranks; full input
+  Row,         // input features split across ranks; full (reduced) output
+};
+
+enum class WeightLayout {
+  OutIn,  // [out_features, in_features]: torch.nn.Linear (BERT)
+  InOut,  // [in_features, out_features]: Hugging Face's Conv1D (GPT-2)
+};
+
+struct LinearSpec {
+  std::string name;  // what the layer is, for errors and printing ("attn.c_attn", "intermediate.dense")
+  int64_t in_features = 0, out_features = 0;
+  bool bias = true;
+  LinearKind kind = LinearKind::Replicated;
+  WeightLayout layout = WeightLayout::OutIn;
+  // The output is `fused_parts` equal blocks, each split across ranks on its own (GPT-2's c_attn
+  // is [q | k | v]: rank r's output is [q_r | k_r | v_r]).
+  int64_t fused_parts = 1;
+  // Fills the full weight (in `layout`) in place; the bias starts at zero.
+  std::function<void(const Tensor& weight)> init_weight;
+  DType dtype = DType::F32;
+};
+
+struct EmbeddingSpec {
+  std::string name;
+  int64_t num_embeddings = 0, embedding_dim = 0;
+  std::function<void(const Tensor& weight)> init_weight;  // fills the full [num, dim] table
+  std::optional<int64_t> padding_idx;  // its row starts at zero and never gets a gradient
+  DType dtype = DType::F32;
+};
+
+enum class DropoutSite {
+  Replicated,  // on activations every rank holds whole (embeddings, residual stream)
+  Split,       // inside a split region (attention probabilities of this rank's heads)
+};
+
+class LayerFactory {
+ public:
+  virtual ~LayerFactory() = default;
+
+  // Ranks a split layer is divided among (1: serial).
+  virtual int64_t partitions() const { return 1; }
+
+  // The serial layers: a plain linear layer in the spec's layout, an nn::Embedding.
+  virtual std::shared_ptr<nn::UnaryModule> linear(const LinearSpec& spec) const;
+  virtual std::shared_ptr<nn::UnaryModule> vocab_embedding(const EmbeddingSpec& spec) const;
+
+  // hidden [..., C] against the word-embedding table `weight` [V_padded, C] (+ bias [V_padded],
+  // optional): logits over the first vocab_size rows only, [..., vocab_size]. Padded rows are
+  // never predicted: the serial factory slices them off the logits (a view; nothing is computed
+  // twice).
+  virtual Tensor tied_logits(const Tensor& hidden, const Tensor& weight, const Tensor& bias, int64_t vocab_size) const;
+  // Cross-entropy of tied_logits' output [N, V] against targets [N] (ignore_index skipped),
+  // reduced as asked.
+  virtual Tensor vocab_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                     Reduction reduction) const;
+  // The logits over the whole vocabulary (the serial ones already are).
+  virtual Tensor full_logits(const Tensor& logits) const { return logits; }
+
+  virtual Generator* dropout_generator(DropoutSite site, Generator* serial) const { return serial; }
+};
+
+// The serial factory, shared.
+std::shared_ptr<const LayerFactory> serial_layers();
+
+// The serial linear layer: y = x W^T + b (OutIn) or x W + b (InOut, Hugging Face's Conv1D),
+// parameters "weight" (in the spec's layout) and "bias".
+class DenseLayer : public nn::UnaryModule {
+ public:
+  explicit DenseLayer(const LinearSpec& spec);
+  Tensor forward(const Tensor& x) override;
+  int64_t in_features, out_features;
+  WeightLayout layout;
+  Tensor weight, bias;
+
+ protected:
+  std::string extra_repr() const override;
+};
+
+// Checks that `what` (e.g. "n_head 12") divides by the factory's partitions, naming both.
+void check_divisible(const LayerFactory& f, int64_t value, const char* what);
+
+}  // namespace trident::models
