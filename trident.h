@@ -43,6 +43,14 @@
 #include "nn/safetensors.h"
 #include "nn/state_dict.h"
 #include "ops/autocast.h"
+// parallel/: communicators, the mesh, data parallelism (parallel/checkpoint.h, like
+// nn/checkpoint.h, is left out for its JSON dependency).
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/mpi_env.h"
+#include "parallel/comm/work.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mesh.h"
+#include "parallel/zero.h"
 
 // data/ (tokenizers, shards, datasets) exists when the build found its dependencies
 // (TRIDENT_DATA); its headers need none of them.
