@@ -49,6 +49,7 @@
 #include "parallel/comm/mpi_env.h"
 #include "parallel/comm/work.h"
 #include "parallel/data_parallel.h"
+#include "parallel/launch.h"
 #include "parallel/mesh.h"
 #include "parallel/zero.h"
 

@@ -276,3 +276,14 @@ TEST(ZeroMpi, StepWithoutASynchronizedBackwardIsAnError) {
   }
   trident::testing::expect_error([&] { z.step(); }, {"no synchronized backward"});
 }
+
+TEST(LaunchMpi, MeshAndBatchRowsOfTheLaunch) {
+  const int n = Communicator::world()->size();
+  Mesh mesh = launch_mesh({.dp = n, .pp = 1, .tp = 1});
+  Communicator& dp = mesh.group(Axis::DP);
+  EXPECT_EQ(dp.size(), n);
+  EXPECT_EQ(dp_batch_rows(4 * n, dp), (std::pair<int64_t, int64_t>{4 * dp.rank(), 4}));
+  trident::testing::expect_error([&] { dp_batch_rows(4 * n + 1, dp); }, {"does not split evenly", std::to_string(n)});
+  trident::testing::expect_error([&] { launch_mesh({.dp = 2 * n, .pp = 1, .tp = 1}); },
+                                 {"mpirun started " + std::to_string(n) + " ranks", "is " + std::to_string(2 * n)});
+}

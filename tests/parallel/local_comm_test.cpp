@@ -76,3 +76,12 @@ TEST(LocalDataParallel, AWorldOfOneTrainsExactlyAsSerial) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].to_vector<float>(), b[i].to_vector<float>()) << i;
   EXPECT_EQ(ddp.group().stats()[CommOp::AllReduce].calls, 3) << "one bucket per step";
 }
+
+TEST(Launch, APlainProcessIsDpOne) {
+  Mesh mesh = launch_mesh({});
+  EXPECT_EQ(mesh.size(Axis::DP), 1);
+  EXPECT_EQ(dp_batch_rows(12, mesh.group(Axis::DP)), (std::pair<int64_t, int64_t>{0, 12}));
+  expect_error([] { launch_mesh({.dp = 2, .pp = 1, .tp = 1}); },
+               {"runs alone", "--dp 2 x --pp 1 x --tp 1 is 2", "mpirun -np 2"});
+  expect_error([] { launch_mesh({.dp = 0, .pp = 1, .tp = 1}); }, {"--dp 0", "positive"});
+}
