@@ -26,22 +26,23 @@
 // wire, twice these bytes; the counters keep the formula's view.) A batch of point-to-point
 // transfers counts one call per send and per receive in it.
 //
-// NOTE [NCCL backend]: the slot for CUDA tensors, not built yet (it needs the CUDA tensor backend
-// of another issue). It will be parallel/comm/nccl_communicator.{h,cpp}, compiled when
-// TRIDENT_HAVE_CUDA, implementing the do_* functions below with one ncclComm_t per group:
-//   - created by make_nccl_communicator(const Communicator& bootstrap): rank 0 of the MPI
+// NOTE [NCCL backend]: the backend for CUDA tensors, parallel/comm/nccl_communicator.{h,cpp},
+// compiled when TRIDENT_HAVE_CUDA (it compiles, but cannot run until the CUDA tensor backend of
+// another issue exists), implementing the do_* functions below with one ncclComm_t per group:
+//   - created by make_nccl_communicator(bootstrap, options): rank 0 of the MPI
 //     bootstrap group calls ncclGetUniqueId and broadcasts it over that group, every rank calls
 //     ncclCommInitRank (a mesh creates the tp/pp/dp NCCL groups from its MPI groups the same way);
 //   - operations run on the communicator's own stream, after an event recorded on the current
 //     compute stream (so inputs are ready) and record a completion event; Work::Impl::poll() is
-//     cudaEventQuery, and wait() makes the compute stream wait on that event (the host blocks only
-//     in synchronize());
+//     cudaEventQuery and wait() polls it (so that it can time out); making the compute stream
+//     wait on the event instead of the host is for when the CUDA backend defines that stream;
 //   - Average is ncclAvg, bf16 sums are native; batch_send_recv is ncclGroupStart/End around
 //     ncclSend/ncclRecv;
-//   - the timeout: a watchdog polls the events and ncclCommGetAsyncError against the deadline
-//     and calls ncclCommAbort, after which the communicator is aborted exactly as the MPI one is.
+//   - the timeout: poll() also checks ncclCommGetAsyncError, and a missed deadline calls
+//     ncclCommAbort (Work::Impl::on_timeout), after which the communicator is aborted exactly as
+//     the MPI one is.
 // CUDA tensors given to the MPI backend will be staged through pinned host memory when MPI is
-// not CUDA-aware (a check in Communicator::launch_checks, today an error naming the device).
+// not CUDA-aware (a check in Communicator::check_tensor, today an error naming the device).
 #pragma once
 
 #include <array>
@@ -62,7 +63,7 @@ enum class ReduceOp : uint8_t { Sum, Average, Max };
 std::string_view reduce_op_name(ReduceOp op);
 
 // Local: a world of one process, no MPI. MPI: CPU tensors over MPI. NCCL: CUDA tensors (NOTE
-// [NCCL backend]; not built yet).
+// [NCCL backend]; built with CUDA).
 enum class Backend : uint8_t { Local, MPI, NCCL };
 std::string_view backend_name(Backend b);
 

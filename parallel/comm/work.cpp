@@ -38,6 +38,7 @@ bool Work::Impl::progress() {
     comm->abort_reason = description;
   }
   note_comm_timeout(description);
+  on_timeout();
   const std::string msg = detail::str(
       description, " timed out after ", seconds_str(timeout),
       ": a rank of the group did not join it (it skipped the operation, hangs, or died). The communicator is "

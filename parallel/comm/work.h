@@ -60,6 +60,10 @@ class Work {
     // Tries to complete the transfer without blocking; true once it is. Never throws for a
     // not-yet-complete transfer; throws Error if the transport reports a failure.
     virtual bool poll() = 0;
+    // Called once when the deadline passes first, before CommTimeout is thrown: a backend that
+    // can abort its transport does it here (NCCL: ncclCommAbort). MPI cannot; the default does
+    // nothing.
+    virtual void on_timeout() {}
 
     std::string description;
     std::shared_ptr<CommState> comm;

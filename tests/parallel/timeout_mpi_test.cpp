@@ -25,6 +25,11 @@ int main() {
   auto world = Communicator::world();
   const int rank = world->rank(), n = world->size();
   if (n < 2) return fail(rank, "needs at least 2 ranks");
+  // The ranks that will time out, in a healthy group of their own: they report together before
+  // any of them exits, since the first exit ends the job (MPI_Abort) and could swallow another
+  // rank's report.
+  auto reporters = world->split(rank == n - 1 ? 1 : 0, rank, "reporters");
+  reporters->set_timeout(Seconds(10.0));
   world->set_timeout(Seconds(1.0));
   Tensor t = full({1024}, 1.0, DType::F32);
   world->all_reduce(t).wait();  // a healthy collective first
@@ -54,8 +59,10 @@ int main() {
     } catch (const Error& e2) {
       if (e2.message().find("aborted") == std::string::npos) return fail(rank, "unexpected error: " + e2.message());
     }
+    reporters->barrier().wait();
     std::printf("TIMEOUT-TEST rank %d: ok, timed out after %.2f s: %s\n", rank, s, m.c_str());
     std::fflush(stdout);
+    reporters->barrier().wait();
   }
   return 0;  // the exit handler ends the job with MPI_Abort (a timeout was seen)
 }
