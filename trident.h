@@ -44,6 +44,15 @@
 #include "nn/safetensors.h"
 #include "nn/state_dict.h"
 #include "ops/autocast.h"
+// parallel/: communicators, the mesh, data parallelism (parallel/checkpoint.h, like
+// nn/checkpoint.h, is left out for its JSON dependency).
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/mpi_env.h"
+#include "parallel/comm/work.h"
+#include "parallel/data_parallel.h"
+#include "parallel/launch.h"
+#include "parallel/mesh.h"
+#include "parallel/zero.h"
 
 // models/: GPT-2 and BERT (their headers need no JSON library: configs parse JSON in .cpp files).
 #include "models/bert.h"

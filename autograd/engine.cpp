@@ -10,6 +10,44 @@
 namespace trident::autograd {
 namespace {
 
+// NOTE [Backward callbacks]: the state of the outermost backward on this thread.
+struct BackwardTask {
+  int depth = 0;        // nesting of run_backward calls
+  uint64_t id = 0;      // of the outermost one while depth > 0
+  uint64_t last_id = 0;
+  std::vector<std::function<void()>> callbacks;
+};
+thread_local BackwardTask tls_task;
+
+// Enters a (possibly nested) backward; the outermost exit runs the queued callbacks on success
+// (run_callbacks) or drops them (the destructor, on an exception).
+class BackwardScope {
+ public:
+  BackwardScope() {
+    if (tls_task.depth++ == 0) {
+      tls_task.id = ++tls_task.last_id;
+      tls_task.callbacks.clear();
+    }
+  }
+  ~BackwardScope() {
+    if (--tls_task.depth == 0) {
+      tls_task.id = 0;
+      tls_task.callbacks.clear();
+    }
+  }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+  // Called after the graph ran: the outermost scope runs the callbacks (they may queue more).
+  void run_callbacks() {
+    if (tls_task.depth != 1) return;
+    for (size_t i = 0; i < tls_task.callbacks.size(); ++i) {
+      std::function<void()> fn = std::move(tls_task.callbacks[i]);
+      fn();
+    }
+    tls_task.callbacks.clear();
+  }
+};
+
 struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
@@ -36,6 +74,7 @@ void check_grad(const Tensor& g, const Node::OutputMeta& m, const std::string& p
 // `accumulate` is false, AccumulateGrad nodes do not run.
 TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in, bool retain_graph, bool accumulate,
                         const std::vector<Edge>& capture) {
+  BackwardScope scope;
   TRIDENT_CHECK(grad_roots_in.empty() || grad_roots_in.size() == roots.size(), "backward: got ", roots.size(),
                 " tensors but ", grad_roots_in.size(), " gradients");
   NoGradGuard no_grad;
@@ -163,10 +202,19 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in
       if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
     }
   }
+  scope.run_callbacks();
   return captured;
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  TRIDENT_CHECK(tls_task.depth > 0, "autograd::queue_callback: no backward is running on this thread");
+  TRIDENT_CHECK(fn != nullptr, "autograd::queue_callback: empty function");
+  tls_task.callbacks.push_back(std::move(fn));
+}
+
+uint64_t current_backward_id() { return tls_task.depth > 0 ? tls_task.id : 0; }
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   run_backward(roots, grad_roots, retain_graph, /*accumulate=*/true, {});

@@ -9,6 +9,8 @@
 // running, and a second backward through it is an error.
 #pragma once
 
+#include <functional>
+
 #include "autograd/node.h"
 
 namespace trident::autograd {
@@ -22,5 +24,20 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
 // error unless allow_unused, which returns an undefined tensor for it.
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool allow_unused = false);
+
+// NOTE [Backward callbacks]: queue_callback(fn) runs fn once the outermost backward() or grad()
+// running on this thread has finished every node, just before it returns (in queue order; a
+// callback may queue another). Nested backwards (autograd::checkpoint re-runs a segment and
+// backpropagates through it inside the outer backward) share the outermost one's queue, so a
+// callback queued from a post-accumulate hook fired in a nested backward still runs at the very
+// end. When the backward fails with an exception the queued callbacks are dropped, not run.
+// Data parallelism queues its "wait for every bucket" step here from the first gradient hook, so
+// the gradients are averaged when backward() returns and nobody can forget to wait.
+// Throws when no backward is running on this thread.
+void queue_callback(std::function<void()> fn);
+// A number identifying the outermost backward running on this thread (1, 2, 3, ... in start
+// order across the thread's life), or 0 when none is running. Lets a hook tell whether state it
+// kept from an earlier hook belongs to this backward or to one that failed.
+uint64_t current_backward_id();
 
 }  // namespace trident::autograd

@@ -266,3 +266,66 @@ TEST(Autograd, DeepChainDoesNotOverflowTheStack) {
   h.backward();
   EXPECT_EQ(grad_of(x), (std::vector<double>{1.0}));
 }
+
+// NOTE [Backward callbacks]
+TEST(Autograd, QueuedCallbackRunsAfterEveryHookOfTheBackward) {
+  std::vector<std::string> order;
+  std::vector<Tensor> ws;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(leaf({1.0 + i}));
+    ws.back().register_post_accumulate_grad_hook([&order, i](const Tensor&) {
+      order.push_back("hook" + std::to_string(i));
+      if (i == 2) autograd::queue_callback([&order] { order.push_back("callback"); });
+    });
+  }
+  Tensor h = from_vector<double>({1.0});
+  for (const Tensor& w : ws) h = mul(h, w);
+  h.backward();  // hooks fire 2, 1, 0; the callback queued by the first runs last
+  EXPECT_EQ(order, (std::vector<std::string>{"hook2", "hook1", "hook0", "callback"}));
+}
+
+TEST(Autograd, QueuedCallbackOfANestedBackwardRunsAtTheOutermostEnd) {
+  // autograd::checkpoint backpropagates through its segment in a nested backward; a callback
+  // queued from a hook fired there must wait for the outer backward, whose later nodes still
+  // produce gradients (here: w0's).
+  std::vector<std::string> order;
+  Tensor w0 = leaf({2.0}), w1 = leaf({3.0});
+  w0.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("w0"); });
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) {
+    order.push_back("w1 in backward " + std::to_string(autograd::current_backward_id() > 0));
+    autograd::queue_callback([&] { order.push_back("callback"); });
+  });
+  Tensor x = mul(from_vector<double>({1.0}), w0);
+  Tensor y = autograd::checkpoint([&](const autograd::TensorList& in) { return autograd::TensorList{mul(in[0], w1)}; }, {x})[0];
+  y.backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"w1 in backward 1", "w0", "callback"}));
+  EXPECT_EQ(autograd::current_backward_id(), 0u);
+}
+
+TEST(Autograd, QueuedCallbacksAreDroppedWhenBackwardFails) {
+  int ran = 0;
+  Tensor w = leaf({1.0}), v = leaf({1.0});
+  w.register_post_accumulate_grad_hook([&](const Tensor&) { autograd::queue_callback([&] { ++ran; }); });
+  v.register_post_accumulate_grad_hook([&](const Tensor&) { TRIDENT_CHECK(false, "hook failed on purpose"); });
+  Tensor h = mul(mul(from_vector<double>({1.0}), v), w);
+  EXPECT_THROW(h.backward(), Error);
+  EXPECT_EQ(ran, 0);
+  const uint64_t failed = autograd::current_backward_id();
+  EXPECT_EQ(failed, 0u);
+  // The next backward gets a new id and a clean queue.
+  uint64_t seen = 0;
+  Tensor u = leaf({1.0});
+  u.register_post_accumulate_grad_hook([&](const Tensor&) { seen = autograd::current_backward_id(); });
+  mul(u, 2.0).backward();
+  EXPECT_GT(seen, 0u);
+  EXPECT_EQ(ran, 0);
+}
+
+TEST(Autograd, QueueCallbackOutsideBackwardIsAnError) {
+  try {
+    autograd::queue_callback([] {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("no backward is running"), std::string::npos) << e.message();
+  }
+}

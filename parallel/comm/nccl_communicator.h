@@ -1,0 +1,29 @@
+// The NCCL backend (NOTE [NCCL backend], communicator.h): CUDA tensors over NCCL. Built only when
+// TRIDENT_HAVE_CUDA; it compiles today but cannot be exercised until the CUDA tensor backend
+// exists (there are no CUDA tensors yet).
+//
+// One ncclComm_t per group, created from a bootstrap communicator of the same ranks (MPI, or
+// Local for a single process): rank 0 calls ncclGetUniqueId and broadcasts the id over the
+// bootstrap group; every rank then calls ncclCommInitRank on its current CUDA device. split()
+// splits the bootstrap and builds the child's NCCL communicator the same way, so a mesh built on
+// an NCCL world gets NCCL tp/pp/dp groups.
+// Operations run on the communicator's own CUDA stream, after an event recorded on the calling
+// thread's legacy default stream (where the CPU-side launches of the future CUDA backend will go
+// until it defines its own compute stream: then that stream replaces it here), and record a
+// completion event; Work::test() is cudaEventQuery, Work::wait() polls it (so a wait can time
+// out), and on a timeout the communicator is aborted with ncclCommAbort.
+// Average is ncclAvg; f16 and bf16 reduce natively. NCCL has no all_gatherv or reduce_scatterv:
+// uneven ones are a group of ncclBroadcast / ncclReduce calls, one per rank.
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm/communicator.h"
+
+namespace trident::parallel::comm {
+
+// Collective over `bootstrap`: an NCCL communicator of the same ranks, named options.name.
+std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator> bootstrap,
+                                                     const CommOptions& options);
+
+}  // namespace trident::parallel::comm

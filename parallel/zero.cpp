@@ -1,0 +1,234 @@
+#include "parallel/zero.h"
+
+#include <cmath>
+#include <optional>
+
+#include "autograd/grad_mode.h"
+#include "core/copy.h"
+#include "core/factory.h"
+#include "ops/arith.h"
+
+namespace trident::parallel {
+namespace {
+
+Tensor slot_view(const Tensor& flat, const GradReducer::Slot& s) {
+  return flat.as_strided(s.param.sizes(), contiguous_strides(s.param.sizes()), flat.storage_offset() + s.offset);
+}
+
+Tensor shard_view(const Tensor& flat, int rank, int64_t shard) {
+  return flat.as_strided({shard}, {1}, flat.storage_offset() + rank * shard);
+}
+
+std::string state_key(size_t index, std::string_view slot) {
+  return "state." + std::to_string(index) + "." + std::string(slot);
+}
+
+std::vector<Tensor> trainable(const nn::Module& model) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : model.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, OptimizerFactory factory,
+                             ZeroOptions options)
+    : factory_(std::move(factory)) {
+  init(std::move(groups), std::move(dp), options);
+}
+
+ZeroOptimizer::ZeroOptimizer(nn::Module& model, std::shared_ptr<comm::Communicator> dp, OptimizerFactory factory,
+                             ZeroOptions options)
+    : factory_(std::move(factory)) {
+  TRIDENT_CHECK(dp != nullptr, "ZeroOptimizer: the dp communicator is null");
+  if (options.broadcast_from_rank0) broadcast_tensors(*dp, model.buffers(), options.bucket_bytes);
+  init({trainable(model)}, std::move(dp), options);
+}
+
+void ZeroOptimizer::init(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, ZeroOptions options) {
+  TRIDENT_CHECK(dp != nullptr, "ZeroOptimizer: the dp communicator is null");
+  TRIDENT_CHECK(factory_ != nullptr, "ZeroOptimizer: no optimizer factory");
+  TRIDENT_CHECK(!groups.empty(), "ZeroOptimizer: no parameter groups");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    TRIDENT_CHECK(!groups[g].empty(), "ZeroOptimizer: parameter group ", g, " is empty");
+    for (size_t j = 0; j < groups[g].size(); ++j) {
+      const Tensor& p = groups[g][j];
+      TRIDENT_CHECK(p.defined() && (p.dtype() == DType::F32 || p.dtype() == DType::F64), "ZeroOptimizer: parameter ",
+                    j, " of group ", g, " must be f32 or f64 (optimizers keep master weights in those), got ",
+                    p.defined() ? std::string(dtype_name(p.dtype())) : std::string("undefined"));
+    }
+  }
+  if (options.broadcast_from_rank0) {
+    std::vector<Tensor> all;
+    for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+    broadcast_tensors(*dp, all, options.bucket_bytes);
+  }
+  const int ranks = dp->size();
+  const int rank = dp->rank();
+  reducer_ = std::make_unique<GradReducer>(std::move(groups), std::move(dp), GradReducer::Mode::ReduceScatter,
+                                           options.bucket_bytes, ranks);
+
+  // NOTE [ZeRO-1 layout]: parameters become views of their bucket's flat buffer.
+  NoGradGuard no_grad;
+  ParamGroups shard_groups(reducer_->groups().size());
+  for (const GradReducer::Bucket& b : reducer_->buckets()) {
+    Tensor flat = zeros({b.padded}, TensorOptions(b.dtype).device(b.grads.device()));
+    for (const GradReducer::Slot& s : b.slots) {
+      Tensor view = slot_view(flat, s);
+      copy_(view, s.param);
+      Tensor(s.param).set_data(view);
+    }
+    const int64_t shard = b.shard_numel(ranks);
+    Tensor leaf = shard_view(flat, rank, shard);
+    leaf.set_requires_grad(true);
+    param_flats_.push_back(flat);
+    shard_params_.push_back(leaf);
+    shard_grads_.push_back(shard_view(b.grads, rank, shard));
+    shard_groups[b.group].push_back(leaf);
+  }
+  optimizer_ = factory_(shard_groups);
+  TRIDENT_CHECK(optimizer_ != nullptr, "ZeroOptimizer: the factory returned no optimizer");
+  TRIDENT_CHECK(optimizer_->name() != "LAMB", "ZeroOptimizer: LAMB's trust ratio is computed per parameter, and a "
+                "shard is not a parameter; use an element-wise optimizer (SGD, RMSProp, Adam, AdamW) (NOTE [ZeRO-1 layout])");
+  TRIDENT_CHECK(optimizer_->num_groups() == shard_groups.size(), "ZeroOptimizer: the factory built ",
+                optimizer_->num_groups(), " groups from ", shard_groups.size());
+}
+
+void ZeroOptimizer::step() {
+  reducer_->finish();
+  TRIDENT_CHECK(reducer_->rounds_finished() > rounds_at_last_step_, "ZeroOptimizer::step: no synchronized backward ",
+                "since the last step (did every backward run under no_sync?)");
+  rounds_at_last_step_ = reducer_->rounds_finished();
+  for (size_t b = 0; b < shard_params_.size(); ++b) shard_params_[b].set_grad(shard_grads_[b]);
+  optimizer_->step();
+  std::vector<comm::Work> works;
+  for (size_t b = 0; b < param_flats_.size(); ++b) works.push_back(group().all_gather(param_flats_[b], shard_params_[b]));
+  comm::wait_all(works);
+}
+
+void ZeroOptimizer::zero_grad(bool set_to_none) {
+  for (const auto& g : param_groups())
+    for (Tensor p : g) p.zero_grad(set_to_none);
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  TRIDENT_CHECK(max_norm >= 0, "ZeroOptimizer::clip_grad_norm: max_norm must be >= 0, got ", max_norm);
+  reducer_->finish();
+  NoGradGuard no_grad;
+  // Shards are disjoint and padding is zero, so the squares of all shards sum to the global one.
+  double local = 0;
+  for (const Tensor& g : shard_grads_) {
+    for (double v : g.to_vector<double>()) local += v * v;
+  }
+  Tensor total = scalar_tensor(local, DType::F64);
+  group().all_reduce(total, comm::ReduceOp::Sum).wait();
+  const double norm = std::sqrt(total.item<double>());
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1) {
+    for (const Tensor& g : shard_grads_) mul_(g, coef);
+  }
+  return norm;
+}
+
+std::vector<size_t> ZeroOptimizer::shard_indices() const {
+  // The shard optimizer numbers its parameters group by group (NOTE [Optimizer state dict]), and
+  // each group's shards were added in bucket order.
+  const auto& buckets = reducer_->buckets();
+  std::vector<size_t> first(param_groups().size() + 1, 0);
+  for (const auto& b : buckets) ++first[b.group + 1];
+  for (size_t g = 1; g < first.size(); ++g) first[g] += first[g - 1];
+  std::vector<size_t> out;
+  for (const auto& b : buckets) out.push_back(first[b.group]++);
+  return out;
+}
+
+nn::optim::OptimizerState ZeroOptimizer::state_dict() {
+  const nn::optim::OptimizerState local = optimizer_->state_dict();
+  nn::optim::OptimizerState full;
+  full.optimizer = local.optimizer;
+  for (const auto& [key, value] : local.scalars) {
+    if (key.rfind("state.", 0) != 0) full.scalars[key] = value;
+  }
+  const ParamGroups& groups = param_groups();
+  for (size_t g = 0; g < groups.size(); ++g)
+    full.scalars[nn::optim::detail::group_key(g, "num_params")] = static_cast<double>(groups[g].size());
+
+  const std::vector<size_t> shard_of = shard_indices();
+  NoGradGuard no_grad;
+  const auto& buckets = reducer_->buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const size_t j = shard_of[b];
+    auto step = local.scalars.find(state_key(j, "step"));
+    if (step == local.scalars.end()) continue;  // never updated (the same on every rank)
+    for (const GradReducer::Slot& s : buckets[b].slots) full.scalars[state_key(s.index, "step")] = step->second;
+    for (std::string_view slot : optimizer_->slot_names()) {
+      auto it = local.tensors.find(state_key(j, slot));
+      if (it == local.tensors.end()) continue;
+      Tensor flat = empty({buckets[b].padded}, it->second.dtype());
+      group().all_gather(flat, it->second).wait();
+      for (const GradReducer::Slot& s : buckets[b].slots) full.tensors[state_key(s.index, slot)] = slot_view(flat, s).clone();
+    }
+  }
+  return full;
+}
+
+void ZeroOptimizer::load_state_dict(const nn::optim::OptimizerState& full) {
+  TRIDENT_CHECK(full.optimizer == optimizer_->name(), "ZeroOptimizer::load_state_dict: the state is ", full.optimizer,
+                "'s but this optimizer is ", optimizer_->name());
+  nn::optim::OptimizerState local;
+  local.optimizer = full.optimizer;
+  for (const auto& [key, value] : full.scalars) {
+    if (key.rfind("state.", 0) != 0) local.scalars[key] = value;
+  }
+  const auto& buckets = reducer_->buckets();
+  std::vector<size_t> per_group(param_groups().size(), 0);
+  for (const auto& b : buckets) ++per_group[b.group];
+  for (size_t g = 0; g < per_group.size(); ++g)
+    local.scalars[nn::optim::detail::group_key(g, "num_params")] = static_cast<double>(per_group[g]);
+
+  const std::vector<size_t> shard_of = shard_indices();
+  const int ranks = group().size();
+  const int rank = group().rank();
+  NoGradGuard no_grad;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const GradReducer::Bucket& bucket = buckets[b];
+    const size_t j = shard_of[b];
+    // Every parameter of a bucket shares one shard, hence one step count.
+    std::optional<double> step;
+    size_t with_state = 0;
+    for (const GradReducer::Slot& s : bucket.slots) {
+      auto it = full.scalars.find(state_key(s.index, "step"));
+      if (it == full.scalars.end()) continue;
+      ++with_state;
+      TRIDENT_CHECK(!step || *step == it->second, "ZeroOptimizer::load_state_dict: parameters ", bucket.slots.front().index,
+                    " and ", s.index, " share a bucket but took ", *step, " and ", it->second,
+                    " steps; ZeRO-1 updates a bucket's parameters together");
+      step = it->second;
+    }
+    if (with_state == 0) continue;
+    TRIDENT_CHECK(with_state == bucket.slots.size(), "ZeroOptimizer::load_state_dict: only ", with_state, " of the ",
+                  bucket.slots.size(), " parameters of bucket ", b, " (parameters ", bucket.slots.back().index, "..",
+                  bucket.slots.front().index, ") have optimizer state; ZeRO-1 updates a bucket's parameters together");
+    local.scalars[state_key(j, "step")] = *step;
+    for (std::string_view slot : optimizer_->slot_names()) {
+      size_t present = 0;
+      for (const GradReducer::Slot& s : bucket.slots) present += full.tensors.count(state_key(s.index, slot));
+      if (present == 0) continue;
+      Tensor flat = zeros({bucket.padded}, bucket.dtype);
+      for (const GradReducer::Slot& s : bucket.slots) {
+        const std::string key = state_key(s.index, slot);
+        auto it = full.tensors.find(key);
+        TRIDENT_CHECK(it != full.tensors.end(), "ZeroOptimizer::load_state_dict: \"", key, "\" is missing while other "
+                      "parameters of its bucket have their ", slot);
+        TRIDENT_CHECK(it->second.sizes() == s.param.sizes(), "ZeroOptimizer::load_state_dict: \"", key, "\" has shape ",
+                      it->second.sizes(), " but parameter ", s.index, " has shape ", s.param.sizes());
+        copy_(slot_view(flat, s), it->second);
+      }
+      local.tensors[state_key(j, slot)] = shard_view(flat, rank, bucket.shard_numel(ranks)).clone();
+    }
+  }
+  optimizer_->load_state_dict(local);
+}
+
+}  // namespace trident::parallel

@@ -1,0 +1,104 @@
+// ZeRO stage 1 (Rajbhandari et al., 2020): data parallelism whose optimizer state is sharded
+// across the dp ranks, so each rank keeps 1/dp of it (Adam's two moments are 2x the parameters'
+// size: the largest saving there is before sharding gradients or parameters).
+//
+//   parallel::ZeroOptimizer zero(*model, dp_group, [](const parallel::ParamGroups& g) {
+//     return std::make_unique<nn::optim::AdamW>(std::vector<nn::optim::ParamGroup<nn::optim::AdamWOptions>>{
+//         {g[0], {.lr = 1e-3}}});
+//   });
+//   for (...) { loss.backward(); zero.step(); zero.zero_grad(); }
+//
+// NOTE [ZeRO-1 layout]: the parameters are bucketed as for DataParallel (NOTE [Gradient
+// buckets]), each bucket padded to a multiple of dp and split into dp equal shards; rank r owns
+// shard r of every bucket. The parameters become views of their bucket's flat parameter buffer
+// (Tensor::set_data: every handle to them, the model's included, sees the buffer). Backward
+// reduce-scatters (average) each bucket's gradients as soon as the bucket is complete, leaving
+// rank r the averaged gradient of its shards. step() runs an ordinary nn/optim optimizer, built by
+// the caller's factory over the shard views (one leaf tensor per bucket, grouped like the
+// parameters), so its state covers only this rank's shards; then all-gathers every bucket's
+// parameters in place. The optimizer must update element-wise (SGD, RMSProp, Adam, AdamW): LAMB's
+// per-parameter trust ratio would see shards, not parameters, and is refused.
+// Gradients: after step() the model parameters' .grad hold this rank's local (unreduced)
+// gradients; zero_grad() drops them. The shard gradients are the ones the update used; global
+// gradient clipping is clip_grad_norm() here, not nn/optim's (which would see local gradients).
+//
+// NOTE [ZeRO-1 checkpoints]: state_dict() gathers the sharded state into the state dict the
+// *unsharded* optimizer would have (NOTE [Optimizer state dict]: per parameter, in registration
+// order), and load_state_dict() takes such a state dict and keeps this rank's shards. So a ZeRO
+// checkpoint is the same file a serial or plain data-parallel run writes (checkpoint.h: dp rank 0
+// writes it), and resumes on any dp size, with or without ZeRO. The price is the full optimizer
+// state in memory on every rank while saving or loading (ZeRO's saving is in the training steady
+// state); per-rank shard files would avoid it but tie the checkpoint to one dp size.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/data_parallel.h"
+#include "parallel/grad_reducer.h"
+
+namespace trident::parallel {
+
+using ParamGroups = std::vector<std::vector<Tensor>>;
+// Builds the optimizer over the given parameter groups (the shard views, or the full parameters
+// when a checkpoint is converted), with each group's hyperparameters.
+using OptimizerFactory = std::function<std::unique_ptr<nn::optim::Optimizer>(const ParamGroups& groups)>;
+
+struct ZeroOptions {
+  int64_t bucket_bytes = 25 * 1024 * 1024;
+  bool broadcast_from_rank0 = true;
+};
+
+class ZeroOptimizer {
+ public:
+  // groups: the parameters per optimizer group (leaves requiring grad, f32 or f64, contiguous),
+  // in registration order. Collective over dp.
+  ZeroOptimizer(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, OptimizerFactory factory,
+                ZeroOptions options = {});
+  // One group: the model's trainable parameters (its buffers are broadcast from rank 0 too).
+  ZeroOptimizer(nn::Module& model, std::shared_ptr<comm::Communicator> dp, OptimizerFactory factory,
+                ZeroOptions options = {});
+
+  // Updates this rank's shards with the reduced gradients, then all-gathers the parameters.
+  // Collective. Errors if no synchronized backward ran since the last step.
+  void step();
+  // Drops the model parameters' gradients (set_to_none) or zeroes them.
+  void zero_grad(bool set_to_none = true);
+  // Scales the shard gradients so that the global gradient norm (over every parameter, the
+  // p-norm with p = 2) is at most max_norm; returns the norm before scaling. Collective; call
+  // between backward and step().
+  double clip_grad_norm(double max_norm);
+
+  [[nodiscard]] DataParallel::NoSync no_sync() { return DataParallel::NoSync(*reducer_); }
+
+  // The optimizer over this rank's shards (its learning rates are what schedules set).
+  nn::optim::Optimizer& shard_optimizer() { return *optimizer_; }
+  const ParamGroups& param_groups() const { return reducer_->groups(); }
+  const OptimizerFactory& factory() const { return factory_; }
+  comm::Communicator& group() const { return reducer_->comm(); }
+  const std::vector<GradReducer::Bucket>& buckets() const { return reducer_->buckets(); }
+
+  // NOTE [ZeRO-1 checkpoints]. state_dict() is collective over the dp group (it all-gathers);
+  // load_state_dict() is local.
+  nn::optim::OptimizerState state_dict();
+  void load_state_dict(const nn::optim::OptimizerState& full);
+
+ private:
+  void init(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, ZeroOptions options);
+  // Per bucket: the index of its shard in the shard optimizer's state-dict numbering.
+  std::vector<size_t> shard_indices() const;
+
+  OptimizerFactory factory_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::vector<Tensor> param_flats_;   // per bucket: the flat parameter buffer [padded]
+  std::vector<Tensor> shard_params_;  // per bucket: this rank's shard of it, the optimizer's leaf
+  std::vector<Tensor> shard_grads_;   // per bucket: this rank's shard of the gradient buffer
+  std::unique_ptr<nn::optim::Optimizer> optimizer_;
+  int64_t rounds_at_last_step_ = 0;
+};
+
+}  // namespace trident::parallel

@@ -1,0 +1,289 @@
+// Data parallelism and ZeRO-1 against serial training, run by ctest under mpirun -np 2 and -np 4.
+// Every rank also trains the serial reference itself (the same model on the whole global batch),
+// so no rank depends on another for the expected values. Losses are means over the batch, so the
+// dp average of the ranks' gradients on equal shares of the rows is the global batch's gradient.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "dp_models.h"
+#include "parallel/checkpoint.h"
+#include "test_util.h"
+
+using namespace trident;
+using namespace trident::parallel;
+using namespace trident::parallel::comm;
+using trident::testing::all_close;
+using trident::testing::DpBatch;
+using trident::testing::ModelCase;
+
+namespace {
+
+constexpr int kSteps = 3;
+constexpr int64_t kGlobalBatch = 8;  // divisible by 2 and 4 ranks
+// Small buckets, so every model has several and the order and overlap logic is exercised.
+constexpr int64_t kSmallBuckets = 2048;
+
+std::shared_ptr<Communicator> fresh_dp_group(const std::string& name) {
+  // Its own communicator per test, so the counters start at zero.
+  auto w = Communicator::world();
+  return w->split(0, w->rank(), name);
+}
+
+std::unique_ptr<nn::optim::Optimizer> make_adamw(const std::vector<Tensor>& params) {
+  return std::make_unique<nn::optim::AdamW>(params, nn::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.01});
+}
+
+// The serial-equivalence tests train with SGD + momentum: its step is linear in the gradient, so
+// gradients equal up to rounding give parameters equal up to rounding. Adam divides by sqrt(v),
+// which turns the pure rounding noise of a gradient that is zero in exact arithmetic (the
+// attention key bias: softmax ignores a shift common to every key) into full-size steps of either
+// sign, so no tolerance would be meaningful there. ZeRO-1 is compared with plain data parallelism
+// under AdamW, whose moments are the state it shards.
+std::unique_ptr<nn::optim::Optimizer> make_sgd(const std::vector<Tensor>& params) {
+  return std::make_unique<nn::optim::SGD>(params, nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+}
+
+OptimizerFactory adamw_factory() {
+  return [](const ParamGroups& g) { return make_adamw(g.at(0)); };
+}
+
+// The mean of this rank's loss over the dp group: the global batch's loss.
+double global_loss(Communicator& dp, const Tensor& local_loss) {
+  Tensor l = local_loss.detach().to(kF64).clone();
+  dp.all_reduce(l, ReduceOp::Average).wait();
+  return l.item<double>();
+}
+
+// Serial training on the global batch: losses per step, final parameters.
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<Tensor> params;
+};
+
+TrainRun train_serial(const ModelCase& c, int steps, int64_t batch, int micro = 1) {
+  auto model = c.make();
+  auto opt = make_sgd(model->parameters());
+  TrainRun r;
+  for (int s = 0; s < steps; ++s) {
+    DpBatch b = c.batch(s, batch * micro);
+    Tensor loss = c.loss(*model, b);
+    loss.backward();
+    opt->step();
+    opt->zero_grad();
+    r.losses.push_back(loss.item<double>());
+  }
+  r.params = model->parameters();
+  return r;
+}
+
+void expect_same_run(const TrainRun& got, const TrainRun& want, double rtol, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t s = 0; s < got.losses.size(); ++s)
+    EXPECT_NEAR(got.losses[s], want.losses[s], rtol * std::fabs(want.losses[s])) << what << ": loss of step " << s;
+  ASSERT_EQ(got.params.size(), want.params.size());
+  for (size_t i = 0; i < got.params.size(); ++i)
+    EXPECT_TRUE(all_close(got.params[i], want.params[i], rtol, 1e-7)) << what << ": parameter " << i;
+}
+
+// Rank r's rows of the global batch.
+DpBatch my_rows(const DpBatch& global, const Communicator& dp) {
+  const int64_t per = global.x.size(0) / dp.size();
+  return global.rows(dp.rank() * per, per);
+}
+
+}  // namespace
+
+TEST(DataParallelMpi, TrainsLikeSerialOnTheGlobalBatch) {
+  for (const ModelCase& c : trident::testing::dp_model_cases()) {
+    SCOPED_TRACE(c.name);
+    const TrainRun serial = train_serial(c, kSteps, kGlobalBatch);
+    auto dp = fresh_dp_group("dp");
+    auto model = c.make();
+    {
+      // Ranks other than 0 start from other weights: the wrapper's broadcast must fix that.
+      NoGradGuard no_grad;
+      if (dp->rank() != 0)
+        for (Tensor p : model->parameters()) add_(p, 0.5 * dp->rank());
+    }
+    DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+    EXPECT_GT(ddp.buckets().size(), 1u);
+    auto opt = make_sgd(model->parameters());
+    TrainRun r;
+    for (int s = 0; s < kSteps; ++s) {
+      Tensor loss = c.loss(*model, my_rows(c.batch(s, kGlobalBatch), *dp));
+      loss.backward();  // reduced and averaged when it returns
+      opt->step();
+      opt->zero_grad();
+      r.losses.push_back(global_loss(*dp, loss));
+    }
+    r.params = model->parameters();
+    expect_same_run(r, serial, 1e-5, c.name + " dp=" + std::to_string(dp->size()));
+  }
+}
+
+TEST(DataParallelMpi, ByteCountersEqualTheGradientBytesPerStep) {
+  const ModelCase c = trident::testing::mlp_case();
+  auto dp = fresh_dp_group("dp-counted");
+  auto model = c.make();
+  int64_t grad_bytes = 0;
+  for (const Tensor& p : model->parameters()) grad_bytes += static_cast<int64_t>(p.nbytes());
+  DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+  dp->reset_stats();  // leave out the initial broadcast
+  c.loss(*model, my_rows(c.batch(0, kGlobalBatch), *dp)).backward();
+  const CommStats& st = dp->stats();
+  EXPECT_EQ(st[CommOp::AllReduce].bytes, grad_bytes) << st.str();
+  EXPECT_EQ(st[CommOp::AllReduce].calls, static_cast<int64_t>(ddp.buckets().size())) << st.str();
+  EXPECT_EQ(st.total_bytes(), grad_bytes) << "nothing but the gradient all-reduce: " << st.str();
+  // A second step moves the same bytes again.
+  c.loss(*model, my_rows(c.batch(1, kGlobalBatch), *dp)).backward();
+  EXPECT_EQ(dp->stats()[CommOp::AllReduce].bytes, 2 * grad_bytes);
+}
+
+TEST(DataParallelMpi, BucketsAreInReverseRegistrationOrder) {
+  auto dp = fresh_dp_group("dp-order");
+  auto model = trident::testing::mlp_case().make();
+  const std::vector<Tensor> params = model->parameters();
+  DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+  std::vector<const TensorImpl*> order;
+  for (const auto& b : ddp.buckets())
+    for (const auto& s : b.slots) order.push_back(s.param.impl());
+  ASSERT_EQ(order.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(order[i], params[params.size() - 1 - i].impl()) << i;
+}
+
+TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) {
+  constexpr int kMicro = 2;
+  const ModelCase c = trident::testing::mlp_case();
+  const TrainRun serial = train_serial(c, kSteps, kGlobalBatch, kMicro);
+  auto dp = fresh_dp_group("dp-accumulate");
+  auto model = c.make();
+  DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+  auto opt = make_sgd(model->parameters());
+  TrainRun r;
+  for (int s = 0; s < kSteps; ++s) {
+    // The global batch of kMicro * kGlobalBatch rows: each rank takes its share, in kMicro
+    // micro-batches; each micro-batch's loss is scaled by 1 / kMicro.
+    const DpBatch mine = my_rows(c.batch(s, kGlobalBatch * kMicro), *dp);
+    const int64_t per = mine.x.size(0) / kMicro;
+    const int64_t calls_before = dp->stats()[CommOp::AllReduce].calls;
+    double loss_sum = 0;
+    for (int m = 0; m < kMicro; ++m) {
+      Tensor loss = div(c.loss(*model, mine.rows(m * per, per)), static_cast<double>(kMicro));
+      if (m + 1 < kMicro) {
+        auto scope = ddp.no_sync();
+        loss.backward();
+        EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before) << "no communication under no_sync";
+      } else {
+        loss.backward();
+      }
+      loss_sum += loss.item<double>();
+    }
+    opt->step();
+    opt->zero_grad();
+    r.losses.push_back(global_loss(*dp, scalar_tensor(loss_sum, kF64)));
+  }
+  r.params = model->parameters();
+  expect_same_run(r, serial, 1e-5, "no_sync");
+}
+
+TEST(ZeroMpi, Stage1TrainsLikePlainDataParallel) {
+  for (const ModelCase& c : trident::testing::dp_model_cases()) {
+    SCOPED_TRACE(c.name);
+    auto dp_plain = fresh_dp_group("dp-plain");
+    auto plain = c.make();
+    DataParallel ddp(*plain, dp_plain, {.bucket_bytes = kSmallBuckets});
+    auto opt = make_adamw(plain->parameters());
+
+    auto dp_zero = fresh_dp_group("dp-zero");
+    auto sharded = c.make();
+    ZeroOptimizer zero(*sharded, dp_zero, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+    TrainRun a, b;
+    for (int s = 0; s < kSteps; ++s) {
+      const DpBatch mine = my_rows(c.batch(s, kGlobalBatch), *dp_plain);
+      Tensor la = c.loss(*plain, mine);
+      la.backward();
+      opt->step();
+      opt->zero_grad();
+      a.losses.push_back(global_loss(*dp_plain, la));
+      Tensor lb = c.loss(*sharded, mine);
+      lb.backward();
+      zero.step();
+      zero.zero_grad();
+      b.losses.push_back(global_loss(*dp_zero, lb));
+    }
+    a.params = plain->parameters();
+    b.params = sharded->parameters();
+    expect_same_run(b, a, 1e-5, c.name + " ZeRO-1 vs DP");
+    // The gathered optimizer state is the unsharded optimizer's.
+    const nn::optim::OptimizerState sa = opt->state_dict(), sb = zero.state_dict();
+    EXPECT_EQ(sb.optimizer, sa.optimizer);
+    ASSERT_EQ(sb.tensors.size(), sa.tensors.size());
+    for (const auto& [key, t] : sa.tensors) {
+      ASSERT_TRUE(sb.tensors.count(key)) << key;
+      EXPECT_TRUE(all_close(sb.tensors.at(key), t, 1e-5, 1e-9)) << key;
+    }
+  }
+}
+
+TEST(ZeroMpi, CheckpointResumesExactlyOnTheSameDpSize) {
+  const ModelCase c = trident::testing::mlp_case();
+  auto dp = fresh_dp_group("dp-ckpt");
+  // One directory for every rank: rank 0's pid names it.
+  Tensor pid = scalar_tensor(static_cast<double>(::getpid()), DType::I64);
+  dp->broadcast(pid, 0).wait();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("trident_zero_ckpt_" + std::to_string(pid.item<int64_t>()))).string();
+  auto train = [&](nn::Module& m, ZeroOptimizer& z, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      c.loss(m, my_rows(c.batch(s, kGlobalBatch), *dp)).backward();
+      z.step();
+      z.zero_grad();
+    }
+  };
+  auto a = c.make();
+  ZeroOptimizer za(*a, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+  train(*a, za, 0, 2);
+  nn::TrainingCheckpointParts parts_a;
+  parts_a.model = a.get();
+  nn::TrainingProgress progress;
+  progress.step = 2;
+  save_training_checkpoint(dir, *dp, parts_a, progress, &za);
+  train(*a, za, 2, 4);
+
+  auto b = c.make();  // fresh weights and optimizer: everything must come from the checkpoint
+  ZeroOptimizer zb(*b, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+  nn::TrainingCheckpointParts parts_b;
+  parts_b.model = b.get();
+  const nn::TrainingProgress p = load_training_checkpoint(dir, parts_b, &zb);
+  EXPECT_EQ(p.step, 2);
+  train(*b, zb, 2, 4);
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_vector<float>(), pb[i].to_vector<float>()) << "parameter " << i;
+  dp->barrier().wait();
+  if (dp->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(ZeroMpi, StepWithoutASynchronizedBackwardIsAnError) {
+  const ModelCase c = trident::testing::mlp_case();
+  auto dp = fresh_dp_group("dp-nosync-step");
+  auto m = c.make();
+  ZeroOptimizer z(*m, dp, adamw_factory());
+  {
+    auto scope = z.no_sync();
+    c.loss(*m, my_rows(c.batch(0, kGlobalBatch), *dp)).backward();
+  }
+  trident::testing::expect_error([&] { z.step(); }, {"no synchronized backward"});
+}
+
+TEST(LaunchMpi, MeshAndBatchRowsOfTheLaunch) {
+  const int n = Communicator::world()->size();
+  Mesh mesh = launch_mesh({.dp = n, .pp = 1, .tp = 1});
+  Communicator& dp = mesh.group(Axis::DP);
+  EXPECT_EQ(dp.size(), n);
+  EXPECT_EQ(dp_batch_rows(4 * n, dp), (std::pair<int64_t, int64_t>{4 * dp.rank(), 4}));
+  trident::testing::expect_error([&] { dp_batch_rows(4 * n + 1, dp); }, {"does not split evenly", std::to_string(n)});
+  trident::testing::expect_error([&] { launch_mesh({.dp = 2 * n, .pp = 1, .tp = 1}); },
+                                 {"mpirun started " + std::to_string(n) + " ranks", "is " + std::to_string(2 * n)});
+}
