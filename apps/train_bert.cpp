@@ -63,10 +63,11 @@ int main(int argc, char** argv) {
     }
     TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin')");
 
+    const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);
     Generator init(o.seed);
     BertForPreTraining model(config, &init);
-    std::printf("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
+    apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len));
 
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     task.model_name = "bert";
     task.config_json = config.to_json();
     task.model = &model;
+    task.mesh = &mesh;
     task.train = train;
     task.val = val;
     task.to_batch = [](const data::Example& ex) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
+#include "core/factory.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "data/loader.h"
@@ -26,6 +28,10 @@
 #include "nn/optim/schedule.h"
 #include "nn/training_checkpoint.h"
 #include "ops/autocast.h"
+#include "parallel/checkpoint.h"
+#include "parallel/data_parallel.h"
+#include "parallel/launch.h"
+#include "parallel/zero.h"
 
 namespace trident::apps {
 
@@ -33,6 +39,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
+
+bool g_lead = true;  // make_mesh() sets it: world rank 0
+
+// NOTE [Parallel training apps]: of every global batch of the shuffled order (the batches a
+// serial loader with batch_size = global_batch and drop_last makes), the rows dp_batch_rows
+// gives this dp rank; a loader over it with batch_size = global_batch / dp yields them as its
+// batches, in step with the other ranks.
+class GlobalBatchShardSampler final : public data::Sampler {
+ public:
+  GlobalBatchShardSampler(int64_t n, uint64_t seed, int64_t global_batch, const parallel::comm::Communicator& dp)
+      : n_(n), seed_(seed), global_(global_batch), rows_(parallel::dp_batch_rows(global_batch, dp)) {}
+  int64_t size() const override { return n_ / global_ * rows_.second; }
+  std::vector<int64_t> indices(int64_t epoch) const override {
+    const std::vector<int64_t> order = data::permutation(n_, seed_, epoch);
+    std::vector<int64_t> mine;
+    mine.reserve(static_cast<size_t>(size()));
+    for (int64_t b = 0; b < n_ / global_; ++b)
+      for (int64_t i = 0; i < rows_.second; ++i) mine.push_back(order[static_cast<size_t>(b * global_ + rows_.first + i)]);
+    return mine;
+  }
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+  int64_t global_;
+  std::pair<int64_t, int64_t> rows_;
+};
+
+// The mean over the dp group (a no-op on one rank).
+double dp_average(parallel::comm::Communicator& dp, double v) {
+  if (dp.size() == 1) return v;
+  Tensor t = scalar_tensor(v, kF64);
+  dp.all_reduce(t, parallel::comm::ReduceOp::Average).wait();
+  return t.item<double>();
+}
 
 std::string option_name(const std::string& key) {
   std::string s = key;
@@ -132,6 +173,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--plot", o.plot, "PNG loss plot written at the end with gnuplot (default beside the metrics)");
   app.add_flag("--dry-run", o.dry_run, "print the model, its parameter count and memory estimate, then exit");
   app.add_option("--config", o.config, "a JSON file of options (keys as the flags, e.g. \"grad_accum\": 4); flags override it");
+  app.add_option("--dp", o.dp, "data-parallel ranks: run under mpirun -np dp x pp x tp (--batch is per rank)")
+      ->capture_default_str();
+  app.add_option("--pp", o.pp, "pipeline stages (not yet supported: 1)")->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel ranks (not yet supported: 1)")->capture_default_str();
+  app.add_flag("--zero", o.zero, "ZeRO-1: shard the optimizer state over the --dp ranks");
 }
 
 int parse(CLI::App& app, int argc, char** argv) {
@@ -203,7 +249,29 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
   TRIDENT_CHECK(o.ckpt_every == 0 || !o.ckpt_dir.empty(), "--ckpt-every needs --ckpt-dir");
   TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
+  TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
+                " --tp ", o.tp);
+  TRIDENT_CHECK(o.tp == 1, "--tp ", o.tp, ": tensor parallelism is not in the training apps yet; use --tp 1");
+  TRIDENT_CHECK(o.pp == 1, "--pp ", o.pp, ": pipeline parallelism is not in the training apps yet; use --pp 1");
+  TRIDENT_CHECK(!(o.zero && o.precision == "fp16"),
+                "--zero with --precision fp16: the loss scaler does not see ZeRO's sharded gradients yet; use bf16 or fp32");
   if (o.threads > 0) set_num_threads(o.threads);
+}
+
+parallel::Mesh make_mesh(const TrainOptions& o) {
+  parallel::Mesh mesh = parallel::launch_mesh({.dp = o.dp, .pp = o.pp, .tp = o.tp});
+  g_lead = mesh.world_rank() == 0;
+  return mesh;
+}
+
+bool is_lead() { return g_lead; }
+
+void say(const char* format, ...) {
+  if (!g_lead) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
 }
 
 models::MemoryOptions memory_options(const std::string& precision) {
@@ -242,6 +310,11 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
 int train(const TrainOptions& o, TrainTask& task) {
   models::LayeredModel& model = *task.model;
   const models::LayerList& layers = model.layers();
+  std::optional<parallel::Mesh> own_mesh;
+  if (task.mesh == nullptr) own_mesh.emplace(make_mesh(o));
+  const parallel::Mesh& mesh = task.mesh != nullptr ? *task.mesh : *own_mesh;
+  const std::shared_ptr<parallel::comm::Communicator> dp = mesh.group_ptr(parallel::Axis::DP);
+  const int64_t dp_size = dp->size();
 
   // AdamW; no weight decay on biases and LayerNorm parameters (1-D), as GPT-2 and BERT train.
   std::vector<Tensor> decay, no_decay;
@@ -249,15 +322,36 @@ int train(const TrainOptions& o, TrainTask& task) {
   nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay};
   nn::optim::AdamWOptions without = with;
   without.weight_decay = 0.0;
-  nn::optim::AdamW opt({{decay, with}, {no_decay, without}});
+  const parallel::OptimizerFactory make_adamw = [with, without](const parallel::ParamGroups& g) {
+    return std::make_unique<nn::optim::AdamW>(
+        std::vector<nn::optim::ParamGroup<nn::optim::AdamWOptions>>{{g.at(0), with}, {g.at(1), without}});
+  };
+  // NOTE [Parallel training apps]: ZeRO-1 owns the optimizer (over its shards); otherwise a plain
+  // AdamW, with the model wrapped for data parallelism when there is more than one dp rank.
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  std::unique_ptr<parallel::DataParallel> ddp;
+  std::unique_ptr<nn::optim::Optimizer> plain;
+  if (o.zero) {
+    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp, make_adamw);
+  } else {
+    if (dp_size > 1) ddp = std::make_unique<parallel::DataParallel>(model, dp);
+    plain = make_adamw({decay, no_decay});
+  }
+  nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
   nn::GradScaler scaler({.enabled = o.precision == "fp16"});
 
-  const int64_t per_step = o.batch * o.grad_accum;
+  const int64_t per_step = o.batch * o.grad_accum;  // this rank's examples per step
+  const int64_t global_batch = per_step * dp_size;
+  std::shared_ptr<const data::Sampler> sampler;
+  if (dp_size > 1)
+    sampler = std::make_shared<GlobalBatchShardSampler>(task.train->size(), o.seed, global_batch, *dp);
+  else
+    sampler = std::make_shared<data::ShuffledSampler>(task.train->size(), o.seed);
   data::Loader loader(task.train, {.batch_size = per_step, .drop_last = true, .num_workers = o.workers, .seed = o.seed},
-                      std::make_shared<data::ShuffledSampler>(task.train->size(), o.seed));
+                      sampler);
   const int64_t per_epoch = loader.batches_per_epoch();
   TRIDENT_CHECK(per_epoch > 0, "the training set has ", task.train->size(), " examples, fewer than one step's batch of ",
-                per_step, " (--batch ", o.batch, " x --grad-accum ", o.grad_accum, ")");
+                global_batch, " (--batch ", o.batch, " x --grad-accum ", o.grad_accum, " x --dp ", dp_size, ")");
   const int64_t total = o.steps > 0 ? o.steps : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.epochs * static_cast<double>(per_epoch))));
 
   std::shared_ptr<nn::optim::LRSchedule> schedule;
@@ -265,8 +359,11 @@ int train(const TrainOptions& o, TrainTask& task) {
   if (o.schedule == "linear") schedule = std::make_shared<nn::optim::LinearLR>(o.warmup, total, o.min_lr_fraction);
   if (o.schedule == "constant") schedule = std::make_shared<nn::optim::ConstantLR>(o.warmup);
 
-  nn::TrainingCheckpointParts parts{&model, &opt, &scaler, {}};
-  const json extra = {{"model", task.model_name}, {"config", json::parse(task.config_json)}};
+  // Under --zero the optimizer part of a checkpoint goes through the ZeroOptimizer
+  // (parallel/checkpoint.h, NOTE [ZeRO-1 checkpoints]).
+  nn::TrainingCheckpointParts parts{&model, zero ? nullptr : plain.get(), &scaler, {}};
+  // global_batch: the loader position counts global batches, so a resumed run must use the same.
+  const json extra = {{"model", task.model_name}, {"config", json::parse(task.config_json)}, {"global_batch", global_batch}};
   int64_t start = 0;
   if (!o.resume.empty()) {
     const std::string path = resolve_resume(o.resume, o.ckpt_dir);
@@ -274,18 +371,22 @@ int train(const TrainOptions& o, TrainTask& task) {
     TRIDENT_CHECK(name == task.model_name, "checkpoint '", path, "' holds a ", name, " model, not ", task.model_name);
     TRIDENT_CHECK(json::parse(config) == extra["config"], "checkpoint '", path, "' holds a ", name,
                   " model of another configuration: ", config, " (this run: ", extra["config"].dump(), ")");
-    const nn::TrainingProgress p = nn::load_training_checkpoint(path, parts);
+    const nn::TrainingProgress p = parallel::load_training_checkpoint(path, parts, zero.get());
+    const int64_t saved_batch = p.extra.value("global_batch", global_batch);
+    TRIDENT_CHECK(saved_batch == global_batch, "checkpoint '", path, "' was trained with a global batch of ", saved_batch,
+                  " examples, this run's is ", global_batch, " (--batch ", o.batch, " x --grad-accum ", o.grad_accum,
+                  " x --dp ", dp_size, ")");
     start = p.step;
     loader.restore(p.data_position.get<data::LoaderPosition>());
-    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(start));
+    say("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(start));
   }
   nn::optim::LRScheduler scheduler(opt, schedule, start);
-  if (!o.ckpt_dir.empty()) std::filesystem::create_directories(o.ckpt_dir);
+  if (!o.ckpt_dir.empty() && is_lead()) std::filesystem::create_directories(o.ckpt_dir);
 
   std::string metrics_path = o.metrics;
   if (metrics_path.empty() && !o.ckpt_dir.empty()) metrics_path = o.ckpt_dir + "/metrics.jsonl";
   std::ofstream metrics;
-  if (!metrics_path.empty()) {
+  if (!metrics_path.empty() && is_lead()) {
     metrics.open(metrics_path, std::ios::app);
     TRIDENT_CHECK(metrics.good(), "cannot write the metrics file '", metrics_path, "'");
   }
@@ -325,18 +426,22 @@ int train(const TrainOptions& o, TrainTask& task) {
   };
   auto print_eval = [&](const char* when, int64_t step, const std::map<std::string, double>& m) {
     if (m.empty()) return;
-    std::printf("%s (step %lld):", when, static_cast<long long>(step));
-    for (const auto& [k, v] : m) std::printf(" %s %.4f", k.c_str(), v);
-    std::printf("\n");
+    say("%s (step %lld):", when, static_cast<long long>(step));
+    for (const auto& [k, v] : m) say(" %s %.4f", k.c_str(), v);
+    say("\n");
     std::fflush(stdout);
   };
 
-  const bool tty = ::isatty(1) != 0;
+  // mpirun gives the ranks a pseudo-terminal even when its own output goes to a file: the
+  // progress line is for single-process runs only.
+  const bool tty = ::isatty(1) != 0 && mesh.world().size() == 1;
   const auto before = evaluate(start);
   print_eval("validation before training", start, before);
-  std::printf("training %lld steps (%lld per epoch) of %lld examples (--batch %lld x --grad-accum %lld), %s, %d threads\n",
-              static_cast<long long>(total - start), static_cast<long long>(per_epoch), static_cast<long long>(per_step),
-              static_cast<long long>(o.batch), static_cast<long long>(o.grad_accum), o.precision.c_str(), get_num_threads());
+  say("training %lld steps (%lld per epoch) of %lld examples (--batch %lld x --grad-accum %lld x --dp %lld%s), %s, %d threads\n",
+      static_cast<long long>(total - start), static_cast<long long>(per_epoch), static_cast<long long>(global_batch),
+      static_cast<long long>(o.batch), static_cast<long long>(o.grad_accum), static_cast<long long>(dp_size),
+      zero ? ", ZeRO-1" : "", o.precision.c_str(), get_num_threads());
+  if (mesh.world().size() > 1) say("%s\n", mesh.str().c_str());
   const auto t0 = Clock::now();
   auto last_t = t0;
   int64_t tokens_since = 0, skipped = 0;
@@ -344,31 +449,57 @@ int train(const TrainOptions& o, TrainTask& task) {
   std::map<std::string, double> after = before;
   int64_t end = total;  // the last step run (earlier under --time-limit)
   for (int64_t step = start + 1; step <= end; ++step) {
-    if (o.time_limit > 0 && step < end && std::chrono::duration<double>(Clock::now() - t0).count() >= o.time_limit) end = step;
+    // A rank past the limit stops every rank, at the same step (one scalar all-reduce per step).
+    if (o.time_limit > 0 && step < end &&
+        dp_average(*dp, std::chrono::duration<double>(Clock::now() - t0).count() >= o.time_limit ? 1.0 : 0.0) > 0)
+      end = step;
     std::optional<data::Example> ex = loader.next();
     if (!ex) {
       loader.set_epoch(loader.position().epoch + 1);
       ex = loader.next();
     }
     const models::Batch batch = task.to_batch(*ex);
-    const std::vector<double> counts = model.loss_counts(batch);
-    opt.zero_grad();
+    std::vector<double> counts = model.loss_counts(batch);
+    if (dp_size > 1) {  // NOTE [Parallel training apps]: the global batch's counts, over dp
+      Tensor c = from_vector<double>(counts, {static_cast<int64_t>(counts.size())});
+      dp->all_reduce(c, parallel::comm::ReduceOp::Sum).wait();
+      counts = c.to_vector<double>();
+      for (double& n : counts) n /= static_cast<double>(dp_size);
+    }
+    if (zero)
+      zero->zero_grad();
+    else
+      plain->zero_grad();
     double loss = 0;
-    for (const models::Batch& mb : batch.split(o.grad_accum)) {
+    const std::vector<models::Batch> micro = batch.split(o.grad_accum);
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const models::Batch& mb = micro[i];
       Tensor l;
       {
         autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
         l = model.loss(layers.run(mb), mb, counts);
       }
+      // All micro-batches but the last accumulate locally; the last one's backward reduces the sum.
+      std::optional<parallel::DataParallel::NoSync> no_sync;
+      if (i + 1 < micro.size()) {
+        if (ddp) no_sync.emplace(ddp->no_sync());
+        if (zero) no_sync.emplace(zero->no_sync());
+      }
       scaler.scale(l).backward();
       loss += l.item<double>();
     }
-    if (o.grad_clip > 0) {
-      scaler.unscale_(opt);
-      nn::clip_grad_norm_(model.parameters(), o.grad_clip);
+    loss = dp_average(*dp, loss);
+    if (zero) {
+      if (o.grad_clip > 0) zero->clip_grad_norm(o.grad_clip);
+      zero->step();
+    } else {
+      if (o.grad_clip > 0) {
+        scaler.unscale_(*plain);
+        nn::clip_grad_norm_(model.parameters(), o.grad_clip);
+      }
+      scaler.step(*plain);
+      skipped += scaler.last_step_skipped() ? 1 : 0;
     }
-    scaler.step(opt);
-    skipped += scaler.last_step_skipped() ? 1 : 0;
     scaler.update();
     const double lr = opt.lr(0);
     scheduler.step();
@@ -376,7 +507,7 @@ int train(const TrainOptions& o, TrainTask& task) {
                   " (try a lower --lr)");
     if (std::isnan(first_loss)) first_loss = loss;
     last_loss = loss;
-    tokens_since += task.tokens(batch);
+    tokens_since += task.tokens(batch) * dp_size;
 
     if (step % o.log_every == 0 || step == end) {
       const auto now = Clock::now();
@@ -386,44 +517,44 @@ int train(const TrainOptions& o, TrainTask& task) {
       double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
       if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
-      std::printf("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s | ETA %s%s", tty ? "\r" : "",
-                  static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, format_duration(eta).c_str(),
-                  tty ? "   " : "\n");
+      say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s | ETA %s%s", tty ? "\r" : "",
+          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, format_duration(eta).c_str(),
+          tty ? "   " : "\n");
       std::fflush(stdout);
       record({{"step", step}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}});
       last_t = now;
       tokens_since = 0;
     }
     if (o.eval_every > 0 && step % o.eval_every == 0 && step != end) {
-      if (tty) std::printf("\n");
+      if (tty) say("\n");
       print_eval("validation", step, evaluate(step));
     }
     if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end)) {
-      nn::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), parts,
-                                   {step, json(loader.position()), extra});
+      parallel::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), *dp, parts,
+                                         {step, json(loader.position()), extra}, zero.get());
     }
   }
-  if (tty && end > start) std::printf("\n");
-  if (end < total) std::printf("stopped at step %lld: --time-limit %.0f s reached\n", static_cast<long long>(end), o.time_limit);
+  if (tty && end > start) say("\n");
+  if (end < total) say("stopped at step %lld: --time-limit %.0f s reached\n", static_cast<long long>(end), o.time_limit);
   if (end > start) {
     after = evaluate(end);
     print_eval("validation after training", end, after);
-    std::printf("train loss %.4f -> %.4f in %s\n", first_loss, last_loss,
-                format_duration(std::chrono::duration<double>(Clock::now() - t0).count()).c_str());
+    say("train loss %.4f -> %.4f in %s\n", first_loss, last_loss,
+        format_duration(std::chrono::duration<double>(Clock::now() - t0).count()).c_str());
   }
-  if (skipped > 0) std::printf("fp16: %lld steps skipped for overflowing gradients\n", static_cast<long long>(skipped));
+  if (skipped > 0) say("fp16: %lld steps skipped for overflowing gradients\n", static_cast<long long>(skipped));
   for (const auto& [ppl, of] : task.perplexity_of)
     if (before.count(ppl) && after.count(ppl))
-      std::printf("validation perplexity: %.2f before, %.2f after\n", before.at(ppl), after.at(ppl));
-  if (!o.ckpt_dir.empty()) std::printf("checkpoint: %s/step-%lld\n", o.ckpt_dir.c_str(), static_cast<long long>(end));
+      say("validation perplexity: %.2f before, %.2f after\n", before.at(ppl), after.at(ppl));
+  if (!o.ckpt_dir.empty()) say("checkpoint: %s/step-%lld\n", o.ckpt_dir.c_str(), static_cast<long long>(end));
   if (metrics.is_open()) {
     metrics.close();
-    std::printf("metrics: %s\n", metrics_path.c_str());
+    say("metrics: %s\n", metrics_path.c_str());
     const std::string png = o.plot.empty() ? std::filesystem::path(metrics_path).replace_extension(".png").string() : o.plot;
     if (plot_losses(metrics_path, png, task.app + " loss"))
-      std::printf("loss plot: %s\n", png.c_str());
+      say("loss plot: %s\n", png.c_str());
     else
-      std::printf("loss plot: skipped (gnuplot not found: scripts/setup.sh installs gnuplot-nox)\n");
+      say("loss plot: skipped (gnuplot not found: scripts/setup.sh installs gnuplot-nox)\n");
   }
   return 0;
 }

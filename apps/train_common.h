@@ -12,6 +12,24 @@
 // a checkpoint of another model, or of other sizes, in one line before touching anything.
 // Everything a step depends on is restored, so a resumed run prints the losses of the
 // uninterrupted one bit for bit (tests: apps.train_gpt2_exact_resume).
+//
+// NOTE [Parallel training apps]: `mpirun -np N train_gpt2 --dp N` (and train_bert). make_mesh()
+// is the one place the apps turn --dp/--pp/--tp into a parallel::Mesh (launch_mesh: N must be
+// dp x pp x tp); --tp and --pp are declared and refuse values above 1 until the training loop
+// supports them. --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
+// examples. Every rank reads the same shuffled order and keeps, of each global batch, the rows
+// parallel::dp_batch_rows gives it (contiguous, in rank order), so the global batches are
+// exactly those of a serial run with --batch multiplied by dp, whatever the dp size. The model
+// is wrapped in parallel::DataParallel (or its optimizer in parallel::ZeroOptimizer under
+// --zero); --grad-accum runs all micro-batches but the last under no_sync. The loss counts of a
+// step (NOTE [Training apps]) are summed over the dp ranks and divided by dp, so each rank's loss
+// is its share of the global batch's mean loss times dp, and the averaged gradient is the global
+// batch's; the printed loss is the dp average of the ranks' losses, the global batch's mean
+// loss. Every dp rank draws the same dropout masks (from the same seed; each on its own rows), so
+// rank 0's generators are every rank's and resume stays exact. World rank 0 alone prints, writes
+// metrics, plots and the checkpoint (parallel/checkpoint.h: under --zero the gathered optimizer
+// state); every rank reads the checkpoint back. Evaluation runs on every rank alike (the same
+// batches; no communication), so it costs what it costs serially.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -26,6 +44,7 @@
 #include "data/dataset.h"
 #include "models/layer_list.h"
 #include "models/memory_estimate.h"
+#include "parallel/mesh.h"
 
 namespace trident::apps {
 
@@ -56,6 +75,11 @@ struct TrainOptions {
   std::string plot;     // PNG; default beside the metrics file
   bool dry_run = false;
   std::string config;  // the JSON file --config read (already applied)
+  // NOTE [Parallel training apps]
+  int dp = 1;          // data-parallel ranks (mpirun -np must be dp x pp x tp)
+  int pp = 1;          // pipeline stages: not yet (an error above 1)
+  int tp = 1;          // tensor-parallel ranks: not yet (an error above 1)
+  bool zero = false;   // ZeRO-1: the optimizer state sharded over the dp ranks
 };
 
 // Adds the common options to `app`. Call parse() instead of CLI11_PARSE.
@@ -69,6 +93,17 @@ int parse(CLI::App& app, int argc, char** argv);
 
 // Checks the device, precision, schedule and sizes; sets the thread count. Throws trident::Error.
 void check_train_options(const TrainOptions& o);
+
+// The mesh of this run, dp x pp x tp over the processes mpirun started (a world of one without a
+// launcher): the one place the apps build it, once, before the model. Collective. Errors (the
+// same on every rank): sizes that do not multiply to the number of processes, --tp or --pp > 1
+// (not yet supported by the apps).
+parallel::Mesh make_mesh(const TrainOptions& o);
+
+// Whether this process is world rank 0, the one that prints and writes (true before make_mesh).
+bool is_lead();
+// printf on world rank 0 only.
+void say(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 // What train() needs from an application.
 struct TrainTask {
@@ -86,6 +121,8 @@ struct TrainTask {
   // in `perplexity_of` ("val_ppl" of "val_loss").
   std::function<std::map<std::string, std::pair<double, double>>(const models::Activations&, const models::Batch&)> eval;
   std::map<std::string, std::string> perplexity_of;
+  // The mesh from make_mesh(); null: train() makes it.
+  const parallel::Mesh* mesh = nullptr;
 };
 
 // Trains: resumes when asked, evaluates before and after (printing the validation loss and

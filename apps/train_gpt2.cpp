@@ -59,10 +59,11 @@ int main(int argc, char** argv) {
     TRIDENT_CHECK(train->size() > 0, "the training shards '", train_glob, "' hold ", train->num_tokens(),
                   " tokens: not one window of --seq-len ", seq_len, " + 1");
 
+    const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);  // dropout
     Generator init(o.seed);
     GPT2LMHeadModel model(config, &init);
-    std::printf("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
+    apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));
 
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
     task.model_name = "gpt2";
     task.config_json = config.to_json();
     task.model = &model;
+    task.mesh = &mesh;
     task.train = train;
     task.val = val;
     task.to_batch = [](const data::Example& ex) { return Batch{{"input_ids", ex.at(0)}, {"targets", ex.at(1)}}; };

@@ -1,8 +1,8 @@
 // The models the data-parallel tests train serially and in parallel. Each is a ModelCase: how
 // to build it (the same weights every time), the global batch of a step, and the loss (a mean
 // over the batch's rows, so that the average of the ranks' losses on their rows is the loss of
-// the global batch). To test another model (GPT-2, when it exists), add a case to
-// dp_model_cases(): every equivalence test runs over all of them.
+// the global batch). To test another model, add a case to dp_model_cases(): every equivalence
+// test runs over all of them.
 #pragma once
 
 #include <functional>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/gpt2.h"
 #include "trident.h"
 
 namespace trident::testing {
@@ -109,7 +110,25 @@ inline ModelCase transformer_case() {
   return c;
 }
 
+// A tiny models::GPT2LMHeadModel (two blocks, tied output layer) with dropout off, so that a
+// step is a function of the weights and the batch alone, on the same learnable sequences as
+// the tiny transformer. The loss is the model's own (the mean over the batch's targets).
+inline ModelCase gpt2_case() {
+  ModelCase c;
+  c.name = "gpt2";
+  c.make = [] {
+    models::GPT2Config config = models::GPT2Config::preset(
+        "tiny", R"({"n_layer": 2, "n_head": 2, "n_embd": 16, "n_positions": 8, "vocab_size": 19,
+                    "padded_vocab_size": 24, "embd_pdrop": 0, "attn_pdrop": 0, "resid_pdrop": 0})");
+    Generator g(13);
+    return std::static_pointer_cast<nn::Module>(std::make_shared<models::GPT2LMHeadModel>(config, &g));
+  };
+  c.batch = transformer_case().batch;  // vocabulary 19, context 8: the same as the tiny transformer's
+  c.loss = [](nn::Module& m, const DpBatch& b) { return static_cast<models::GPT2LMHeadModel&>(m).forward(b.x, b.y).loss; };
+  return c;
+}
+
 // Every model the equivalence tests run over.
-inline std::vector<ModelCase> dp_model_cases() { return {mlp_case(), transformer_case()}; }
+inline std::vector<ModelCase> dp_model_cases() { return {mlp_case(), transformer_case(), gpt2_case()}; }
 
 }  // namespace trident::testing

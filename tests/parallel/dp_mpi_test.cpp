@@ -155,37 +155,39 @@ TEST(DataParallelMpi, BucketsAreInReverseRegistrationOrder) {
 
 TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) {
   constexpr int kMicro = 2;
-  const ModelCase c = trident::testing::mlp_case();
-  const TrainRun serial = train_serial(c, kSteps, kGlobalBatch, kMicro);
-  auto dp = fresh_dp_group("dp-accumulate");
-  auto model = c.make();
-  DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
-  auto opt = make_sgd(model->parameters());
-  TrainRun r;
-  for (int s = 0; s < kSteps; ++s) {
-    // The global batch of kMicro * kGlobalBatch rows: each rank takes its share, in kMicro
-    // micro-batches; each micro-batch's loss is scaled by 1 / kMicro.
-    const DpBatch mine = my_rows(c.batch(s, kGlobalBatch * kMicro), *dp);
-    const int64_t per = mine.x.size(0) / kMicro;
-    const int64_t calls_before = dp->stats()[CommOp::AllReduce].calls;
-    double loss_sum = 0;
-    for (int m = 0; m < kMicro; ++m) {
-      Tensor loss = div(c.loss(*model, mine.rows(m * per, per)), static_cast<double>(kMicro));
-      if (m + 1 < kMicro) {
-        auto scope = ddp.no_sync();
-        loss.backward();
-        EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before) << "no communication under no_sync";
-      } else {
-        loss.backward();
+  for (const ModelCase& c : trident::testing::dp_model_cases()) {
+    SCOPED_TRACE(c.name);
+    const TrainRun serial = train_serial(c, kSteps, kGlobalBatch, kMicro);
+    auto dp = fresh_dp_group("dp-accumulate");
+    auto model = c.make();
+    DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+    auto opt = make_sgd(model->parameters());
+    TrainRun r;
+    for (int s = 0; s < kSteps; ++s) {
+      // The global batch of kMicro * kGlobalBatch rows: each rank takes its share, in kMicro
+      // micro-batches; each micro-batch's loss is scaled by 1 / kMicro.
+      const DpBatch mine = my_rows(c.batch(s, kGlobalBatch * kMicro), *dp);
+      const int64_t per = mine.x.size(0) / kMicro;
+      const int64_t calls_before = dp->stats()[CommOp::AllReduce].calls;
+      double loss_sum = 0;
+      for (int m = 0; m < kMicro; ++m) {
+        Tensor loss = div(c.loss(*model, mine.rows(m * per, per)), static_cast<double>(kMicro));
+        if (m + 1 < kMicro) {
+          auto scope = ddp.no_sync();
+          loss.backward();
+          EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before) << "no communication under no_sync";
+        } else {
+          loss.backward();
+        }
+        loss_sum += loss.item<double>();
       }
-      loss_sum += loss.item<double>();
+      opt->step();
+      opt->zero_grad();
+      r.losses.push_back(global_loss(*dp, scalar_tensor(loss_sum, kF64)));
     }
-    opt->step();
-    opt->zero_grad();
-    r.losses.push_back(global_loss(*dp, scalar_tensor(loss_sum, kF64)));
+    r.params = model->parameters();
+    expect_same_run(r, serial, 1e-5, c.name + " no_sync");
   }
-  r.params = model->parameters();
-  expect_same_run(r, serial, 1e-5, "no_sync");
 }
 
 TEST(ZeroMpi, Stage1TrainsLikePlainDataParallel) {
@@ -228,41 +230,43 @@ TEST(ZeroMpi, Stage1TrainsLikePlainDataParallel) {
 }
 
 TEST(ZeroMpi, CheckpointResumesExactlyOnTheSameDpSize) {
-  const ModelCase c = trident::testing::mlp_case();
-  auto dp = fresh_dp_group("dp-ckpt");
-  // One directory for every rank: rank 0's pid names it.
-  Tensor pid = scalar_tensor(static_cast<double>(::getpid()), DType::I64);
-  dp->broadcast(pid, 0).wait();
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("trident_zero_ckpt_" + std::to_string(pid.item<int64_t>()))).string();
-  auto train = [&](nn::Module& m, ZeroOptimizer& z, int from, int to) {
-    for (int s = from; s < to; ++s) {
-      c.loss(m, my_rows(c.batch(s, kGlobalBatch), *dp)).backward();
-      z.step();
-      z.zero_grad();
-    }
-  };
-  auto a = c.make();
-  ZeroOptimizer za(*a, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
-  train(*a, za, 0, 2);
-  nn::TrainingCheckpointParts parts_a;
-  parts_a.model = a.get();
-  nn::TrainingProgress progress;
-  progress.step = 2;
-  save_training_checkpoint(dir, *dp, parts_a, progress, &za);
-  train(*a, za, 2, 4);
+  for (const ModelCase& c : trident::testing::dp_model_cases()) {
+    SCOPED_TRACE(c.name);
+    auto dp = fresh_dp_group("dp-ckpt");
+    // One directory for every rank: rank 0's pid names it.
+    Tensor pid = scalar_tensor(static_cast<double>(::getpid()), DType::I64);
+    dp->broadcast(pid, 0).wait();
+    const std::string dir = (std::filesystem::temp_directory_path() /
+                             ("trident_zero_ckpt_" + std::to_string(pid.item<int64_t>()))).string();
+    auto train = [&](nn::Module& m, ZeroOptimizer& z, int from, int to) {
+      for (int s = from; s < to; ++s) {
+        c.loss(m, my_rows(c.batch(s, kGlobalBatch), *dp)).backward();
+        z.step();
+        z.zero_grad();
+      }
+    };
+    auto a = c.make();
+    ZeroOptimizer za(*a, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+    train(*a, za, 0, 2);
+    nn::TrainingCheckpointParts parts_a;
+    parts_a.model = a.get();
+    nn::TrainingProgress progress;
+    progress.step = 2;
+    save_training_checkpoint(dir, *dp, parts_a, progress, &za);
+    train(*a, za, 2, 4);
 
-  auto b = c.make();  // fresh weights and optimizer: everything must come from the checkpoint
-  ZeroOptimizer zb(*b, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
-  nn::TrainingCheckpointParts parts_b;
-  parts_b.model = b.get();
-  const nn::TrainingProgress p = load_training_checkpoint(dir, parts_b, &zb);
-  EXPECT_EQ(p.step, 2);
-  train(*b, zb, 2, 4);
-  const auto pa = a->parameters(), pb = b->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_vector<float>(), pb[i].to_vector<float>()) << "parameter " << i;
-  dp->barrier().wait();
-  if (dp->rank() == 0) std::filesystem::remove_all(dir);
+    auto b = c.make();  // fresh weights and optimizer: everything must come from the checkpoint
+    ZeroOptimizer zb(*b, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+    nn::TrainingCheckpointParts parts_b;
+    parts_b.model = b.get();
+    const nn::TrainingProgress p = load_training_checkpoint(dir, parts_b, &zb);
+    EXPECT_EQ(p.step, 2);
+    train(*b, zb, 2, 4);
+    const auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_vector<float>(), pb[i].to_vector<float>()) << "parameter " << i;
+    dp->barrier().wait();
+    if (dp->rank() == 0) std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(ZeroMpi, StepWithoutASynchronizedBackwardIsAnError) {
