@@ -86,7 +86,7 @@ if(TRIDENT_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   set(CMAKE_CUDA_EXTENSIONS OFF)
-  string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr")
+  string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr --extended-lambda")
   add_library(trident_cuda_deps INTERFACE)
   target_include_directories(trident_cuda_deps SYSTEM INTERFACE ${TRIDENT_CUDNN_INCLUDE} ${TRIDENT_NCCL_INCLUDE})
   target_link_libraries(trident_cuda_deps INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt
