@@ -1,6 +1,8 @@
 #include "core/cuda/allocator.h"
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 
 #include "core/copy.h"
@@ -12,6 +14,8 @@ namespace trident::cuda {
 namespace {
 
 constexpr int kMaxDevices = 64;
+
+std::atomic<bool> g_poison{std::getenv("TRIDENT_CUDA_POISON") != nullptr && std::getenv("TRIDENT_CUDA_POISON")[0] == '1'};
 
 // cudaMalloc and CUDA events on one device, for the CachingAllocator.
 class CudaRaw final : public RawDeviceAllocator {
@@ -71,7 +75,13 @@ class CudaDeviceAllocator final : public Allocator {
       trident::detail::record_alloc(device(), 0);
       return nullptr;
     }
-    return cache_.allocate(nbytes, reinterpret_cast<StreamId>(current_stream(index_).handle()));
+    const cudaStream_t stream = current_stream(index_).handle();
+    void* p = cache_.allocate(nbytes, reinterpret_cast<StreamId>(stream));
+    if (g_poison.load(std::memory_order_relaxed)) {
+      DeviceGuard g(index_);
+      TRIDENT_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, nbytes, stream));
+    }
+    return p;
   }
   void deallocate(void* ptr, size_t nbytes) override {
     if (!ptr) {
@@ -102,6 +112,9 @@ CudaDeviceAllocator& allocator_for(int index) {
 }
 
 }  // namespace
+
+void set_poison_allocations(bool on) { g_poison.store(on); }
+bool poison_allocations() { return g_poison.load(); }
 
 CachingAllocator& caching_allocator(int index) { return allocator_for(index).cache(); }
 Allocator* device_allocator(int index) { return &allocator_for(index); }

@@ -19,6 +19,12 @@ Allocator* device_allocator(int index);
 // queued on s when t is freed has finished (NOTE [Stream pools]).
 void record_stream(const Tensor& t, const Stream& s);
 
+// Debugging and tests: when on, every device allocation is filled with 0xFF bytes (NaN in every
+// floating dtype) before it is handed out, so a kernel that leaves an output element unwritten
+// shows up as NaN. Off by default; TRIDENT_CUDA_POISON=1 turns it on at start.
+void set_poison_allocations(bool on);
+bool poison_allocations();
+
 // Page-locked host memory (cudaHostAlloc): copies from and to it run at full bus speed and can
 // be asynchronous. Tensors on the CPU device, not counted in memory_stats(kCPU).
 Tensor empty_pinned(const Shape& sizes, DType dtype);

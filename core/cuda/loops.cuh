@@ -100,7 +100,9 @@ constexpr int vec_width() {
 }
 
 template <int V, typename Out, typename F, typename... In>
-__global__ void __launch_bounds__(kThreads) vectorized_kernel(int64_t n, F f, Out* __restrict__ out, const In* __restrict__... in) {
+__global__ void __launch_bounds__(kThreads) vectorized_kernel(int64_t n, F f, Out* out, const In*... in) {
+  // No __restrict__: in-place ops pass out as an input too (each element is read, then written,
+  // by the same thread).
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * V;
   for (int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V; base < n; base += step) {
     if (base + V <= n) {
