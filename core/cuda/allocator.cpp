@@ -100,8 +100,8 @@ class CudaDeviceAllocator final : public Allocator {
 };
 
 CudaDeviceAllocator& allocator_for(int index) {
-  TRIDENT_CHECK(index >= 0 && index < cuda_device_count(), "no CUDA device ", index, ": ", cuda_device_count(),
-                " visible");
+  TRIDENT_CHECK(index >= 0 && index < cuda_device_count(), "no allocator for ", Device::cuda(index), ": ",
+                cuda_device_count(), " CUDA devices visible");
   // Never destroyed: tensors in static storage may be freed after every other static object.
   static std::array<CudaDeviceAllocator*, kMaxDevices> all{};
   static std::mutex mu;
