@@ -10,10 +10,10 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_path(TRIDENT_OPENBLAS_INCLUDE cblas.h
   HINTS ${OPENBLAS_ROOT} ENV OPENBLAS_ROOT
   PATH_SUFFIXES include include/openblas x86_64-linux-gnu/openblas-pthread include/x86_64-linux-gnu/openblas-pthread
-  PATHS /usr/include /usr/local/include ${CMAKE_SOURCE_DIR}/.carry/openblas
+  PATHS /usr/include /usr/local/include
   NO_DEFAULT_PATH)
 find_library(TRIDENT_OPENBLAS_LIB NAMES openblas
-  HINTS ${OPENBLAS_ROOT} ENV OPENBLAS_ROOT ${CMAKE_SOURCE_DIR}/.carry/openblas
+  HINTS ${OPENBLAS_ROOT} ENV OPENBLAS_ROOT
   PATH_SUFFIXES lib lib64 x86_64-linux-gnu/openblas-pthread
   PATHS /usr/lib /usr/local/lib)
 if(NOT TRIDENT_OPENBLAS_INCLUDE OR NOT TRIDENT_OPENBLAS_LIB)

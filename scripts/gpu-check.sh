@@ -38,6 +38,18 @@ find_dep() {  # name header
 CUDNN_ARGS=$(find_dep cudnn cudnn.h)
 NCCL_ARGS=$(find_dep nccl nccl.h)
 export LD_LIBRARY_PATH="$DEPS/lib:$(dirname "$(readlink -f "$DEPS/lib/libcudnn.so" 2>/dev/null || echo /)"):$(dirname "$(readlink -f "$DEPS/lib/libnccl.so" 2>/dev/null || echo /)"):${LD_LIBRARY_PATH:-}"
+# OpenBLAS: the system's, else the gzipped static copy from .carry/ (scripts/prepare-carry.sh).
+BLAS_ARGS=""
+if [[ -d .carry/openblas/lib ]] && ls .carry/openblas/lib/*.a.gz > /dev/null 2>&1; then
+  mkdir -p "$DEPS/openblas/lib"
+  cp -r .carry/openblas/include "$DEPS/openblas/"
+  for f in .carry/openblas/lib/*.a.gz; do
+    g="$DEPS/openblas/lib/$(basename "${f%.gz}")"
+    [[ -f "$g" ]] || gunzip -c "$f" > "$g"
+  done
+  BLAS_ARGS="-DOPENBLAS_ROOT=$DEPS/openblas"
+fi
+echo "OpenBLAS: ${BLAS_ARGS:-system}"
 echo "cuDNN: $CUDNN_ARGS"
 echo "NCCL:  $NCCL_ARGS"
 
@@ -45,7 +57,7 @@ echo "== configure (architectures $ARCHS)"
 if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON \
     -DTRIDENT_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DTRIDENT_MPI=OFF -DTRIDENT_DATA=OFF \
     -DTRIDENT_BUILD_BENCHMARKS=OFF -DTRIDENT_SANITIZER_TESTS=OFF -DTRIDENT_WERROR=OFF \
-    $CUDNN_ARGS $NCCL_ARGS > "$OUT/configure.log" 2>&1; then
+    $BLAS_ARGS $CUDNN_ARGS $NCCL_ARGS > "$OUT/configure.log" 2>&1; then
   row configure ok "$(tail -1 "$OUT/configure.log")"
 else
   tail -30 "$OUT/configure.log"; row configure FAIL "see configure.log"
