@@ -23,6 +23,19 @@ endif()
 add_library(trident_openblas INTERFACE)
 target_include_directories(trident_openblas SYSTEM INTERFACE ${TRIDENT_OPENBLAS_INCLUDE})
 target_link_libraries(trident_openblas INTERFACE ${TRIDENT_OPENBLAS_LIB})
+# A static OpenBLAS (scripts/prepare-carry.sh carries one to the GPU check) needs the Fortran
+# runtime that the shared library would bring along; the carry puts it beside the library.
+if(TRIDENT_OPENBLAS_LIB MATCHES "\\.a$")
+  get_filename_component(_ob_dir "${TRIDENT_OPENBLAS_LIB}" DIRECTORY)
+  find_library(TRIDENT_GFORTRAN_LIB NAMES libgfortran.a gfortran HINTS ${_ob_dir})
+  find_library(TRIDENT_QUADMATH_LIB NAMES libquadmath.a quadmath HINTS ${_ob_dir})
+  foreach(_l TRIDENT_GFORTRAN_LIB TRIDENT_QUADMATH_LIB)
+    if(${_l})
+      target_link_libraries(trident_openblas INTERFACE ${${_l}})
+    endif()
+  endforeach()
+  target_link_libraries(trident_openblas INTERFACE m)
+endif()
 message(STATUS "OpenBLAS: ${TRIDENT_OPENBLAS_LIB}")
 
 # --- CUDA, cuBLAS(Lt), cuDNN, NCCL ------------------------------------------------------

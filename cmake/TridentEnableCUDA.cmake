@@ -8,7 +8,8 @@
 #   - CUDA sources are C++20, without extensions. CMake 3.25's tables do not know that nvcc 12+
 #     takes -std=c++20, so this teaches them.
 #   - --expt-relaxed-constexpr: Trident's headers (TRIDENT_INLINE math, dtype tables) call
-#     constexpr host functions from device code.
+#     constexpr host functions from device code; --extended-lambda: the element-wise loops
+#     (core/cuda/loops.cuh) take __device__ lambdas.
 # A macro, not a function: enable_language and the CMAKE_CUDA_* variables act on the caller's
 # directory scope.
 macro(trident_enable_cuda)
@@ -28,5 +29,8 @@ macro(trident_enable_cuda)
   set(CMAKE_CUDA_EXTENSIONS OFF)
   if(NOT CMAKE_CUDA_FLAGS MATCHES "--expt-relaxed-constexpr")
     string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr")
+  endif()
+  if(NOT CMAKE_CUDA_FLAGS MATCHES "--extended-lambda")
+    string(APPEND CMAKE_CUDA_FLAGS " --extended-lambda")
   endif()
 endmacro()

@@ -8,6 +8,13 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "trident_config.h"
+
+#if TRIDENT_HAVE_CUDA
+namespace trident::cuda {
+Allocator* device_allocator(int index);  // core/cuda/allocator.cpp
+}
+#endif
 
 namespace trident {
 namespace {
@@ -177,6 +184,10 @@ Allocator* get_allocator(Device d) {
   static CpuAllocator* cpu = new CpuAllocator();
   if (d.is_cpu()) return cpu;
   std::lock_guard<std::mutex> lock(g_factory_mutex);
+#if TRIDENT_HAVE_CUDA
+  // The CUDA backend's caching allocator, unless a test or an extension registered another.
+  if (g_cuda_factory == nullptr) return cuda::device_allocator(d.index);
+#endif
   TRIDENT_CHECK(g_cuda_factory != nullptr, "no allocator for ", d,
                 cuda_built() ? ": the CUDA backend is not initialized" : ": Trident was built without CUDA (TRIDENT_CUDA=OFF or CUDA not found)");
   return g_cuda_factory(d.index);

@@ -3,13 +3,27 @@
 #include <cstring>
 
 #include "core/strided.h"
+#include "trident_config.h"
 
 namespace trident {
 
+#if TRIDENT_HAVE_CUDA
+namespace cuda {  // core/cuda/copy.cu
+void copy_impl(const Tensor& dst, const Tensor& src);
+void fill_impl(const Tensor& dst, double value);
+void add_into_impl(const Tensor& dst, const Tensor& src);
+}  // namespace cuda
+#endif
+
 namespace detail {
-// Registered by the CUDA backend: copies between devices and on a device.
+// The CUDA backend: copies between devices and on a device (null in a build without CUDA).
+#if TRIDENT_HAVE_CUDA
+void (*g_cuda_copy)(const Tensor& dst, const Tensor& src) = &cuda::copy_impl;
+void (*g_cuda_fill)(const Tensor& dst, double value) = &cuda::fill_impl;
+#else
 void (*g_cuda_copy)(const Tensor& dst, const Tensor& src) = nullptr;
 void (*g_cuda_fill)(const Tensor& dst, double value) = nullptr;
+#endif
 }  // namespace detail
 
 namespace {
@@ -89,7 +103,11 @@ void fill_(const Tensor& dst, double value) {
 
 namespace trident {
 namespace detail {
+#if TRIDENT_HAVE_CUDA
+void (*g_cuda_add_into)(const Tensor& dst, const Tensor& src) = &cuda::add_into_impl;
+#else
 void (*g_cuda_add_into)(const Tensor& dst, const Tensor& src) = nullptr;
+#endif
 }
 
 void add_into_(const Tensor& dst, const Tensor& src) {

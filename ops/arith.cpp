@@ -5,6 +5,9 @@
 #include "ops/common.h"
 #include "ops/cpu/arith.h"
 #include "ops/reduce.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/arith.h"
+#endif
 
 namespace trident {
 
@@ -17,7 +20,7 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, b, "second operand");
   check_same_dtype(op, a, b);
   check_same_device(op, a, b);
-  check_cpu(op, a);
+  check_device(op, a);
   TRIDENT_CHECK(a.dtype() != DType::Bool, op, ": not defined for bool tensors");
   if (autograd::any_requires_grad({a, b})) check_floating(op, a);
 }
@@ -26,16 +29,16 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   check_binary(name, a, b);
   if (op == BinaryOp::Div) check_floating("div", a);
-  return cpu::binary(op, a, b);
+  return TRIDENT_KERNEL(binary)(op, a, b);
 }
 
 Tensor scalar_forward(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
   const char* name = binary_op_name(op);
   check_defined(name, a);
-  check_cpu(name, a);
+  check_device(name, a);
   TRIDENT_CHECK(a.dtype() != DType::Bool, name, ": not defined for bool tensors");
   if (op == BinaryOp::Div) check_floating("div", a);
-  return cpu::binary_scalar(op, a, s, scalar_first);
+  return TRIDENT_KERNEL(binary_scalar)(op, a, s, scalar_first);
 }
 
 }  // namespace
@@ -157,9 +160,9 @@ Tensor rdiv(const Tensor& a, double s) {
 
 Tensor neg(const Tensor& a) {
   check_defined("neg", a);
-  check_cpu("neg", a);
+  check_device("neg", a);
   TRIDENT_CHECK(a.dtype() != DType::Bool, "neg: not defined for bool tensors");
-  Tensor out = cpu::neg(a);
+  Tensor out = TRIDENT_KERNEL(neg)(a);
   if (autograd::any_requires_grad({a}))
     autograd::record("NegBackward", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
   return out;
@@ -179,8 +182,8 @@ Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a_in, const
                      [op, ga, gb, sa = SavedTensor(a), sb = SavedTensor(b)](const TensorList& g) {
                        const Tensor av = sa.unpack(), bv = sb.unpack();
                        TensorList r(2);
-                       if (ga) r[0] = sum_to(cpu::max_min_grad(op, true, g[0], av, bv), av.sizes());
-                       if (gb) r[1] = sum_to(cpu::max_min_grad(op, false, g[0], av, bv), bv.sizes());
+                       if (ga) r[0] = sum_to(TRIDENT_KERNEL(max_min_grad)(op, true, g[0], av, bv), av.sizes());
+                       if (gb) r[1] = sum_to(TRIDENT_KERNEL(max_min_grad)(op, false, g[0], av, bv), bv.sizes());
                        return r;
                      });
   }
@@ -191,7 +194,7 @@ Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a, double s
   Tensor out = scalar_forward(op, a, s, false);
   if (autograd::any_requires_grad({a})) {
     autograd::record(backward_name, {a}, out, [op, s, sa = SavedTensor(a)](const TensorList& g) {
-      return TensorList{cpu::max_min_grad_scalar(op, g[0], sa.unpack(), s)};
+      return TensorList{TRIDENT_KERNEL(max_min_grad_scalar)(op, g[0], sa.unpack(), s)};
     });
   }
   return out;
@@ -212,21 +215,21 @@ const Tensor& inplace(BinaryOp op, const Tensor& self, const Tensor& other) {
   check_defined(name.c_str(), other, "other");
   check_same_dtype(name.c_str(), self, other);
   check_same_device(name.c_str(), self, other);
-  check_cpu(name.c_str(), self);
+  check_device(name.c_str(), self);
   check_inplace(name.c_str(), self, other);
   TRIDENT_CHECK(broadcast_shapes(self.sizes(), other.sizes(), name.c_str()) == self.sizes(), name,
                 ": other's shape ", other.sizes(), " does not broadcast to self's shape ", self.sizes());
   if (op == BinaryOp::Div) check_floating(name.c_str(), self);
-  cpu::binary_inplace(op, self, other);
+  TRIDENT_KERNEL(binary_inplace)(op, self, other);
   return self;
 }
 const Tensor& inplace(BinaryOp op, const Tensor& self, double s) {
   const std::string name = std::string(binary_op_name(op)) + "_";
   check_defined(name.c_str(), self, "self");
-  check_cpu(name.c_str(), self);
+  check_device(name.c_str(), self);
   check_inplace(name.c_str(), self);
   if (op == BinaryOp::Div) check_floating(name.c_str(), self);
-  cpu::binary_scalar_inplace(op, self, s);
+  TRIDENT_KERNEL(binary_scalar_inplace)(op, self, s);
   return self;
 }
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include "autograd/node.h"
 #include "core/tensor.h"
+#include "trident_config.h"
 
 namespace trident::ops_detail {
 
@@ -25,7 +26,32 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
 
 // Until a device has kernels for a family, its ops say so instead of misbehaving.
 inline void check_cpu(const char* op, const Tensor& t) {
-  TRIDENT_CHECK(t.device().is_cpu(), op, ": no kernel for tensors on ", t.device(), " in this build");
+  TRIDENT_CHECK(t.device().is_cpu(), op, ": no ", t.device().is_cuda() ? "CUDA" : "device", " kernel yet (tensor on ",
+                t.device(), "); move it to the CPU with .to(kCPU)");
+}
+
+// NOTE [Device dispatch]: a family with CUDA kernels checks its tensors with check_device and
+// calls its kernels as TRIDENT_KERNEL(name)(args...): trident::cuda::name (ops/cuda/<family>.h)
+// when any tensor argument is on a CUDA device, else trident::cpu::name. The two have the same
+// signature and contract. In a build without CUDA it is the CPU kernel, and check_device refuses
+// CUDA tensors as check_cpu does.
+inline void check_device(const char* op, const Tensor& t) {
+#if TRIDENT_HAVE_CUDA
+  (void)op;
+  (void)t;
+#else
+  check_cpu(op, t);
+#endif
+}
+
+inline bool is_cuda_arg(const Tensor& t) { return t.defined() && t.device().is_cuda(); }
+template <typename X>
+bool is_cuda_arg(const X&) {
+  return false;
+}
+template <typename... A>
+bool any_cuda(const A&... a) {
+  return (is_cuda_arg(a) || ...);
 }
 
 inline void check_floating(const char* op, const Tensor& t) {
@@ -41,3 +67,13 @@ inline void check_inplace(const char* op, const Tensor& self, const Tensor& othe
 }
 
 }  // namespace trident::ops_detail
+
+#if TRIDENT_HAVE_CUDA
+#define TRIDENT_KERNEL(FN)                                                            \
+  [&](auto&&... trident_args_) -> decltype(auto) {                                    \
+    if (::trident::ops_detail::any_cuda(trident_args_...)) return ::trident::cuda::FN(trident_args_...); \
+    return ::trident::cpu::FN(trident_args_...);                                      \
+  }
+#else
+#define TRIDENT_KERNEL(FN) ::trident::cpu::FN
+#endif

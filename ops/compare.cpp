@@ -7,6 +7,9 @@
 #include "ops/common.h"
 #include "ops/cpu/compare.h"
 #include "ops/reduce.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/compare.h"
+#endif
 
 namespace trident {
 
@@ -23,15 +26,15 @@ Tensor compare_tensors(CompareOp op, const Tensor& a_in, const Tensor& b_in) {
   check_defined(name, b, "second operand");
   check_same_dtype(name, a, b);
   check_same_device(name, a, b);
-  check_cpu(name, a);
-  return cpu::compare(op, a.detach(), b.detach());
+  check_device(name, a);
+  return TRIDENT_KERNEL(compare)(op, a.detach(), b.detach());
 }
 
 Tensor compare_scalar(CompareOp op, const Tensor& a, double s) {
   const char* name = compare_op_name(op);
   check_defined(name, a);
-  check_cpu(name, a);
-  return cpu::compare_scalar(op, a.detach(), s);
+  check_device(name, a);
+  return TRIDENT_KERNEL(compare_scalar)(op, a.detach(), s);
 }
 
 // A scalar written into a tensor of `dtype` must be representable (a fractional or
@@ -75,12 +78,12 @@ Shape broadcast3(const char* op, const Shape& c, const Shape& a, const Shape& b)
 // The gradient of a tensor picked where cond == pick_when: g there, 0 elsewhere, summed to `shape`.
 Tensor picked_grad(const Tensor& g, const Tensor& cond, bool pick_when, const Shape& shape) {
   const Shape gs = broadcast_shapes(g.sizes(), cond.sizes(), "where backward");
-  return sum_to(cpu::where_scalar(cond, g, 0.0, pick_when, gs), shape);
+  return sum_to(TRIDENT_KERNEL(where_scalar)(cond, g, 0.0, pick_when, gs), shape);
 }
 
 // Nonzero is true (PyTorch's logical ops accept any dtype).
 Tensor as_bool(const Tensor& t) {
-  return t.dtype() == DType::Bool ? t.detach() : cpu::compare_scalar(CompareOp::Ne, t.detach(), 0.0);
+  return t.dtype() == DType::Bool ? t.detach() : TRIDENT_KERNEL(compare_scalar)(CompareOp::Ne, t.detach(), 0.0);
 }
 
 Tensor logical_binary(LogicalOp op, const Tensor& a, const Tensor& b) {
@@ -134,9 +137,9 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
                 a.sizes(), ") and ", b.dtype(), " (shape ", b.sizes(), "); convert one with .to(dtype)");
   check_same_device("where", cond, a);
   check_same_device("where", a, b);
-  check_cpu("where", a);
+  check_device("where", a);
   const Shape shape = broadcast3("where", cond.sizes(), a.sizes(), b.sizes());
-  Tensor out = cpu::where(cond.detach(), a.detach(), b.detach(), shape);
+  Tensor out = TRIDENT_KERNEL(where)(cond.detach(), a.detach(), b.detach(), shape);
   if (autograd::any_requires_grad({a, b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     autograd::record("WhereBackward", {a, b}, out,
@@ -158,10 +161,10 @@ Tensor where_scalar(const char* name, const Tensor& cond, const Tensor& x, doubl
   check_defined(name, x);
   check_bool(name, cond, x_when_true ? "cond" : "mask");
   check_same_device(name, cond, x);
-  check_cpu(name, x);
+  check_device(name, x);
   check_scalar_fits(name, s, x.dtype());
   const Shape shape = broadcast_shapes(x.sizes(), cond.sizes(), name);
-  Tensor out = cpu::where_scalar(cond.detach(), x.detach(), s, x_when_true, shape);
+  Tensor out = TRIDENT_KERNEL(where_scalar)(cond.detach(), x.detach(), s, x_when_true, shape);
   if (autograd::any_requires_grad({x})) {
     autograd::record(x_when_true ? "WhereBackward" : "MaskedFillBackward", {x}, out,
                      [x_when_true, sc = SavedTensor(cond), zx = x.sizes()](const TensorList& g) {
@@ -183,12 +186,12 @@ const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, double value)
   check_defined("masked_fill_", mask, "mask");
   check_bool("masked_fill_", mask, "mask");
   check_same_device("masked_fill_", self, mask);
-  check_cpu("masked_fill_", self);
+  check_device("masked_fill_", self);
   check_inplace("masked_fill_", self);
   check_scalar_fits("masked_fill_", value, self.dtype());
   TRIDENT_CHECK(broadcast_shapes(self.sizes(), mask.sizes(), "masked_fill_") == self.sizes(),
                 "masked_fill_: mask's shape ", mask.sizes(), " does not broadcast to self's shape ", self.sizes());
-  cpu::masked_fill_(self, mask.detach(), value);
+  TRIDENT_KERNEL(masked_fill_)(self, mask.detach(), value);
   return self;
 }
 

@@ -11,6 +11,9 @@
 #include "ops/cpu/reduce.h"
 #include "ops/index.h"
 #include "ops/shape.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/reduce.h"
+#endif
 
 namespace trident {
 
@@ -67,12 +70,12 @@ Tensor reduce_op(cpu::ReduceKind kind, const Tensor& x, const std::vector<int64_
   }
   const char* name = kind == cpu::ReduceKind::Sum ? "sum" : "mean";
   check_defined(name, x);
-  check_cpu(name, x);
+  check_device(name, x);
   if (kind == cpu::ReduceKind::Mean)
     TRIDENT_CHECK(is_floating(x.dtype()), "mean: expected a floating-point tensor, got ", x.dtype(),
                   " (convert with .to(kF32) first)");
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
-  Tensor out = cpu::reduce(kind, x, dims, keepdim, sum_dtype(x.dtype()));
+  Tensor out = TRIDENT_KERNEL(reduce)(kind, x, dims, keepdim, sum_dtype(x.dtype()));
   if (autograd::any_requires_grad({x})) {
     int64_t count = 1;
     for (int64_t d : dims) count *= x.size(d);
@@ -103,7 +106,7 @@ namespace {
 
 void check_extreme_input(const char* name, const Tensor& x) {
   check_defined(name, x);
-  check_cpu(name, x);
+  check_device(name, x);
   TRIDENT_CHECK(x.dtype() != DType::Bool, name, ": not defined for bool tensors (convert with .to(kI64) first)");
 }
 
@@ -118,7 +121,7 @@ Tensor extreme_values(bool is_max, const char* name, const Tensor& x, const std:
   check_extreme_input(name, x);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
   check_nonempty(name, x, dims);
-  Tensor out = cpu::extreme(is_max, x.detach(), dims, keepdim);
+  Tensor out = TRIDENT_KERNEL(extreme)(is_max, x.detach(), dims, keepdim);
   if (autograd::any_requires_grad({x})) {
     // Shared evenly among ties, as PyTorch's evenly_distribute_backward: a subgradient that is
     // symmetric in the tied elements (the per-dim max instead picks the first, see below).
@@ -127,7 +130,7 @@ Tensor extreme_values(bool is_max, const char* name, const Tensor& x, const std:
                        const Tensor xv = sx.unpack();
                        const Tensor v = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
-                       return TensorList{cpu::distribute_backward(xv, v, gk, dims, /*abs_sign=*/false)};
+                       return TensorList{TRIDENT_KERNEL(distribute_backward)(xv, v, gk, dims, /*abs_sign=*/false)};
                      });
   }
   return out;
@@ -137,7 +140,7 @@ ValuesIndices extreme_dim(bool is_max, const char* name, const Tensor& x, int64_
   check_extreme_input(name, x);
   const std::vector<int64_t> dims = reduction_dims(x, {dim}, name);
   check_nonempty(name, x, dims);
-  auto [values, indices] = cpu::extreme_index(is_max, x.detach(), dims, keepdim);
+  auto [values, indices] = TRIDENT_KERNEL(extreme_index)(is_max, x.detach(), dims, keepdim);
   if (autograd::any_requires_grad({x})) {
     // The gradient goes to the element the index names (the first on ties), as torch.max(dim).
     autograd::record(is_max ? "MaxBackward" : "MinBackward", {x}, values,
@@ -163,7 +166,7 @@ Tensor arg_extreme(bool is_max, const char* name, const Tensor& x, std::optional
     TRIDENT_CHECK(x.numel() > 0, name, ": the input of shape ", x.sizes(),
                   " is empty; the index of the extreme of no elements is undefined");
   }
-  return cpu::extreme_index(is_max, x.detach(), dims, keepdim).second;
+  return TRIDENT_KERNEL(extreme_index)(is_max, x.detach(), dims, keepdim).second;
 }
 
 }  // namespace
@@ -191,7 +194,7 @@ namespace {
 
 void check_float_reduce(const char* name, const Tensor& x) {
   check_defined(name, x);
-  check_cpu(name, x);
+  check_device(name, x);
   TRIDENT_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ", x.dtype(),
                 " (convert with .to(kF32) first)");
 }
@@ -204,7 +207,7 @@ Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in,
   const char* name = is_std ? "std_dev" : "var";
   check_float_reduce(name, x);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, name);
-  Tensor out = cpu::var(x.detach(), dims, correction, keepdim, is_std);
+  Tensor out = TRIDENT_KERNEL(var)(x.detach(), dims, correction, keepdim, is_std);
   if (autograd::any_requires_grad({x})) {
     autograd::record(is_std ? "StdBackward" : "VarBackward", {x}, out,
                      [sx = SavedTensor(x), so = is_std ? SavedTensor(out) : SavedTensor(), dims, keepdim, correction,
@@ -212,7 +215,7 @@ Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in,
                        const Tensor xv = sx.unpack();
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
                        const Tensor ok = is_std ? unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim) : gk;
-                       return TensorList{cpu::var_backward(xv, gk, ok, dims, correction, is_std)};
+                       return TensorList{TRIDENT_KERNEL(var_backward)(xv, gk, ok, dims, correction, is_std)};
                      });
   }
   return out;
@@ -234,14 +237,14 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims_in, bool keep
   }
   check_float_reduce("logsumexp", x);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, "logsumexp");
-  Tensor out = cpu::logsumexp(x.detach(), dims, keepdim);
+  Tensor out = TRIDENT_KERNEL(logsumexp)(x.detach(), dims, keepdim);
   if (autograd::any_requires_grad({x})) {
     autograd::record("LogsumexpBackward", {x}, out,
                      [sx = SavedTensor(x), so = SavedTensor(out), dims, keepdim](const TensorList& g) {
                        const Tensor xv = sx.unpack();
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
                        const Tensor ok = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
-                       return TensorList{cpu::logsumexp_backward(xv, gk, ok)};
+                       return TensorList{TRIDENT_KERNEL(logsumexp_backward)(xv, gk, ok)};
                      });
   }
   return out;
@@ -256,7 +259,7 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims_in, bool
   TRIDENT_CHECK(p >= 0 || std::isinf(p), "norm: p must be >= 0 or +-inf, got ", p);
   const std::vector<int64_t> dims = reduction_dims(x, dims_in, "norm");
   if (std::isinf(p)) check_nonempty(p > 0 ? "norm(p=inf)" : "norm(p=-inf)", x, dims);
-  Tensor out = cpu::norm(x.detach(), p, dims, keepdim);
+  Tensor out = TRIDENT_KERNEL(norm)(x.detach(), p, dims, keepdim);
   if (autograd::any_requires_grad({x})) {
     autograd::record("NormBackward", {x}, out,
                      [sx = SavedTensor(x), so = SavedTensor(out), dims, keepdim, p](const TensorList& g) {
@@ -264,8 +267,8 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims_in, bool
                        if (p == 0.0) return TensorList{zeros_like(xv)};  // a count: piecewise constant
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
                        const Tensor ok = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
-                       if (std::isinf(p)) return TensorList{cpu::distribute_backward(xv, ok, gk, dims, /*abs_sign=*/true)};
-                       return TensorList{cpu::norm_backward(xv, gk, ok, p)};
+                       if (std::isinf(p)) return TensorList{TRIDENT_KERNEL(distribute_backward)(xv, ok, gk, dims, /*abs_sign=*/true)};
+                       return TensorList{TRIDENT_KERNEL(norm_backward)(xv, gk, ok, p)};
                      });
   }
   return out;

@@ -6,6 +6,9 @@
 
 #include "ops/common.h"
 #include "ops/cpu/unary.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/unary.h"
+#endif
 
 namespace trident {
 
@@ -18,17 +21,17 @@ namespace {
 Tensor unary_op(cpu::UnaryOp op, const char* backward_name, const Tensor& x) {
   const char* name = cpu::unary_op_name(op);
   check_defined(name, x);
-  check_cpu(name, x);
+  check_device(name, x);
   if (op == cpu::UnaryOp::Abs) {
     TRIDENT_CHECK(x.dtype() != DType::Bool, name, ": not defined for bool tensors");
   } else {
     check_floating(name, x);
   }
-  Tensor out = cpu::unary(op, x.detach());
+  Tensor out = TRIDENT_KERNEL(unary)(op, x.detach());
   if (autograd::any_requires_grad({x})) {
     const bool use_output = cpu::unary_backward_uses_output(op);
     autograd::record(backward_name, {x}, out, [op, s = SavedTensor(use_output ? out : x)](const TensorList& g) {
-      return TensorList{cpu::unary_backward(op, g[0], s.unpack())};
+      return TensorList{TRIDENT_KERNEL(unary_backward)(op, g[0], s.unpack())};
     });
   }
   return out;
@@ -58,12 +61,12 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 
 Tensor pow(const Tensor& x, double exponent) {
   check_defined("pow", x);
-  check_cpu("pow", x);
+  check_device("pow", x);
   check_floating("pow", x);
-  Tensor out = cpu::pow(x.detach(), exponent);
+  Tensor out = TRIDENT_KERNEL(pow)(x.detach(), exponent);
   if (autograd::any_requires_grad({x})) {
     autograd::record("PowBackward", {x}, out, [exponent, s = SavedTensor(x)](const TensorList& g) {
-      return TensorList{cpu::pow_backward(g[0], s.unpack(), exponent)};
+      return TensorList{TRIDENT_KERNEL(pow_backward)(g[0], s.unpack(), exponent)};
     });
   }
   return out;
@@ -71,7 +74,7 @@ Tensor pow(const Tensor& x, double exponent) {
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   check_defined("clamp", x);
-  check_cpu("clamp", x);
+  check_device("clamp", x);
   TRIDENT_CHECK(min.has_value() || max.has_value(), "clamp: at least one of min and max must be given");
   TRIDENT_CHECK(x.dtype() != DType::Bool, "clamp: not defined for bool tensors");
   if (is_integral(x.dtype())) {
@@ -83,10 +86,10 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   }
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const double lo = min.value_or(-kInf), hi = max.value_or(kInf);
-  Tensor out = cpu::clamp(x.detach(), lo, hi);
+  Tensor out = TRIDENT_KERNEL(clamp)(x.detach(), lo, hi);
   if (autograd::any_requires_grad({x})) {
     autograd::record("ClampBackward", {x}, out, [lo, hi, s = SavedTensor(x)](const TensorList& g) {
-      return TensorList{cpu::clamp_backward(g[0], s.unpack(), lo, hi)};
+      return TensorList{TRIDENT_KERNEL(clamp_backward)(g[0], s.unpack(), lo, hi)};
     });
   }
   return out;

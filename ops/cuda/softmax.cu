@@ -1,0 +1,163 @@
+#include "ops/cuda/softmax.h"
+
+#include "ops/cuda/common.cuh"
+#include "ops/shape.h"
+
+namespace trident::cuda {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = (u > v || u != u) ? u : v;
+  }
+  return v;
+}
+
+// Sum or max over the threads of a row: a warp (tpr 32) or the whole block (tpr 256).
+__device__ float row_sum(float v, int tpr, float* smem) {
+  v = warp_sum(v);
+  if (tpr == 32) return v;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+  __syncthreads();
+  return warp_sum(smem[threadIdx.x % 32 < kBlock / 32 ? threadIdx.x % 32 : 0] * (threadIdx.x % 32 < kBlock / 32 ? 1.f : 0.f));
+}
+__device__ float row_max(float v, int tpr, float* smem) {
+  v = warp_max(v);
+  if (tpr == 32) return v;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+  __syncthreads();
+  return warp_max(smem[threadIdx.x % 32 < kBlock / 32 ? threadIdx.x % 32 : 0]);
+}
+
+// y = softmax(x) or log_softmax(x) over rows of n; three passes over the row (max, sum, write),
+// the row stays in L1/L2 between them.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n,
+                                                         int tpr, bool log) {
+  __shared__ float smem[kBlock / 32];
+  const int per_block = kBlock / tpr;
+  const int t = threadIdx.x % tpr;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < rows; base += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t row = base + threadIdx.x / tpr;
+    const bool active = row < rows;
+    const T* xr = x + (active ? row : 0) * n;
+    float m = -INFINITY;
+    if (active)
+      for (int64_t j = t; j < n; j += tpr) {
+        const float v = static_cast<float>(xr[j]);
+        m = (v > m || v != v) ? v : m;
+      }
+    m = row_max(m, tpr, smem);
+    float s = 0.0f;
+    if (active)
+      for (int64_t j = t; j < n; j += tpr) s += expf(static_cast<float>(xr[j]) - m);
+    s = row_sum(s, tpr, smem);
+    if (!active) continue;
+    T* yr = y + row * n;
+    if (log) {
+      const float lse = m + logf(s);
+      for (int64_t j = t; j < n; j += tpr) yr[j] = static_cast<T>(static_cast<float>(xr[j]) - lse);
+    } else {
+      const float inv = 1.0f / s;
+      for (int64_t j = t; j < n; j += tpr) yr[j] = static_cast<T>(expf(static_cast<float>(xr[j]) - m) * inv);
+    }
+  }
+}
+
+// softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g).
+template <typename T>
+__global__ void __launch_bounds__(kBlock) softmax_backward_kernel(const T* __restrict__ g, const T* __restrict__ y,
+                                                                  T* __restrict__ gx, int64_t rows, int64_t n, int tpr,
+                                                                  bool log) {
+  __shared__ float smem[kBlock / 32];
+  const int per_block = kBlock / tpr;
+  const int t = threadIdx.x % tpr;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < rows; base += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t row = base + threadIdx.x / tpr;
+    const bool active = row < rows;
+    const int64_t o = (active ? row : 0) * n;
+    float s = 0.0f;
+    if (active)
+      for (int64_t j = t; j < n; j += tpr)
+        s += log ? static_cast<float>(g[o + j]) : static_cast<float>(g[o + j]) * static_cast<float>(y[o + j]);
+    s = row_sum(s, tpr, smem);
+    if (!active) continue;
+    for (int64_t j = t; j < n; j += tpr) {
+      const float gv = static_cast<float>(g[o + j]), yv = static_cast<float>(y[o + j]);
+      gx[o + j] = static_cast<T>(log ? gv - expf(yv) * s : yv * (gv - s));
+    }
+  }
+}
+
+// x with `dim` moved last, contiguous; returns the permutation used (empty when none was needed).
+Tensor last_dim_rows(const Tensor& x, int64_t dim, std::vector<int64_t>& perm) {
+  perm.clear();
+  if (x.dim() == 0 || dim == x.dim() - 1) return x.detach().contiguous();
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != dim) perm.push_back(d);
+  perm.push_back(dim);
+  return permute(x.detach(), perm).contiguous();
+}
+
+Tensor restore(const Tensor& y, const std::vector<int64_t>& perm) {
+  if (perm.empty()) return y;
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  return permute(y, inv).contiguous();
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim, bool log) {
+  std::vector<int64_t> perm;
+  const Tensor xr = last_dim_rows(x, dim, perm);
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  Tensor y = empty_on(xr.sizes(), x.dtype(), x.device());
+  if (rows > 0) {
+    const int tpr = n >= 1024 ? 256 : 32;
+    DeviceGuard dg(x.device().index);
+    const int blocks = grid_size((rows + kBlock / tpr - 1) / (kBlock / tpr), 1);
+    TRIDENT_DISPATCH_CUDA_FLOATING(x.dtype(), "softmax", [&] {
+      softmax_kernel<scalar_t><<<blocks, kBlock, 0, current_stream(x.device().index).handle()>>>(
+          static_cast<const scalar_t*>(xr.data_ptr()), static_cast<scalar_t*>(y.data_ptr()), rows, n, tpr, log);
+    });
+    TRIDENT_CUDA_KERNEL_CHECK();
+  }
+  return restore(y, perm);
+}
+
+Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+  std::vector<int64_t> perm;
+  const Tensor gr = last_dim_rows(g, dim, perm);
+  const Tensor yr = last_dim_rows(y, dim, perm);
+  const int64_t n = y.dim() == 0 ? 1 : y.size(dim);
+  const int64_t rows = n == 0 ? 0 : y.numel() / n;
+  Tensor gx = empty_on(yr.sizes(), y.dtype(), y.device());
+  if (rows > 0) {
+    const int tpr = n >= 1024 ? 256 : 32;
+    DeviceGuard dg(y.device().index);
+    const int blocks = grid_size((rows + kBlock / tpr - 1) / (kBlock / tpr), 1);
+    TRIDENT_DISPATCH_CUDA_FLOATING(y.dtype(), "softmax_backward", [&] {
+      softmax_backward_kernel<scalar_t><<<blocks, kBlock, 0, current_stream(y.device().index).handle()>>>(
+          static_cast<const scalar_t*>(gr.data_ptr()), static_cast<const scalar_t*>(yr.data_ptr()),
+          static_cast<scalar_t*>(gx.data_ptr()), rows, n, tpr, log);
+    });
+    TRIDENT_CUDA_KERNEL_CHECK();
+  }
+  return restore(gx, perm);
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The whole GPU verification on a machine with one GPU, in one go: build the CUDA backend and its
+# tests (or reuse BUILD_DIR if built already), run every CUDA test, print a summary table last.
+# Logs go to $OUT (default: ./gpu-check-out). Needs only the CUDA toolkit, a C++ compiler, cmake
+# and ninja: cuDNN and NCCL are found where they are (Python packages included), and the rest
+# comes from .carry/ (scripts/prepare-carry.sh, run beforehand on a Debian machine).
+#   scripts/gpu-check.sh                   # build for the GPU it finds, run the tests
+#   ARCHS=90 JOBS=16 scripts/gpu-check.sh
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/gpu-check-out}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
+JOBS="${JOBS:-$(nproc)}"
+mkdir -p "$OUT"
+START=$(date +%s)
+declare -a ROWS=()
+row() { ROWS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
+
+echo "== GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+ARCHS="${ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')}"
+ARCHS="${ARCHS:-90}"
+
+# cuDNN and NCCL: the system's, else a Python package's (nvidia-cudnn-cu13, nvidia-nccl-cu13),
+# whose libraries carry only the versioned name: link the unversioned one beside it.
+DEPS="$BUILD_DIR/deps"
+mkdir -p "$DEPS/lib"
+find_dep() {  # name header
+  local lib inc
+  lib=$(find / \( -path /proc -o -path /sys \) -prune -o -name "lib$1.so*" -print 2>/dev/null | sort | head -1)
+  inc=$(find / \( -path /proc -o -path /sys \) -prune -o -name "$2" -print 2>/dev/null | head -1)
+  if [[ -n "$lib" && -n "$inc" ]]; then
+    ln -sf "$lib" "$DEPS/lib/lib$1.so"
+    echo "-D$(echo "$1" | tr a-z A-Z)_ROOT=$DEPS -DTRIDENT_$(echo "$1" | tr a-z A-Z)_INCLUDE=$(dirname "$inc")"
+  fi
+}
+CUDNN_ARGS=$(find_dep cudnn cudnn.h)
+NCCL_ARGS=$(find_dep nccl nccl.h)
+export LD_LIBRARY_PATH="$DEPS/lib:$(dirname "$(readlink -f "$DEPS/lib/libcudnn.so" 2>/dev/null || echo /)"):$(dirname "$(readlink -f "$DEPS/lib/libnccl.so" 2>/dev/null || echo /)"):${LD_LIBRARY_PATH:-}"
+# OpenBLAS: the system's, else the gzipped static copy from .carry/ (scripts/prepare-carry.sh).
+BLAS_ARGS=""
+if [[ -d .carry/openblas/lib ]] && ls .carry/openblas/lib/*.a.gz > /dev/null 2>&1; then
+  mkdir -p "$DEPS/openblas/lib"
+  cp -r .carry/openblas/include "$DEPS/openblas/"
+  for f in .carry/openblas/lib/*.a.gz; do
+    g="$DEPS/openblas/lib/$(basename "${f%.gz}")"
+    [[ -f "$g" ]] || gunzip -c "$f" > "$g"
+  done
+  BLAS_ARGS="-DOPENBLAS_ROOT=$DEPS/openblas"
+fi
+echo "OpenBLAS: ${BLAS_ARGS:-system}"
+echo "cuDNN: $CUDNN_ARGS"
+echo "NCCL:  $NCCL_ARGS"
+
+echo "== configure (architectures $ARCHS)"
+if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON \
+    -DTRIDENT_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DTRIDENT_MPI=OFF -DTRIDENT_DATA=OFF \
+    -DTRIDENT_BUILD_BENCHMARKS=OFF -DTRIDENT_SANITIZER_TESTS=OFF -DTRIDENT_WERROR=OFF \
+    $BLAS_ARGS $CUDNN_ARGS $NCCL_ARGS > "$OUT/configure.log" 2>&1; then
+  row configure ok "$(tail -1 "$OUT/configure.log")"
+else
+  tail -30 "$OUT/configure.log"; row configure FAIL "see configure.log"
+fi
+
+echo "== build"
+B0=$(date +%s)
+if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests > "$OUT/build.log" 2>&1; then
+  row build ok "$(( $(date +%s) - B0 )) s"
+else
+  grep -m 20 -B2 -A6 "error" "$OUT/build.log"; row build FAIL "see build.log"
+fi
+
+echo "== tests"
+run_suite() {  # name binary filter
+  local log="$OUT/$1.log"
+  if [[ ! -x "$2" ]]; then row "$1" FAIL "not built"; return; fi
+  TRIDENT_CUDA_LAUNCH_BLOCKING="${LAUNCH_BLOCKING:-0}" timeout 300 "$2" --gtest_filter="$3" --gtest_brief=0 > "$log" 2>&1
+  local rc=$?
+  local passed skipped failed
+  passed=$(grep -c '^\[       OK \]' "$log")
+  skipped=$(grep -c '^\[  SKIPPED \]' "$log")
+  failed=$(grep -c '^\[  FAILED  \].*(' "$log")
+  grep -A12 '^\[ RUN' "$log" | grep -B3 -A8 'Failure' | head -60
+  row "$1" "$([[ $rc == 0 && $failed == 0 ]] && echo ok || echo FAIL)" "passed $passed, failed $failed, skipped $skipped (rc $rc)"
+}
+run_suite cuda_tests "$BUILD_DIR/tests/cuda_tests" '*'
+run_suite caching_allocator "$BUILD_DIR/tests/core_tests" 'CachingAllocator*'
+# Once more with every launch synchronized: an asynchronous error is pinned to its launch.
+LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" '*'
+
+echo
+echo "== summary ($(( $(date +%s) - START )) s, $(head -1 "$OUT/gpu.txt"))"
+printf '%s\n' "${ROWS[@]}" | tee "$OUT/summary.txt"
+! grep -q ' FAIL ' "$OUT/summary.txt"

@@ -1,0 +1,192 @@
+// The cross-backend suite: every op with CUDA kernels, on fresh random inputs, run on the GPU in
+// f32, f16 and bf16 and compared with the CPU in f64 on the same (rounded) inputs, forward and
+// backward. Every device allocation is poisoned with NaN (cuda::set_poison_allocations), so an
+// output element a kernel forgets to write fails, and NaN never passes the comparison. Skips
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda/allocator.h"
+#include "cuda/cuda_test_util.h"
+#include "test_util.h"
+
+using namespace trident;
+
+namespace {
+
+const Device kGPU = Device::cuda(0);
+
+enum class Domain { Any, Positive, AwayFromZero };
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> shapes;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+  Domain domain = Domain::Any;
+  bool backward = true;  // float output: also compare input gradients
+};
+
+// Relative error ||a - b|| / ||b|| over all elements; NaN anywhere in a (where b is not NaN) is
+// infinite error.
+double rel_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i])) {
+      if (!std::isnan(a[i])) return INFINITY;
+      continue;
+    }
+    if (!std::isfinite(a[i]) && a[i] != b[i]) return INFINITY;
+    if (a[i] == b[i]) continue;  // equal infinities included
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Per-dtype tolerances on the relative error: f32 arithmetic, and one to three roundings to
+// f16 (2^-11) or bf16 (2^-8) along the way. Backward chains round a few more times.
+double tolerance(DType dt, bool backward) {
+  switch (dt) {
+    case DType::F32: return backward ? 2e-5 : 1e-5;
+    case DType::F16: return backward ? 4e-3 : 2e-3;
+    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
+    default: return 0;
+  }
+}
+
+std::vector<OpCase> op_table() {
+  using V = std::vector<Tensor>;
+  std::vector<OpCase> t;
+  const Shape m{33, 65}, row{65}, a3{4, 1, 7}, b3{1, 5, 7};
+  // Arithmetic, broadcasting, scalars.
+  t.push_back({"add_broadcast", {m, row}, [](const V& x) { return add(x[0], x[1]); }});
+  t.push_back({"sub_broadcast3", {a3, b3}, [](const V& x) { return sub(x[0], x[1]); }});
+  t.push_back({"mul", {m, m}, [](const V& x) { return mul(x[0], x[1]); }});
+  t.push_back({"div", {m, m}, [](const V& x) { return div(x[0], x[1]); }, Domain::AwayFromZero});
+  t.push_back({"maximum", {a3, b3}, [](const V& x) { return maximum(x[0], x[1]); }});
+  t.push_back({"minimum", {m, row}, [](const V& x) { return minimum(x[0], x[1]); }});
+  t.push_back({"add_scalar", {m}, [](const V& x) { return add(x[0], 0.75); }});
+  t.push_back({"rdiv_scalar", {m}, [](const V& x) { return rdiv(x[0], 2.0); }, Domain::AwayFromZero});
+  t.push_back({"neg", {m}, [](const V& x) { return neg(x[0]); }});
+  t.push_back({"add_transposed", {{65, 33}, m}, [](const V& x) { return add(transpose(x[0], 0, 1), x[1]); }});
+  t.push_back({"odd_length_tail", {{1001}}, [](const V& x) { return mul(x[0], 3.0); }});
+  // Unary.
+  t.push_back({"relu", {m}, [](const V& x) { return relu(x[0]); }});
+  t.push_back({"tanh", {m}, [](const V& x) { return tanh(x[0]); }});
+  t.push_back({"sigmoid", {m}, [](const V& x) { return sigmoid(x[0]); }});
+  t.push_back({"exp", {m}, [](const V& x) { return exp(x[0]); }});
+  t.push_back({"log", {m}, [](const V& x) { return log(x[0]); }, Domain::Positive});
+  t.push_back({"sqrt", {m}, [](const V& x) { return sqrt(x[0]); }, Domain::Positive});
+  t.push_back({"rsqrt", {m}, [](const V& x) { return rsqrt(x[0]); }, Domain::Positive});
+  t.push_back({"abs", {m}, [](const V& x) { return abs(x[0]); }, Domain::AwayFromZero});
+  t.push_back({"gelu", {m}, [](const V& x) { return gelu(x[0]); }});
+  t.push_back({"gelu_tanh", {m}, [](const V& x) { return gelu(x[0], GeluApproximation::Tanh); }});
+  t.push_back({"pow3", {m}, [](const V& x) { return pow(x[0], 3.0); }});
+  t.push_back({"pow2.5", {m}, [](const V& x) { return pow(x[0], 2.5); }, Domain::Positive});
+  t.push_back({"clamp", {m}, [](const V& x) { return clamp(x[0], -0.5, 0.7); }});
+  // Comparison and selection.
+  t.push_back({"lt_broadcast", {m, row}, [](const V& x) { return lt(x[0], x[1]); }, Domain::Any, false});
+  t.push_back({"ge_scalar", {m}, [](const V& x) { return ge(x[0], 0.25); }, Domain::Any, false});
+  t.push_back({"where", {m, m, row}, [](const V& x) { return where(gt(x[0], 0.0), x[1], x[2]); }});
+  t.push_back({"where_scalar", {m, m}, [](const V& x) { return where(gt(x[0], 0.0), x[1], -2.0); }});
+  t.push_back({"masked_fill", {m, row}, [](const V& x) { return masked_fill(x[0], lt(x[1], 0.0), 3.0); }});
+  // Reductions.
+  t.push_back({"sum_all", {m}, [](const V& x) { return sum(x[0]); }});
+  t.push_back({"sum_dim0", {m}, [](const V& x) { return sum(x[0], {0}); }});
+  t.push_back({"sum_long_rows", {{6, 5000}}, [](const V& x) { return sum(x[0], {1}, true); }});
+  t.push_back({"mean_dims02", {{6, 9, 11}}, [](const V& x) { return mean(x[0], {0, 2}); }});
+  t.push_back({"amax_dim1", {m}, [](const V& x) { return amax(x[0], {1}); }});
+  t.push_back({"amin_dim0", {m}, [](const V& x) { return amin(x[0], {0}); }});
+  t.push_back({"max_all", {m}, [](const V& x) { return max(x[0]); }});
+  t.push_back({"argmax_dim1", {m}, [](const V& x) { return argmax(x[0], 1); }, Domain::Any, false});
+  t.push_back({"argmin_all", {{4000}}, [](const V& x) { return argmin(x[0]); }, Domain::Any, false});
+  t.push_back({"var_dim1", {m}, [](const V& x) { return var(x[0], {1}); }});
+  t.push_back({"std_dim0", {m}, [](const V& x) { return std_dev(x[0], {0}, 0.0); }});
+  t.push_back({"logsumexp_dim1", {m}, [](const V& x) { return logsumexp(x[0], {1}); }});
+  t.push_back({"norm2_dim1", {m}, [](const V& x) { return norm(x[0], 2.0, {1}); }});
+  t.push_back({"norm1_all", {m}, [](const V& x) { return norm(x[0], 1.0); }, Domain::AwayFromZero});
+  t.push_back({"norm3_dim0", {m}, [](const V& x) { return norm(x[0], 3.0, {0}); }, Domain::AwayFromZero});
+  // Softmax.
+  t.push_back({"softmax_last", {m}, [](const V& x) { return softmax(x[0], -1); }});
+  t.push_back({"softmax_dim0", {m}, [](const V& x) { return softmax(x[0], 0); }});
+  t.push_back({"softmax_long_rows", {{3, 3000}}, [](const V& x) { return softmax(x[0], 1); }});
+  t.push_back({"log_softmax_last", {m}, [](const V& x) { return log_softmax(x[0], -1); }});
+  t.push_back({"log_softmax_long", {{2, 4097}}, [](const V& x) { return log_softmax(x[0], 1); }});
+  return t;
+}
+
+Tensor draw(const Shape& s, Domain d, Generator& g) {
+  Tensor x = randn(s, kF64, &g);
+  if (d == Domain::Positive) return add(abs(x), 0.1);
+  if (d == Domain::AwayFromZero) return where(lt(x, 0.0), sub(x, 0.5), add(x, 0.5));
+  return x;
+}
+
+class CrossBackend : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    TRIDENT_REQUIRE_CUDA();
+    cuda::set_poison_allocations(true);
+  }
+  void TearDown() override { cuda::set_poison_allocations(false); }
+};
+
+TEST_P(CrossBackend, EveryOpMatchesTheCpuInF64) {
+  const DType dt = GetParam();
+  uint64_t seed = 1000 + static_cast<uint64_t>(dt);
+  for (const OpCase& c : op_table()) {
+    SCOPED_TRACE(c.name + " in " + std::string(dtype_name(dt)));
+    Generator g(seed++);
+    // Inputs rounded to dt, so both sides see the same values.
+    std::vector<Tensor> ref_in, dev_in;
+    for (const Shape& s : c.shapes) {
+      const Tensor x = draw(s, c.domain, g).to(dt);
+      ref_in.push_back(x.to(kF64).detach().set_requires_grad(c.backward));
+      dev_in.push_back(x.to(kGPU).detach().set_requires_grad(c.backward));
+    }
+    const Tensor ref = c.fn(ref_in);
+    const Tensor got = c.fn(dev_in);
+    ASSERT_EQ(got.device(), kGPU);
+    ASSERT_EQ(got.sizes(), ref.sizes());
+    if (!is_floating(ref.dtype())) {
+      EXPECT_EQ(got.to(kCPU).to_vector<int64_t>(), ref.to_vector<int64_t>());
+      continue;
+    }
+    EXPECT_EQ(got.dtype(), dt);
+    const double err = rel_error(got.to(kCPU), ref);
+    EXPECT_LE(err, tolerance(dt, false)) << "forward";
+    if (!c.backward) continue;
+    // Backward of sum(out * w) for a random w, the same on both sides.
+    const Tensor w = randn(ref.sizes(), kF64, &g).to(dt);
+    sum(mul(ref, w.to(kF64))).backward();
+    sum(mul(got, w.to(kGPU))).backward();
+    for (size_t i = 0; i < ref_in.size(); ++i) {
+      ASSERT_TRUE(dev_in[i].grad().defined()) << "input " << i;
+      EXPECT_EQ(dev_in[i].grad().device(), kGPU);
+      const double gerr = rel_error(dev_in[i].grad().to(kCPU), ref_in[i].grad());
+      EXPECT_LE(gerr, tolerance(dt, true)) << "gradient of input " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CrossBackend, ::testing::Values(DType::F32, DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+TEST(CrossBackendErrors, AnOpWithoutACudaKernelNamesTheOpAndTheDevice) {
+  TRIDENT_REQUIRE_CUDA();
+  const Tensor x = ones({2, 3}, TensorOptions(kF32).device(kGPU));
+  const std::string msg = trident::testing::error_message([&] { logical_not(gt(x, 0.0)); });
+  EXPECT_NE(msg.find("logical_not"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+  const std::string f64 = trident::testing::error_message([&] { relu(x.to(kF64)); });
+  EXPECT_NE(f64.find("f64"), std::string::npos) << f64;
+  const std::string mixed = trident::testing::error_message([&] { add(x, ones({2, 3})); });
+  EXPECT_NE(mixed.find("same device"), std::string::npos) << mixed;
+}
+
+}  // namespace
