@@ -41,6 +41,7 @@
 // would slow every file that includes this one; include it where checkpoints are written.
 #include "nn/nn.h"
 #include "nn/safetensors.h"
+#include "models/amoebanet.h"
 #include "nn/state_dict.h"
 #include "ops/autocast.h"
 
