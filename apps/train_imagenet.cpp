@@ -43,7 +43,7 @@ struct Options {
   std::string dataset = "fashion-mnist", data, model = "tiny", device = "cpu", precision = "fp32";
   std::string optimizer = "sgd", schedule = "cosine", ckpt_dir, resume, config, out_dir = "runs/train_imagenet";
   int64_t batch = 64, grad_accum = 1, steps = 0, epochs = 0, warmup = 0, eval_every = 0, eval_batches = 0;
-  int64_t ckpt_every = 0, image_size = 0, classes = 0, workers = 2, log_every = 1, train_limit = 0;
+  int64_t stem_stride = 0, ckpt_every = 0, image_size = 0, classes = 0, workers = 2, log_every = 1, train_limit = 0;
   double lr = 0.05, weight_decay = 1e-4, momentum = 0.9, dropout = -1, label_smoothing = 0;
   uint64_t seed = 1234;
   bool dry_run = false, aux = false;
@@ -179,6 +179,7 @@ AmoebaNetConfig model_config(const Options& o, int64_t classes, int64_t channels
     TRIDENT_FAIL("unknown model preset '", o.model, "' (known: tiny, small, or amoebanet-d(L,D) / amoebanet-b(L,D))");
   }
   c.aux_head = o.aux;
+  c.stem_stride = o.stem_stride;
   if (o.dropout >= 0) c.dropout = o.dropout;
   c.validate();
   return c;
@@ -498,6 +499,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "tiny | small | amoebanet-d(L,D) | amoebanet-b(L,D)")->capture_default_str();
   app.add_option("--image-size", o.image_size, "input size (default: the dataset's; 224 for ImageNet)");
   app.add_option("--classes", o.classes, "number of classes (default: the dataset's)");
+  app.add_option("--stem-stride", o.stem_stride, "stride of the stem convolution (default: 2 for ImageNet, 1 otherwise)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--aux", o.aux, "add the auxiliary head (loss weight 0.4)");
   app.add_option("--dropout", o.dropout, "classifier dropout (default 0.5)");
   app.add_option("--device", o.device, "cpu | cuda")->capture_default_str();

@@ -56,6 +56,7 @@ void AmoebaNetConfig::validate() const {
   TRIDENT_CHECK(in_channels >= 1, "AmoebaNet: in_channels must be positive, got ", in_channels);
   TRIDENT_CHECK(image_size >= 3, "AmoebaNet: image_size must be at least 3, got ", image_size);
   TRIDENT_CHECK(stem_filters >= 1, "AmoebaNet: stem_filters must be positive, got ", stem_filters);
+  TRIDENT_CHECK(stem_stride >= 0, "AmoebaNet: stem_stride must be >= 0 (0: the stem's default), got ", stem_stride);
   TRIDENT_CHECK(num_reduction_layers >= 0, "AmoebaNet: num_reduction_layers must be >= 0, got ", num_reduction_layers);
   const std::vector<int64_t> r = reduction_indices();
   for (size_t i = 1; i < r.size(); ++i)
@@ -93,7 +94,7 @@ AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize)
   const bool imagenet = c.stem == AmoebaNetConfig::Stem::ImageNet;
   Chw cur = add("stem", [&] {
               return std::make_shared<amoebanet::Stem>(b, Chw{c.in_channels, c.image_size, c.image_size}, c.stem_filters,
-                                                       imagenet ? 2 : 1);
+                                                       c.stem_stride > 0 ? c.stem_stride : (imagenet ? 2 : 1));
             })->out;
   std::optional<Chw> prev;
   auto cell = [&](const std::string& name, bool reduction, int64_t filters) {

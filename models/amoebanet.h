@@ -51,6 +51,9 @@ struct AmoebaNetConfig {
   int64_t in_channels = 3;
   Stem stem = Stem::ImageNet;
   int64_t stem_filters = 32;       // the reference's stem_reduction_size
+  // The stem convolution's stride; 0 means the stem's own (2 for ImageNet, 1 for Small). A
+  // small stem of stride 2 quarters the work on 28x28 or 32x32 images (28 -> 13, then 13, 7, 4).
+  int64_t stem_stride = 0;
   int64_t num_reduction_layers = 2;
   bool aux_head = false;
   double aux_scaling = 0.4;
