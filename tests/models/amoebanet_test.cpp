@@ -124,6 +124,7 @@ TEST(AmoebaNet, ShapesThroughTheNetworkForEachInputSize) {
   struct Case {
     int64_t image, in_channels;
     std::vector<int64_t> sizes;  // stem, stem cells (ImageNet), stack 1, 2, 3
+    int64_t stem_stride = 0;
   };
   const Case cases[] = {
       {224, 3, {111, 56, 28, 28, 14, 7}},
@@ -131,12 +132,14 @@ TEST(AmoebaNet, ShapesThroughTheNetworkForEachInputSize) {
       {480, 3, {239, 120, 60, 60, 30, 15}},
       {32, 3, {30, 30, 15, 8}},
       {28, 1, {26, 26, 13, 7}},
+      {28, 1, {13, 13, 7, 4}, 2},  // a small stem of stride 2: (28 - 3) / 2 + 1 = 13
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.image);
     AmoebaNetConfig c = config("amoebanet-d(3,8)", 10, k.image);
     c.in_channels = k.in_channels;
     c.stem_filters = 4;
+    c.stem_stride = k.stem_stride;
     const bool imagenet = k.image >= 64;
     // Expected (C, H) per layer. D = 8: stem cells 2 and 4 filters (3 states out), stacks of
     // 8, 16, 32 filters (normal: 4 states, reduction: 3).
