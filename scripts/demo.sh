@@ -13,7 +13,7 @@ case "${1:-}" in
     shift
     cmake --build build -j "$(nproc)" --target train_imagenet
     exec build/apps/train_imagenet --dataset fashion-mnist --model tiny --stem-stride 2 --optimizer adamw --lr 3e-3 \
-      --weight-decay 1e-4 --warmup 20 --dropout 0.1 --batch 64 --steps 300 --eval-every 150 --log-every 10 \
+      --weight-decay 1e-4 --warmup 20 --dropout 0.1 --batch 64 --steps 800 --eval-every 200 --log-every 10 \
       --out-dir runs/images "$@" ;;
 esac
 cmake --build build -j "$(nproc)" --target train_mlp
