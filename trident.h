@@ -42,6 +42,7 @@
 // would slow every file that includes this one; include it where checkpoints are written.
 #include "nn/nn.h"
 #include "nn/safetensors.h"
+#include "models/amoebanet.h"
 #include "nn/state_dict.h"
 #include "ops/autocast.h"
 // parallel/: communicators, the mesh, data parallelism (parallel/checkpoint.h, like

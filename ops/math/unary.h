@@ -16,7 +16,8 @@ namespace trident::math {
 struct Relu {
   template <typename T> TRIDENT_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); }
 };
-// d relu / dx at x: 1 where x > 0 (0 at the kink, as PyTorch).
+// d relu / dx: 1 where x > 0 (0 at the kink, as PyTorch). Given y = relu(x) instead of x it
+// is the same function (y > 0 exactly where x > 0), which is how autograd calls it.
 struct ReluBackward {
   template <typename T> TRIDENT_INLINE T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
 };
