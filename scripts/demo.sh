@@ -7,7 +7,7 @@
 #                            (apps/prepare_text), prints validation perplexity before and after
 #                            training, and generates a few lines from the trained model.
 #   scripts/demo.sh mlp      the smoke run: an MLP on a synthetic task (apps/train_mlp).
-#   scripts/demo.sh images   AmoebaNet-D on Fashion-MNIST (when apps/train_imagenet exists).
+#   scripts/demo.sh images   a small AmoebaNet-D on Fashion-MNIST (apps/train_imagenet).
 #
 # Extra arguments go to the trainer (see `build/apps/train_gpt2 --help`), e.g.
 # `scripts/demo.sh gpt2 --time-limit 60`. DEMO_SECONDS sets the training time (default 180).
