@@ -1,8 +1,8 @@
 // train_bert: BERT pre-training (masked LM + next sentence) on example shards from
 // apps/prepare_bert.
 //
-//   train_bert --train '~/.cache/trident/brown/bert128/bert_train_*.bin'
-//              --val '~/.cache/trident/brown/bert128/bert_val_*.bin' --preset tiny --steps 300
+//   train_bert --train "$HOME/.cache/trident/brown/bert128/bert_train_*.bin"
+//              --val "$HOME/.cache/trident/brown/bert128/bert_val_*.bin" --preset tiny --steps 300
 //
 // The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
 #include <cstdio>
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
                           config.estimate_memory(o.batch, seq_len, predictions, apps::memory_options(o.precision)));
       return 0;
     }
-    TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin')");
+    TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin")");
 
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);

@@ -1,7 +1,7 @@
 // train_gpt2: GPT-2 on llm.c-format token shards (apps/prepare_text makes them).
 //
-//   train_gpt2 --train '~/.cache/trident/brown/gpt2/brown_train_*.bin'
-//              --val '~/.cache/trident/brown/gpt2/brown_val_*.bin' --preset tiny --steps 300
+//   train_gpt2 --train "$HOME/.cache/trident/brown/gpt2/brown_train_*.bin"
+//              --val "$HOME/.cache/trident/brown/gpt2/brown_val_*.bin" --preset tiny --steps 300
 //
 // The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
 #include <cstdio>
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                           config.estimate_memory(o.batch, seq_len, apps::memory_options(o.precision)));
       return 0;
     }
-    TRIDENT_CHECK(!train_glob.empty(), "--train is required (token shards, e.g. 'data/brown_train_*.bin')");
+    TRIDENT_CHECK(!train_glob.empty(), "--train is required (token shards, e.g. 'data/brown_train_*.bin")");
     auto train = std::make_shared<data::LmDataset>(data::glob_files(train_glob), seq_len);
     std::shared_ptr<data::LmDataset> val;
     if (!val_glob.empty()) val = std::make_shared<data::LmDataset>(data::glob_files(val_glob), seq_len);

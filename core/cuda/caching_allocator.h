@@ -1,6 +1,6 @@
 // The caching device allocator's logic, written against an abstract raw allocator so that it is
 // plain C++: the CUDA backend plugs in cudaMalloc/cudaFree and CUDA events
-// (core/cuda/allocator.cu), and the unit tests plug in a fake that runs on any machine.
+// (core/cuda/allocator.cpp), and the unit tests plug in a fake that runs on any machine.
 //
 // NOTE [Caching device allocator]: cudaMalloc and cudaFree are slow (cudaFree synchronizes the
 // device), and a training step allocates and frees the same sizes every step. So memory freed by
@@ -40,7 +40,7 @@ namespace trident::cuda {
 // A stream as the allocator sees it: an opaque id (the cudaStream_t's bits on a real device).
 using StreamId = std::uintptr_t;
 
-// What the caching allocator needs from a device. Implementations: core/cuda/allocator.cu
+// What the caching allocator needs from a device. Implementations: core/cuda/allocator.cpp
 // (CUDA), and the fake in tests/core/caching_allocator_test.cpp.
 class RawDeviceAllocator {
  public:

@@ -1,6 +1,6 @@
 // The NCCL backend (NOTE [NCCL backend], communicator.h): CUDA tensors over NCCL. Built only when
-// TRIDENT_HAVE_CUDA; it compiles today but cannot be exercised until the CUDA tensor backend
-// exists (there are no CUDA tensors yet).
+// TRIDENT_HAVE_CUDA. It compiles; no test has run it on a GPU yet (it orders its work after the
+// legacy default stream, not yet after core/cuda's current stream).
 //
 // One ncclComm_t per group, created from a bootstrap communicator of the same ranks (MPI, or
 // Local for a single process): rank 0 calls ncclGetUniqueId and broadcasts the id over the
