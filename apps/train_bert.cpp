@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
                           config.estimate_memory(o.batch, seq_len, predictions, apps::memory_options(o.precision)));
       return 0;
     }
-    TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin")");
+    TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin')");
 
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);

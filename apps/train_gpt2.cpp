@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                           config.estimate_memory(o.batch, seq_len, apps::memory_options(o.precision)));
       return 0;
     }
-    TRIDENT_CHECK(!train_glob.empty(), "--train is required (token shards, e.g. 'data/brown_train_*.bin")");
+    TRIDENT_CHECK(!train_glob.empty(), "--train is required (token shards, e.g. 'data/brown_train_*.bin')");
     auto train = std::make_shared<data::LmDataset>(data::glob_files(train_glob), seq_len);
     std::shared_ptr<data::LmDataset> val;
     if (!val_glob.empty()) val = std::make_shared<data::LmDataset>(data::glob_files(val_glob), seq_len);
