@@ -66,8 +66,6 @@ class Stream {
  private:
   friend Stream current_stream(int index);
   friend void set_current_stream(const Stream& s);
-// The same for a tensor's device (an Error for a CPU device): `cudaStream_t s = current_stream(t.device())`.
-Stream current_stream(Device d);
   int device_index_ = 0;
   cudaStream_t handle_ = nullptr;
   std::shared_ptr<void> owner_;  // destroys a created stream with its last handle
@@ -76,6 +74,8 @@ Stream current_stream(Device d);
 // The calling thread's current stream on cuda:index (NOTE [Current stream]); index -1 means the
 // current device.
 Stream current_stream(int index = -1);
+// The same for a tensor's device (an Error for a CPU device): `cudaStream_t s = current_stream(t.device())`.
+Stream current_stream(Device d);
 void set_current_stream(const Stream& s);
 inline Stream default_stream(int index = -1) { return Stream(index < 0 ? current_device() : index); }
 
