@@ -73,4 +73,13 @@ Generator* TensorParallelLayers::dropout_generator(models::DropoutSite site, Gen
   return site == models::DropoutSite::Split ? split_generator_.get() : serial;
 }
 
+std::shared_ptr<TensorParallelLayers> tensor_parallel_layers_for(int tp, TensorParallelOptions options) {
+  const auto world = comm::Communicator::world();
+  TRIDENT_CHECK(tp >= 1 && tp == world->size(), "--tp ", tp, " must equal the number of ranks (", world->size(),
+                "): launch with mpirun -np ", tp, " (combining tp with dp or pp is not in the applications yet)");
+  if (tp == 1) return nullptr;
+  const Mesh mesh(world, MeshShape{.dp = 1, .pp = 1, .tp = tp});
+  return std::make_shared<TensorParallelLayers>(mesh, options);
+}
+
 }  // namespace trident::parallel::tp

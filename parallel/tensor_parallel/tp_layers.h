@@ -57,4 +57,9 @@ class TensorParallelLayers : public models::LayerFactory {
   mutable int64_t vocab_size_ = 0;  // the last tied_logits' vocab_size, for full_logits
 };
 
+// For the training applications' `--tp N`: a mesh of the whole world as tp = N (dp = pp = 1;
+// an error naming both sizes when N is not the world size), and its factory; null when N == 1
+// on a world of one (the serial layers).
+std::shared_ptr<TensorParallelLayers> tensor_parallel_layers_for(int tp, TensorParallelOptions options = {});
+
 }  // namespace trident::parallel::tp
