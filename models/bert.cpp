@@ -153,10 +153,15 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c, Generator* gen)
   check_divisible(f, c.num_attention_heads, "BERT: num_attention_heads");
   local_heads = c.num_attention_heads / f.partitions();
   generator = f.dropout_generator(DropoutSite::Split, c.dropout_generator);
+  factory_ = c.layers ? c.layers : serial_layers();
   const int64_t H = c.hidden_size;
-  query = register_module("query", f.linear(dense_spec(c, "attention.self.query", H, H, LinearKind::Column, gen)));
-  key = register_module("key", f.linear(dense_spec(c, "attention.self.key", H, H, LinearKind::Column, gen)));
-  value = register_module("value", f.linear(dense_spec(c, "attention.self.value", H, H, LinearKind::Column, gen)));
+  auto in_region = [](LinearSpec s) {
+    s.input_in_region = true;
+    return s;
+  };
+  query = register_module("query", f.linear(in_region(dense_spec(c, "attention.self.query", H, H, LinearKind::Column, gen))));
+  key = register_module("key", f.linear(in_region(dense_spec(c, "attention.self.key", H, H, LinearKind::Column, gen))));
+  value = register_module("value", f.linear(in_region(dense_spec(c, "attention.self.value", H, H, LinearKind::Column, gen))));
 }
 
 Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
@@ -167,7 +172,9 @@ Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   ao.attn_mask = mask;
   ao.dropout_p = is_training() ? dropout_p : 0.0;
   ao.generator = generator;
-  const Tensor y = scaled_dot_product_attention(heads(query->forward(x)), heads(key->forward(x)), heads(value->forward(x)), ao);
+  // One entry into the split region for the three projections (LinearSpec::input_in_region).
+  const Tensor xr = factory_->enter_split_region(x);
+  const Tensor y = scaled_dot_product_attention(heads(query->forward(xr)), heads(key->forward(xr)), heads(value->forward(xr)), ao);
   return reshape(transpose(y, 1, 2), {B, T, width});
 }
 

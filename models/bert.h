@@ -68,6 +68,9 @@ class BertSelfAttention : public nn::Module {
   double dropout_p;
   Generator* generator;
   std::shared_ptr<nn::UnaryModule> query, key, value;
+
+ private:
+  std::shared_ptr<const LayerFactory> factory_;  // the config's layer factory
 };
 
 // LayerNorm(dropout(dense(h)) + residual): BertSelfOutput and BertOutput share it.

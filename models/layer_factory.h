@@ -58,6 +58,10 @@ struct LinearSpec {
   // The output is `fused_parts` equal blocks, each split across ranks on its own (GPT-2's c_attn
   // is [q | k | v]: rank r's output is [q_r | k_r | v_r]).
   int64_t fused_parts = 1;
+  // Column layers only: the caller already passed the input through enter_split_region (BERT's
+  // query, key and value read one such input, so its gradient is all-reduced once, not three
+  // times: Megatron's two all-reduces per layer backward).
+  bool input_in_region = false;
   // Fills the full weight (in `layout`) in place; the bias starts at zero.
   std::function<void(const Tensor& weight)> init_weight;
   DType dtype = DType::F32;
@@ -98,6 +102,10 @@ class LayerFactory {
                                      Reduction reduction) const;
   // The logits over the whole vocabulary (the serial ones already are).
   virtual Tensor full_logits(const Tensor& logits) const { return logits; }
+
+  // The input of several column layers that read the same tensor (LinearSpec::input_in_region):
+  // under tensor parallelism its gradient is all-reduced in backward; serially the identity.
+  virtual Tensor enter_split_region(const Tensor& x) const { return x; }
 
   virtual Generator* dropout_generator(DropoutSite site, Generator* serial) const { return serial; }
 };

@@ -1,0 +1,82 @@
+#include "parallel/tensor_parallel/cross_entropy.h"
+
+#include "autograd/function.h"
+#include "core/copy.h"
+#include "core/factory.h"
+#include "ops/arith.h"
+#include "ops/compare.h"
+#include "ops/index.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/unary.h"
+
+namespace trident::parallel::tp {
+
+using autograd::TensorList;
+
+namespace {
+
+struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy> {
+  static constexpr const char* name = "VocabParallelCrossEntropy";
+
+  static Tensor forward(FunctionCtx& ctx, const Tensor& logits, const Tensor& targets, const CommPtr& g, int64_t ignore_index,
+                        Reduction reduction) {
+    const int64_t N = logits.size(0), Vl = logits.size(1), start = g->rank() * Vl;
+    // Row max over the whole vocabulary: shifts every rank's exponentials alike.
+    Tensor m = amax(logits, {1}).contiguous().clone();
+    g->all_reduce(m, comm::ReduceOp::Max).wait();
+    const Tensor shifted = sub(logits, unsqueeze(m, 1));
+    const Tensor ignored = eq(targets, static_cast<double>(ignore_index));
+    const Tensor local_t = sub(targets, static_cast<double>(start));
+    const Tensor mine = logical_and(logical_and(ge(local_t, 0.0), lt(local_t, static_cast<double>(Vl))), logical_not(ignored));
+    const Tensor idx = unsqueeze(masked_fill(local_t, logical_not(mine), 0.0), 1);  // [N, 1], valid everywhere
+    Tensor predicted = where(mine, squeeze(gather(shifted, 1, idx), 1), 0.0).contiguous().clone();
+    const Tensor e = exp(shifted);
+    Tensor sum_exp = sum(e, {1}).contiguous().clone();
+    g->all_reduce(predicted).wait();
+    g->all_reduce(sum_exp).wait();
+    const Tensor loss = masked_fill(sub(log(sum_exp), predicted), ignored, 0.0);  // [N]
+    const double count = static_cast<double>(N) - sum(ignored.to(DType::F64)).item<double>();
+    ctx.save_for_backward({e, sum_exp, idx, mine, ignored});
+    ctx.save("reduction", reduction);
+    ctx.save("count", count);
+    if (reduction == Reduction::None) return loss;
+    const Tensor total = sum(loss);
+    return reduction == Reduction::Sum ? total : div(total, count);
+  }
+
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    const TensorList s = ctx.saved_tensors();
+    const Tensor &e = s[0], &sum_exp = s[1], &idx = s[2], &mine = s[3], &ignored = s[4];
+    Tensor g = div(e, unsqueeze(sum_exp, 1));  // softmax on this rank's columns
+    // - onehot(target) where this rank owns the target.
+    const Tensor onehot = scatter_add(zeros_like(g), 1, idx, unsqueeze(mine.to(g.dtype()), 1));
+    g = masked_fill(sub(g, onehot), unsqueeze(ignored, 1), 0.0);
+    const auto reduction = ctx.get<Reduction>("reduction");
+    if (reduction == Reduction::None) return {mul(g, unsqueeze(grads[0], 1)), Tensor()};
+    Tensor go = grads[0];
+    if (reduction == Reduction::Mean) go = div(go, ctx.get<double>("count"));
+    return {mul(g, go), Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, const CommPtr& group, int64_t ignore_index,
+                                    Reduction reduction) {
+  TRIDENT_CHECK(group != nullptr, "vocab_parallel_cross_entropy: no tensor-parallel group");
+  TRIDENT_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+                "vocab_parallel_cross_entropy: expected logits [N, V / tp] and targets [N], got ", logits.sizes(), " and ",
+                targets.sizes());
+  TRIDENT_CHECK(targets.dtype() == DType::I64, "vocab_parallel_cross_entropy: targets must be i64, got ", targets.dtype());
+  TRIDENT_CHECK(is_floating(logits.dtype()), "vocab_parallel_cross_entropy: logits must be floating, got ", logits.dtype());
+  const int64_t V = logits.size(1) * group->size();
+  // Every rank checks the same targets, so a bad one fails everywhere before any collective.
+  const Tensor valid = logical_or(eq(targets, static_cast<double>(ignore_index)),
+                                  logical_and(ge(targets, 0.0), lt(targets, static_cast<double>(V))));
+  TRIDENT_CHECK(sum(logical_not(valid).to(DType::I64)).item<int64_t>() == 0, "vocab_parallel_cross_entropy: a target is outside [0, ",
+                V, ") and not ignore_index ", ignore_index);
+  return VocabParallelCrossEntropy::apply(logits, targets, group, ignore_index, reduction);
+}
+
+}  // namespace trident::parallel::tp
