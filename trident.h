@@ -53,6 +53,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/launch.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/zero.h"
 
 // models/: GPT-2 and BERT (their headers need no JSON library: configs parse JSON in .cpp files).

@@ -1,0 +1,139 @@
+// Pipeline benchmarks, run under mpirun with K ranks (scripts/bench-pipeline.sh): the pipeline
+// has K stages of a small GPT-2 (8 blocks, width 64, cut by profiled time).
+//
+//   bubble [--max-m 32] [--trace PREFIX]
+//     For M = 1, 2, 4, 8, 16, 32 micro-batches (2 rows of 32 tokens each), GPipe schedule, the
+//     measured bubble of a step (NOTE [Pipeline timeline]; the median of 3 steps after a warm-up)
+//     beside (K - 1) / (M + K - 1). With --trace, the Chrome trace and a Gantt PNG of M = 8.
+//   memory
+//     Peak activation bytes per stage at M = 8 (16 rows of 64 tokens): re-materialization
+//     always / except_last / never under GPipe, and never / always under 1F1B; the ratios.
+//
+// Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "trident.h"
+
+using namespace trident;
+using namespace trident::parallel;
+using namespace trident::parallel::pipeline;
+
+namespace {
+
+models::GPT2Config bench_config() {
+  models::GPT2Config c = models::GPT2Config::preset("tiny");
+  c.n_layer = 8;
+  c.n_head = 4;
+  c.n_embd = 64;
+  c.vocab_size = 64;
+  c.padded_vocab_size = 64;
+  c.n_positions = 64;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  return c;
+}
+
+models::Batch bench_batch(int64_t rows, int64_t T, uint64_t seed) {
+  Generator g(seed);
+  return models::Batch{{"input_ids", randint(0, 64, {rows, T}, DType::I64, &g)},
+                       {"targets", randint(0, 64, {rows, T}, DType::I64, &g)}};
+}
+
+std::shared_ptr<comm::Communicator> world() { return comm::Communicator::world(); }
+
+void bubble(int64_t max_m, const std::string& trace_prefix) {
+  const int K = world()->size();
+  Generator init(1);
+  models::GPT2LMHeadModel model(bench_config(), &init);
+  if (world()->rank() == 0)
+    std::printf("pipeline bubble, K = %d stages, GPipe schedule, 2 rows x 32 tokens per micro-batch\n%6s %10s %10s %8s %10s\n",
+                K, "M", "measured", "theory", "diff", "step ms");
+  for (int64_t M = 1; M <= max_m; M *= 2) {
+    Pipeline pipe(model, world(),
+                  {.micro_batches = M, .schedule = Schedule::GPipe, .remat = Remat::Never, .balance_by = BalanceBy::Time,
+                   .profile_batch = bench_batch(2, 32, 9), .timeline = true});
+    std::vector<double> bubbles, spans;
+    PipelineTrace kept;
+    for (int s = 0; s < 4; ++s) {
+      pipe.step(bench_batch(2 * M, 32, static_cast<uint64_t>(s)));
+      pipe.zero_grad();
+      PipelineTrace t = pipe.gather_trace();
+      if (s == 0) continue;  // warm-up
+      bubbles.push_back(t.bubble_fraction());
+      spans.push_back(t.span());
+      kept = t;
+    }
+    std::sort(bubbles.begin(), bubbles.end());
+    std::sort(spans.begin(), spans.end());
+    const double b = bubbles[1], th = theoretical_bubble(K, M);
+    if (world()->rank() == 0) {
+      std::printf("%6lld %9.1f%% %9.1f%% %+7.1f %10.2f\n", static_cast<long long>(M), 100 * b, 100 * th, 100 * (b - th),
+                  1e3 * spans[1]);
+      if (M == 8 && !trace_prefix.empty()) {
+        kept.write_chrome_trace(trace_prefix + ".json");
+        const bool png = kept.write_gantt_png(trace_prefix + ".png");
+        std::printf("       trace: %s.json%s\n", trace_prefix.c_str(), png ? (", Gantt chart: " + trace_prefix + ".png").c_str() : " (no gnuplot: no PNG)");
+      }
+    }
+  }
+}
+
+void memory() {
+  const int K = world()->size();
+  Generator init(1);
+  models::GPT2LMHeadModel model(bench_config(), &init);
+  auto peak = [&](Schedule s, Remat r) {
+    Pipeline pipe(model, world(), {.micro_batches = 8, .schedule = s, .remat = r});
+    const models::Batch batch = bench_batch(16, 64, 3);
+    pipe.step(batch);
+    pipe.zero_grad();
+    pipe.step(batch);
+    pipe.zero_grad();
+    return pipe.gather_peak_activation_bytes();
+  };
+  struct Row {
+    const char* name;
+    std::vector<int64_t> bytes;
+  };
+  std::vector<Row> rows{{"gpipe always", peak(Schedule::GPipe, Remat::Always)},
+                        {"gpipe except_last", peak(Schedule::GPipe, Remat::ExceptLast)},
+                        {"gpipe never", peak(Schedule::GPipe, Remat::Never)},
+                        {"1f1b always", peak(Schedule::OneFOneB, Remat::Always)},
+                        {"1f1b never", peak(Schedule::OneFOneB, Remat::Never)}};
+  if (world()->rank() != 0) return;
+  std::printf("peak activation bytes per stage, K = %d, M = 8, 16 rows x 64 tokens, GPT-2 8 x 64\n%-18s", K, "");
+  for (int s = 0; s < K; ++s) std::printf(" %11s", ("stage " + std::to_string(s)).c_str());
+  std::printf(" %11s %14s\n", "max", "max / gpipe never");
+  const double base = static_cast<double>(*std::max_element(rows[2].bytes.begin(), rows[2].bytes.end()));
+  for (const Row& r : rows) {
+    std::printf("%-18s", r.name);
+    for (int64_t b : r.bytes) std::printf(" %11lld", static_cast<long long>(b));
+    const auto mx = *std::max_element(r.bytes.begin(), r.bytes.end());
+    std::printf(" %11lld %14.2f\n", static_cast<long long>(mx), static_cast<double>(mx) / base);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string what = argc > 1 ? argv[1] : "bubble";
+    int64_t max_m = 32;
+    std::string trace;
+    for (int i = 2; i + 1 < argc; i += 2) {
+      const std::string k = argv[i];
+      if (k == "--max-m") max_m = std::stoll(argv[i + 1]);
+      else if (k == "--trace") trace = argv[i + 1];
+      else TRIDENT_CHECK(false, "unknown option ", k, " (--max-m N, --trace PREFIX)");
+    }
+    if (what == "bubble") bubble(max_m, trace);
+    else if (what == "memory") memory();
+    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble or memory");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "pipeline_bench: %s\n", e.message().c_str());
+    return 2;
+  }
+  return 0;
+}

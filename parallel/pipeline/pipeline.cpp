@@ -1,0 +1,434 @@
+#include "parallel/pipeline/pipeline.h"
+
+#include <algorithm>
+#include <set>
+
+#include "autograd/checkpoint.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "core/allocator.h"
+#include "core/factory.h"
+
+namespace trident::parallel::pipeline {
+
+using autograd::TensorList;
+using comm::Communicator;
+using comm::P2POp;
+using comm::Work;
+using models::Batch;
+
+std::string_view remat_name(Remat r) {
+  switch (r) {
+    case Remat::Always: return "always";
+    case Remat::ExceptLast: return "except_last";
+    case Remat::Never: return "never";
+  }
+  return "?";
+}
+
+Remat parse_remat(std::string_view name) {
+  if (name == "always") return Remat::Always;
+  if (name == "except_last") return Remat::ExceptLast;
+  if (name == "never") return Remat::Never;
+  TRIDENT_CHECK(false, "unknown re-materialization mode '", name, "'; choose always, except_last or never");
+  return Remat::Never;
+}
+
+namespace {
+
+// NOTE [Pipeline step]: a header is at most this many i64: count, then per tensor dtype, rank,
+// sizes.
+constexpr int64_t kHeaderLen = 64;
+
+// The shapes of a micro-batch's tensors: both ends of a link see the same batch, so both know
+// when the activation shapes may have changed.
+std::string shape_key(const Batch& b) {
+  std::string k;
+  for (const auto& [name, t] : b.tensors()) {
+    k += name + ':' + std::to_string(static_cast<int>(t.dtype()));
+    for (int64_t d : t.sizes()) k += ',' + std::to_string(d);
+    k += ';';
+  }
+  return k;
+}
+
+Device device_of(const std::vector<std::pair<std::string, Tensor>>& params) {
+  return params.empty() ? Device::cpu() : params.front().second.device();
+}
+
+}  // namespace
+
+Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp, PipelineOptions options)
+    : model_(model), pp_(std::move(pp)), options_(std::move(options)) {
+  TRIDENT_CHECK(pp_ != nullptr, "pipeline: no pp communicator given");
+  const auto& layers = model_.layers();
+  const auto K = static_cast<int64_t>(pp_->size());
+  const auto L = static_cast<int64_t>(layers.size());
+  TRIDENT_CHECK(options_.micro_batches >= 1, "pipeline: ", options_.micro_batches,
+                " micro-batches; at least one is needed");
+  TRIDENT_CHECK(K <= L, "pipeline: ", K, " stages (the ranks of group '", pp_->name(), "') but the model has only ", L,
+                " layers (every stage needs at least one)");
+  if (!options_.balance.empty()) {
+    TRIDENT_CHECK(static_cast<int64_t>(options_.balance.size()) == K, "pipeline: the balance ",
+                  balance_str(options_.balance), " has ", options_.balance.size(), " stages but group '", pp_->name(),
+                  "' has ", K, " ranks (one stage per rank)");
+    check_balance(options_.balance, L);
+    balance_ = options_.balance;
+  } else if (options_.balance_by == BalanceBy::Time) {
+    TRIDENT_CHECK(options_.profile_batch.has_value(), "pipeline: balance by time needs options.profile_batch");
+    balance_ = profile_balance(model_);
+  } else {
+    std::vector<double> costs;
+    for (int64_t i = 0; i < L; ++i)
+      costs.push_back(static_cast<double>(layers.num_parameters(static_cast<size_t>(i), static_cast<size_t>(i) + 1)));
+    balance_ = balance_by_costs(costs, K);
+  }
+  stage_ = pp_->rank();
+  const auto range = stage_ranges(balance_)[static_cast<size_t>(stage_)];
+  begin_ = static_cast<size_t>(range.first);
+  end_ = static_cast<size_t>(range.second);
+  params_ = layers.named_parameters(begin_, end_);
+  setup_tied_and_dp();
+  std::vector<std::shared_ptr<Communicator>> keep{pp_};
+  if (options_.dp) keep.push_back(options_.dp);
+  for (const Tied& t : tied_) keep.push_back(t.group);
+  failures_ = std::make_unique<FailureChannel>(pp_, std::move(keep));
+}
+
+Pipeline::~Pipeline() = default;
+
+Balance Pipeline::profile_balance(models::LayeredModel& model) {
+  // torchgpipe's balance_by_time: each layer's forward and backward timed alone on the profile
+  // batch (the second of two runs, the first warming caches up), by pp rank 0 only, so that
+  // every rank cuts at the same places.
+  const auto& layers = model.layers();
+  const size_t L = layers.size();
+  Tensor costs = zeros({static_cast<int64_t>(L)}, DType::F64);
+  if (pp_->rank() == 0) {
+    const Batch& batch = *options_.profile_batch;
+    std::vector<double> t(L, 0.0);
+    for (int rep = 0; rep < 2; ++rep) {
+      TensorList x;
+      for (size_t i = 0; i < L; ++i) {
+        TensorList in;
+        for (const Tensor& a : x) {
+          Tensor d = a.detach();
+          if (is_floating(d.dtype())) d.set_requires_grad(true);
+          in.push_back(d);
+        }
+        const double start = timeline_now();
+        TensorList out = layers.run(batch, in, i, i + 1);
+        if (i + 1 == L) {
+          model.loss(out, batch).backward();
+        } else {
+          TensorList roots, grads;
+          for (const Tensor& o : out)
+            if (o.defined() && o.requires_grad()) {
+              roots.push_back(o);
+              grads.push_back(ones_like(o));
+            }
+          if (!roots.empty()) autograd::backward(roots, grads);
+        }
+        t[i] = timeline_now() - start;
+        x.clear();
+        for (const Tensor& o : out) x.push_back(o.detach());
+      }
+    }
+    model.zero_grad();
+    auto* p = static_cast<double*>(costs.data_ptr());
+    for (size_t i = 0; i < L; ++i) p[i] = t[i];
+  }
+  pp_->broadcast(costs, 0).wait();
+  return balance_by_costs(costs.to_vector<double>(), pp_->size());
+}
+
+void Pipeline::setup_tied_and_dp() {
+  NoGradGuard no_grad;
+  const auto ranges = stage_ranges(balance_);
+  auto stage_of = [&](size_t layer) {
+    for (size_t s = 0; s < ranges.size(); ++s)
+      if (static_cast<int64_t>(layer) < ranges[s].second) return static_cast<int64_t>(s);
+    return static_cast<int64_t>(ranges.size()) - 1;
+  };
+  std::vector<Work> works;
+  for (const models::TiedParameter& tp : model_.layers().tied()) {
+    std::set<int64_t> holders;
+    for (size_t l : tp.layers) holders.insert(stage_of(l));
+    if (holders.size() < 2) continue;  // the same on every rank: no split
+    const bool member = holders.count(stage_) != 0;
+    auto group = pp_->split(member ? 0 : 1, pp_->rank(), pp_->name() + "-tied-" + tp.name);
+    if (!member) continue;
+    tied_.push_back({tp.tensor, group});
+    // The first holder's values, so the copies start (and, with equal gradients, stay) equal.
+    works.push_back(group->broadcast(tp.tensor, 0));
+  }
+  if (options_.dp && options_.dp->size() > 1)
+    for (const auto& [name, p] : params_) works.push_back(options_.dp->broadcast(p, 0));
+  comm::wait_all(works);
+}
+
+std::vector<Tensor> Pipeline::parameters() const {
+  std::vector<Tensor> v;
+  for (const auto& [name, p] : params_) v.push_back(p);
+  return v;
+}
+
+void Pipeline::zero_grad() {
+  for (auto& [name, p] : params_) p.zero_grad(/*set_to_none=*/false);
+}
+
+std::string Pipeline::where() const {
+  const auto& layers = model_.layers();
+  return "pipeline stage " + std::to_string(stage_) + " of " + std::to_string(num_stages()) + " (rank " +
+         std::to_string(pp_->rank()) + " of '" + pp_->name() + "', layers " + layers.name(begin_) + " .. " +
+         layers.name(end_ - 1) + ")";
+}
+
+void Pipeline::record(EventKind kind, int64_t m, double start) {
+  if (options_.timeline) events_.push_back({kind, m, start, timeline_now()});
+}
+
+double Pipeline::step(const Batch& batch) {
+  TRIDENT_CHECK(failures_ && !failures_->failed(), where(), ": the pipeline failed in an earlier step and cannot be used again");
+  const int64_t M = options_.micro_batches;
+  const int64_t B = batch.size();
+  TRIDENT_CHECK(B % M == 0, "pipeline: ", M, " micro-batches do not divide the batch of ", B, " rows");
+  const std::vector<Batch> micro = batch.split(M);
+  const std::string key = shape_key(micro.front());
+  const bool new_shapes = key != shape_key_;
+  shape_key_ = key;
+
+  const Device dev = device_of(params_);
+  const int64_t base = memory_stats(dev).current_bytes;
+  reset_peak_memory_stats(dev);
+  events_.clear();
+  step_loss_ = 0;
+  try {
+    const std::vector<double> counts = stage_ + 1 == num_stages() ? model_.loss_counts(batch) : std::vector<double>{};
+    run_step(micro, counts, new_shapes);
+    peak_activation_bytes_ = memory_stats(dev).peak_bytes - base;
+    finish_step();
+  } catch (const std::exception& e) {
+    in_flight_.clear();
+    in_backward_ = false;
+    if (failures_->failed()) throw;  // another rank's failure (or this rank's, already reported)
+    const auto* te = dynamic_cast<const Error*>(&e);
+    failures_->fail(where() + " failed: " + (te ? te->message() : std::string(e.what())));
+  }
+  return step_loss_;
+}
+
+void Pipeline::run_step(const std::vector<Batch>& micro, const std::vector<double>& counts, bool new_shapes) {
+  for (const Action& a : schedule_actions(options_.schedule, stage_, num_stages(), options_.micro_batches)) {
+    const auto m = a.micro_batch;
+    if (a.kind == Action::Kind::Forward)
+      forward(m, micro[static_cast<size_t>(m)], counts, new_shapes && m == 0);
+    else
+      backward(m);
+    // Let the sends progress, and learn early of another stage's failure.
+    for (Work& w : sends_) w.test();
+    failures_->check();
+  }
+}
+
+void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& counts, bool exchange_header) {
+  const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
+  MicroState st;
+  if (!first) {
+    const int prev = pp_->rank() - 1;
+    if (exchange_header) {
+      Tensor h = zeros({kHeaderLen}, DType::I64);
+      const double start = timeline_now();
+      Work w = pp_->recv(h, prev);
+      failures_->wait(w);
+      record(EventKind::Recv, m, start);
+      const std::vector<int64_t> v = h.to_vector<int64_t>();
+      in_specs_.clear();
+      size_t i = 1;
+      for (int64_t t = 0; t < v[0]; ++t) {
+        Spec s{static_cast<DType>(v[i]), {}};
+        const auto rank = static_cast<size_t>(v[i + 1]);
+        s.sizes.assign(v.begin() + static_cast<std::ptrdiff_t>(i + 2), v.begin() + static_cast<std::ptrdiff_t>(i + 2 + rank));
+        i += 2 + rank;
+        in_specs_.push_back(std::move(s));
+      }
+    }
+    std::vector<P2POp> ops;
+    for (const Spec& s : in_specs_) {
+      st.inputs.push_back(empty(s.sizes, s.dtype));
+      ops.push_back(comm::recv_op(st.inputs.back(), prev));
+    }
+    const double start = timeline_now();
+    Work w = pp_->batch_send_recv(ops);
+    failures_->wait(w);
+    record(EventKind::Recv, m, start);
+    for (Tensor& x : st.inputs)
+      if (is_floating(x.dtype())) x.set_requires_grad(true);
+  }
+
+  const bool remat = options_.remat == Remat::Always ||
+                     (options_.remat == Remat::ExceptLast && m + 1 != options_.micro_batches);
+  const autograd::CheckpointFn fn = [this, mb, m](const TensorList& in) {
+    const double start = timeline_now();
+    TensorList out = model_.layers().run(mb, in, begin_, end_);
+    if (in_backward_) record(EventKind::Recompute, m, start);  // checkpoint's re-run
+    return out;
+  };
+  const double start = timeline_now();
+  st.outputs = remat ? autograd::checkpoint(fn, st.inputs) : fn(st.inputs);
+  if (last) {
+    st.loss = model_.loss(st.outputs, mb, counts);
+    step_loss_ += st.loss.detach().to(DType::F64).item<double>();
+  }
+  record(EventKind::Forward, m, start);
+
+  if (!last) {
+    const int next = pp_->rank() + 1;
+    if (exchange_header) {
+      out_specs_.clear();
+      std::vector<int64_t> h{static_cast<int64_t>(st.outputs.size())};
+      for (const Tensor& o : st.outputs) {
+        TRIDENT_CHECK(o.defined(), where(), ": output ", h.size() - 1, " is undefined; every activation must be a tensor");
+        out_specs_.push_back({o.dtype(), o.sizes()});
+        h.push_back(static_cast<int64_t>(o.dtype()));
+        h.push_back(static_cast<int64_t>(o.sizes().size()));
+        for (int64_t d : o.sizes()) h.push_back(d);
+      }
+      TRIDENT_CHECK(static_cast<int64_t>(h.size()) <= kHeaderLen, where(), ": ", st.outputs.size(),
+                    " activations need a header of ", h.size(), " numbers; at most ", kHeaderLen, " fit");
+      h.resize(kHeaderLen, 0);
+      sends_.push_back(pp_->send(from_vector<int64_t>(h, {kHeaderLen}), next));
+    }
+    TRIDENT_CHECK(st.outputs.size() == out_specs_.size(), where(), ": micro-batch ", m, " gave ", st.outputs.size(),
+                  " activations but micro-batch 0 gave ", out_specs_.size());
+    std::vector<P2POp> ops;
+    for (size_t i = 0; i < st.outputs.size(); ++i) {
+      const Tensor& o = st.outputs[i];
+      TRIDENT_CHECK(o.defined() && o.dtype() == out_specs_[i].dtype && o.sizes() == out_specs_[i].sizes, where(),
+                    ": activation ", i, " of micro-batch ", m, " differs in shape or dtype from micro-batch 0's");
+      ops.push_back(comm::send_op(o.detach(), next));
+    }
+    const double s = timeline_now();
+    sends_.push_back(pp_->batch_send_recv(ops));
+    record(EventKind::Send, m, s);
+  }
+  in_flight_[m] = std::move(st);
+}
+
+void Pipeline::backward(int64_t m) {
+  const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
+  auto it = in_flight_.find(m);
+  TRIDENT_ASSERT(it != in_flight_.end(), "backward of micro-batch ", m, " before its forward");
+  MicroState st = std::move(it->second);
+  in_flight_.erase(it);
+  TensorList roots, grads;
+  if (last) {
+    roots.push_back(st.loss);
+  } else {
+    std::vector<P2POp> ops;
+    for (const Tensor& o : st.outputs) {
+      if (!is_floating(o.dtype())) continue;
+      Tensor g = empty(o.sizes(), o.dtype());
+      ops.push_back(comm::recv_op(g, pp_->rank() + 1));
+      if (o.requires_grad()) {
+        roots.push_back(o);
+        grads.push_back(g);
+      }
+    }
+    const double s = timeline_now();
+    Work w = pp_->batch_send_recv(ops);
+    failures_->wait(w);
+    record(EventKind::Recv, m, s);
+  }
+  const double start = timeline_now();
+  in_backward_ = true;
+  if (!roots.empty()) autograd::backward(roots, grads);
+  in_backward_ = false;
+  record(EventKind::Backward, m, start);
+  st.outputs.clear();
+  st.loss = Tensor();
+
+  if (!first) {
+    std::vector<P2POp> ops;
+    for (const Tensor& x : st.inputs) {
+      if (!is_floating(x.dtype())) continue;
+      ops.push_back(comm::send_op(x.grad().defined() ? x.grad() : zeros_like(x), pp_->rank() - 1));
+    }
+    const double s = timeline_now();
+    sends_.push_back(pp_->batch_send_recv(ops));
+    record(EventKind::Send, m, s);
+  }
+}
+
+void Pipeline::finish_step() {
+  for (Work& w : sends_) failures_->wait(w);
+  sends_.clear();
+  std::vector<Work> works;
+  // Tied parameters: the sum of every holder's part of the gradient.
+  for (Tied& t : tied_) {
+    if (!t.tensor.grad().defined()) t.tensor.set_grad(zeros_like(t.tensor));
+    works.push_back(t.group->all_reduce(t.tensor.grad()));
+  }
+  for (Work& w : works) failures_->wait(w);
+  works.clear();
+  if (options_.dp && options_.dp->size() > 1) {
+    for (auto& [name, p] : params_) {
+      if (!p.grad().defined()) p.set_grad(zeros_like(p));
+      works.push_back(options_.dp->all_reduce(p.grad(), comm::ReduceOp::Average));
+    }
+  }
+  // The mini-batch loss, from the last stage to every rank (and averaged over dp).
+  Tensor loss = scalar_tensor(step_loss_, DType::F64);
+  works.push_back(pp_->broadcast(loss, pp_->size() - 1));
+  for (Work& w : works) failures_->wait(w);
+  if (options_.dp && options_.dp->size() > 1) {
+    Work w = options_.dp->all_reduce(loss, comm::ReduceOp::Average);
+    failures_->wait(w);
+  }
+  step_loss_ = loss.item<double>();
+}
+
+PipelineTrace Pipeline::gather_trace() const {
+  const int K = pp_->size();
+  Tensor count = full({1}, static_cast<double>(events_.size() * 4), DType::I64);
+  Tensor counts = zeros({K}, DType::I64);
+  pp_->all_gather(counts, count).wait();
+  const std::vector<int64_t> c = counts.to_vector<int64_t>();
+  int64_t total = 0;
+  for (int64_t x : c) total += x;
+  std::vector<double> mine;
+  for (const Event& e : events_) {
+    mine.insert(mine.end(), {static_cast<double>(e.kind), static_cast<double>(e.micro_batch), e.start, e.end});
+  }
+  Tensor all = zeros({total}, DType::F64);
+  pp_->all_gather(all, from_vector<double>(mine, {static_cast<int64_t>(mine.size())}), c).wait();
+  const std::vector<double> v = all.to_vector<double>();
+  PipelineTrace trace;
+  trace.micro_batches = options_.micro_batches;
+  trace.stages.resize(static_cast<size_t>(K));
+  double t0 = 0;
+  bool any = false;
+  size_t i = 0;
+  for (int s = 0; s < K; ++s)
+    for (int64_t j = 0; j < c[static_cast<size_t>(s)]; j += 4, i += 4) {
+      trace.stages[static_cast<size_t>(s)].push_back(
+          {static_cast<EventKind>(static_cast<int>(v[i])), static_cast<int64_t>(v[i + 1]), v[i + 2], v[i + 3]});
+      t0 = any ? std::min(t0, v[i + 2]) : v[i + 2];
+      any = true;
+    }
+  for (auto& s : trace.stages)
+    for (Event& e : s) {
+      e.start -= t0;
+      e.end -= t0;
+    }
+  return trace;
+}
+
+std::vector<int64_t> Pipeline::gather_peak_activation_bytes() const {
+  Tensor mine = full({1}, static_cast<double>(peak_activation_bytes_), DType::I64);
+  Tensor all = zeros({pp_->size()}, DType::I64);
+  pp_->all_gather(all, mine).wait();
+  return all.to_vector<int64_t>();
+}
+
+}  // namespace trident::parallel::pipeline

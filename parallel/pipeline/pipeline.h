@@ -1,0 +1,166 @@
+// Pipeline parallelism as in GPipe (Huang et al. 2019): a model's ordered layer list (NOTE
+// [Layer list], models/layer_list.h) cut into K stages, one per rank of the pp group, and each
+// mini-batch cut into M micro-batches that flow through the stages.
+//
+// NOTE [Pipeline step]: Pipeline::step(batch) runs the forward and backward passes of one
+// mini-batch on this rank's stage, following the schedule (NOTE [Pipeline schedules]):
+//  - every rank is given the whole mini-batch (every pp rank loads the same data; under dp the
+//    dp group's share): stage 0 reads the inputs, the last stage the targets, any stage the side
+//    inputs (BERT's attention mask). Checks on the batch therefore fail alike on every rank.
+//  - micro-batch m's activations go from stage s to s + 1, and their gradients back, by
+//    point-to-point transfers on the pp group. The shapes and dtypes of what a stage sends are
+//    sent once ahead of the first micro-batch whenever the shapes of the batch's tensors change
+//    (both ends see the same batch, so both know when a header comes), not with every tensor.
+//  - the last stage computes each micro-batch's loss with the counts of the whole mini-batch
+//    (LayeredModel::loss), so the micro-batch losses sum to the mini-batch loss and, since the
+//    gradients of all micro-batches accumulate in .grad, the gradients are exactly the mini-batch
+//    gradients (up to rounding): M = 1 and M = 8 give the same update.
+//  - re-materialization (Remat) wraps the stage's forward of a micro-batch in
+//    autograd::checkpoint: only the stage's inputs and outputs stay alive until its backward,
+//    which re-runs the forward with the same random draws (dropout masks match).
+//  - parameters used by several stages (GPT-2's tied word embedding, LayerList::tied()) are
+//    broadcast from the first of those stages at construction and their gradients summed among
+//    them after each step; with a dp group, the stage's gradients are then averaged over it.
+// step() returns the mini-batch loss on every rank. .grad then holds the gradients of the
+// stage's parameters (accumulated onto what was there: call zero_grad() between steps), ready for
+// an optimizer over parameters().
+//
+// Every rank holds the whole model (built from the same seed); a stage only runs, updates and
+// communicates its own layers' parameters. Failures: NOTE [Pipeline failures].
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/layer_list.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/pipeline/failure_channel.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/timeline.h"
+
+namespace trident::parallel::pipeline {
+
+// torchgpipe's checkpoint modes: re-materialize every micro-batch, every one but the last
+// (whose backward follows its forward under GPipe's schedule), or none.
+enum class Remat : uint8_t { Always, ExceptLast, Never };
+std::string_view remat_name(Remat r);  // "always", "except_last", "never"
+Remat parse_remat(std::string_view name);
+
+// How the layers are cut when no explicit balance is given.
+enum class BalanceBy : uint8_t { Parameters, Time };
+
+struct PipelineOptions {
+  int64_t micro_batches = 1;
+  Schedule schedule = Schedule::GPipe;
+  Remat remat = Remat::ExceptLast;
+  // Layers per stage (partition.h); empty: computed by `balance_by`.
+  Balance balance{};
+  BalanceBy balance_by = BalanceBy::Parameters;
+  // BalanceBy::Time: the batch each layer's forward and backward is timed on (by pp rank 0,
+  // which broadcasts the times so every rank cuts alike).
+  std::optional<models::Batch> profile_batch{};
+  // Optional data-parallel group: every stage's gradients are averaged over it after each step
+  // (and its parameters broadcast from dp rank 0 at construction).
+  std::shared_ptr<comm::Communicator> dp{};
+  // Record the timeline of every step (NOTE [Pipeline timeline]).
+  bool timeline = false;
+};
+
+class Pipeline {
+ public:
+  // Collective over `pp` (and `dp`): stage i runs on pp rank i, so the pipeline has pp->size()
+  // stages. Errors, raised alike on every rank before any communication: more stages than layers,
+  // a balance that does not sum to the layer count or has a stage without layers, a balance with
+  // another number of stages than pp ranks, micro_batches < 1, BalanceBy::Time without a
+  // profile batch.
+  Pipeline(models::LayeredModel& model, std::shared_ptr<comm::Communicator> pp, PipelineOptions options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // NOTE [Pipeline step]. Errors on every rank alike: micro_batches not dividing the batch size.
+  // A failure inside any stage ends the step with that stage's message on every rank (NOTE
+  // [Pipeline failures]); the pipeline cannot be used afterwards.
+  double step(const models::Batch& batch);
+
+  int64_t stage() const { return stage_; }
+  int64_t num_stages() const { return static_cast<int64_t>(balance_.size()); }
+  const Balance& balance() const { return balance_; }
+  // This stage's layers: [layer_begin(), layer_end()).
+  size_t layer_begin() const { return begin_; }
+  size_t layer_end() const { return end_; }
+  const PipelineOptions& options() const { return options_; }
+
+  // This stage's parameters, each once, with their names in the model's state dict.
+  const std::vector<std::pair<std::string, Tensor>>& named_parameters() const { return params_; }
+  std::vector<Tensor> parameters() const;
+  // Zeroes the stage's gradients in place (keeping their memory, so that the next step's memory
+  // statistics see activations only).
+  void zero_grad();
+
+  // This rank's events of the last step (empty unless options.timeline).
+  const std::vector<Event>& events() const { return events_; }
+  // The most memory the last step held on this rank above what it held when it began
+  // (parameters, gradients and optimizer state are there before): activations, their
+  // gradients, and transfer buffers. From core's memory statistics (core/allocator.h).
+  int64_t peak_activation_bytes() const { return peak_activation_bytes_; }
+
+  // Collective over pp: every stage's events of the last step.
+  PipelineTrace gather_trace() const;
+  // Collective over pp: every stage's peak_activation_bytes().
+  std::vector<int64_t> gather_peak_activation_bytes() const;
+
+ private:
+  struct Spec {
+    DType dtype;
+    std::vector<int64_t> sizes;
+  };
+  struct MicroState {
+    autograd::TensorList inputs;   // received activations (leaves), empty on stage 0
+    autograd::TensorList outputs;  // this stage's outputs
+    Tensor loss;                   // last stage only
+  };
+
+  void run_step(const std::vector<models::Batch>& micro, const std::vector<double>& counts, bool new_shapes);
+  void forward(int64_t m, const models::Batch& mb, const std::vector<double>& counts, bool new_shapes);
+  void backward(int64_t m);
+  void finish_step();
+  std::string where() const;
+  void record(EventKind kind, int64_t m, double start);
+  void setup_tied_and_dp();
+  Balance profile_balance(models::LayeredModel& model);
+
+  models::LayeredModel& model_;
+  std::shared_ptr<comm::Communicator> pp_;
+  PipelineOptions options_;
+  Balance balance_;
+  int64_t stage_ = 0;
+  size_t begin_ = 0, end_ = 0;
+  std::vector<std::pair<std::string, Tensor>> params_;
+
+  // Tied parameters this stage shares with other stages, and the group of those stages.
+  struct Tied {
+    Tensor tensor;
+    std::shared_ptr<comm::Communicator> group;
+  };
+  std::vector<Tied> tied_;
+  std::unique_ptr<FailureChannel> failures_;
+
+  std::string shape_key_;          // the batch shapes the specs below were exchanged for
+  std::vector<Spec> in_specs_, out_specs_;
+  std::map<int64_t, MicroState> in_flight_;
+  std::vector<comm::Work> sends_;
+  double step_loss_ = 0;
+  bool in_backward_ = false;
+  int64_t current_micro_ = 0;
+  std::vector<Event> events_;
+  int64_t peak_activation_bytes_ = 0;
+};
+
+}  // namespace trident::parallel::pipeline

@@ -1,0 +1,76 @@
+// Tiny GPT-2 and BERT models and batches for the pipeline tests and benchmark: every rank builds
+// the same model from the same seed and the same batch, so each can also train the serial
+// reference itself.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/factory.h"
+#include "core/rng.h"
+#include "models/bert.h"
+#include "models/gpt2.h"
+
+namespace trident::testing {
+
+// GPT-2: embedding, n_layer blocks, head (n_layer + 2 layers), tied word embedding.
+inline models::GPT2Config pipeline_gpt2_config(int64_t n_layer = 4, int64_t n_embd = 16, double dropout = 0.0) {
+  models::GPT2Config c = models::GPT2Config::preset("tiny");
+  c.n_layer = n_layer;
+  c.n_head = 2;
+  c.n_embd = n_embd;
+  c.vocab_size = 61;
+  c.padded_vocab_size = 64;
+  c.n_positions = 32;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
+  return c;
+}
+
+// BERT: embeddings, 4 encoder layers, heads (6 layers), MLM decoder tied to the word embedding.
+inline models::BertConfig pipeline_bert_config() {
+  models::BertConfig c = models::BertConfig::preset("tiny");
+  c.vocab_size = 37;
+  c.padded_vocab_size = 40;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.num_hidden_layers = 4;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
+  return c;
+}
+
+inline std::shared_ptr<models::LayeredModel> make_pipeline_model(const std::string& kind, double dropout = 0.0,
+                                                                  int64_t n_embd = 16) {
+  Generator g(1234);
+  if (kind == "gpt2") return std::make_shared<models::GPT2LMHeadModel>(pipeline_gpt2_config(4, n_embd, dropout), &g);
+  return std::make_shared<models::BertForPreTraining>(pipeline_bert_config(), &g);
+}
+
+// A batch of B rows of T tokens; `seed` picks the data.
+inline models::Batch make_pipeline_batch(const std::string& kind, int64_t B, int64_t T, uint64_t seed) {
+  Generator g(seed);
+  if (kind == "gpt2") {
+    Tensor ids = randint(0, 61, {B, T}, DType::I64, &g);
+    Tensor targets = randint(0, 61, {B, T}, DType::I64, &g);
+    return models::Batch{{"input_ids", ids}, {"targets", targets}};
+  }
+  Tensor ids = randint(0, 37, {B, T}, DType::I64, &g);
+  std::vector<int64_t> labels = randint(0, 37, {B, T}, DType::I64, &g).to_vector<int64_t>();
+  std::vector<int64_t> mask(static_cast<size_t>(B * T), 1), types(static_cast<size_t>(B * T), 0);
+  for (int64_t i = 0; i < B * T; ++i) {
+    // Every third position masked (its label kept); the last two tokens of odd rows are padding.
+    const int64_t row = i / T, col = i % T;
+    if (i % 3 != 0) labels[static_cast<size_t>(i)] = -100;
+    if (row % 2 == 1 && col >= T - 2) mask[static_cast<size_t>(i)] = 0;
+    if (col >= T / 2) types[static_cast<size_t>(i)] = 1;
+  }
+  Tensor nsp = randint(0, 2, {B}, DType::I64, &g);
+  return models::Batch{{"input_ids", ids},
+                       {"attention_mask", from_vector<int64_t>(mask, {B, T})},
+                       {"token_type_ids", from_vector<int64_t>(types, {B, T})},
+                       {"mlm_labels", from_vector<int64_t>(labels, {B, T})},
+                       {"next_sentence_label", nsp}};
+}
+
+}  // namespace trident::testing

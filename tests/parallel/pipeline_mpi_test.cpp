@@ -1,0 +1,302 @@
+// Pipeline parallelism against serial training, run by ctest under mpirun -np 2 and -np 4: the
+// pipeline has as many stages as ranks. Every rank also computes the serial reference itself
+// (the same model from the same seed on the same mini-batch), so no rank depends on another for
+// the expected values. Equality is within relative 1e-5 in f32: the micro-batches' gradients
+// are summed in another order than the mini-batch's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "autograd/grad_mode.h"
+#include "nn/optim/sgd.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline/pipeline.h"
+#include "pipeline_models.h"
+#include "test_util.h"
+
+using namespace trident;
+using namespace trident::parallel;
+using namespace trident::parallel::pipeline;
+using trident::testing::make_pipeline_batch;
+using trident::testing::make_pipeline_model;
+
+namespace {
+
+constexpr int64_t kBatch = 8, kSeq = 8;
+
+std::shared_ptr<comm::Communicator> fresh_group(const std::string& name) {
+  auto w = comm::Communicator::world();
+  return w->split(0, w->rank(), name);
+}
+
+struct Serial {
+  double loss = 0;
+  std::map<std::string, Tensor> grads;
+  double scale = 0;  // the largest gradient entry of the model
+};
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double x : t.to_vector<double>()) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// The serial reference: the whole layer list on the whole mini-batch.
+const Serial& serial(const std::string& kind) {
+  static std::map<std::string, Serial> cache;
+  auto it = cache.find(kind);
+  if (it != cache.end()) return it->second;
+  auto model = make_pipeline_model(kind);
+  const models::Batch batch = make_pipeline_batch(kind, kBatch, kSeq, 7);
+  Tensor loss = model->loss(model->layers().run(batch), batch);
+  loss.backward();
+  Serial s;
+  s.loss = loss.item<double>();
+  for (const auto& [name, p] : model->named_parameters()) {
+    s.grads[name] = p.grad().clone();
+    s.scale = std::max(s.scale, max_abs(p.grad()));
+  }
+  return cache[kind] = s;
+}
+
+// |got - want| <= 1e-5 |want| + 1e-5 max|want|: relative 1e-5, with the tensor's scale as the
+// floor for single entries that cancel to near zero. The attention key bias is the exception:
+// its gradient is zero in exact arithmetic (softmax ignores a shift common to every key), so
+// what both sides hold is rounding noise of the terms that cancel (1e-14 here); it is compared
+// against the model's gradient scale instead (1e-6 of the largest gradient entry).
+::testing::AssertionResult close_rel(const Tensor& got, const Tensor& want, const std::string& name = "",
+                                     double model_scale = 0) {
+  if (name.find("key.bias") != std::string::npos || name.find("c_attn.bias") != std::string::npos)
+    return trident::testing::all_close(got, want, 1e-5, std::max(1e-5 * max_abs(want), 1e-6 * model_scale));
+  return trident::testing::all_close(got, want, 1e-5, 1e-5 * max_abs(want));
+}
+
+using Case = std::tuple<std::string, int64_t, Schedule, Remat>;
+
+class PipelineMatchesSerial : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineMatchesSerial, LossAndGradients) {
+  const auto& [kind, M, schedule, remat] = GetParam();
+  const Serial& want = serial(kind);
+  auto model = make_pipeline_model(kind);
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = schedule, .remat = remat});
+  const double loss = pipe.step(make_pipeline_batch(kind, kBatch, kSeq, 7));
+  EXPECT_NEAR(loss, want.loss, 1e-5 * std::fabs(want.loss));
+  ASSERT_FALSE(pipe.named_parameters().empty());
+  for (const auto& [name, p] : pipe.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name << " on stage " << pipe.stage();
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const auto& [kind, M, schedule, remat] = info.param;
+  return kind + "_M" + std::to_string(M) + "_" + std::string(schedule_name(schedule)) + "_" + std::string(remat_name(remat));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PipelineMatchesSerial,
+                         ::testing::Combine(::testing::Values("gpt2", "bert"), ::testing::Values(1, 4, 8),
+                                            ::testing::Values(Schedule::GPipe, Schedule::OneFOneB),
+                                            ::testing::Values(Remat::Always, Remat::ExceptLast, Remat::Never)),
+                         case_name);
+
+// Parameters after SGD steps driven by the pipeline.
+std::map<std::string, Tensor> train(int64_t M, Schedule schedule, int steps) {
+  auto model = make_pipeline_model("gpt2");
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = schedule, .remat = Remat::ExceptLast});
+  nn::optim::SGD opt(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < steps; ++s) {
+    pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 100 + static_cast<uint64_t>(s)));
+    opt.step();
+    opt.zero_grad();
+  }
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, p] : pipe.named_parameters()) out[name] = p.detach().clone();
+  return out;
+}
+
+TEST(PipelineMpi, OneAndEightMicroBatchesGiveTheSameUpdate) {
+  const auto one = train(1, Schedule::GPipe, 2), eight = train(8, Schedule::OneFOneB, 2);
+  ASSERT_EQ(one.size(), eight.size());
+  for (const auto& [name, p] : one) EXPECT_TRUE(close_rel(eight.at(name), p)) << name;
+}
+
+TEST(PipelineMpi, TiedEmbeddingStaysEqualOnFirstAndLastStage) {
+  auto w = comm::Communicator::world();
+  const auto params = train(4, Schedule::OneFOneB, 2);
+  // wte lives on stage 0 (embedding) and on the last stage (head): the same after the updates.
+  const int K = w->size();
+  const bool holds = w->rank() == 0 || w->rank() == K - 1;
+  ASSERT_EQ(params.count("transformer.wte.weight") != 0, holds);
+  Tensor t = holds ? params.at("transformer.wte.weight") : zeros({64, 16});
+  Tensor first = t.clone(), last = t.clone();
+  w->broadcast(first, 0).wait();
+  w->broadcast(last, K - 1).wait();
+  EXPECT_TRUE(trident::testing::all_close(first, last, 0, 0));
+}
+
+TEST(PipelineMpi, DropoutMatchesUnderReMaterialization) {
+  // With dropout, re-running a stage's forward in backward must draw the same masks: `always`
+  // then gives the gradients `never` gives (same seed on every rank for both runs).
+  std::map<std::string, Tensor> grads[2];
+  int i = 0;
+  for (Remat r : {Remat::Never, Remat::Always}) {
+    auto model = make_pipeline_model("gpt2", 0.2);
+    manual_seed(99 + static_cast<uint64_t>(comm::Communicator::world()->rank()));
+    Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 4, .schedule = Schedule::OneFOneB, .remat = r});
+    pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
+    for (const auto& [name, p] : pipe.named_parameters()) grads[i][name] = p.grad().clone();
+    ++i;
+  }
+  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(close_rel(grads[1].at(name), g)) << name;
+  // And dropout did act: the gradients differ from the dropout-free serial ones.
+  const Serial& plain = serial("gpt2");
+  bool differs = false;
+  for (const auto& [name, g] : grads[0]) differs = differs || !close_rel(g, plain.grads.at(name));
+  EXPECT_TRUE(differs);
+}
+
+TEST(PipelineMpi, DataTimesPipelineMatchesSerial) {
+  // dp x pp on the world: dp = 2 when there are 4 ranks (pp = 2), else dp = 1 (pp = 2). Each dp
+  // replica runs its half of the mini-batch; the average of the replicas' gradients is the
+  // mini-batch gradient (equal numbers of targets per row).
+  auto w = comm::Communicator::world();
+  Mesh mesh(w, {.dp = w->size() / 2, .pp = 2, .tp = 1});
+  const Serial& want = serial("gpt2");
+  auto model = make_pipeline_model("gpt2");
+  Pipeline pipe(*model, mesh.group_ptr(Axis::PP),
+                {.micro_batches = 2, .schedule = Schedule::OneFOneB, .dp = mesh.group_ptr(Axis::DP)});
+  const models::Batch batch = make_pipeline_batch("gpt2", kBatch, kSeq, 7);
+  const int64_t per = kBatch / mesh.size(Axis::DP);
+  const double loss = pipe.step(batch.slice(mesh.index(Axis::DP) * per, (mesh.index(Axis::DP) + 1) * per));
+  EXPECT_NEAR(loss, want.loss, 1e-5 * want.loss);
+  for (const auto& [name, p] : pipe.named_parameters())
+    EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name;
+}
+
+TEST(PipelineMpi, BalanceByParametersAndByTime) {
+  auto model = make_pipeline_model("gpt2");
+  const int K = comm::Communicator::world()->size();
+  Pipeline by_params(*model, fresh_group("pp"));
+  EXPECT_EQ(by_params.num_stages(), K);
+  int64_t sum = 0;
+  for (int64_t n : by_params.balance()) sum += n;
+  EXPECT_EQ(sum, 6);
+  // GPT-2's embedding and head hold the vocabulary table: with 2 stages the blocks split evenly
+  // around them.
+  if (K == 2) {
+    EXPECT_EQ(by_params.balance(), (Balance{3, 3}));
+  }
+  Pipeline by_time(*model, fresh_group("pp"),
+                   {.balance_by = BalanceBy::Time, .profile_batch = make_pipeline_batch("gpt2", 2, kSeq, 1)});
+  // The same cut on every rank (pp rank 0 broadcasts its times).
+  Tensor mine = from_vector<int64_t>(by_time.balance(), {K});
+  Tensor zero = mine.clone();
+  comm::Communicator::world()->broadcast(zero, 0).wait();
+  EXPECT_TRUE(trident::testing::all_close(mine, zero, 0, 0));
+  // And it trains like serial.
+  const double loss = by_time.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
+  EXPECT_NEAR(loss, serial("gpt2").loss, 1e-5 * serial("gpt2").loss);
+}
+
+TEST(PipelineMpi, ShapesAreExchangedOnlyWhenTheyChange) {
+  auto model = make_pipeline_model("gpt2");
+  auto pp = fresh_group("pp-shapes");
+  Pipeline pipe(*model, pp, {.micro_batches = 2});
+  const int64_t act = 4 * kSeq * 16 * 4;  // a micro-batch of 4 rows: [4, 8, 16] f32
+  const int64_t header = 64 * 8;
+  auto sent = [&] { return pp->stats()[comm::CommOp::Send].bytes; };
+  const bool sends_forward = pipe.stage() + 1 < pipe.num_stages(), sends_back = pipe.stage() > 0;
+  const int64_t per_step = 2 * act * ((sends_forward ? 1 : 0) + (sends_back ? 1 : 0));
+  int64_t before = sent();
+  pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 1));
+  EXPECT_EQ(sent() - before, per_step + (sends_forward ? header : 0));
+  before = sent();
+  pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 2));  // same shapes: no header
+  EXPECT_EQ(sent() - before, per_step);
+  before = sent();
+  pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq / 2, 3));  // shorter sequences: a new header
+  EXPECT_EQ(sent() - before, per_step / 2 + (sends_forward ? header : 0));
+}
+
+TEST(PipelineMpi, AlwaysReMaterializingHoldsLessActivationMemoryThanNever) {
+  // GPT-2 at M = 8 with longer sequences, so activations outweigh the transfer buffers. A first
+  // step allocates the gradients; the second is measured.
+  auto peak = [](Remat r, Schedule s) {
+    auto model = make_pipeline_model("gpt2", 0.0, 32);
+    Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 8, .schedule = s, .remat = r});
+    const models::Batch batch = make_pipeline_batch("gpt2", 16, 32, 5);
+    pipe.step(batch);
+    pipe.zero_grad();
+    pipe.step(batch);
+    return pipe.peak_activation_bytes();
+  };
+  const int64_t always = peak(Remat::Always, Schedule::GPipe), never = peak(Remat::Never, Schedule::GPipe);
+  const int64_t never_1f1b = peak(Remat::Never, Schedule::OneFOneB);
+  const int rank = comm::Communicator::world()->rank();
+  std::printf("[rank %d] peak activation bytes at M = 8: always %lld, never %lld (ratio %.2f); 1f1b never %lld\n", rank,
+              static_cast<long long>(always), static_cast<long long>(never),
+              static_cast<double>(always) / static_cast<double>(never), static_cast<long long>(never_1f1b));
+  EXPECT_LT(always, never);
+  // 1F1B keeps at most K - stage micro-batches in flight instead of 8: less on every stage.
+  EXPECT_LT(never_1f1b, never);
+}
+
+TEST(PipelineMpi, TimelineRecordsEveryMicroBatchOnEveryStage) {
+  auto model = make_pipeline_model("gpt2");
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 4, .remat = Remat::Always, .timeline = true});
+  pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
+  const PipelineTrace trace = pipe.gather_trace();
+  const int K = comm::Communicator::world()->size();
+  ASSERT_EQ(trace.stages.size(), static_cast<size_t>(K));
+  for (int s = 0; s < K; ++s) {
+    std::map<EventKind, int> n;
+    for (const Event& e : trace.stages[static_cast<size_t>(s)]) {
+      ++n[e.kind];
+      EXPECT_GE(e.start, 0.0);
+      EXPECT_GE(e.end, e.start);
+    }
+    EXPECT_EQ(n[EventKind::Forward], 4) << "stage " << s;
+    EXPECT_EQ(n[EventKind::Backward], 4) << "stage " << s;
+    EXPECT_EQ(n[EventKind::Recompute], 4) << "stage " << s;  // remat always: every micro-batch
+    // Activations (and the shape header) from the previous stage, gradients from the next.
+    EXPECT_EQ(n[EventKind::Recv], (s > 0 ? 5 : 0) + (s + 1 < K ? 4 : 0)) << "stage " << s;
+  }
+  const double bubble = trace.bubble_fraction();
+  EXPECT_GT(bubble, 0.0);
+  EXPECT_LT(bubble, 1.0);
+  EXPECT_NE(trace.chrome_json().find("\"name\": \"forward 3\""), std::string::npos);
+  const auto peaks = pipe.gather_peak_activation_bytes();
+  ASSERT_EQ(peaks.size(), static_cast<size_t>(K));
+  for (int64_t p : peaks) EXPECT_GT(p, 0);
+}
+
+TEST(PipelineMpi, BadInputFailsAlikeOnEveryRank) {
+  using trident::testing::expect_error;
+  const int K = comm::Communicator::world()->size();
+  auto model = make_pipeline_model("gpt2");  // 6 layers
+  Balance wrong_sum(static_cast<size_t>(K), 1);
+  expect_error([&] { Pipeline p(*model, fresh_group("pp"), {.balance = wrong_sum}); },
+               {"the balance", "sums to " + std::to_string(K), "the model has 6 layers"});
+  expect_error([&] { Pipeline p(*model, fresh_group("pp"), {.balance = {6}}); },
+               {"has 1 stages but group 'pp' has " + std::to_string(K) + " ranks"});
+  {
+    Pipeline p(*model, fresh_group("pp"), {.micro_batches = 3});
+    expect_error([&] { p.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7)); },
+                 {"3 micro-batches do not divide the batch of 8 rows"});
+    // The pipeline is still usable after an input error.
+    EXPECT_NEAR(p.step(make_pipeline_batch("gpt2", 6, kSeq, 7)), serial("gpt2").loss, 1.0);
+  }
+  if (K >= 4) {
+    Generator g(1);
+    models::GPT2LMHeadModel small(trident::testing::pipeline_gpt2_config(1), &g);  // 3 layers
+    expect_error([&] { Pipeline p(small, fresh_group("pp")); },
+                 {std::to_string(K) + " stages", "the model has only 3 layers"});
+  }
+}
+
+}  // namespace
