@@ -29,8 +29,6 @@ int main(int argc, char** argv) {
   app.add_option("--preset", preset, "tiny, base or large")->capture_default_str();
   app.add_option("--model", model_json, "JSON overrides of the preset, e.g. '{\"num_hidden_layers\": 4}'");
   app.add_flag("--remask", remask, "mask the training examples afresh each epoch (dynamic masking)");
-  int tp = 1;
-  app.add_option("--tp", tp, "tensor-parallel ranks, Megatron-LM's split (run under mpirun -np N)")->capture_default_str();
   apps::add_train_options(app, o);
   if (int rc = apps::parse(app, argc, argv); rc >= 0) return rc;
 
@@ -69,12 +67,12 @@ int main(int argc, char** argv) {
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);
     Generator init(o.seed);
-    if (tp != 1) {
-      // Checkpoints of split models go through parallel/tensor_parallel/checkpoint.h, which the
-      // shared training loop does not call yet.
-      TRIDENT_CHECK(o.ckpt_dir.empty() && o.resume.empty(), "--tp ", tp, " does not support --ckpt-dir or --resume yet");
+    // --tp: the model's splittable layers come from the mesh's tp group (Megatron-LM's split;
+    // NOTE [Parallel training apps]).
+    if (o.tp > 1) {
+      config.layers = std::make_shared<parallel::tp::TensorParallelLayers>(
+          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed});
     }
-    config.layers = parallel::tp::tensor_parallel_layers_for(tp, {.seed = o.seed});
     BertForPreTraining model(config, &init);
     apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),

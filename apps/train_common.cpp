@@ -25,6 +25,7 @@
 #include "nn/grad_scaler.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip_grad.h"
+#include "parallel/tensor_parallel/grad_norm.h"
 #include "nn/optim/schedule.h"
 #include "nn/training_checkpoint.h"
 #include "ops/autocast.h"
@@ -176,7 +177,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--dp", o.dp, "data-parallel ranks: run under mpirun -np dp x pp x tp (--batch is per rank)")
       ->capture_default_str();
   app.add_option("--pp", o.pp, "pipeline stages (not yet supported: 1)")->capture_default_str();
-  app.add_option("--tp", o.tp, "tensor-parallel ranks (not yet supported: 1)")->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel ranks, Megatron-LM's split of every layer (innermost axis)")
+      ->capture_default_str();
   app.add_flag("--zero", o.zero, "ZeRO-1: shard the optimizer state over the --dp ranks");
 }
 
@@ -251,8 +253,13 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
   TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
                 " --tp ", o.tp);
-  TRIDENT_CHECK(o.tp == 1, "--tp ", o.tp, ": tensor parallelism is not in the training apps yet; use --tp 1");
+  // A tp-split model's checkpoint must be gathered to full tensors (parallel/tensor_parallel/checkpoint.h);
+  // the training checkpoint of this loop saves each rank's own parameters, so it is refused.
+  TRIDENT_CHECK(o.tp == 1 || (o.ckpt_dir.empty() && o.resume.empty()), "--tp ", o.tp,
+                " with --ckpt-dir or --resume: training checkpoints of tensor-parallel runs are not supported yet");
   TRIDENT_CHECK(o.pp == 1, "--pp ", o.pp, ": pipeline parallelism is not in the training apps yet; use --pp 1");
+  TRIDENT_CHECK(!(o.zero && o.tp > 1), "--zero with --tp ", o.tp,
+                ": ZeRO-1's gradient clipping does not see the tensor-parallel split yet; drop one of them");
   TRIDENT_CHECK(!(o.zero && o.precision == "fp16"),
                 "--zero with --precision fp16: the loss scaler does not see ZeRO's sharded gradients yet; use bf16 or fp32");
   if (o.threads > 0) set_num_threads(o.threads);
@@ -315,6 +322,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   const parallel::Mesh& mesh = task.mesh != nullptr ? *task.mesh : *own_mesh;
   const std::shared_ptr<parallel::comm::Communicator> dp = mesh.group_ptr(parallel::Axis::DP);
   const int64_t dp_size = dp->size();
+  const std::shared_ptr<parallel::comm::Communicator> tp = mesh.group_ptr(parallel::Axis::TP);
 
   // AdamW; no weight decay on biases and LayerNorm parameters (1-D), as GPT-2 and BERT train.
   std::vector<Tensor> decay, no_decay;
@@ -495,7 +503,12 @@ int train(const TrainOptions& o, TrainTask& task) {
     } else {
       if (o.grad_clip > 0) {
         scaler.unscale_(*plain);
-        nn::clip_grad_norm_(model.parameters(), o.grad_clip);
+        // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
+        if (tp->size() > 1) {
+          parallel::tp::clip_grad_norm_(model, o.grad_clip, *tp);
+        } else {
+          nn::clip_grad_norm_(model.parameters(), o.grad_clip);
+        }
       }
       scaler.step(*plain);
       skipped += scaler.last_step_skipped() ? 1 : 0;

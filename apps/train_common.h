@@ -15,8 +15,9 @@
 //
 // NOTE [Parallel training apps]: `mpirun -np N train_gpt2 --dp N` (and train_bert). make_mesh()
 // is the one place the apps turn --dp/--pp/--tp into a parallel::Mesh (launch_mesh: N must be
-// dp x pp x tp); --tp and --pp are declared and refuse values above 1 until the training loop
-// supports them. --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
+// dp x pp x tp); --tp N builds the model's splittable layers from the mesh's tp group
+// (parallel/tensor_parallel, no checkpoints yet); --pp is declared and refuses values above 1
+// until the training loop drives a parallel::pipeline::Pipeline. --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
 // examples. Every rank reads the same shuffled order and keeps, of each global batch, the rows
 // parallel::dp_batch_rows gives it (contiguous, in rank order), so the global batches are
 // exactly those of a serial run with --batch multiplied by dp, whatever the dp size. The model
@@ -96,8 +97,8 @@ void check_train_options(const TrainOptions& o);
 
 // The mesh of this run, dp x pp x tp over the processes mpirun started (a world of one without a
 // launcher): the one place the apps build it, once, before the model. Collective. Errors (the
-// same on every rank): sizes that do not multiply to the number of processes, --tp or --pp > 1
-// (not yet supported by the apps).
+// same on every rank): sizes that do not multiply to the number of processes, --pp > 1 (not yet
+// supported by the apps).
 parallel::Mesh make_mesh(const TrainOptions& o);
 
 // Whether this process is world rank 0, the one that prints and writes (true before make_mesh).

@@ -39,8 +39,6 @@ int main(int argc, char** argv) {
   app.add_option("--preset", preset, "tiny, 124M, 355M, 774M, 1.5B or 8.3B")->capture_default_str();
   app.add_option("--model", model_json, "JSON overrides of the preset, e.g. '{\"n_layer\": 2, \"embd_pdrop\": 0}'");
   app.add_option("--seq-len", seq_len, "tokens per example (0: the context, n_positions)")->capture_default_str();
-  int tp = 1;
-  app.add_option("--tp", tp, "tensor-parallel ranks, Megatron-LM's split (run under mpirun -np N)")->capture_default_str();
   apps::add_train_options(app, o);
   if (int rc = apps::parse(app, argc, argv); rc >= 0) return rc;
 
@@ -65,12 +63,12 @@ int main(int argc, char** argv) {
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);  // dropout
     Generator init(o.seed);
-    if (tp != 1) {
-      // Checkpoints of split models go through parallel/tensor_parallel/checkpoint.h, which the
-      // shared training loop does not call yet.
-      TRIDENT_CHECK(o.ckpt_dir.empty() && o.resume.empty(), "--tp ", tp, " does not support --ckpt-dir or --resume yet");
+    // --tp: the model's splittable layers come from the mesh's tp group (Megatron-LM's split;
+    // NOTE [Parallel training apps]).
+    if (o.tp > 1) {
+      config.layers = std::make_shared<parallel::tp::TensorParallelLayers>(
+          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed});
     }
-    config.layers = parallel::tp::tensor_parallel_layers_for(tp, {.seed = o.seed});
     GPT2LMHeadModel model(config, &init);
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
