@@ -3,7 +3,7 @@
 # `mpirun -np 2 train_gpt2 --dp 2 --batch 4` (plain data parallelism, and ZeRO-1 with --zero)
 # must print the losses of the serial run with --batch 8 (the same global batches) within 1e-5
 # relative; --resume under --dp 2 (and --zero) must print the uninterrupted run's losses exactly;
-# only rank 0 prints and writes metrics. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
+# only rank 0 prints and writes metrics; --tp 2 and --dp 2 --tp 2 (four ranks) equal serial too. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
 set -euo pipefail
 exe="$1"
 mpiexec="$2"
@@ -60,14 +60,18 @@ grep -q "tp 2" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
 echo "mismatched sizes: clear errors"
 # --tp 2 (Megatron-LM's split of every layer over the two ranks) trains the serial model: the
 # serial run's losses within 1e-5 relative (each rank sees the whole --batch 8).
+# And --dp 2 --tp 2 on four ranks (tp innermost), --batch 4 per dp rank: the same global batches.
 "$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --batch 8 "${common[@]}" >"$dir/tp.txt"
-[ "$(losses "$dir/tp.txt" | wc -l)" -eq 8 ] || { echo "tp: expected 8 step lines (rank 0 alone prints)"; cat "$dir/tp.txt"; exit 1; }
-python3 - "$dir/serial.txt" "$dir/tp.txt" <<'PY'
+"$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --batch 4 "${common[@]}" >"$dir/dptp.txt"
+for run in tp dptp; do
+  [ "$(losses "$dir/$run.txt" | wc -l)" -eq 8 ] || { echo "$run: expected 8 step lines (rank 0 alone prints)"; cat "$dir/$run.txt"; exit 1; }
+  python3 - "$dir/serial.txt" "$dir/$run.txt" "$run" <<'PY'
 import re, sys
 def losses(path):
     return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss (\S+)", open(path).read(), re.M)]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 for i, (x, y) in enumerate(zip(a, b)):
-    assert abs(x - y) <= 1e-5 * abs(x), f"tp: step {i + 1}: serial loss {x}, --tp 2 loss {y}"
-print(f"tp: --tp 2 losses equal the serial run's within 1e-5 relative: {b}")
+    assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, loss {y}"
+print(f"{sys.argv[3]}: losses equal the serial run's within 1e-5 relative: {b}")
 PY
+done
