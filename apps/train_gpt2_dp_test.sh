@@ -9,17 +9,7 @@ exe="$1"
 mpiexec="$2"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-python3 - "$dir" <<'PY'
-import struct, sys
-d = sys.argv[1]
-def shard(path, n, offset):
-    toks = [((i + offset) * 37) % 97 * 5 for i in range(n)]
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        f.write(struct.pack("<%dH" % n, *toks))
-shard(d + "/tiny_train_000000.bin", 3000, 0)
-shard(d + "/tiny_val_000000.bin", 300, 11)
-PY
+python3 "$(dirname "$0")/make_tiny_shards.py" "$dir" 3000 300
 # Dropout off: with dropout each rank draws masks for its own rows, which serial training would not.
 model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 500, "padded_vocab_size": 512, "embd_pdrop": 0, "attn_pdrop": 0, "resid_pdrop": 0}'
 common=(--train "$dir/tiny_train_*.bin" --val "$dir/tiny_val_*.bin" --model "$model" --grad-accum 2 --lr 3e-3

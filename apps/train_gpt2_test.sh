@@ -7,17 +7,7 @@ exe="$1"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 # A repetitive token stream (a 97-token cycle over ids < 500) that a small model learns quickly.
-python3 - "$dir" <<'PY'
-import struct, sys
-d = sys.argv[1]
-def shard(path, n, offset):
-    toks = [((i + offset) * 37) % 97 * 5 for i in range(n)]
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        f.write(struct.pack("<%dH" % n, *toks))
-shard(d + "/tiny_train_000000.bin", 4000, 0)
-shard(d + "/tiny_val_000000.bin", 600, 11)
-PY
+python3 "$(dirname "$0")/make_tiny_shards.py" "$dir" 4000 600
 model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 32, "vocab_size": 500, "padded_vocab_size": 512}'
 run() {
   "$exe" --train "$dir/tiny_train_*.bin" --val "$dir/tiny_val_*.bin" --model "$model" --batch 4 --grad-accum 2 \
