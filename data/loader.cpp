@@ -6,6 +6,13 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "trident_config.h"
+
+#if TRIDENT_HAVE_CUDA
+namespace trident::cuda {
+Tensor pin_memory(const Tensor& t);  // core/cuda/allocator.h (kept out of this file's includes)
+}  // namespace trident::cuda
+#endif
 
 namespace trident::data {
 
@@ -78,11 +85,15 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, st
   if (options_.pin_memory) {
     std::lock_guard<std::mutex> lock(g_pin_mu);
     pin_ = g_pin_hook;
+#if TRIDENT_HAVE_CUDA
+    // NOTE [Pinned batches]: without a registered hook, the CUDA backend's pinned allocator.
+    if (!pin_ && cuda_is_available()) pin_ = [](const Tensor& t) { return cuda::pin_memory(t); };
+#endif
     if (!pin_) {
       static std::once_flag warned;
       std::call_once(warned, [] {
         std::cerr << "trident: warning: Loader pin_memory is set but no pinned-memory allocator is registered (no CUDA "
-                     "backend in this build): batches stay in ordinary memory\n";
+                     "backend in this build, or no GPU): batches stay in ordinary memory\n";
       });
     }
   }

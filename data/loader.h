@@ -61,15 +61,16 @@ struct LoaderOptions {
   int64_t prefetch = 0;
   uint64_t seed = 0;  // NOTE [Loader determinism]
   // NOTE [Pinned batches]: copy every batch into page-locked host memory (so host-to-device
-  // copies can be asynchronous) through the hook the CUDA backend registers. Without one
-  // (no CUDA backend in this build) the batches stay in ordinary memory and a warning says so
-  // once.
+  // copies can be asynchronous): through a registered hook, else, in a CUDA build with a GPU,
+  // through cuda::pin_memory. Without either (no CUDA backend in this build, or no GPU) the
+  // batches stay in ordinary memory and a warning says so once.
   bool pin_memory = false;
 };
 
-// NOTE [Pinned batches]: the CUDA backend registers a function that copies a CPU tensor into
-// pinned host memory (its cudaHostAlloc-backed allocator); the loader applies it to every
-// tensor of a batch on the worker thread when pin_memory is set. An empty function unregisters.
+// NOTE [Pinned batches]: a function that copies a CPU tensor into pinned host memory; the loader
+// applies it to every tensor of a batch on the worker thread when pin_memory is set. By default
+// (no hook registered) a CUDA build with a GPU uses cuda::pin_memory (cudaHostAlloc); a hook
+// replaces that (tests use one). An empty function unregisters.
 using PinMemoryHook = std::function<Tensor(const Tensor&)>;
 void set_pin_memory_hook(PinMemoryHook hook);
 bool has_pin_memory_hook();

@@ -8,6 +8,10 @@
 #include "core/cuda/stream.h"
 #include "cuda/cuda_test_util.h"
 #include "test_util.h"
+#include "trident_config.h"
+#if TRIDENT_HAVE_DATA
+#include "data/loader.h"
+#endif
 
 using namespace trident;
 
@@ -165,6 +169,31 @@ TEST(CudaCore, PinnedMemory) {
   EXPECT_EQ(p.to(kGPU).to(kCPU).to_vector<float>(), x.to_vector<float>());
   EXPECT_THROW(cuda::pin_memory(x.to(kGPU)), Error);
 }
+
+#if TRIDENT_HAVE_DATA
+// NOTE [Pinned batches]: with pin_memory and no hook registered, a CUDA build with a GPU pins
+// every tensor of every batch through cuda::pin_memory.
+TEST(CudaCore, LoaderPinsBatchesWithoutAHook) {
+  TRIDENT_REQUIRE_CUDA();
+  struct Numbers : data::Dataset {
+    int64_t size() const override { return 6; }
+    data::Example get(int64_t i, Generator&) const override { return {full({3}, static_cast<double>(i))}; }
+  };
+  ASSERT_FALSE(data::has_pin_memory_hook());
+  data::LoaderOptions o;
+  o.batch_size = 2;
+  o.num_workers = 2;
+  o.pin_memory = true;
+  data::Loader loader(std::make_shared<Numbers>(), o);
+  int batches = 0;
+  while (std::optional<data::Example> b = loader.next()) {
+    EXPECT_TRUE(cuda::is_pinned(b->at(0)));
+    EXPECT_EQ(b->at(0).to_vector<float>()[3], static_cast<float>(2 * batches + 1));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 3);
+}
+#endif
 
 TEST(CudaCore, RecordStreamKeepsABlockFromReuseUntilTheStreamIsDone) {
   TRIDENT_REQUIRE_CUDA();
