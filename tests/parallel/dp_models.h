@@ -28,6 +28,27 @@ struct ModelCase {
   std::function<Tensor(nn::Module&, const DpBatch&)> loss;
 };
 
+// tanh written as a user-defined differentiable function (autograd/function.h): data
+// parallelism (post-accumulate hooks, buckets, no_sync) must treat it like a built-in op.
+class UserTanh : public nn::UnaryModule {
+ public:
+  UserTanh() : nn::UnaryModule("UserTanh") {}
+  Tensor forward(const Tensor& x) override {
+    static const autograd::LambdaFunction fn(
+        "UserTanh",
+        [](autograd::FunctionCtx& ctx, const autograd::TensorList& in) {
+          Tensor y = tanh(in[0]);
+          ctx.save_for_backward({y});
+          return autograd::TensorList{y};
+        },
+        [](autograd::FunctionCtx& ctx, const autograd::TensorList& g) {
+          const Tensor y = ctx.saved_tensors()[0];
+          return autograd::TensorList{mul(g[0], add(neg(mul(y, y)), 1.0))};
+        });
+    return fn({x})[0];
+  }
+};
+
 // An MLP regressing a smooth function of its input.
 inline ModelCase mlp_case() {
   ModelCase c;
@@ -48,6 +69,22 @@ inline ModelCase mlp_case() {
     return DpBatch{x, y};
   };
   c.loss = [](nn::Module& m, const DpBatch& b) { return mse_loss(static_cast<nn::Sequential&>(m).forward(b.x), b.y); };
+  return c;
+}
+
+// The MLP with a user-defined function as its first activation.
+inline ModelCase mlp_user_function_case() {
+  ModelCase c = mlp_case();
+  c.name = "mlp_user_function";
+  c.make = [] {
+    Generator g(7);
+    return std::static_pointer_cast<nn::Module>(std::make_shared<nn::Sequential>(
+        std::initializer_list<std::shared_ptr<nn::UnaryModule>>{std::make_shared<nn::Linear>(6, 24, true, kF32, &g),
+                                                                std::make_shared<UserTanh>(),
+                                                                std::make_shared<nn::Linear>(24, 24, true, kF32, &g),
+                                                                std::make_shared<nn::GELU>(),
+                                                                std::make_shared<nn::Linear>(24, 3, true, kF32, &g)}));
+  };
   return c;
 }
 
@@ -129,6 +166,6 @@ inline ModelCase gpt2_case() {
 }
 
 // Every model the equivalence tests run over.
-inline std::vector<ModelCase> dp_model_cases() { return {mlp_case(), transformer_case(), gpt2_case()}; }
+inline std::vector<ModelCase> dp_model_cases() { return {mlp_case(), mlp_user_function_case(), transformer_case(), gpt2_case()}; }
 
 }  // namespace trident::testing
