@@ -44,6 +44,7 @@ struct Options {
   std::string optimizer = "sgd", schedule = "cosine", ckpt_dir, resume, config, out_dir = "runs/train_imagenet";
   int64_t batch = 64, grad_accum = 1, steps = 0, epochs = 0, warmup = 0, eval_every = 0, eval_batches = 0;
   int64_t stem_stride = 0, ckpt_every = 0, image_size = 0, classes = 0, workers = 2, log_every = 1, train_limit = 0;
+  int64_t threads = 0;  // compute threads; 0: OpenMP's default (OMP_NUM_THREADS, or the cores)
   double lr = 0.05, weight_decay = 1e-4, momentum = 0.9, dropout = -1, label_smoothing = 0;
   uint64_t seed = 1234;
   bool dry_run = false, aux = false;
@@ -345,6 +346,7 @@ int run(const Options& o) {
     return 0;
   }
 
+  if (o.threads > 0) set_num_threads(static_cast<int>(o.threads));
   Data d = open_data(o);
   if (o.train_limit > 0) d.train = std::make_shared<Prefix>(d.train, o.train_limit);
   const AmoebaNetConfig c = model_config(o, d.classes, d.channels, d.image_size);
@@ -416,6 +418,7 @@ int run(const Options& o) {
   const auto start = Clock::now();
   const int64_t first_step = step;
   double last_loss = NAN;
+  std::optional<EvalResult> last_eval;
   auto next_batch = [&]() {
     std::optional<data::Example> b = loader.next();
     if (!b) {
@@ -463,6 +466,7 @@ int run(const Options& o) {
     const bool last = step == total;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || (last && o.eval_every >= 0)) {
       const EvalResult r = evaluate(model, d.test, o, amp);
+      last_eval = r;
       std::printf("%seval at step %lld: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%lld images)\n", tty ? "\n" : "",
                   static_cast<long long>(step), r.loss, 100 * r.top1, 100 * r.top5, static_cast<long long>(r.images));
       std::fflush(stdout);
@@ -483,6 +487,10 @@ int run(const Options& o) {
   const std::string png = plot_losses(metrics_path, out_dir);
   if (!png.empty()) std::printf("loss plot: %s\n", png.c_str());
   else std::printf("loss plot: skipped (gnuplot is not installed)\n");
+  // The result last, where a user (and scripts/demo.sh images) looks for it.
+  if (last_eval)
+    std::printf("test top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, after step %lld)\n", 100 * last_eval->top1,
+                100 * last_eval->top5, last_eval->loss, static_cast<long long>(last_eval->images), static_cast<long long>(step));
   return 0;
 }
 
@@ -526,6 +534,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "a checkpoint folder to continue from, or 'latest' (newest in --ckpt-dir)");
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads (0: OMP_NUM_THREADS, or all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--workers", o.workers, "data loader threads")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--log-every", o.log_every, "print the progress line every N steps")->check(CLI::PositiveNumber);
   app.add_option("--out-dir", o.out_dir, "folder for metrics.jsonl and loss.png")->capture_default_str();
