@@ -24,6 +24,10 @@ export CCACHE_BASEDIR="$ROOT"
 export CCACHE_NOHASHDIR=1
 # Parallel tests run under mpirun, and everything here runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# ctest runs tests side by side on few cores: OpenMP threads that spin while waiting for a
+# descheduled sibling would burn the cores the other tests need (a 10x slowdown measured on a
+# loaded 2-core machine; scripts/demo.sh images does the same).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_WERROR=ON ${TRIDENT_CMAKE_ARGS:-}
 cmake --build build -j "$JOBS"
