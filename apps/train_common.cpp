@@ -271,8 +271,11 @@ void check_train_options(const TrainOptions& o) {
     TRIDENT_CHECK(o.tp == 1, "--pp ", o.pp, " with --tp ", o.tp,
                   ": the pipeline does not compose with tensor parallelism yet; use one of them");
     TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
-    TRIDENT_CHECK(o.precision != "fp16", "--pp ", o.pp,
-                  " with --precision fp16: the loss scaler does not reach inside the pipeline's stages; use bf16 or fp32");
+    // fp16's loss scaler does not reach inside the stages, and under bf16 autocast a stage that
+    // receives bf16 activations fails in backward (LinearBackward: an f32 gradient for a bf16
+    // input): mixed precision through the pipeline is future work.
+    TRIDENT_CHECK(o.precision == "fp32", "--pp ", o.pp, " with --precision ", o.precision,
+                  ": mixed precision through the pipeline's stages is not supported yet; use fp32");
     TRIDENT_CHECK(o.ckpt_dir.empty() && o.resume.empty(), "--pp ", o.pp,
                   " with --ckpt-dir or --resume: training checkpoints of pipeline runs are not supported yet");
     TRIDENT_CHECK(o.pp_schedule == "gpipe" || o.pp_schedule == "1f1b", "--pp-schedule must be gpipe or 1f1b, got '",

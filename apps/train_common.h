@@ -48,8 +48,8 @@
 // runs the whole model forward alone, as serially (the same batches; the pipeline is not used
 // for it). At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
 // each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
-// one line: --pp with --tp (not composed yet), --zero, --precision fp16 (the loss is scaled
-// inside the stages) or checkpoints (each stage's optimizer state would have to be gathered),
+// one line: --pp with --tp (not composed yet), --zero, --precision bf16/fp16 (mixed precision
+// through the stages fails in backward today) or checkpoints (each stage's optimizer state would have to be gathered),
 // and M not dividing the step's batch.
 #pragma once
 
