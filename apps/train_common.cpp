@@ -32,6 +32,8 @@
 #include "parallel/checkpoint.h"
 #include "parallel/data_parallel.h"
 #include "parallel/launch.h"
+#include "parallel/pipeline/grad_norm.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/zero.h"
 
 namespace trident::apps {
@@ -176,7 +178,13 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--config", o.config, "a JSON file of options (keys as the flags, e.g. \"grad_accum\": 4); flags override it");
   app.add_option("--dp", o.dp, "data-parallel ranks: run under mpirun -np dp x pp x tp (--batch is per rank)")
       ->capture_default_str();
-  app.add_option("--pp", o.pp, "pipeline stages (not yet supported: 1)")->capture_default_str();
+  app.add_option("--pp", o.pp, "pipeline stages (GPipe): run under mpirun -np dp x pp x tp")->capture_default_str();
+  app.add_option("--micro-batches", o.micro_batches, "--pp: micro-batches a step's batch is cut into")
+      ->capture_default_str();
+  app.add_option("--pp-schedule", o.pp_schedule, "--pp: gpipe (all forwards, then all backwards) or 1f1b")
+      ->capture_default_str();
+  app.add_option("--remat", o.remat, "--pp: re-materialize always, except_last or never")->capture_default_str();
+  app.add_option("--trace", o.trace, "--pp: write the last step's pipeline timeline here (Chrome trace JSON)");
   app.add_option("--tp", o.tp, "tensor-parallel ranks, Megatron-LM's split of every layer (innermost axis)")
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "ZeRO-1: shard the optimizer state over the --dp ranks");
@@ -241,7 +249,8 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                 "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
   TRIDENT_CHECK(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant",
-                "--schedule must be cosine, linear or constant, got '", o.schedule, "'");
+                "--schedule must be cosine, linear or constant, got '", o.schedule, "'",
+                o.schedule == "gpipe" || o.schedule == "1f1b" ? " (the pipeline's schedule is --pp-schedule)" : "");
   TRIDENT_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TRIDENT_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
   TRIDENT_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be positive, got ", o.lr);
@@ -257,7 +266,30 @@ void check_train_options(const TrainOptions& o) {
   // the training checkpoint of this loop saves each rank's own parameters, so it is refused.
   TRIDENT_CHECK(o.tp == 1 || (o.ckpt_dir.empty() && o.resume.empty()), "--tp ", o.tp,
                 " with --ckpt-dir or --resume: training checkpoints of tensor-parallel runs are not supported yet");
-  TRIDENT_CHECK(o.pp == 1, "--pp ", o.pp, ": pipeline parallelism is not in the training apps yet; use --pp 1");
+  // NOTE [Pipeline training apps]
+  if (o.pp > 1) {
+    TRIDENT_CHECK(o.tp == 1, "--pp ", o.pp, " with --tp ", o.tp,
+                  ": the pipeline does not compose with tensor parallelism yet; use one of them");
+    TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
+    // fp16's loss scaler does not reach inside the stages, and under bf16 autocast a stage that
+    // receives bf16 activations fails in backward (LinearBackward: an f32 gradient for a bf16
+    // input): mixed precision through the pipeline is future work.
+    TRIDENT_CHECK(o.precision == "fp32", "--pp ", o.pp, " with --precision ", o.precision,
+                  ": mixed precision through the pipeline's stages is not supported yet; use fp32");
+    TRIDENT_CHECK(o.ckpt_dir.empty() && o.resume.empty(), "--pp ", o.pp,
+                  " with --ckpt-dir or --resume: training checkpoints of pipeline runs are not supported yet");
+    TRIDENT_CHECK(o.pp_schedule == "gpipe" || o.pp_schedule == "1f1b", "--pp-schedule must be gpipe or 1f1b, got '",
+                  o.pp_schedule, "'");
+    TRIDENT_CHECK(o.remat == "always" || o.remat == "except_last" || o.remat == "never",
+                  "--remat must be always, except_last or never, got '", o.remat, "'");
+    TRIDENT_CHECK(o.micro_batches >= 1, "--micro-batches must be positive, got ", o.micro_batches);
+    TRIDENT_CHECK(o.batch * o.grad_accum % o.micro_batches == 0, "--micro-batches ", o.micro_batches,
+                  " does not divide a step's batch of ", o.batch * o.grad_accum, " rows (--batch ", o.batch,
+                  " x --grad-accum ", o.grad_accum, ")");
+  } else {
+    TRIDENT_CHECK(o.micro_batches == 1 && o.trace.empty(), "--micro-batches and --trace are the pipeline's: they need --pp > 1",
+                  " (without it, --grad-accum splits a step's batch)");
+  }
   TRIDENT_CHECK(!(o.zero && o.tp > 1), "--zero with --tp ", o.tp,
                 ": ZeRO-1's gradient clipping does not see the tensor-parallel split yet; drop one of them");
   TRIDENT_CHECK(!(o.zero && o.precision == "fp16"),
@@ -323,10 +355,22 @@ int train(const TrainOptions& o, TrainTask& task) {
   const std::shared_ptr<parallel::comm::Communicator> dp = mesh.group_ptr(parallel::Axis::DP);
   const int64_t dp_size = dp->size();
   const std::shared_ptr<parallel::comm::Communicator> tp = mesh.group_ptr(parallel::Axis::TP);
+  // NOTE [Pipeline training apps]: this rank's stage of the model; it does the dp averaging too.
+  std::unique_ptr<parallel::pipeline::Pipeline> pipe;
+  if (mesh.size(parallel::Axis::PP) > 1) {
+    pipe = std::make_unique<parallel::pipeline::Pipeline>(
+        model, mesh.group_ptr(parallel::Axis::PP),
+        parallel::pipeline::PipelineOptions{.micro_batches = o.micro_batches,
+                                            .schedule = parallel::pipeline::parse_schedule(o.pp_schedule),
+                                            .remat = parallel::pipeline::parse_remat(o.remat),
+                                            .dp = dp,
+                                            .timeline = true});
+  }
 
   // AdamW; no weight decay on biases and LayerNorm parameters (1-D), as GPT-2 and BERT train.
+  // Under --pp, over this stage's parameters only.
   std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (const Tensor& p : pipe ? pipe->parameters() : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay};
   nn::optim::AdamWOptions without = with;
   without.weight_decay = 0.0;
@@ -342,7 +386,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   if (o.zero) {
     zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp, make_adamw);
   } else {
-    if (dp_size > 1) ddp = std::make_unique<parallel::DataParallel>(model, dp);
+    if (dp_size > 1 && !pipe) ddp = std::make_unique<parallel::DataParallel>(model, dp);
     plain = make_adamw({decay, no_decay});
   }
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
@@ -405,6 +449,9 @@ int train(const TrainOptions& o, TrainTask& task) {
   auto evaluate = [&](int64_t step) -> std::map<std::string, double> {
     std::map<std::string, double> out;
     if (!task.val || !task.eval) return out;
+    // NOTE [Pipeline training apps]: every rank evaluates the whole model, with every stage's
+    // current parameters.
+    if (pipe) parallel::pipeline::sync_full_model(*pipe);
     model.eval();
     NoGradGuard ng;
     data::Loader vl(task.val, {.batch_size = o.batch, .drop_last = false, .num_workers = 0, .seed = o.seed});
@@ -450,6 +497,11 @@ int train(const TrainOptions& o, TrainTask& task) {
       static_cast<long long>(o.batch), static_cast<long long>(o.grad_accum), static_cast<long long>(dp_size),
       zero ? ", ZeRO-1" : "", o.precision.c_str(), get_num_threads());
   if (mesh.world().size() > 1) say("%s\n", mesh.str().c_str());
+  if (pipe)
+    say("pipeline: %lld stages (layers per stage %s), %lld micro-batches of %lld rows, schedule %s, remat %s\n",
+        static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(),
+        static_cast<long long>(o.micro_batches), static_cast<long long>(per_step / o.micro_batches), o.pp_schedule.c_str(),
+        o.remat.c_str());
   const auto t0 = Clock::now();
   auto last_t = t0;
   int64_t tokens_since = 0, skipped = 0;
@@ -459,7 +511,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   for (int64_t step = start + 1; step <= end; ++step) {
     // A rank past the limit stops every rank, at the same step (one scalar all-reduce per step).
     if (o.time_limit > 0 && step < end &&
-        dp_average(*dp, std::chrono::duration<double>(Clock::now() - t0).count() >= o.time_limit ? 1.0 : 0.0) > 0)
+        dp_average(mesh.world(), std::chrono::duration<double>(Clock::now() - t0).count() >= o.time_limit ? 1.0 : 0.0) > 0)
       end = step;
     std::optional<data::Example> ex = loader.next();
     if (!ex) {
@@ -476,10 +528,18 @@ int train(const TrainOptions& o, TrainTask& task) {
     }
     if (zero)
       zero->zero_grad();
+    else if (pipe)
+      pipe->zero_grad();
     else
       plain->zero_grad();
     double loss = 0;
-    const std::vector<models::Batch> micro = batch.split(o.grad_accum);
+    // NOTE [Pipeline training apps]: the pipeline cuts the step's batch into its micro-batches
+    // and returns the global batch's mean loss (averaged over dp already).
+    const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : batch.split(o.grad_accum);
+    if (pipe) {
+      autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
+      loss = pipe->step(batch, counts);
+    }
     for (size_t i = 0; i < micro.size(); ++i) {
       const models::Batch& mb = micro[i];
       Tensor l;
@@ -496,7 +556,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       scaler.scale(l).backward();
       loss += l.item<double>();
     }
-    loss = dp_average(*dp, loss);
+    if (!pipe) loss = dp_average(*dp, loss);
     if (zero) {
       if (o.grad_clip > 0) zero->clip_grad_norm(o.grad_clip);
       zero->step();
@@ -504,7 +564,9 @@ int train(const TrainOptions& o, TrainTask& task) {
       if (o.grad_clip > 0) {
         scaler.unscale_(*plain);
         // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
-        if (tp->size() > 1) {
+        if (pipe) {
+          parallel::pipeline::clip_grad_norm_(*pipe, o.grad_clip);
+        } else if (tp->size() > 1) {
           parallel::tp::clip_grad_norm_(model, o.grad_clip, *tp);
         } else {
           nn::clip_grad_norm_(model.parameters(), o.grad_clip);
@@ -554,6 +616,22 @@ int train(const TrainOptions& o, TrainTask& task) {
     print_eval("validation after training", end, after);
     say("train loss %.4f -> %.4f in %s\n", first_loss, last_loss,
         format_duration(std::chrono::duration<double>(Clock::now() - t0).count()).c_str());
+  }
+  if (pipe && end > start) {  // collective over pp: every rank
+    const parallel::pipeline::PipelineTrace trace = pipe->gather_trace();
+    const std::vector<int64_t> peaks = pipe->gather_peak_activation_bytes();
+    say("pipeline bubble (last step): %.1f%% measured, %.1f%% in theory ((K-1)/(M+K-1), K = %lld, M = %lld)\n",
+        100 * trace.bubble_fraction(), 100 * parallel::pipeline::theoretical_bubble(pipe->num_stages(), o.micro_batches),
+        static_cast<long long>(pipe->num_stages()), static_cast<long long>(o.micro_batches));
+    say("peak activation bytes per stage (last step):");
+    for (size_t s = 0; s < peaks.size(); ++s) say(" stage %zu %lld", s, static_cast<long long>(peaks[s]));
+    say("\n");
+    if (!o.trace.empty() && is_lead()) {
+      trace.write_chrome_trace(o.trace);
+      say("pipeline trace: %s (chrome://tracing or ui.perfetto.dev)\n", o.trace.c_str());
+      const std::string png = std::filesystem::path(o.trace).replace_extension(".png").string();
+      if (trace.write_gantt_png(png)) say("pipeline Gantt chart: %s\n", png.c_str());
+    }
   }
   if (skipped > 0) say("fp16: %lld steps skipped for overflowing gradients\n", static_cast<long long>(skipped));
   for (const auto& [ppl, of] : task.perplexity_of)

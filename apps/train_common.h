@@ -16,8 +16,8 @@
 // NOTE [Parallel training apps]: `mpirun -np N train_gpt2 --dp N` (and train_bert). make_mesh()
 // is the one place the apps turn --dp/--pp/--tp into a parallel::Mesh (launch_mesh: N must be
 // dp x pp x tp); --tp N builds the model's splittable layers from the mesh's tp group
-// (parallel/tensor_parallel, no checkpoints yet); --pp is declared and refuses values above 1
-// until the training loop drives a parallel::pipeline::Pipeline. --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
+// (parallel/tensor_parallel, no checkpoints yet); --pp K trains through a
+// parallel::pipeline::Pipeline (NOTE [Pipeline training apps]). --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
 // examples. Every rank reads the same shuffled order and keeps, of each global batch, the rows
 // parallel::dp_batch_rows gives it (contiguous, in rank order), so the global batches are
 // exactly those of a serial run with --batch multiplied by dp, whatever the dp size. The model
@@ -31,6 +31,26 @@
 // metrics, plots and the checkpoint (parallel/checkpoint.h: under --zero the gathered optimizer
 // state); every rank reads the checkpoint back. Evaluation runs on every rank alike (the same
 // batches; no communication), so it costs what it costs serially.
+//
+// NOTE [Pipeline training apps]: `mpirun -np K train_gpt2 --pp K --micro-batches M
+// --pp-schedule gpipe|1f1b --remat always|except_last|never` (and train_bert; --pp-schedule, as
+// --schedule is the learning-rate schedule), composed with --dp (world = dp x pp). Every rank
+// builds the whole model from the seed and a parallel::pipeline::Pipeline over the mesh's pp
+// group (and its dp group) cuts it into K stages by parameter count; every pp rank of a dp index
+// reads the same rows. A step's batch (--batch x --grad-accum rows per dp rank) goes to
+// Pipeline::step with the global batch's loss counts (as above), which cuts it into M
+// micro-batches, runs the schedule, sums the tied embedding's gradient between its stages,
+// averages over dp and returns the global batch's mean loss on every rank (printed by world
+// rank 0). The optimizer (AdamW, the same groups) holds this stage's parameters only; gradient
+// clipping uses the whole model's norm (parallel/pipeline/grad_norm.h: squares all-reduced over
+// pp, tied parameters counted once), so the losses equal serial training's. Evaluation: each
+// stage's parameters are broadcast to every pp rank (pipeline::sync_full_model), then every rank
+// runs the whole model forward alone, as serially (the same batches; the pipeline is not used
+// for it). At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
+// each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
+// one line: --pp with --tp (not composed yet), --zero, --precision bf16/fp16 (mixed precision
+// through the stages fails in backward today) or checkpoints (each stage's optimizer state would have to be gathered),
+// and M not dividing the step's batch.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -78,9 +98,14 @@ struct TrainOptions {
   std::string config;  // the JSON file --config read (already applied)
   // NOTE [Parallel training apps]
   int dp = 1;          // data-parallel ranks (mpirun -np must be dp x pp x tp)
-  int pp = 1;          // pipeline stages: not yet (an error above 1)
-  int tp = 1;          // tensor-parallel ranks: not yet (an error above 1)
+  int pp = 1;          // pipeline stages (NOTE [Pipeline training apps])
+  int tp = 1;          // tensor-parallel ranks (Megatron-LM's split)
   bool zero = false;   // ZeRO-1: the optimizer state sharded over the dp ranks
+  // NOTE [Pipeline training apps]: only with --pp > 1.
+  int64_t micro_batches = 1;          // the pipeline's micro-batches per step
+  std::string pp_schedule = "gpipe";  // gpipe | 1f1b
+  std::string remat = "except_last";  // always | except_last | never
+  std::string trace;                  // Chrome trace (JSON) of the last step
 };
 
 // Adds the common options to `app`. Call parse() instead of CLI11_PARSE.
@@ -97,8 +122,7 @@ void check_train_options(const TrainOptions& o);
 
 // The mesh of this run, dp x pp x tp over the processes mpirun started (a world of one without a
 // launcher): the one place the apps build it, once, before the model. Collective. Errors (the
-// same on every rank): sizes that do not multiply to the number of processes, --pp > 1 (not yet
-// supported by the apps).
+// same on every rank): sizes that do not multiply to the number of processes.
 parallel::Mesh make_mesh(const TrainOptions& o);
 
 // Whether this process is world rank 0, the one that prints and writes (true before make_mesh).

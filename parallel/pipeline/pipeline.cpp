@@ -188,7 +188,11 @@ void Pipeline::record(EventKind kind, int64_t m, double start) {
   if (options_.timeline) events_.push_back({kind, m, start, timeline_now()});
 }
 
-double Pipeline::step(const Batch& batch) {
+double Pipeline::step(const Batch& batch) { return step_with(batch, nullptr); }
+
+double Pipeline::step(const Batch& batch, const std::vector<double>& counts) { return step_with(batch, &counts); }
+
+double Pipeline::step_with(const Batch& batch, const std::vector<double>* given_counts) {
   TRIDENT_CHECK(failures_ && !failures_->failed(), where(), ": the pipeline failed in an earlier step and cannot be used again");
   const int64_t M = options_.micro_batches;
   const int64_t B = batch.size();
@@ -204,7 +208,8 @@ double Pipeline::step(const Batch& batch) {
   events_.clear();
   step_loss_ = 0;
   try {
-    const std::vector<double> counts = stage_ + 1 == num_stages() ? model_.loss_counts(batch) : std::vector<double>{};
+    std::vector<double> counts;
+    if (stage_ + 1 == num_stages()) counts = given_counts != nullptr ? *given_counts : model_.loss_counts(batch);
     run_step(micro, counts, new_shapes);
     peak_activation_bytes_ = memory_stats(dev).peak_bytes - base;
     finish_step();

@@ -88,6 +88,12 @@ class Pipeline {
   // A failure inside any stage ends the step with that stage's message on every rank (NOTE
   // [Pipeline failures]); the pipeline cannot be used afterwards.
   double step(const models::Batch& batch);
+  // As step(batch), but the last stage weights the micro-batch losses by `counts` (the
+  // LayeredModel::loss_counts of the mini-batch, as LayeredModel::loss takes them) instead of
+  // the batch's own: a data-parallel caller passes the global batch's counts over dp (NOTE
+  // [Parallel training apps]), so that ranks with different counts (BERT's masked tokens) still
+  // average to the global batch's mean loss and gradient.
+  double step(const models::Batch& batch, const std::vector<double>& counts);
 
   int64_t stage() const { return stage_; }
   int64_t num_stages() const { return static_cast<int64_t>(balance_.size()); }
@@ -96,6 +102,8 @@ class Pipeline {
   size_t layer_begin() const { return begin_; }
   size_t layer_end() const { return end_; }
   const PipelineOptions& options() const { return options_; }
+  models::LayeredModel& model() const { return model_; }
+  const std::shared_ptr<comm::Communicator>& pp() const { return pp_; }
 
   // This stage's parameters, each once, with their names in the model's state dict.
   const std::vector<std::pair<std::string, Tensor>>& named_parameters() const { return params_; }
@@ -127,6 +135,7 @@ class Pipeline {
     Tensor loss;                   // last stage only
   };
 
+  double step_with(const models::Batch& batch, const std::vector<double>* counts);
   void run_step(const std::vector<models::Batch>& micro, const std::vector<double>& counts, bool new_shapes);
   void forward(int64_t m, const models::Batch& mb, const std::vector<double>& counts, bool new_shapes);
   void backward(int64_t m);

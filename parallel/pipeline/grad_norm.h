@@ -1,0 +1,28 @@
+// Gradient clipping of a pipeline stage by the norm of the whole model's gradient.
+//
+// Each stage holds the gradients of its own layers only (NOTE [Pipeline step]), so clipping by
+// the stage's norm (nn::clip_grad_norm_) would scale every stage by a different factor and drift
+// from serial training. Here every stage sums the squares of its parameters' gradient norms (each
+// norm rounded to its gradient's dtype, as nn::clip_grad_norm_ does) in f64, the sums are
+// all-reduced over the pp group, and every stage scales by the coefficient of that total. A
+// parameter several stages hold (GPT-2's tied word embedding, LayerList::tied()) has the same,
+// summed gradient on each of them after Pipeline::step, so only the first holder counts it.
+// Under dp the gradients are already averaged over the dp group, so the pp sum is the same on
+// every dp rank.
+#pragma once
+
+#include "parallel/pipeline/pipeline.h"
+
+namespace trident::parallel::pipeline {
+
+// The 2-norm of the whole model's gradient (before clipping); this stage's gradients are
+// multiplied in place by min(1, max_norm / (total + 1e-6)). Collective over the pipeline's pp
+// group. Errors: max_norm negative or NaN.
+double clip_grad_norm_(const Pipeline& pipe, double max_norm);
+
+// Collective over the pp group: every rank's copy of the whole model (every rank holds one,
+// NOTE [Pipeline step]) takes each stage's current parameters, broadcast from that stage's
+// rank. Afterwards any rank can run the whole model alone (evaluation, export).
+void sync_full_model(const Pipeline& pipe);
+
+}  // namespace trident::parallel::pipeline
