@@ -11,6 +11,8 @@
 //    point-to-point transfers on the pp group. The shapes and dtypes of what a stage sends are
 //    sent once ahead of the first micro-batch whenever the shapes of the batch's tensors change
 //    (both ends see the same batch, so both know when a header comes), not with every tensor.
+//    An activation may be undefined (AmoebaNet's state before its prev or aux exist): it keeps
+//    its place in the list on the receiving side, and nothing is sent for it either way.
 //  - the last stage computes each micro-batch's loss with the counts of the whole mini-batch
 //    (LayeredModel::loss), so the micro-batch losses sum to the mini-batch loss and, since the
 //    gradients of all micro-batches accumulate in .grad, the gradients are exactly the mini-batch
@@ -120,6 +122,7 @@ class Pipeline {
   struct Spec {
     DType dtype;
     std::vector<int64_t> sizes;
+    bool defined = true;  // an undefined activation: a place in the list, nothing sent
   };
   struct MicroState {
     autograd::TensorList inputs;   // received activations (leaves), empty on stage 0
