@@ -90,6 +90,14 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
   begin_ = static_cast<size_t>(range.first);
   end_ = static_cast<size_t>(range.second);
   params_ = layers.named_parameters(begin_, end_);
+  if (options_.deferred_batch_norm)
+    for (size_t i = begin_; i < end_; ++i)
+      layers[i]->apply([this](nn::Module& m) {
+        auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m);
+        if (bn == nullptr || std::find(deferred_bns_.begin(), deferred_bns_.end(), bn) != deferred_bns_.end()) return;
+        bn->deferred = true;
+        deferred_bns_.push_back(bn);
+      });
   setup_tied_and_dp();
   std::vector<std::shared_ptr<Communicator>> keep{pp_};
   if (options_.dp) keep.push_back(options_.dp);
@@ -379,6 +387,8 @@ void Pipeline::backward(int64_t m) {
 }
 
 void Pipeline::finish_step() {
+  // NOTE [Deferred batch norm]: every micro-batch's forward ran; the running statistics move once.
+  for (nn::BatchNorm2d* bn : deferred_bns_) bn->commit_deferred();
   for (Work& w : sends_) failures_->wait(w);
   sends_.clear();
   std::vector<Work> works;

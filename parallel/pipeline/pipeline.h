@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "models/layer_list.h"
+#include "nn/normalization.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/pipeline/failure_channel.h"
 #include "parallel/pipeline/partition.h"
@@ -70,6 +71,11 @@ struct PipelineOptions {
   // Optional data-parallel group: every stage's gradients are averaged over it after each step
   // (and its parameters broadcast from dp rank 0 at construction).
   std::shared_ptr<comm::Communicator> dp{};
+  // Batch norm statistics over the whole mini-batch (NOTE [Deferred batch norm],
+  // nn/normalization.h): the stage's BatchNorm2d modules are set to defer at construction and
+  // commit their running statistics once at the end of each step, so that they do not depend
+  // on micro_batches. Each micro-batch is still normalized by its own statistics.
+  bool deferred_batch_norm = false;
   // Record the timeline of every step (NOTE [Pipeline timeline]).
   bool timeline = false;
 };
@@ -153,6 +159,7 @@ class Pipeline {
     std::shared_ptr<comm::Communicator> group;
   };
   std::vector<Tied> tied_;
+  std::vector<nn::BatchNorm2d*> deferred_bns_;  // options.deferred_batch_norm: the stage's BatchNorm2d
   std::unique_ptr<FailureChannel> failures_;
 
   std::string shape_key_;          // the batch shapes the specs below were exchanged for
