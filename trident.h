@@ -43,6 +43,7 @@
 #include "nn/nn.h"
 #include "nn/safetensors.h"
 #include "models/amoebanet.h"
+#include "models/amoebanet_layered.h"
 #include "nn/state_dict.h"
 #include "ops/autocast.h"
 // parallel/: communicators, the mesh, data parallelism (parallel/checkpoint.h, like

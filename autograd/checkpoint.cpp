@@ -18,7 +18,24 @@ struct RngStates {
   }
 };
 
+thread_local bool recomputing = false;
+
+// Sets the flag for the re-run, restoring the outer value (a nested checkpoint's re-run ends
+// inside the outer one's).
+class RecomputingGuard {
+ public:
+  RecomputingGuard() : outer_(recomputing) { recomputing = true; }
+  ~RecomputingGuard() { recomputing = outer_; }
+  RecomputingGuard(const RecomputingGuard&) = delete;
+  RecomputingGuard& operator=(const RecomputingGuard&) = delete;
+
+ private:
+  bool outer_;
+};
+
 }  // namespace
+
+bool is_recomputing() { return recomputing; }
 
 TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vector<Generator*> generators) {
   if (generators.empty()) generators.push_back(&default_generator());
@@ -69,6 +86,7 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vec
            TensorList recomputed;
            {
              EnableGradGuard enable;
+             RecomputingGuard flag;
              recomputed = fn(replay_inputs);
            }
            now.restore();

@@ -26,4 +26,9 @@ using CheckpointFn = std::function<TensorList(const TensorList& inputs)>;
 // `generators`: whose states to save and replay (default: the default generator).
 TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vector<Generator*> generators = {});
 
+// True on this thread while checkpoint's backward re-runs a function (torchgpipe's
+// is_recomputing): state that a forward updates as a side effect, such as batch norm's running
+// statistics, must not be updated a second time by the re-run.
+bool is_recomputing();
+
 }  // namespace trident::autograd

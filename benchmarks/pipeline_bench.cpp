@@ -8,6 +8,8 @@
 //   memory
 //     Peak activation bytes per stage at M = 8 (16 rows of 64 tokens): re-materialization
 //     always / except_last / never under GPipe, and never / always under 1F1B; the ratios.
+//   memory-amoebanet
+//     The same for AmoebaNet-D(6, 16) on 16 images of 32x32 (cut by parameter count).
 //
 // Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
 #include <algorithm>
@@ -80,13 +82,10 @@ void bubble(int64_t max_m, const std::string& trace_prefix) {
   }
 }
 
-void memory() {
+void memory(models::LayeredModel& model, const models::Batch& batch, const std::string& what) {
   const int K = world()->size();
-  Generator init(1);
-  models::GPT2LMHeadModel model(bench_config(), &init);
   auto peak = [&](Schedule s, Remat r) {
     Pipeline pipe(model, world(), {.micro_batches = 8, .schedule = s, .remat = r});
-    const models::Batch batch = bench_batch(16, 64, 3);
     pipe.step(batch);
     pipe.zero_grad();
     pipe.step(batch);
@@ -103,7 +102,7 @@ void memory() {
                         {"1f1b always", peak(Schedule::OneFOneB, Remat::Always)},
                         {"1f1b never", peak(Schedule::OneFOneB, Remat::Never)}};
   if (world()->rank() != 0) return;
-  std::printf("peak activation bytes per stage, K = %d, M = 8, 16 rows x 64 tokens, GPT-2 8 x 64\n%-18s", K, "");
+  std::printf("peak activation bytes per stage, K = %d, M = 8, %s\n%-18s", K, what.c_str(), "");
   for (int s = 0; s < K; ++s) std::printf(" %11s", ("stage " + std::to_string(s)).c_str());
   std::printf(" %11s %14s\n", "max", "max / gpipe never");
   const double base = static_cast<double>(*std::max_element(rows[2].bytes.begin(), rows[2].bytes.end()));
@@ -129,8 +128,23 @@ int main(int argc, char** argv) {
       else TRIDENT_CHECK(false, "unknown option ", k, " (--max-m N, --trace PREFIX)");
     }
     if (what == "bubble") bubble(max_m, trace);
-    else if (what == "memory") memory();
-    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble or memory");
+    else if (what == "memory") {
+      Generator init(1);
+      models::GPT2LMHeadModel model(bench_config(), &init);
+      memory(model, bench_batch(16, 64, 3), "16 rows x 64 tokens, GPT-2 8 x 64");
+    } else if (what == "memory-amoebanet") {
+      // AmoebaNet-D(6, 16) on 32x32 images of 10 classes (small stem), with the auxiliary head;
+      // 16 images per step.
+      Generator init(1);
+      models::AmoebaNetConfig c = models::AmoebaNetConfig::from_name("amoebanet-d(6,16)", 10, 32);
+      c.aux_head = true;
+      models::AmoebaNetLayered model(std::make_shared<models::AmoebaNet>(c, &init));
+      Generator g(3);
+      const models::Batch batch{{"images", randn({16, 3, 32, 32}, DType::F32, &g)},
+                                {"labels", randint(0, 10, {16}, DType::I64, &g)}};
+      memory(model, batch, "16 images 32x32, AmoebaNet-D(6, 16)");
+    }
+    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble, memory or memory-amoebanet");
   } catch (const Error& e) {
     std::fprintf(stderr, "pipeline_bench: %s\n", e.message().c_str());
     return 2;

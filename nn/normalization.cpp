@@ -1,9 +1,14 @@
 #include "nn/normalization.h"
 
+#include <algorithm>
+
+#include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
+#include "core/copy.h"
 #include "core/factory.h"
 #include "ops/arith.h"
 #include "ops/norm.h"
+#include "ops/reduce.h"
 
 namespace trident::nn {
 
@@ -41,12 +46,48 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                 ") but the layer was built for ", num_features);
   // Without running statistics, batch statistics are used in evaluation too (PyTorch's rule).
   const bool use_batch_stats = is_training() || !running_mean.defined();
+  // NOTE [Deferred batch norm]: a re-run under re-materialization, or a deferred forward,
+  // normalizes by the batch statistics without touching the running ones.
+  if (is_training() && (autograd::is_recomputing() || (deferred && running_mean.defined()))) {
+    if (!autograd::is_recomputing()) {
+      NoGradGuard no_grad;
+      const Tensor xd = x.detach().to(DType::F64);
+      const Tensor s = sum(xd, {0, 2, 3}), sq = sum(mul(xd, xd), {0, 2, 3});
+      deferred_sum_ = deferred_sum_.defined() ? add(deferred_sum_, s) : s;
+      deferred_sq_sum_ = deferred_sq_sum_.defined() ? add(deferred_sq_sum_, sq) : sq;
+      deferred_count_ += x.numel() / num_features;
+    }
+    return batch_norm(x, Tensor(), Tensor(), weight, bias, true, momentum, eps);
+  }
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard no_grad;
     add_(num_batches_tracked, 1.0);
   }
   return batch_norm(x, use_batch_stats && !is_training() ? Tensor() : running_mean,
                     use_batch_stats && !is_training() ? Tensor() : running_var, weight, bias, use_batch_stats, momentum, eps);
+}
+
+void BatchNorm2d::commit_deferred() {
+  if (deferred_count_ == 0) return;
+  TRIDENT_CHECK(deferred_count_ > 1, "BatchNorm2d: deferred statistics of ", deferred_count_,
+                " value per channel have no variance");
+  NoGradGuard no_grad;
+  const auto n = static_cast<double>(deferred_count_);
+  const std::vector<double> s = deferred_sum_.to_vector<double>(), sq = deferred_sq_sum_.to_vector<double>();
+  std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
+  for (size_t c = 0; c < rm.size(); ++c) {
+    const double mu = s[c] / n;
+    // The biased variance from the totals, made unbiased as batch_norm does for running_var.
+    const double var = std::max(sq[c] / n - mu * mu, 0.0) * n / (n - 1);
+    rm[c] = (1 - momentum) * rm[c] + momentum * mu;
+    rv[c] = (1 - momentum) * rv[c] + momentum * var;
+  }
+  const Shape cshape{num_features};
+  copy_(running_mean, from_vector<double>(rm, cshape));  // converts to their dtype
+  copy_(running_var, from_vector<double>(rv, cshape));
+  if (num_batches_tracked.defined()) add_(num_batches_tracked, 1.0);
+  deferred_sum_ = deferred_sq_sum_ = Tensor();
+  deferred_count_ = 0;
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -17,4 +17,6 @@ done
 for np in 2 4; do
   "${mpirun[@]}" -np $np "$bench" memory
   echo
+  "${mpirun[@]}" -np $np "$bench" memory-amoebanet
+  echo
 done

@@ -37,7 +37,9 @@ Remat parse_remat(std::string_view name) {
 namespace {
 
 // NOTE [Pipeline step]: a header is at most this many i64: count, then per tensor dtype, rank,
-// sizes.
+// sizes; an undefined activation (AmoebaNet's prev or aux before they exist) is dtype
+// kUndefined with no rank or sizes, and nothing is transferred for it.
+constexpr int64_t kUndefined = -1;
 constexpr int64_t kHeaderLen = 64;
 
 // The shapes of a micro-batch's tensors: both ends of a link see the same batch, so both know
@@ -88,6 +90,14 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
   begin_ = static_cast<size_t>(range.first);
   end_ = static_cast<size_t>(range.second);
   params_ = layers.named_parameters(begin_, end_);
+  if (options_.deferred_batch_norm)
+    for (size_t i = begin_; i < end_; ++i)
+      layers[i]->apply([this](nn::Module& m) {
+        auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m);
+        if (bn == nullptr || std::find(deferred_bns_.begin(), deferred_bns_.end(), bn) != deferred_bns_.end()) return;
+        bn->deferred = true;
+        deferred_bns_.push_back(bn);
+      });
   setup_tied_and_dp();
   std::vector<std::shared_ptr<Communicator>> keep{pp_};
   if (options_.dp) keep.push_back(options_.dp);
@@ -251,7 +261,12 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
       in_specs_.clear();
       size_t i = 1;
       for (int64_t t = 0; t < v[0]; ++t) {
-        Spec s{static_cast<DType>(v[i]), {}};
+        if (v[i] == kUndefined) {
+          in_specs_.push_back({DType::F32, {}, false});
+          i += 1;
+          continue;
+        }
+        Spec s{static_cast<DType>(v[i]), {}, true};
         const auto rank = static_cast<size_t>(v[i + 1]);
         s.sizes.assign(v.begin() + static_cast<std::ptrdiff_t>(i + 2), v.begin() + static_cast<std::ptrdiff_t>(i + 2 + rank));
         i += 2 + rank;
@@ -260,6 +275,10 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
     }
     std::vector<P2POp> ops;
     for (const Spec& s : in_specs_) {
+      if (!s.defined) {
+        st.inputs.emplace_back();
+        continue;
+      }
       st.inputs.push_back(empty(s.sizes, s.dtype));
       ops.push_back(comm::recv_op(st.inputs.back(), prev));
     }
@@ -268,7 +287,7 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
     failures_->wait(w);
     record(EventKind::Recv, m, start);
     for (Tensor& x : st.inputs)
-      if (is_floating(x.dtype())) x.set_requires_grad(true);
+      if (x.defined() && is_floating(x.dtype())) x.set_requires_grad(true);
   }
 
   const bool remat = options_.remat == Remat::Always ||
@@ -293,8 +312,12 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
       out_specs_.clear();
       std::vector<int64_t> h{static_cast<int64_t>(st.outputs.size())};
       for (const Tensor& o : st.outputs) {
-        TRIDENT_CHECK(o.defined(), where(), ": output ", h.size() - 1, " is undefined; every activation must be a tensor");
-        out_specs_.push_back({o.dtype(), o.sizes()});
+        if (!o.defined()) {
+          out_specs_.push_back({DType::F32, {}, false});
+          h.push_back(kUndefined);
+          continue;
+        }
+        out_specs_.push_back({o.dtype(), o.sizes(), true});
         h.push_back(static_cast<int64_t>(o.dtype()));
         h.push_back(static_cast<int64_t>(o.sizes().size()));
         for (int64_t d : o.sizes()) h.push_back(d);
@@ -309,8 +332,11 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
     std::vector<P2POp> ops;
     for (size_t i = 0; i < st.outputs.size(); ++i) {
       const Tensor& o = st.outputs[i];
-      TRIDENT_CHECK(o.defined() && o.dtype() == out_specs_[i].dtype && o.sizes() == out_specs_[i].sizes, where(),
-                    ": activation ", i, " of micro-batch ", m, " differs in shape or dtype from micro-batch 0's");
+      const Spec& spec = out_specs_[i];
+      TRIDENT_CHECK(o.defined() == spec.defined && (!o.defined() || (o.dtype() == spec.dtype && o.sizes() == spec.sizes)),
+                    where(), ": activation ", i, " of micro-batch ", m,
+                    " differs in shape, dtype or definedness from micro-batch 0's");
+      if (!o.defined()) continue;
       ops.push_back(comm::send_op(o.detach(), next));
     }
     const double s = timeline_now();
@@ -332,7 +358,7 @@ void Pipeline::backward(int64_t m) {
   } else {
     std::vector<P2POp> ops;
     for (const Tensor& o : st.outputs) {
-      if (!is_floating(o.dtype())) continue;
+      if (!o.defined() || !is_floating(o.dtype())) continue;
       Tensor g = empty(o.sizes(), o.dtype());
       ops.push_back(comm::recv_op(g, pp_->rank() + 1));
       if (o.requires_grad()) {
@@ -356,7 +382,7 @@ void Pipeline::backward(int64_t m) {
   if (!first) {
     std::vector<P2POp> ops;
     for (const Tensor& x : st.inputs) {
-      if (!is_floating(x.dtype())) continue;
+      if (!x.defined() || !is_floating(x.dtype())) continue;
       ops.push_back(comm::send_op(x.grad().defined() ? x.grad() : zeros_like(x), pp_->rank() - 1));
     }
     const double s = timeline_now();
@@ -366,6 +392,8 @@ void Pipeline::backward(int64_t m) {
 }
 
 void Pipeline::finish_step() {
+  // NOTE [Deferred batch norm]: every micro-batch's forward ran; the running statistics move once.
+  for (nn::BatchNorm2d* bn : deferred_bns_) bn->commit_deferred();
   for (Work& w : sends_) failures_->wait(w);
   sends_.clear();
   std::vector<Work> works;

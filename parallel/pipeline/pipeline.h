@@ -11,6 +11,8 @@
 //    point-to-point transfers on the pp group. The shapes and dtypes of what a stage sends are
 //    sent once ahead of the first micro-batch whenever the shapes of the batch's tensors change
 //    (both ends see the same batch, so both know when a header comes), not with every tensor.
+//    An activation may be undefined (AmoebaNet's state before its prev or aux exist): it keeps
+//    its place in the list on the receiving side, and nothing is sent for it either way.
 //  - the last stage computes each micro-batch's loss with the counts of the whole mini-batch
 //    (LayeredModel::loss), so the micro-batch losses sum to the mini-batch loss and, since the
 //    gradients of all micro-batches accumulate in .grad, the gradients are exactly the mini-batch
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "models/layer_list.h"
+#include "nn/normalization.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/pipeline/failure_channel.h"
 #include "parallel/pipeline/partition.h"
@@ -68,6 +71,11 @@ struct PipelineOptions {
   // Optional data-parallel group: every stage's gradients are averaged over it after each step
   // (and its parameters broadcast from dp rank 0 at construction).
   std::shared_ptr<comm::Communicator> dp{};
+  // Batch norm statistics over the whole mini-batch (NOTE [Deferred batch norm],
+  // nn/normalization.h): the stage's BatchNorm2d modules are set to defer at construction and
+  // commit their running statistics once at the end of each step, so that they do not depend
+  // on micro_batches. Each micro-batch is still normalized by its own statistics.
+  bool deferred_batch_norm = false;
   // Record the timeline of every step (NOTE [Pipeline timeline]).
   bool timeline = false;
 };
@@ -128,6 +136,7 @@ class Pipeline {
   struct Spec {
     DType dtype;
     std::vector<int64_t> sizes;
+    bool defined = true;  // an undefined activation: a place in the list, nothing sent
   };
   struct MicroState {
     autograd::TensorList inputs;   // received activations (leaves), empty on stage 0
@@ -159,6 +168,7 @@ class Pipeline {
     std::shared_ptr<comm::Communicator> group;
   };
   std::vector<Tied> tied_;
+  std::vector<nn::BatchNorm2d*> deferred_bns_;  // options.deferred_batch_norm: the stage's BatchNorm2d
   std::unique_ptr<FailureChannel> failures_;
 
   std::string shape_key_;          // the batch shapes the specs below were exchanged for

@@ -1,3 +1,4 @@
+#include "autograd/checkpoint.h"
 #include "test_util.h"
 
 #include <cmath>
@@ -65,6 +66,49 @@ TEST(Layers, BatchNorm2dTrainingUpdatesRunningStatsEvalUsesThem) {
   EXPECT_NEAR(e[3], (4 - rm) / std::sqrt(rv), 1e-6);
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1) << "evaluation does not count";
   EXPECT_THROW(bn.forward(zeros({1, 2, 2, 2})), Error);
+}
+
+TEST(Layers, BatchNorm2dDeferredCommitsMiniBatchStatisticsOnce) {
+  // NOTE [Deferred batch norm]: two micro-batches {1, 2} and {3, 4, 5, 6} (one channel). Each is
+  // normalized by its own statistics, while the running statistics wait for commit_deferred()
+  // and then move once by those of all six values: mean 3.5, unbiased var 17.5 / 5 = 3.5.
+  BatchNorm2d bn(1, 0.0, 0.5);
+  bn.deferred = true;
+  const std::vector<float> y = bn.forward(reshape(arange(1, 3, 1, kF32), {1, 1, 1, 2})).to_vector<float>();
+  EXPECT_NEAR(y[0], -1.0, 1e-6);  // (1 - 1.5) / sqrt(0.25)
+  bn.forward(reshape(arange(3, 7, 1, kF32), {2, 1, 1, 2}));
+  EXPECT_EQ(bn.running_mean.item<double>(), 0.0);
+  EXPECT_EQ(bn.running_var.item<double>(), 1.0);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
+  EXPECT_EQ(bn.deferred_count(), 6);
+  bn.commit_deferred();
+  EXPECT_NEAR(bn.running_mean.item<double>(), 0.5 * 3.5, 1e-7);
+  EXPECT_NEAR(bn.running_var.item<double>(), 0.5 * 1 + 0.5 * 3.5, 1e-6);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_EQ(bn.deferred_count(), 0);
+  bn.commit_deferred();  // nothing gathered: nothing moves
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  // Evaluation uses the running statistics and gathers nothing.
+  bn.eval();
+  bn.forward(reshape(arange(1, 3, 1, kF32), {1, 1, 1, 2}));
+  EXPECT_EQ(bn.deferred_count(), 0);
+}
+
+TEST(Layers, BatchNorm2dUnderCheckpointUpdatesRunningStatsOnce) {
+  // The re-run in backward (autograd::is_recomputing()) must not move the running statistics
+  // again: values 1..4 give mean 2.5 and unbiased var 5/3, applied once with momentum 0.5.
+  BatchNorm2d bn(1, 0.0, 0.5);
+  Tensor x = reshape(arange(1, 5, 1, kF32), {1, 1, 2, 2});
+  x.set_requires_grad(true);
+  autograd::TensorList out = autograd::checkpoint([&](const autograd::TensorList& in) {
+    return autograd::TensorList{bn.forward(in[0])};
+  }, {x});
+  EXPECT_FALSE(autograd::is_recomputing());
+  sum(mul(out[0], out[0])).backward();
+  EXPECT_TRUE(x.grad().defined());
+  EXPECT_NEAR(bn.running_mean.item<double>(), 1.25, 1e-7);
+  EXPECT_NEAR(bn.running_var.item<double>(), 0.5 + 0.5 * (5.0 / 3.0), 1e-6);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
 }
 
 TEST(Layers, EmbeddingPaddingRowStaysZeroAndGetsNoGradient) {
