@@ -23,6 +23,13 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, const char*
   }
   return out;
 }
+void scale_by_norm(const std::vector<Tensor>& grads, double max_norm, double total) {
+  const double coef = max_norm / (total + 1e-6);
+  // PyTorch multiplies by clamp(coef, max=1); multiplying by 1 changes nothing, so skip it.
+  // A NaN coefficient (NaN or inf total) still multiplies, as there.
+  if (coef < 1.0 || std::isnan(coef))
+    for (const Tensor& g : grads) mul_(g, coef);
+}
 }  // namespace
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
@@ -47,12 +54,14 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   if (!inf) total = std::pow(total, 1.0 / norm_type);
   TRIDENT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type,
                 " of the gradients is ", total, "; set error_if_nonfinite = false to scale them anyway");
-  const double coef = max_norm / (total + 1e-6);
-  // PyTorch multiplies by clamp(coef, max=1); multiplying by 1 changes nothing, so skip it.
-  // A NaN coefficient (NaN or inf total) still multiplies, as there.
-  if (coef < 1.0 || std::isnan(coef))
-    for (const Tensor& g : grads) mul_(g, coef);
+  scale_by_norm(grads, max_norm, total);
   return total;
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {
+  TRIDENT_CHECK(max_norm >= 0, "clip_grads_with_norm_: max_norm must be >= 0, got ", max_norm);
+  NoGradGuard no_grad;
+  scale_by_norm(defined_grads(params, "clip_grads_with_norm_"), max_norm, total_norm);
 }
 
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {

@@ -26,6 +26,12 @@ namespace trident::nn {
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
 
+// The second half of clip_grad_norm_, for callers that compute the total norm themselves (over
+// tensor-parallel shards or pipeline stages): multiplies every gradient in place by
+// min(1, max_norm / (total_norm + 1e-6)), with the same rule for a NaN or infinite total
+// (PyTorch 2's clip_grads_with_norm_). Errors: max_norm negative or NaN.
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
+
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();

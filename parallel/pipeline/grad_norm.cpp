@@ -4,7 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/factory.h"
-#include "ops/arith.h"
+#include "nn/optim/clip_grad.h"
 #include "ops/reduce.h"
 
 namespace trident::parallel::pipeline {
@@ -19,13 +19,11 @@ double clip_grad_norm_(const Pipeline& pipe, double max_norm) {
       if (t.tensor.is_same(p)) return t.layers.front() >= pipe.layer_begin() && t.layers.front() < pipe.layer_end();
     return true;
   };
-  std::vector<Tensor> grads;
   double local = 0;
   for (const auto& [name, p] : pipe.named_parameters()) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
     TRIDENT_CHECK(is_floating(g.dtype()), "pipeline::clip_grad_norm_: gradient of ", name, " has dtype ", g.dtype());
-    grads.push_back(g.detach());
     if (g.numel() == 0 || !counted_here(p)) continue;
     const double n = norm(g, 2.0).item<double>();
     local += n * n;
@@ -33,9 +31,7 @@ double clip_grad_norm_(const Pipeline& pipe, double max_norm) {
   Tensor sq = scalar_tensor(local, kF64);
   if (pipe.pp()->size() > 1) pipe.pp()->all_reduce(sq).wait();
   const double total = std::sqrt(sq.item<double>());
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0 || std::isnan(coef))
-    for (const Tensor& g : grads) mul_(g, coef);
+  nn::clip_grads_with_norm_(pipe.parameters(), max_norm, total);
   return total;
 }
 

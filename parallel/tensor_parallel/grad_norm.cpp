@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "nn/optim/clip_grad.h"
 #include "ops/reduce.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 
@@ -20,13 +21,12 @@ double clip_grad_norm_(nn::Module& model, double max_norm, comm::Communicator& g
   TRIDENT_CHECK(max_norm >= 0, "tp::clip_grad_norm_: max_norm must be >= 0, got ", max_norm);
   NoGradGuard no_grad;
   const std::map<std::string, ParamShard> split = sharded_parameters(model);
-  std::vector<Tensor> grads, split_grads;
+  std::vector<Tensor> split_grads;
   double total = 0;
   for (const auto& [name, p] : model.named_parameters()) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
     TRIDENT_CHECK(is_floating(g.dtype()), "tp::clip_grad_norm_: gradient of ", name, " has dtype ", g.dtype());
-    grads.push_back(g.detach());
     if (split.count(name) != 0) {
       split_grads.push_back(g.detach());
     } else if (g.numel() > 0) {
@@ -46,9 +46,7 @@ double clip_grad_norm_(nn::Module& model, double max_norm, comm::Communicator& g
     total += n * n;
   }
   total = std::sqrt(total);
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0 || std::isnan(coef))
-    for (const Tensor& g : grads) mul_(g, coef);
+  nn::clip_grads_with_norm_(model.parameters(), max_norm, total);
   return total;
 }
 

@@ -748,6 +748,21 @@ TEST(OptimClip, GradNormValuesAndInPlaceScaling) {
     EXPECT_TRUE(all_close(a.grad(), from_vector<float>({0.6f, 0.8f}), 1e-6));
     EXPECT_FALSE(none.grad().defined());
   }
+  // A total computed elsewhere (over tensor-parallel shards or pipeline stages): scale by
+  // max_norm / (total + 1e-6) when below 1, leave the gradients alone otherwise.
+  {
+    Tensor a = make_param({0.0, 0.0});
+    Tensor none = make_param({1.0});
+    set_grad(a, {3.0, 4.0});
+    nn::clip_grads_with_norm_({a, none}, 2.0, 10.0);  // 2 / (10 + 1e-6)
+    EXPECT_NEAR(a.grad().to_vector<double>()[0], 3.0 * 2.0 / (10.0 + 1e-6), 1e-15);
+    EXPECT_NEAR(a.grad().to_vector<double>()[1], 4.0 * 2.0 / (10.0 + 1e-6), 1e-15);
+    EXPECT_FALSE(none.grad().defined());
+    set_grad(a, {3.0, 4.0});
+    nn::clip_grads_with_norm_({a}, 20.0, 10.0);
+    EXPECT_EQ(a.grad().to_vector<double>(), (Vec{3.0, 4.0}));
+    expect_error([&] { nn::clip_grads_with_norm_({a}, -1.0, 10.0); }, {"max_norm", "-1"});
+  }
   // No gradients at all.
   EXPECT_EQ(nn::clip_grad_norm_({make_param({1.0})}, 1.0), 0.0);
   // Non-finite totals, as PyTorch: an infinite one scales by 0 (the inf element becomes NaN), a
