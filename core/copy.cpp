@@ -28,17 +28,6 @@ void (*g_cuda_fill)(const Tensor& dst, double value) = nullptr;
 
 namespace {
 
-template <typename D, typename S>
-D convert(S v) {
-  if constexpr (std::is_same_v<D, S>) {
-    return v;
-  } else if constexpr (std::is_same_v<D, bool>) {
-    return static_cast<compute_t<S>>(v) != compute_t<S>(0);
-  } else {
-    return static_cast<D>(static_cast<compute_t<S>>(v));
-  }
-}
-
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -70,9 +59,9 @@ void copy_(const Tensor& dst, const Tensor& src) {
         D* dp = d + off[0];
         const S* sp = s + off[1];
         if (st[0] == 1 && st[1] == 1) {
-          for (int64_t i = 0; i < n; ++i) dp[i] = convert<D, S>(sp[i]);
+          for (int64_t i = 0; i < n; ++i) dp[i] = convert_value<D, S>(sp[i]);
         } else {
-          for (int64_t i = 0; i < n; ++i) dp[i * st[0]] = convert<D, S>(sp[i * st[1]]);
+          for (int64_t i = 0; i < n; ++i) dp[i * st[0]] = convert_value<D, S>(sp[i * st[1]]);
         }
       });
     });
@@ -90,7 +79,7 @@ void fill_(const Tensor& dst, double value) {
   dst.bump_version();
   StridedLoop<1> loop(dst.sizes(), {dst.strides()});
   TRIDENT_DISPATCH_ALL(dst.dtype(), "fill_", [&] {
-    const scalar_t v = convert<scalar_t, double>(value);
+    const scalar_t v = convert_value<scalar_t, double>(value);
     scalar_t* d = static_cast<scalar_t*>(dst.data_ptr());
     loop.run([&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& st) {
       scalar_t* p = d + off[0];

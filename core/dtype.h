@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <ostream>
 #include <string_view>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/macros.h"
 #include "core/half.h"
 
 namespace trident {
@@ -79,6 +81,23 @@ template <typename T> struct ComputeType { using type = T; };
 template <> struct ComputeType<Half> { using type = float; };
 template <> struct ComputeType<BFloat16> { using type = float; };
 template <typename T> using compute_t = typename ComputeType<T>::type;
+
+// NOTE [Value conversion]: one rule for every backend's dtype conversion. A floating value goes to
+// an integer dtype through int64 (truncated toward zero, then wrapped modulo 2^bits), so -1.5 -> u8
+// is 255 on the CPU and on the GPU alike, as in PyTorch's CPU; a direct cast is undefined out of
+// range, and the GPU's conversion saturates (0) where the CPU's wraps.
+template <typename D, typename S>
+TRIDENT_INLINE D convert_value(S v) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return static_cast<compute_t<S>>(v) != compute_t<S>(0);
+  } else if constexpr (std::is_integral_v<D> && !std::is_integral_v<compute_t<S>>) {
+    return static_cast<D>(static_cast<int64_t>(static_cast<compute_t<S>>(v)));
+  } else {
+    return static_cast<D>(static_cast<compute_t<S>>(v));
+  }
+}
 
 // The type reductions over T accumulate in (NOTE [Accumulation]: sums of f32 accumulate in f64
 // on the CPU, so long reductions do not drift with their length and gradients checked against

@@ -41,17 +41,6 @@ int grid_size(int64_t work, int threads) {
 
 namespace {
 
-template <typename D, typename S>
-TRIDENT_INLINE D convert(S v) {
-  if constexpr (std::is_same_v<D, S>) {
-    return v;
-  } else if constexpr (std::is_same_v<D, bool>) {
-    return static_cast<compute_t<S>>(v) != compute_t<S>(0);
-  } else {
-    return static_cast<D>(static_cast<compute_t<S>>(v));
-  }
-}
-
 // Same-dtype copies move bytes: one kernel per element size.
 template <size_t Bytes>
 struct Raw {
@@ -61,7 +50,7 @@ struct Raw {
 // NOTE [Dynamic-dtype conversion]: converting copies are rare next to compute (dtype casts at
 // module boundaries), so one kernel serves all 56 pairs of dtypes: it loads through a switch on
 // the source dtype into a double or an int64 and stores through a switch on the destination
-// dtype. Floating values go through f64 and f32 exactly as the CPU's static_casts do, so the
+// dtype. Values convert as NOTE [Value conversion] (core/dtype.h) says, as on the CPU, so the
 // results match the CPU bit for bit. A template per pair would cost a minute of compile time.
 struct Scalar {
   double f;
@@ -84,7 +73,7 @@ __device__ __forceinline__ Scalar load_as(DType t, const char* p, int64_t off) {
 }
 
 template <typename D>
-__device__ __forceinline__ D cast_from(Scalar v, bool src_is_f64) {
+__device__ __forceinline__ D cast_from(Scalar v) {
   if constexpr (std::is_same_v<D, bool>) {
     return v.is_int ? v.i != 0 : v.f != 0.0;
   } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
@@ -92,32 +81,31 @@ __device__ __forceinline__ D cast_from(Scalar v, bool src_is_f64) {
   } else if constexpr (std::is_floating_point_v<D>) {
     return v.is_int ? static_cast<D>(v.i) : static_cast<D>(v.f);
   } else {
-    // f32 sources convert from f32 as on the CPU; the value is exact in f64 either way.
-    return v.is_int ? static_cast<D>(v.i) : (src_is_f64 ? static_cast<D>(v.f) : static_cast<D>(static_cast<float>(v.f)));
+    // Through int64, as NOTE [Value conversion] says; a float's value is exact in f64.
+    return v.is_int ? static_cast<D>(v.i) : static_cast<D>(static_cast<int64_t>(v.f));
   }
 }
 
-__device__ __forceinline__ void store_as(DType t, char* p, int64_t off, Scalar v, bool src_is_f64) {
+__device__ __forceinline__ void store_as(DType t, char* p, int64_t off, Scalar v) {
   switch (t) {
-    case DType::F32: reinterpret_cast<float*>(p)[off] = cast_from<float>(v, src_is_f64); break;
-    case DType::F64: reinterpret_cast<double*>(p)[off] = cast_from<double>(v, src_is_f64); break;
-    case DType::F16: reinterpret_cast<Half*>(p)[off] = cast_from<Half>(v, src_is_f64); break;
-    case DType::BF16: reinterpret_cast<BFloat16*>(p)[off] = cast_from<BFloat16>(v, src_is_f64); break;
-    case DType::I32: reinterpret_cast<int32_t*>(p)[off] = cast_from<int32_t>(v, src_is_f64); break;
-    case DType::I64: reinterpret_cast<int64_t*>(p)[off] = cast_from<int64_t>(v, src_is_f64); break;
-    case DType::U8: reinterpret_cast<uint8_t*>(p)[off] = cast_from<uint8_t>(v, src_is_f64); break;
-    case DType::Bool: reinterpret_cast<bool*>(p)[off] = cast_from<bool>(v, src_is_f64); break;
+    case DType::F32: reinterpret_cast<float*>(p)[off] = cast_from<float>(v); break;
+    case DType::F64: reinterpret_cast<double*>(p)[off] = cast_from<double>(v); break;
+    case DType::F16: reinterpret_cast<Half*>(p)[off] = cast_from<Half>(v); break;
+    case DType::BF16: reinterpret_cast<BFloat16*>(p)[off] = cast_from<BFloat16>(v); break;
+    case DType::I32: reinterpret_cast<int32_t*>(p)[off] = cast_from<int32_t>(v); break;
+    case DType::I64: reinterpret_cast<int64_t*>(p)[off] = cast_from<int64_t>(v); break;
+    case DType::U8: reinterpret_cast<uint8_t*>(p)[off] = cast_from<uint8_t>(v); break;
+    case DType::Bool: reinterpret_cast<bool*>(p)[off] = cast_from<bool>(v); break;
   }
 }
 
 __global__ void __launch_bounds__(kThreads) convert_kernel(int64_t n, OffsetCalc<2> oc, DType dt, char* dst, DType st,
                                                            const char* src) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const bool src_f64 = st == DType::F64;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     int64_t off[2];
     oc.get(i, off);
-    store_as(dt, dst, off[0], load_as(st, src, off[1]), src_f64);
+    store_as(dt, dst, off[0], load_as(st, src, off[1]));
   }
 }
 
@@ -235,7 +223,7 @@ void copy_impl(const Tensor& dst, const Tensor& src) {
 void fill_impl(const Tensor& dst, double value) {
   TRIDENT_CHECK(dst.device().is_cuda(), "fill_: expected a CUDA tensor, got ", dst.device());
   TRIDENT_DISPATCH_ALL(dst.dtype(), "fill_ (CUDA)", [&] {
-    const scalar_t v = convert<scalar_t, double>(value);
+    const scalar_t v = convert_value<scalar_t, double>(value);
     elementwise<scalar_t>(dst, {}, [v] __device__() { return v; });
   });
 }
