@@ -3,6 +3,9 @@
 #include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/linalg.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/linalg.h"
+#endif
 #include "ops/reduce.h"
 #include "ops/shape.h"
 
@@ -14,7 +17,7 @@ namespace {
 
 // Both operands have >= 2 dims.
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
-  Tensor out = cpu::matmul(a, b);
+  Tensor out = TRIDENT_KERNEL(matmul)(a, b);
   if (autograd::any_requires_grad({a, b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     autograd::record("MatmulBackward", {a, b}, out,
@@ -34,7 +37,7 @@ void check_matmul(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, b, "second operand");
   check_same_dtype(op, a, b);
   check_same_device(op, a, b);
-  check_cpu(op, a);
+  check_device(op, a);
   check_floating(op, a);
   TRIDENT_CHECK(a.dim() >= 1 && b.dim() >= 1, op, ": both operands need at least 1 dim, got shapes ", a.sizes(), " and ",
                 b.sizes());
@@ -87,7 +90,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_defined("linear", w, "weight");
   check_same_dtype("linear", x, w);
   check_same_device("linear", x, w);
-  check_cpu("linear", x);
+  check_device("linear", x);
   check_floating("linear", x);
   TRIDENT_CHECK(w.dim() == 2, "linear: weight must be [out_features, in_features], got shape ", w.sizes());
   TRIDENT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input shape ", x.sizes(), " does not end in in_features = ",
@@ -98,7 +101,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     TRIDENT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias shape ", b.sizes(), " does not match out_features = ",
                   w.size(0), " of weight shape ", w.sizes());
   }
-  Tensor out = cpu::linear(x, w, b);
+  Tensor out = TRIDENT_KERNEL(linear)(x, w, b);
   if (autograd::any_requires_grad({x, w, b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad();
     autograd::record("LinearBackward", {x, w, b}, out,
@@ -118,5 +121,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   return out;
 }
+
+#if TRIDENT_HAVE_CUDA
+void set_matmul_allow_tf32(bool allow) { cuda::set_allow_tf32(allow); }
+bool matmul_allow_tf32() { return cuda::allow_tf32(); }
+#else
+void set_matmul_allow_tf32(bool) {}
+bool matmul_allow_tf32() { return false; }
+#endif
 
 }  // namespace trident

@@ -18,4 +18,10 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // one GEMM with the bias folded in, whatever the leading dims of x.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// Lets f32 products on CUDA devices run on TF32 tensor cores (inputs rounded to 10 mantissa
+// bits, f32 accumulation): off by default, as PyTorch's torch.backends.cuda.matmul.allow_tf32.
+// CPU products are unaffected. Process-wide.
+void set_matmul_allow_tf32(bool allow);
+bool matmul_allow_tf32();
+
 }  // namespace trident

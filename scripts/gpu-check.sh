@@ -56,7 +56,7 @@ echo "NCCL:  $NCCL_ARGS"
 echo "== configure (architectures $ARCHS)"
 if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON \
     -DTRIDENT_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DTRIDENT_MPI=OFF -DTRIDENT_DATA=OFF \
-    -DTRIDENT_BUILD_BENCHMARKS=OFF -DTRIDENT_SANITIZER_TESTS=OFF -DTRIDENT_WERROR=OFF \
+    -DTRIDENT_BUILD_BENCHMARKS=ON -DTRIDENT_SANITIZER_TESTS=OFF -DTRIDENT_WERROR=OFF \
     $BLAS_ARGS $CUDNN_ARGS $NCCL_ARGS > "$OUT/configure.log" 2>&1; then
   row configure ok "$(tail -1 "$OUT/configure.log")"
 else
@@ -65,7 +65,9 @@ fi
 
 echo "== build"
 B0=$(date +%s)
-if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests > "$OUT/build.log" 2>&1; then
+# The benchmarks that need no Google Benchmark: the CUDA op table, and attention when present.
+BENCH_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(cuda_ops_bench|attention_cuda_bench):' | tr -d : | tr '\n' ' ')
+if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests $BENCH_TARGETS > "$OUT/build.log" 2>&1; then
   row build ok "$(( $(date +%s) - B0 )) s"
 else
   grep -m 20 -B2 -A6 "error" "$OUT/build.log"; row build FAIL "see build.log"
@@ -89,7 +91,26 @@ run_suite caching_allocator "$BUILD_DIR/tests/core_tests" 'CachingAllocator*'
 # Once more with every launch synchronized: an asynchronous error is pinned to its launch.
 LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" '*'
 
+echo "== benchmarks (PyTorch on the same GPU alongside)"
+if [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
+  if timeout 240 "$BUILD_DIR/benchmarks/cuda_ops_bench" > "$OUT/cuda_ops_bench.jsonl" 2> "$OUT/bench.err" &&
+     python3 benchmarks/cuda_ops_torch.py "$OUT/cuda_ops_bench.jsonl" > "$OUT/bench.txt" 2>> "$OUT/bench.err"; then
+    cat "$OUT/bench.txt"; row cuda_ops_bench ok "bench.txt ($(grep -c . "$OUT/cuda_ops_bench.jsonl") cases)"
+  else
+    cat "$OUT/cuda_ops_bench.jsonl"; tail -20 "$OUT/bench.err"; row cuda_ops_bench FAIL "see bench.err"
+  fi
+fi
+if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
+  if timeout 120 "$BUILD_DIR/benchmarks/attention_cuda_bench" >> "$OUT/bench.txt" 2>> "$OUT/bench.err"; then
+    row attention_cuda_bench ok "bench.txt"; tail -12 "$OUT/bench.txt"
+  else
+    row attention_cuda_bench FAIL "see bench.err"
+  fi
+fi
+
 echo
 echo "== summary ($(( $(date +%s) - START )) s, $(head -1 "$OUT/gpu.txt"))"
 printf '%s\n' "${ROWS[@]}" | tee "$OUT/summary.txt"
+# At most 8 files come back from a device call: the secondary logs travel as one archive.
+(cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err 2>/dev/null))
 ! grep -q ' FAIL ' "$OUT/summary.txt"

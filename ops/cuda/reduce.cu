@@ -1,5 +1,6 @@
 #include "ops/cuda/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -23,6 +24,7 @@ struct RowParams {
   float divisor;     // var: max(0, n - correction)
   bool take_sqrt;    // var -> std
   int threads_per_row;  // 32 (a warp per row) or 256 (a block per row)
+  bool packed;          // rows load as 16-byte packs (aligned, n a multiple of the pack)
 };
 
 // value, index pairs for max/min: NaN wins, then the larger (smaller) value, then the lower index.
@@ -61,6 +63,23 @@ __device__ __forceinline__ float identity(RowOp op) {
     case RowOp::NormNegInf: return INFINITY;
     default: return 0.0f;
   }
+}
+
+// What an element contributes (norms), and what the combined value becomes (mean, p-th root).
+__device__ __forceinline__ float pre_transform(RowOp op, float p, float v) {
+  switch (op) {
+    case RowOp::NormP: return p == 1.0f ? fabsf(v) : (p == 2.0f ? v * v : powf(fabsf(v), p));
+    case RowOp::NormInf:
+    case RowOp::NormNegInf: return fabsf(v);
+    case RowOp::Norm0: return v != 0.0f ? 1.0f : 0.0f;
+    default: return v;
+  }
+}
+
+__device__ __forceinline__ float post_transform(RowOp op, float p, int64_t n, float v) {
+  if (op == RowOp::Mean) return v / static_cast<float>(n);
+  if (op == RowOp::NormP) return p == 1.0f ? v : (p == 2.0f ? sqrtf(v) : powf(v, 1.0f / p));
+  return v;
 }
 
 // Reduces v over the threads of a row (a warp, or the block through shared memory).
@@ -148,24 +167,113 @@ __global__ void __launch_bounds__(256) reduce_rows_kernel(const T* __restrict__ 
         for (int64_t j = t; j < n; j += tpr) acc += expf(static_cast<float>(xr[j]) - shift);
       result = shift + logf(row_reduce(acc, RowOp::Sum, tpr, smem));
     } else {
-      if (active)
-        for (int64_t j = t; j < n; j += tpr) {
-          float v = static_cast<float>(xr[j]);
-          switch (prm.op) {
-            case RowOp::NormP: v = prm.p == 1.0f ? fabsf(v) : (prm.p == 2.0f ? v * v : powf(fabsf(v), prm.p)); break;
-            case RowOp::NormInf:
-            case RowOp::NormNegInf: v = fabsf(v); break;
-            case RowOp::Norm0: v = v != 0.0f ? 1.0f : 0.0f; break;
-            default: break;
-          }
-          acc = combine(prm.op, acc, v);
+      constexpr int V = 16 / sizeof(T);
+      if (active && prm.packed) {
+        // 16-byte loads: n is a multiple of V and every row starts aligned.
+        const auto* xp = reinterpret_cast<const Pack<T, V>*>(xr);
+        for (int64_t q = t; q < n / V; q += tpr) {
+          const Pack<T, V> pk = xp[q];
+#pragma unroll
+          for (int u = 0; u < V; ++u) acc = combine(prm.op, acc, pre_transform(prm.op, prm.p, static_cast<float>(pk.v[u])));
         }
-      result = row_reduce(acc, prm.op, tpr, smem);
-      if (prm.op == RowOp::Mean) result /= static_cast<float>(n);
-      if (prm.op == RowOp::NormP) result = prm.p == 1.0f ? result : (prm.p == 2.0f ? sqrtf(result) : powf(result, 1.0f / prm.p));
+      } else if (active) {
+        for (int64_t j = t; j < n; j += tpr) acc = combine(prm.op, acc, pre_transform(prm.op, prm.p, static_cast<float>(xr[j])));
+      }
+      result = post_transform(prm.op, prm.p, n, row_reduce(acc, prm.op, tpr, smem));
     }
     if (active && t == 0) out[row] = static_cast<T>(result);
   }
+}
+
+// NOTE [CUDA column reductions]: a contiguous x whose reduced dims are one run of adjacent dims
+// is [outer, r, inner] reduced over r. With inner > 1 (a sum over the batch of a bias gradient, a
+// mean over dim 0) the row kernel would need x transposed first, a full extra copy; instead warps
+// read 32 adjacent columns of a row at a time (coalesced), the 8 warps of a block take every 8th
+// row of a chunk of r, and the chunk count (`splits`) is chosen to fill the device. Each split
+// writes f32 partials [splits, outer, inner] that a second kernel combines in split order, so the
+// result does not depend on timing.
+struct ColParams {
+  RowOp op;
+  int64_t outer, r, inner, chunk;
+  int splits;
+  float p;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) reduce_cols_kernel(const T* __restrict__ x, ColParams prm, float* __restrict__ partial) {
+  __shared__ float smem[8][33];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * prm.chunk;
+  const int64_t r1 = r0 + prm.chunk < prm.r ? r0 + prm.chunk : prm.r;
+  for (int64_t a = blockIdx.z; a < prm.outer; a += gridDim.z) {
+    float acc = identity(prm.op);
+    if (j < prm.inner) {
+      const T* xa = x + a * prm.r * prm.inner + j;
+#pragma unroll 4
+      for (int64_t r = r0 + ty; r < r1; r += 8) acc = combine(prm.op, acc, pre_transform(prm.op, prm.p, static_cast<float>(xa[r * prm.inner])));
+    }
+    smem[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0) {
+#pragma unroll
+      for (int k = 1; k < 8; ++k) acc = combine(prm.op, acc, smem[k][tx]);
+      if (j < prm.inner) partial[(static_cast<int64_t>(blockIdx.y) * prm.outer + a) * prm.inner + j] = acc;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) finish_cols_kernel(const float* __restrict__ partial, ColParams prm, T* __restrict__ out) {
+  const int64_t m = prm.outer * prm.inner;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = partial[i];
+    for (int s = 1; s < prm.splits; ++s) acc = combine(prm.op, acc, partial[s * m + i]);
+    out[i] = static_cast<T>(post_transform(prm.op, prm.p, prm.r, acc));
+  }
+}
+
+// [outer, r, inner] when x is contiguous and `dims` are adjacent, with inner > 1; else false.
+bool column_layout(const Tensor& x, std::vector<int64_t> dims, int64_t& outer, int64_t& r, int64_t& inner) {
+  if (dims.empty() || !x.is_contiguous()) return false;
+  std::sort(dims.begin(), dims.end());
+  for (size_t i = 1; i < dims.size(); ++i)
+    if (dims[i] != dims[i - 1] + 1) return false;
+  outer = r = inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < dims.front()) outer *= x.size(d);
+    else if (d <= dims.back()) r *= x.size(d);
+    else inner *= x.size(d);
+  }
+  return inner > 1 && r > 0;
+}
+
+void reduce_columns(RowOp op, const Tensor& x, int64_t outer, int64_t r, int64_t inner, float p, const Tensor& out) {
+  ColParams prm{op, outer, r, inner, r, 1, p};
+  const int64_t col_blocks = (inner + 31) / 32;
+  const int64_t z = std::min<int64_t>(outer, 65535);
+  // Enough splits of r for about 8 blocks per multiprocessor, each split at least 64 rows.
+  const int64_t want = (static_cast<int64_t>(multiprocessor_count()) * 8 + col_blocks * z - 1) / (col_blocks * z);
+  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, (r + 63) / 64, 65535}));
+  prm.chunk = (r + splits - 1) / splits;
+  prm.splits = static_cast<int>((r + prm.chunk - 1) / prm.chunk);
+  DeviceGuard g(x.device().index);
+  const cudaStream_t stream = current_stream(x.device().index).handle();
+  const Tensor partial = empty_on({prm.splits, outer, inner}, DType::F32, x.device());
+  TRIDENT_DISPATCH_CUDA_FLOATING(x.dtype(), "reduction", [&] {
+    reduce_cols_kernel<scalar_t><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(prm.splits), static_cast<unsigned>(z)), 256, 0, stream>>>(
+        static_cast<const scalar_t*>(x.data_ptr()), prm, static_cast<float*>(partial.data_ptr()));
+    TRIDENT_CUDA_KERNEL_CHECK();
+    finish_cols_kernel<scalar_t><<<grid_size(outer * inner), 256, 0, stream>>>(
+        static_cast<const float*>(partial.data_ptr()), prm, static_cast<scalar_t*>(out.data_ptr()));
+    TRIDENT_CUDA_KERNEL_CHECK();
+  });
+}
+
+bool column_op(RowOp op) {
+  return op == RowOp::Sum || op == RowOp::Mean || op == RowOp::Max || op == RowOp::Min || op == RowOp::NormP ||
+         op == RowOp::NormInf || op == RowOp::NormNegInf || op == RowOp::Norm0;
 }
 
 // x with the reduced dims innermost, contiguous (NOTE [CUDA row reductions]); rows and n.
@@ -191,16 +299,22 @@ Tensor as_rows(const Tensor& x, const std::vector<int64_t>& dims, int64_t& rows,
 
 std::pair<Tensor, Tensor> run(RowOp op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, float p = 0,
                               double correction = 0, bool take_sqrt = false) {
-  int64_t rows = 0, n = 0;
-  const Tensor xr = as_rows(x, dims, rows, n);
   const Shape shape = reduced_shape(x.sizes(), dims, keepdim);
   Tensor out = empty_on(shape, x.dtype(), x.device());
+  int64_t outer = 0, r = 0, inner = 0;
+  if (column_op(op) && column_layout(x, dims, outer, r, inner)) {
+    if (out.numel() > 0) reduce_columns(op, x.detach(), outer, r, inner, p, out);
+    return {out, Tensor()};
+  }
+  int64_t rows = 0, n = 0;
+  const Tensor xr = as_rows(x, dims, rows, n);
   Tensor idx;
   const bool indexed = op == RowOp::ArgMax || op == RowOp::ArgMin;
   if (indexed) idx = empty_on(shape, DType::I64, x.device());
   if (rows == 0) return {out, idx};
   RowParams prm{op, rows, n, p, static_cast<float>(std::max(0.0, static_cast<double>(n) - correction)), take_sqrt,
-                n >= 1024 ? 256 : 32};
+                n >= 1024 ? 256 : 32,
+                n % (16 / static_cast<int64_t>(itemsize(x.dtype()))) == 0 && reinterpret_cast<uintptr_t>(xr.data_ptr()) % 16 == 0};
   const int rows_per_block = 256 / prm.threads_per_row;
   DeviceGuard g(x.device().index);
   const int blocks = grid_size((rows + rows_per_block - 1) / rows_per_block, 1);

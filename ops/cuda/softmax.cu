@@ -101,6 +101,113 @@ __global__ void __launch_bounds__(kBlock) softmax_backward_kernel(const T* __res
   }
 }
 
+// NOTE [Register softmax]: rows of up to 32 * E (a warp per row) or 256 * E (a block per row)
+// elements, E <= 32, are read once into registers, reduced there and written once: one trip to
+// memory each way, where the general kernels above read the row two or three times. Thread t holds
+// elements t, t + tpr, t + 2 tpr, ... (coalesced across the warp). E is a template parameter in
+// four buckets so that the arrays stay in registers.
+template <typename T, int E>
+__global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
+                                                              int n, int tpr, bool log) {
+  __shared__ float smem[kBlock / 32];
+  const int per_block = kBlock / tpr;
+  const int t = threadIdx.x % tpr;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < rows; base += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t row = base + threadIdx.x / tpr;
+    const bool active = row < rows;
+    const T* xr = x + (active ? row : 0) * n;
+    float v[E];
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int j = t + i * tpr;
+      v[i] = active && j < n ? static_cast<float>(xr[j]) : -INFINITY;
+      m = (v[i] > m || v[i] != v[i]) ? v[i] : m;
+    }
+    m = row_max(m, tpr, smem);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      v[i] = expf(v[i] - m);  // exp(-inf) = 0 for the padding
+      s += v[i];
+    }
+    s = row_sum(s, tpr, smem);
+    if (!active) continue;
+    T* yr = y + row * n;
+    const float inv = 1.0f / s, lse = m + logf(s);
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int j = t + i * tpr;
+      if (j < n) yr[j] = static_cast<T>(log ? static_cast<float>(xr[j]) - lse : v[i] * inv);
+    }
+  }
+}
+
+template <typename T, int E>
+__global__ void __launch_bounds__(kBlock) softmax_backward_regs_kernel(const T* __restrict__ g, const T* __restrict__ y,
+                                                                       T* __restrict__ gx, int64_t rows, int n, int tpr,
+                                                                       bool log) {
+  __shared__ float smem[kBlock / 32];
+  const int per_block = kBlock / tpr;
+  const int t = threadIdx.x % tpr;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < rows; base += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t row = base + threadIdx.x / tpr;
+    const bool active = row < rows;
+    const int64_t o = (active ? row : 0) * n;
+    float gv[E], yv[E];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int j = t + i * tpr;
+      const bool in = active && j < n;
+      gv[i] = in ? static_cast<float>(g[o + j]) : 0.0f;
+      yv[i] = in ? static_cast<float>(y[o + j]) : 0.0f;
+      s += log ? gv[i] : gv[i] * yv[i];
+    }
+    s = row_sum(s, tpr, smem);
+    if (!active) continue;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int j = t + i * tpr;
+      if (j < n) gx[o + j] = static_cast<T>(log ? gv[i] - expf(yv[i]) * s : yv[i] * (gv[i] - s));
+    }
+  }
+}
+
+// How a row of n is spread: threads per row and elements per thread (0: too long for registers).
+struct RowPlan {
+  int tpr, per_thread;
+};
+RowPlan plan_rows(int64_t n) {
+  for (int tpr : {32, kBlock})
+    for (int e : {4, 8, 16, 32})
+      if (n <= static_cast<int64_t>(tpr) * e && (tpr == kBlock || n <= 1024)) return {tpr, e};
+  return {n >= 1024 ? kBlock : 32, 0};
+}
+
+// Launches the register kernel of the plan's bucket; false when the row is too long for it.
+template <typename T>
+bool launch_regs(int e, int blocks, cudaStream_t st, const T* x, T* y, int64_t rows, int n, int tpr, bool log) {
+  switch (e) {
+    case 4: softmax_regs_kernel<T, 4><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
+    case 8: softmax_regs_kernel<T, 8><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
+    case 16: softmax_regs_kernel<T, 16><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
+    case 32: softmax_regs_kernel<T, 32><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
+    default: return false;
+  }
+}
+template <typename T>
+bool launch_regs_backward(int e, int blocks, cudaStream_t st, const T* g, const T* y, T* gx, int64_t rows, int n,
+                          int tpr, bool log) {
+  switch (e) {
+    case 4: softmax_backward_regs_kernel<T, 4><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
+    case 8: softmax_backward_regs_kernel<T, 8><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
+    case 16: softmax_backward_regs_kernel<T, 16><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
+    case 32: softmax_backward_regs_kernel<T, 32><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
+    default: return false;
+  }
+}
+
 // x with `dim` moved last, contiguous; returns the permutation used (empty when none was needed).
 Tensor last_dim_rows(const Tensor& x, int64_t dim, std::vector<int64_t>& perm) {
   perm.clear();
@@ -127,12 +234,15 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log) {
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   Tensor y = empty_on(xr.sizes(), x.dtype(), x.device());
   if (rows > 0) {
-    const int tpr = n >= 1024 ? 256 : 32;
+    const RowPlan plan = plan_rows(n);
+    const int tpr = plan.tpr;
     DeviceGuard dg(x.device().index);
     const int blocks = grid_size((rows + kBlock / tpr - 1) / (kBlock / tpr), 1);
+    const cudaStream_t stream = current_stream(x.device().index).handle();
     TRIDENT_DISPATCH_CUDA_FLOATING(x.dtype(), "softmax", [&] {
-      softmax_kernel<scalar_t><<<blocks, kBlock, 0, current_stream(x.device().index).handle()>>>(
-          static_cast<const scalar_t*>(xr.data_ptr()), static_cast<scalar_t*>(y.data_ptr()), rows, n, tpr, log);
+      const auto* xp = static_cast<const scalar_t*>(xr.data_ptr());
+      auto* yp = static_cast<scalar_t*>(y.data_ptr());
+      if (!launch_regs(plan.per_thread, blocks, stream, xp, yp, rows, static_cast<int>(n), tpr, log)) softmax_kernel<scalar_t><<<blocks, kBlock, 0, stream>>>(xp, yp, rows, n, tpr, log);
     });
     TRIDENT_CUDA_KERNEL_CHECK();
   }
@@ -147,13 +257,16 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log)
   const int64_t rows = n == 0 ? 0 : y.numel() / n;
   Tensor gx = empty_on(yr.sizes(), y.dtype(), y.device());
   if (rows > 0) {
-    const int tpr = n >= 1024 ? 256 : 32;
+    const RowPlan plan = plan_rows(n);
+    const int tpr = plan.tpr;
     DeviceGuard dg(y.device().index);
     const int blocks = grid_size((rows + kBlock / tpr - 1) / (kBlock / tpr), 1);
+    const cudaStream_t stream = current_stream(y.device().index).handle();
     TRIDENT_DISPATCH_CUDA_FLOATING(y.dtype(), "softmax_backward", [&] {
-      softmax_backward_kernel<scalar_t><<<blocks, kBlock, 0, current_stream(y.device().index).handle()>>>(
-          static_cast<const scalar_t*>(gr.data_ptr()), static_cast<const scalar_t*>(yr.data_ptr()),
-          static_cast<scalar_t*>(gx.data_ptr()), rows, n, tpr, log);
+      const auto* gp = static_cast<const scalar_t*>(gr.data_ptr());
+      const auto* yp = static_cast<const scalar_t*>(yr.data_ptr());
+      auto* gxp = static_cast<scalar_t*>(gx.data_ptr());
+      if (!launch_regs_backward(plan.per_thread, blocks, stream, gp, yp, gxp, rows, static_cast<int>(n), tpr, log)) softmax_backward_kernel<scalar_t><<<blocks, kBlock, 0, stream>>>(gp, yp, gxp, rows, n, tpr, log);
     });
     TRIDENT_CUDA_KERNEL_CHECK();
   }

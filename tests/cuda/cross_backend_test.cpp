@@ -19,6 +19,8 @@ using namespace trident;
 namespace {
 
 const Device kGPU = Device::cuda(0);
+using trident::testing::rel_error;
+using trident::testing::tolerance;
 
 enum class Domain { Any, Positive, AwayFromZero };
 
@@ -29,35 +31,6 @@ struct OpCase {
   Domain domain = Domain::Any;
   bool backward = true;  // float output: also compare input gradients
 };
-
-// Relative error ||a - b|| / ||b|| over all elements; NaN anywhere in a (where b is not NaN) is
-// infinite error.
-double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(b[i])) {
-      if (!std::isnan(a[i])) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(a[i]) && a[i] != b[i]) return INFINITY;
-    if (a[i] == b[i]) continue;  // equal infinities included
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
-}
-
-// Per-dtype tolerances on the relative error: f32 arithmetic, and one to three roundings to
-// f16 (2^-11) or bf16 (2^-8) along the way. Backward chains round a few more times.
-double tolerance(DType dt, bool backward) {
-  switch (dt) {
-    case DType::F32: return backward ? 2e-5 : 1e-5;
-    case DType::F16: return backward ? 4e-3 : 2e-3;
-    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
-    default: return 0;
-  }
-}
 
 std::vector<OpCase> op_table() {
   using V = std::vector<Tensor>;
@@ -117,6 +90,24 @@ std::vector<OpCase> op_table() {
   t.push_back({"softmax_long_rows", {{3, 3000}}, [](const V& x) { return softmax(x[0], 1); }});
   t.push_back({"log_softmax_last", {m}, [](const V& x) { return log_softmax(x[0], -1); }});
   t.push_back({"log_softmax_long", {{2, 4097}}, [](const V& x) { return log_softmax(x[0], 1); }});
+  t.push_back({"softmax_beyond_registers", {{2, 9000}}, [](const V& x) { return softmax(x[0], 1); }});
+  // Column reductions (NOTE [CUDA column reductions]): split over many rows, and with outer dims.
+  t.push_back({"sum_dim0_tall", {{4100, 37}}, [](const V& x) { return sum(x[0], {0}); }});
+  t.push_back({"amax_middle_dim", {{3, 700, 50}}, [](const V& x) { return amax(x[0], {1}); }});
+  t.push_back({"mean_leading_dims", {{20, 30, 40}}, [](const V& x) { return mean(x[0], {0, 1}, true); }});
+  // Matrix products (cuBLASLt): plain, transposed operands, batched, broadcast batch, a shared
+  // right operand folded into one tall GEMM, linear with and without bias.
+  t.push_back({"matmul_2d", {{33, 70}, {70, 17}}, [](const V& x) { return matmul(x[0], x[1]); }});
+  t.push_back({"matmul_transposed", {{70, 33}, {17, 70}},
+               [](const V& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }});
+  t.push_back({"bmm", {{3, 9, 40}, {3, 40, 12}}, [](const V& x) { return bmm(x[0], x[1]); }});
+  t.push_back({"matmul_broadcast_batch", {{2, 1, 5, 8}, {3, 8, 6}}, [](const V& x) { return matmul(x[0], x[1]); }});
+  t.push_back({"matmul_shared_rhs", {{4, 7, 24}, {24, 10}}, [](const V& x) { return matmul(x[0], x[1]); }});
+  t.push_back({"matmul_vector", {{5, 24}, {24}}, [](const V& x) { return matmul(x[0], x[1]); }});
+  t.push_back({"linear_bias", {{2, 9, 48}, {20, 48}, {20}}, [](const V& x) { return linear(x[0], x[1], x[2]); }});
+  t.push_back({"linear_no_bias", {{13, 48}, {20, 48}}, [](const V& x) { return linear(x[0], x[1]); }});
+  t.push_back({"linear_strided_input", {{6, 96}, {20, 48}, {20}},
+               [](const V& x) { return linear(slice(x[0], 1, 0, 96, 2), x[1], x[2]); }});
   return t;
 }
 

@@ -4,7 +4,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
+
+#include "core/tensor.h"
 
 namespace trident::testing {
 
@@ -17,6 +22,35 @@ inline std::string cuda_unavailable_reason() {
     return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   }
   return n > 0 ? std::string() : std::string("the runtime reports 0 devices");
+}
+
+// Relative error ||a - b|| / ||b|| over all elements; NaN anywhere in a (where b is not NaN) is
+// infinite error.
+inline double rel_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i])) {
+      if (!std::isnan(a[i])) return INFINITY;
+      continue;
+    }
+    if (!std::isfinite(a[i]) && a[i] != b[i]) return INFINITY;
+    if (a[i] == b[i]) continue;  // equal infinities included
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Per-dtype tolerances on the relative error: f32 arithmetic, and one to three roundings to
+// f16 (2^-11) or bf16 (2^-8) along the way. Backward chains round a few more times.
+inline double tolerance(DType dt, bool backward) {
+  switch (dt) {
+    case DType::F32: return backward ? 2e-5 : 1e-5;
+    case DType::F16: return backward ? 4e-3 : 2e-3;
+    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
+    default: return 0;
+  }
 }
 
 }  // namespace trident::testing

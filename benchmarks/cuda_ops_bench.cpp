@@ -1,0 +1,127 @@
+// CUDA op throughput: GEMMs through cuBLASLt and the bandwidth-bound kernels, each timed with CUDA
+// events over many back-to-back calls on the current stream (launch overhead included, as a
+// training step sees it). Prints one JSON object per case (name, dtype, shape, ms, flops, bytes);
+// benchmarks/cuda_ops_torch.py times the same cases in PyTorch on the same GPU and prints the
+// table with the ratio (scripts/gpu-check.sh runs both).
+//   cuda_ops_bench [--filter SUBSTRING] [--iters N]
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/cuda/stream.h"
+#include "trident.h"
+
+using namespace trident;
+
+namespace {
+
+struct Case {
+  std::string name;  // the op, as cuda_ops_torch.py knows it
+  DType dtype;
+  std::vector<Shape> shapes;  // input shapes
+  double flops = 0, bytes = 0;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+double time_ms(const std::function<void()>& f, int iters) {
+  for (int i = 0; i < 3; ++i) f();
+  cuda::synchronize();
+  cuda::Event start(true), stop(true);
+  start.record();
+  for (int i = 0; i < iters; ++i) f();
+  stop.record();
+  stop.synchronize();
+  return static_cast<double>(start.elapsed_ms(stop)) / iters;
+}
+
+std::string shape_json(const std::vector<Shape>& shapes) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    s << (i ? ",[" : "[");
+    for (size_t j = 0; j < shapes[i].size(); ++j) s << (j ? "," : "") << shapes[i][j];
+    s << "]";
+  }
+  s << "]";
+  return s.str();
+}
+
+double elem_size(DType dt) { return static_cast<double>(itemsize(dt)); }
+
+std::vector<Case> cases() {
+  using V = std::vector<Tensor>;
+  std::vector<Case> c;
+  const auto gemm = [&](const std::string& name, DType dt, int64_t m, int64_t k, int64_t n) {
+    c.push_back({name, dt, {{m, k}, {k, n}}, 2.0 * m * n * k, elem_size(dt) * (m * k + k * n + m * n),
+                 [](const V& x) { return matmul(x[0], x[1]); }});
+  };
+  gemm("matmul", kBF16, 8192, 8192, 8192);
+  gemm("matmul", kF16, 8192, 8192, 8192);
+  gemm("matmul", kF32, 4096, 4096, 4096);
+  gemm("matmul_tf32", kF32, 4096, 4096, 4096);
+  // GPT-2 small's MLP at batch 8 x 1024 tokens: up- and down-projection with bias.
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{768, 3072}, {3072, 768}}) {
+    const int64_t rows = 8192;
+    c.push_back({"linear", kBF16, {{rows, in}, {out, in}, {out}}, 2.0 * rows * in * out,
+                 2.0 * (rows * in + in * out + rows * out), [](const V& x) { return linear(x[0], x[1], x[2]); }});
+  }
+  // Attention scores of GPT-2 small (96 = 8 x 12 heads, T = 1024, head dim 64).
+  c.push_back({"bmm", kBF16, {{96, 1024, 64}, {96, 64, 1024}}, 2.0 * 96 * 1024 * 1024 * 64,
+               2.0 * 96 * (2 * 1024 * 64 + 1024 * 1024), [](const V& x) { return bmm(x[0], x[1]); }});
+  // Bandwidth-bound: bytes are those read plus written once.
+  const int64_t n = int64_t{1} << 26;
+  for (DType dt : {kF32, kBF16}) {
+    c.push_back({"add", dt, {{n}, {n}}, double(n), 3 * elem_size(dt) * n, [](const V& x) { return add(x[0], x[1]); }});
+    c.push_back({"gelu_tanh", dt, {{8192, 3072}}, 0, 2 * elem_size(dt) * 8192 * 3072,
+                 [](const V& x) { return gelu(x[0], GeluApproximation::Tanh); }});
+    c.push_back({"softmax", dt, {{8192 * 12, 1024}}, 0, 2 * elem_size(dt) * 8192 * 12 * 1024,
+                 [](const V& x) { return softmax(x[0], -1); }});
+    c.push_back({"sum_rows", dt, {{8192, 8192}}, 0, elem_size(dt) * 8192 * 8192,
+                 [](const V& x) { return sum(x[0], {1}); }});
+    c.push_back({"sum_cols", dt, {{8192, 8192}}, 0, elem_size(dt) * 8192 * 8192,
+                 [](const V& x) { return sum(x[0], {0}); }});
+  }
+  c.push_back({"transpose_copy", kBF16, {{8192, 8192}}, 0, 2 * 2.0 * 8192 * 8192,
+               [](const V& x) { return transpose(x[0], 0, 1).contiguous(); }});
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter;
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) {
+      filter = argv[++i];
+    } else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
+      iters = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--filter SUBSTRING] [--iters N]\n", argv[0]);
+      return 2;
+    }
+  }
+  autograd::NoGradGuard no_grad;
+  Generator g(0);
+  try {
+  for (const Case& c : cases()) {
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    if (c.name == "matmul_tf32") set_matmul_allow_tf32(true);
+    std::vector<Tensor> in;
+    for (const Shape& s : c.shapes) in.push_back(randn(s, TensorOptions(c.dtype).device(Device::cuda(0)), &g));
+    const double ms = time_ms([&] { (void)c.fn(in); }, iters);
+    set_matmul_allow_tf32(false);
+    std::printf("{\"name\": \"%s\", \"dtype\": \"%s\", \"shapes\": %s, \"ms\": %.5f, \"flops\": %.6g, \"bytes\": %.6g}\n",
+                c.name.c_str(), std::string(dtype_name(c.dtype)).c_str(), shape_json(c.shapes).c_str(), ms, c.flops,
+                c.bytes);
+    std::fflush(stdout);
+  }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_ops_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

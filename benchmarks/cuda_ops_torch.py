@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Times the cases of cuda_ops_bench in PyTorch on the same GPU and prints the comparison.
+
+    cuda_ops_bench > trident.jsonl
+    python3 benchmarks/cuda_ops_torch.py trident.jsonl
+
+Each case is timed as cuda_ops_bench times it: 3 warm-up calls, then ITERS back-to-back calls
+between two CUDA events. The ratio is PyTorch's time over Trident's (above 1: Trident is faster).
+"""
+import json
+import sys
+
+import torch
+
+ITERS = 20
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def op(name):
+    return {
+        "matmul": lambda x: x[0] @ x[1],
+        "matmul_tf32": lambda x: x[0] @ x[1],
+        "linear": lambda x: torch.nn.functional.linear(x[0], x[1], x[2]),
+        "bmm": lambda x: torch.bmm(x[0], x[1]),
+        "add": lambda x: x[0] + x[1],
+        "gelu_tanh": lambda x: torch.nn.functional.gelu(x[0], approximate="tanh"),
+        "softmax": lambda x: torch.softmax(x[0], -1),
+        "sum_rows": lambda x: x[0].sum(1),
+        "sum_cols": lambda x: x[0].sum(0),
+        "transpose_copy": lambda x: x[0].t().contiguous(),
+        "layer_norm": lambda x: torch.nn.functional.layer_norm(x[0], x[0].shape[-1:], x[1], x[2]),
+    }.get(name)
+
+
+def time_ms(f):
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(ITERS):
+        f()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / ITERS
+
+
+def main():
+    rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+    print(f"{'op':<16}{'dtype':<6}{'shapes':<34}{'trident ms':>11}{'torch ms':>10}{'ratio':>7}  throughput (trident / torch)")
+    with torch.no_grad():
+        for r in rows:
+            f = op(r["name"])
+            if f is None:
+                print(f"{r['name']:<16}{r['dtype']:<6}(no PyTorch twin)")
+                continue
+            torch.backends.cuda.matmul.allow_tf32 = r["name"] == "matmul_tf32"
+            x = [torch.randn(s, device="cuda", dtype=DTYPES[r["dtype"]]) for s in r["shapes"]]
+            t = time_ms(lambda: f(x))
+            torch.backends.cuda.matmul.allow_tf32 = False
+            if r["flops"] and r["name"] not in ("add",):
+                unit, a, b = "TFLOP/s", r["flops"] / r["ms"] / 1e9, r["flops"] / t / 1e9
+            else:
+                unit, a, b = "GB/s", r["bytes"] / r["ms"] / 1e6, r["bytes"] / t / 1e6
+            shapes = "x".join("[" + ",".join(map(str, s)) + "]" for s in r["shapes"])
+            print(f"{r['name']:<16}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} {unit}")
+    print(f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")
+
+
+if __name__ == "__main__":
+    main()
