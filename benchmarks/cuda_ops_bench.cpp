@@ -84,6 +84,8 @@ std::vector<Case> cases() {
     c.push_back({"sum_cols", dt, {{8192, 8192}}, 0, elem_size(dt) * 8192 * 8192,
                  [](const V& x) { return sum(x[0], {0}); }});
   }
+  c.push_back({"layer_norm", kBF16, {{8192, 768}, {768}, {768}}, 0, 2 * 2.0 * 8192 * 768,
+               [](const V& x) { return layer_norm(x[0], {768}, x[1], x[2]); }});
   c.push_back({"transpose_copy", kBF16, {{8192, 8192}}, 0, 2 * 2.0 * 8192 * 8192,
                [](const V& x) { return transpose(x[0], 0, 1).contiguous(); }});
   return c;

@@ -209,9 +209,17 @@ __global__ void __launch_bounds__(256) reduce_cols_kernel(const T* __restrict__ 
   for (int64_t a = blockIdx.z; a < prm.outer; a += gridDim.z) {
     float acc = identity(prm.op);
     if (j < prm.inner) {
+      // Four rows in flight per thread (independent accumulators), then the tail.
       const T* xa = x + a * prm.r * prm.inner + j;
-#pragma unroll 4
-      for (int64_t r = r0 + ty; r < r1; r += 8) acc = combine(prm.op, acc, pre_transform(prm.op, prm.p, static_cast<float>(xa[r * prm.inner])));
+      float acc4[4] = {acc, acc, acc, acc};
+      int64_t r = r0 + ty;
+      for (; r + 24 < r1; r += 32) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          acc4[u] = combine(prm.op, acc4[u], pre_transform(prm.op, prm.p, static_cast<float>(xa[(r + 8 * u) * prm.inner])));
+      }
+      for (; r < r1; r += 8) acc4[0] = combine(prm.op, acc4[0], pre_transform(prm.op, prm.p, static_cast<float>(xa[r * prm.inner])));
+      acc = combine(prm.op, combine(prm.op, acc4[0], acc4[1]), combine(prm.op, acc4[2], acc4[3]));
     }
     smem[ty][tx] = acc;
     __syncthreads();

@@ -1,5 +1,7 @@
 #include "ops/cuda/softmax.h"
 
+#include <algorithm>
+
 #include "ops/cuda/common.cuh"
 #include "ops/shape.h"
 
@@ -105,10 +107,19 @@ __global__ void __launch_bounds__(kBlock) softmax_backward_kernel(const T* __res
 // elements, E <= 32, are read once into registers, reduced there and written once: one trip to
 // memory each way, where the general kernels above read the row two or three times. Thread t holds
 // elements t, t + tpr, t + 2 tpr, ... (coalesced across the warp). E is a template parameter in
-// four buckets so that the arrays stay in registers.
+// four buckets so that the arrays stay in registers. When the row length is a multiple of the pack
+// (16 bytes) and rows start aligned, each thread loads and stores whole packs: thread t holds packs
+// t, t + tpr, ... instead.
+// Elements per load when rows are packed: 16 bytes, or E when that is fewer.
+template <typename T, int E>
+constexpr int pack_width() {
+  return static_cast<int>(16 / sizeof(T)) < E ? static_cast<int>(16 / sizeof(T)) : E;
+}
+
 template <typename T, int E>
 __global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
-                                                              int n, int tpr, bool log) {
+                                                              int n, int tpr, bool log, bool packed) {
+  constexpr int P = pack_width<T, E>();
   __shared__ float smem[kBlock / 32];
   const int per_block = kBlock / tpr;
   const int t = threadIdx.x % tpr;
@@ -118,27 +129,56 @@ __global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restric
     const T* xr = x + (active ? row : 0) * n;
     float v[E];
     float m = -INFINITY;
+    if (packed) {
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const int j = t + i * tpr;
-      v[i] = active && j < n ? static_cast<float>(xr[j]) : -INFINITY;
-      m = (v[i] > m || v[i] != v[i]) ? v[i] : m;
+      for (int i = 0; i < E / P; ++i) {
+        const int q = t + i * tpr;  // pack index
+        Pack<T, P> pk{};
+        if (active && q * P < n) pk = reinterpret_cast<const Pack<T, P>*>(xr)[q];
+#pragma unroll
+        for (int u = 0; u < P; ++u) v[i * P + u] = active && q * P < n ? static_cast<float>(pk.v[u]) : -INFINITY;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const int j = t + i * tpr;
+        v[i] = active && j < n ? static_cast<float>(xr[j]) : -INFINITY;
+      }
     }
+#pragma unroll
+    for (int i = 0; i < E; ++i) m = (v[i] > m || v[i] != v[i]) ? v[i] : m;
     m = row_max(m, tpr, smem);
+    // v becomes x - m (log_softmax) or e^(x - m) (softmax); the padding's e^-inf is 0.
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) {
-      v[i] = expf(v[i] - m);  // exp(-inf) = 0 for the padding
-      s += v[i];
+      const float d = v[i] - m;
+      const float e = expf(d);
+      v[i] = log ? d : e;
+      s += e;
     }
     s = row_sum(s, tpr, smem);
     if (!active) continue;
     T* yr = y + row * n;
-    const float inv = 1.0f / s, lse = m + logf(s);
+    const float inv = 1.0f / s, log_s = logf(s);
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const int j = t + i * tpr;
-      if (j < n) yr[j] = static_cast<T>(log ? static_cast<float>(xr[j]) - lse : v[i] * inv);
+    for (int i = 0; i < E; ++i) v[i] = log ? v[i] - log_s : v[i] * inv;
+    if (packed) {
+#pragma unroll
+      for (int i = 0; i < E / P; ++i) {
+        const int q = t + i * tpr;
+        if (q * P >= n) continue;
+        Pack<T, P> pk;
+#pragma unroll
+        for (int u = 0; u < P; ++u) pk.v[u] = static_cast<T>(v[i * P + u]);
+        reinterpret_cast<Pack<T, P>*>(yr)[q] = pk;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const int j = t + i * tpr;
+        if (j < n) yr[j] = static_cast<T>(v[i]);
+      }
     }
   }
 }
@@ -146,7 +186,8 @@ __global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restric
 template <typename T, int E>
 __global__ void __launch_bounds__(kBlock) softmax_backward_regs_kernel(const T* __restrict__ g, const T* __restrict__ y,
                                                                        T* __restrict__ gx, int64_t rows, int n, int tpr,
-                                                                       bool log) {
+                                                                       bool log, bool packed) {
+  constexpr int P = pack_width<T, E>();
   __shared__ float smem[kBlock / 32];
   const int per_block = kBlock / tpr;
   const int t = threadIdx.x % tpr;
@@ -155,21 +196,54 @@ __global__ void __launch_bounds__(kBlock) softmax_backward_regs_kernel(const T* 
     const bool active = row < rows;
     const int64_t o = (active ? row : 0) * n;
     float gv[E], yv[E];
+    if (packed) {
+#pragma unroll
+      for (int i = 0; i < E / P; ++i) {
+        const int q = t + i * tpr;
+        const bool in = active && q * P < n;
+        Pack<T, P> pg{}, py{};
+        if (in) {
+          pg = reinterpret_cast<const Pack<T, P>*>(g + o)[q];
+          py = reinterpret_cast<const Pack<T, P>*>(y + o)[q];
+        }
+#pragma unroll
+        for (int u = 0; u < P; ++u) {
+          gv[i * P + u] = in ? static_cast<float>(pg.v[u]) : 0.0f;
+          yv[i * P + u] = in ? static_cast<float>(py.v[u]) : 0.0f;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const int j = t + i * tpr;
+        const bool in = active && j < n;
+        gv[i] = in ? static_cast<float>(g[o + j]) : 0.0f;
+        yv[i] = in ? static_cast<float>(y[o + j]) : 0.0f;
+      }
+    }
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const int j = t + i * tpr;
-      const bool in = active && j < n;
-      gv[i] = in ? static_cast<float>(g[o + j]) : 0.0f;
-      yv[i] = in ? static_cast<float>(y[o + j]) : 0.0f;
-      s += log ? gv[i] : gv[i] * yv[i];
-    }
+    for (int i = 0; i < E; ++i) s += log ? gv[i] : gv[i] * yv[i];
     s = row_sum(s, tpr, smem);
     if (!active) continue;
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const int j = t + i * tpr;
-      if (j < n) gx[o + j] = static_cast<T>(log ? gv[i] - expf(yv[i]) * s : yv[i] * (gv[i] - s));
+    for (int i = 0; i < E; ++i) gv[i] = log ? gv[i] - expf(yv[i]) * s : yv[i] * (gv[i] - s);
+    if (packed) {
+#pragma unroll
+      for (int i = 0; i < E / P; ++i) {
+        const int q = t + i * tpr;
+        if (q * P >= n) continue;
+        Pack<T, P> pk;
+#pragma unroll
+        for (int u = 0; u < P; ++u) pk.v[u] = static_cast<T>(gv[i * P + u]);
+        reinterpret_cast<Pack<T, P>*>(gx + o)[q] = pk;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const int j = t + i * tpr;
+        if (j < n) gx[o + j] = static_cast<T>(gv[i]);
+      }
     }
   }
 }
@@ -185,25 +259,34 @@ RowPlan plan_rows(int64_t n) {
   return {n >= 1024 ? kBlock : 32, 0};
 }
 
+// Whether rows of n at p load as packs of the bucket's width (aligned starts, whole packs).
+template <typename T>
+bool can_pack(int e, int n, const void* p) {
+  const int w = std::min(e, static_cast<int>(16 / sizeof(T)));
+  return n % w == 0 && reinterpret_cast<uintptr_t>(p) % (static_cast<size_t>(w) * sizeof(T)) == 0;
+}
+
 // Launches the register kernel of the plan's bucket; false when the row is too long for it.
 template <typename T>
 bool launch_regs(int e, int blocks, cudaStream_t st, const T* x, T* y, int64_t rows, int n, int tpr, bool log) {
+  const bool packed = can_pack<T>(e, n, x) && can_pack<T>(e, n, y);
   switch (e) {
-    case 4: softmax_regs_kernel<T, 4><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
-    case 8: softmax_regs_kernel<T, 8><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
-    case 16: softmax_regs_kernel<T, 16><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
-    case 32: softmax_regs_kernel<T, 32><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log); return true;
+    case 4: softmax_regs_kernel<T, 4><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log, packed); return true;
+    case 8: softmax_regs_kernel<T, 8><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log, packed); return true;
+    case 16: softmax_regs_kernel<T, 16><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log, packed); return true;
+    case 32: softmax_regs_kernel<T, 32><<<blocks, kBlock, 0, st>>>(x, y, rows, n, tpr, log, packed); return true;
     default: return false;
   }
 }
 template <typename T>
 bool launch_regs_backward(int e, int blocks, cudaStream_t st, const T* g, const T* y, T* gx, int64_t rows, int n,
                           int tpr, bool log) {
+  const bool packed = can_pack<T>(e, n, g) && can_pack<T>(e, n, y) && can_pack<T>(e, n, gx);
   switch (e) {
-    case 4: softmax_backward_regs_kernel<T, 4><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
-    case 8: softmax_backward_regs_kernel<T, 8><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
-    case 16: softmax_backward_regs_kernel<T, 16><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
-    case 32: softmax_backward_regs_kernel<T, 32><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log); return true;
+    case 4: softmax_backward_regs_kernel<T, 4><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log, packed); return true;
+    case 8: softmax_backward_regs_kernel<T, 8><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log, packed); return true;
+    case 16: softmax_backward_regs_kernel<T, 16><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log, packed); return true;
+    case 32: softmax_backward_regs_kernel<T, 32><<<blocks, kBlock, 0, st>>>(g, y, gx, rows, n, tpr, log, packed); return true;
     default: return false;
   }
 }

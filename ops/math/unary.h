@@ -91,8 +91,48 @@ struct TanhBackward {
 // Exact GELU (BERT): x Phi(x), Phi the standard normal CDF. In f64, Phi(x) = erfc(-x/sqrt2)/2,
 // which, unlike 1 + erf(x/sqrt2), does not cancel for negative x. Below -40 the result is -0
 // (x is clamped so that -inf gives the limit, not -inf * 0).
+#ifdef __CUDA_ARCH__
+// NOTE [GELU on the GPU]: the CPU forms (fast_f32.h) build exp from f64 pieces to vectorize and to
+// match the f64 reference closely; on the GPU f64 is slow, and CUDA's own erfcf and expf are
+// accurate to a few ulp, so the device uses them. Both forms avoid cancellation for negative x:
+// erf's through erfc(-x/sqrt2), tanh's as x sigmoid(2u) with e^(-2|u|).
+namespace gpu {
+// Clamped below so that -inf gives -0 (not -inf * 0); NaN passes through the comparison.
+__device__ __forceinline__ float gelu_erf(float x) {
+  const float xm = x < -40.0f ? -40.0f : x;
+  return 0.5f * xm * erfcf(-xm * 0.70710678118654752f);
+}
+__device__ __forceinline__ float gelu_erf_grad(float x) {
+  const float xm = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);
+  return 0.5f * erfcf(-x * 0.70710678118654752f) + xm * expf(-0.5f * xm * xm) * 0.39894228040143268f;
+}
+// u = sqrt(2/pi) (x + 0.044715 x^3); sigmoid(2u) from e = e^(-2|u|) without cancellation.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float xm = x < -20.0f ? -20.0f : x;
+  const float u = 0.79788456080286536f * xm * (1.0f + 0.044715f * xm * xm);
+  const float e = expf(-2.0f * fabsf(u));
+  return (u >= 0.0f ? x : xm * e) / (1.0f + e);
+}
+__device__ __forceinline__ float gelu_tanh_grad(float x_in) {
+  const float x = x_in < -20.0f ? -20.0f : (x_in > 20.0f ? 20.0f : x_in);
+  const float u = 0.79788456080286536f * x * (1.0f + 0.044715f * x * x);
+  const float du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x * x);
+  const float e = expf(-2.0f * fabsf(u));
+  const float r = 1.0f / (1.0f + e);
+  const float sig = u >= 0.0f ? r : e * r;  // sigmoid(2u)
+  return sig + x * (e * r * r) * 2.0f * du;  // sigmoid'(2u) = e / (1 + e)^2
+}
+}  // namespace gpu
+#endif
+
 struct Gelu {
-  TRIDENT_INLINE float operator()(float x) const { return f32::gelu_erf(x); }
+  TRIDENT_INLINE float operator()(float x) const {
+#ifdef __CUDA_ARCH__
+    return gpu::gelu_erf(x);
+#else
+    return f32::gelu_erf(x);
+#endif
+  }
   TRIDENT_INLINE double operator()(double x) const {
     const double xm = x < -40.0 ? -40.0 : x;
     return 0.5 * xm * std::erfc(-xm * 0.7071067811865476);
@@ -100,7 +140,13 @@ struct Gelu {
 };
 // Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi).
 struct GeluBackward {
-  TRIDENT_INLINE float operator()(float g, float x) const { return g * f32::gelu_erf_grad(x); }
+  TRIDENT_INLINE float operator()(float g, float x) const {
+#ifdef __CUDA_ARCH__
+    return g * gpu::gelu_erf_grad(x);
+#else
+    return g * f32::gelu_erf_grad(x);
+#endif
+  }
   TRIDENT_INLINE double operator()(double g, double x) const {
     const double xm = x < -40.0 ? -40.0 : (x > 40.0 ? 40.0 : x);
     return g * (0.5 * std::erfc(-x * 0.7071067811865476) + xm * std::exp(-0.5 * xm * xm) * f32::kInvSqrt2Pi);
@@ -110,7 +156,13 @@ struct GeluBackward {
 // GPT-2's tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed
 // as x sigmoid(2u), which does not cancel for negative x.
 struct GeluTanh {
-  TRIDENT_INLINE float operator()(float x) const { return f32::gelu_tanh(x); }
+  TRIDENT_INLINE float operator()(float x) const {
+#ifdef __CUDA_ARCH__
+    return gpu::gelu_tanh(x);
+#else
+    return f32::gelu_tanh(x);
+#endif
+  }
   TRIDENT_INLINE double operator()(double x) const {
     const double xm = x < -40.0 ? -40.0 : (x > 40.0 ? 40.0 : x);
     const double v = 2.0 * f32::kSqrt2OverPi * xm * (1.0 + f32::kGeluTanhCoeff * xm * xm);
@@ -120,7 +172,13 @@ struct GeluTanh {
 };
 // Analytically: sigmoid(v) + x sigmoid(v) sigmoid(-v) v', v' = 2 sqrt(2/pi) (1 + 3 0.044715 x^2).
 struct GeluTanhBackward {
-  TRIDENT_INLINE float operator()(float g, float x) const { return g * f32::gelu_tanh_grad(x); }
+  TRIDENT_INLINE float operator()(float g, float x) const {
+#ifdef __CUDA_ARCH__
+    return g * gpu::gelu_tanh_grad(x);
+#else
+    return g * f32::gelu_tanh_grad(x);
+#endif
+  }
   TRIDENT_INLINE double operator()(double g, double x) const {
     const double xm = x < -40.0 ? -40.0 : (x > 40.0 ? 40.0 : x);
     const double v = 2.0 * f32::kSqrt2OverPi * xm * (1.0 + f32::kGeluTanhCoeff * xm * xm);

@@ -91,6 +91,8 @@ std::vector<OpCase> op_table() {
   t.push_back({"log_softmax_last", {m}, [](const V& x) { return log_softmax(x[0], -1); }});
   t.push_back({"log_softmax_long", {{2, 4097}}, [](const V& x) { return log_softmax(x[0], 1); }});
   t.push_back({"softmax_beyond_registers", {{2, 9000}}, [](const V& x) { return softmax(x[0], 1); }});
+  t.push_back({"softmax_packed_warp_rows", {{7, 1024}}, [](const V& x) { return softmax(x[0], 1); }});
+  t.push_back({"log_softmax_packed", {{50, 128}}, [](const V& x) { return log_softmax(x[0], 1); }});
   // Column reductions (NOTE [CUDA column reductions]): split over many rows, and with outer dims.
   t.push_back({"sum_dim0_tall", {{4100, 37}}, [](const V& x) { return sum(x[0], {0}); }});
   t.push_back({"amax_middle_dim", {{3, 700, 50}}, [](const V& x) { return amax(x[0], {1}); }});
