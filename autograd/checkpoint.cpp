@@ -43,6 +43,7 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vec
 
   RngStates before{generators, {}};
   before.save();
+  const AutocastMode forward_mode = AutocastMode::get();  // NOTE [Autocast state]
   TensorList outputs;
   {
     NoGradGuard no_grad;
@@ -69,7 +70,7 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vec
     needs_grad.push_back(t.defined() && t.requires_grad());
   }
   record("CheckpointBackward", inputs, fresh,
-         [fn, saved, needs_grad, before, differentiable](const TensorList& grads) -> TensorList {
+         [fn, saved, needs_grad, before, differentiable, forward_mode](const TensorList& grads) -> TensorList {
            // Recompute with the same random draws, then put the generators back where they were.
            RngStates now{before.gens, {}};
            now.save();
@@ -87,6 +88,7 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vec
            {
              EnableGradGuard enable;
              RecomputingGuard flag;
+             AutocastModeGuard mode(forward_mode);
              recomputed = fn(replay_inputs);
            }
            now.restore();

@@ -78,6 +78,7 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in
   TRIDENT_CHECK(grad_roots_in.empty() || grad_roots_in.size() == roots.size(), "backward: got ", roots.size(),
                 " tensors but ", grad_roots_in.size(), " gradients");
   NoGradGuard no_grad;
+  AutocastModeGuard no_autocast({});  // NOTE [Autocast state]
 
   std::vector<Edge> root_edges;
   TensorList root_grads;

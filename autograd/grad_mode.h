@@ -2,6 +2,8 @@
 // not affect another.
 #pragma once
 
+#include "core/dtype.h"
+
 namespace trident::autograd {
 
 struct GradMode {
@@ -31,6 +33,30 @@ class EnableGradGuard {
 
  private:
   bool prev_;
+};
+
+// NOTE [Autocast state]: autocast's thread-local mode (the policy is NOTE [Autocast] in
+// ops/autocast.h) lives here, below the ops, because autograd must manage it: the engine turns it
+// off for the whole backward pass (backward functions see the dtypes their forward recorded, and
+// a backward run inside an autocast scope, as a pipeline step does, must not cast again), and
+// autograd::checkpoint re-runs its function under the mode its forward ran under.
+struct AutocastMode {
+  bool enabled = false;
+  DType dtype = DType::BF16;
+  static AutocastMode get();
+  static void set(AutocastMode mode);
+};
+
+// Sets the autocast mode for its scope, restoring the previous one on exit.
+class AutocastModeGuard {
+ public:
+  explicit AutocastModeGuard(AutocastMode mode) : prev_(AutocastMode::get()) { AutocastMode::set(mode); }
+  ~AutocastModeGuard() { AutocastMode::set(prev_); }
+  AutocastModeGuard(const AutocastModeGuard&) = delete;
+  AutocastModeGuard& operator=(const AutocastModeGuard&) = delete;
+
+ private:
+  AutocastMode prev_;
 };
 
 }  // namespace trident::autograd

@@ -1,9 +1,10 @@
 #include "ops/autocast.h"
 
+#include "autograd/grad_mode.h"
+
 namespace trident::autocast {
 namespace {
-thread_local bool g_enabled = false;
-thread_local DType g_dtype = DType::BF16;
+using autograd::AutocastMode;  // the state (NOTE [Autocast state])
 
 int rank(DType t) {
   switch (t) {
@@ -19,28 +20,24 @@ DType wider(DType a, DType b) {
 }
 }  // namespace
 
-bool is_enabled() { return g_enabled; }
-DType dtype() { return g_dtype; }
+bool is_enabled() { return AutocastMode::get().enabled; }
+DType dtype() { return AutocastMode::get().dtype; }
 
-Guard::Guard(DType dt, bool enabled) : prev_enabled_(g_enabled), prev_dtype_(g_dtype) {
+Guard::Guard(DType dt, bool enabled) : prev_enabled_(is_enabled()), prev_dtype_(dtype()) {
   if (enabled)
     TRIDENT_CHECK(dt == DType::BF16 || dt == DType::F16, "autocast: the compute dtype must be bf16 or f16, got ", dt);
-  g_enabled = enabled;
-  if (enabled) g_dtype = dt;
+  AutocastMode::set({enabled, enabled ? dt : prev_dtype_});
 }
-Guard::~Guard() {
-  g_enabled = prev_enabled_;
-  g_dtype = prev_dtype_;
-}
+Guard::~Guard() { AutocastMode::set({prev_enabled_, prev_dtype_}); }
 
-Suspend::Suspend() : prev_(g_enabled) { g_enabled = false; }
-Suspend::~Suspend() { g_enabled = prev_; }
+Suspend::Suspend() : prev_(is_enabled()) { AutocastMode::set({false, dtype()}); }
+Suspend::~Suspend() { AutocastMode::set({prev_, dtype()}); }
 
-Tensor lower(const Tensor& t) { return t.defined() && t.dtype() == DType::F32 ? t.to(g_dtype) : t; }
+Tensor lower(const Tensor& t) { return t.defined() && t.dtype() == DType::F32 ? t.to(dtype()) : t; }
 Tensor widen(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
 
 std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b) {
-  if (!g_enabled || !a.defined() || !b.defined() || a.dtype() == b.dtype() || !is_floating(a.dtype()) ||
+  if (!is_enabled() || !a.defined() || !b.defined() || a.dtype() == b.dtype() || !is_floating(a.dtype()) ||
       !is_floating(b.dtype()))
     return {a, b};
   const DType w = wider(a.dtype(), b.dtype());
@@ -48,7 +45,7 @@ std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b) {
 }
 
 std::vector<Tensor> promote(const std::vector<Tensor>& ts) {
-  if (!g_enabled || ts.empty()) return ts;
+  if (!is_enabled() || ts.empty()) return ts;
   bool mixed = false, all_float = true;
   DType w = ts.front().dtype();
   for (const Tensor& t : ts) {

@@ -101,3 +101,49 @@ TEST(Autocast, AnMlpTrainsWithF32MasterWeights) {
   EXPECT_LT(last, 0.3 * first) << first << " -> " << last;
   for (const Tensor& p : mlp.parameters()) EXPECT_EQ(p.dtype(), kF32);
 }
+
+namespace {
+
+// A small model with a product, an activation, a reduction-based loss: the parts autocast treats
+// differently. Returns the loss and the gradients of w1 and w2.
+struct Grads {
+  double loss;
+  std::vector<float> g1, g2;
+};
+
+Grads run_mlp(bool backward_inside, bool checkpointed) {
+  Generator g(11);
+  Tensor w1 = randn({16, 8}, kF32, &g).set_requires_grad(true);
+  Tensor w2 = randn({1, 16}, kF32, &g).set_requires_grad(true);
+  const Tensor x = randn({32, 8}, kF32, &g), y = randn({32, 1}, kF32, &g);
+  const auto body = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(linear(in[0], in[1]))}; };
+  Tensor loss;
+  {
+    autocast::Guard ac(kBF16);
+    const Tensor h = checkpointed ? autograd::checkpoint(body, {x, w1})[0] : body({x, w1})[0];
+    loss = mse_loss(linear(h, w2), y);
+    if (backward_inside) loss.backward();
+  }
+  if (!backward_inside) loss.backward();
+  return {loss.item<double>(), w1.grad().to_vector<float>(), w2.grad().to_vector<float>()};
+}
+
+}  // namespace
+
+// NOTE [Autocast state]: backward runs without autocast wherever it is called from, so a backward
+// inside the autocast scope (a pipeline step's) gives the gradients of one outside it, and
+// checkpoint re-runs its function under the forward's autocast mode (bf16 here), so the
+// recomputed activations, and the gradients, are the ones of the plain run.
+TEST(Autocast, BackwardAndCheckpointRecomputeIgnoreTheCallersScope) {
+  const Grads outside = run_mlp(false, false);
+  const Grads inside = run_mlp(true, false);
+  EXPECT_EQ(inside.loss, outside.loss);
+  EXPECT_EQ(inside.g1, outside.g1);
+  EXPECT_EQ(inside.g2, outside.g2);
+  for (bool inside_scope : {false, true}) {
+    const Grads ck = run_mlp(inside_scope, true);
+    EXPECT_EQ(ck.loss, outside.loss);
+    EXPECT_EQ(ck.g1, outside.g1) << "checkpointed, backward inside the scope: " << inside_scope;
+    EXPECT_EQ(ck.g2, outside.g2);
+  }
+}
