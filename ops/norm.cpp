@@ -6,6 +6,9 @@
 #include "ops/common.h"
 #include "ops/cpu/norm.h"
 #include "ops/shape.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/norm.h"
+#endif
 
 namespace trident {
 
@@ -16,7 +19,7 @@ namespace {
 void check_param(const char* op, const char* what, const Tensor& p, const Shape& shape, const Tensor& x,
                  const char* what_shape) {
   if (!p.defined()) return;
-  check_cpu(op, p);
+  TRIDENT_CHECK(p.device() == x.device(), op, ": ", what, " is on ", p.device(), " but the input is on ", x.device());
   TRIDENT_CHECK(p.sizes() == shape, op, ": ", what, " of shape ", p.sizes(), " does not match ", what_shape, " ", shape,
                 " (input of shape ", x.sizes(), ")");
   TRIDENT_CHECK(p.dtype() == x.dtype(), op, ": ", what, " has dtype ", p.dtype(), " but the input has ", x.dtype());
@@ -36,7 +39,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   }
   const char* op = "layer_norm";
   check_defined(op, x);
-  check_cpu(op, x);
+  check_device(op, x);
   check_floating(op, x);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   TRIDENT_CHECK(k >= 1, op, ": normalized_shape must have at least one dim, got ", normalized_shape);
@@ -49,7 +52,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   const int64_t cols = shape_numel(normalized_shape);
   const int64_t rows = cols == 0 ? shape_numel(Shape(x.sizes().begin(), x.sizes().end() - k)) : x.numel() / cols;
   const Tensor w = weight.defined() ? weight.detach() : Tensor(), b = bias.defined() ? bias.detach() : Tensor();
-  cpu::LayerNormForward f = cpu::layer_norm(x.detach(), rows, cols, w, b, eps);
+  cpu::LayerNormForward f = TRIDENT_KERNEL(layer_norm)(x.detach(), rows, cols, w, b, eps);
   Tensor out = f.y.to(x.dtype());
   if (autograd::any_requires_grad({x, weight, bias})) {
     // Saved: x, weight, and the mean and rstd of each row (two numbers per row).
@@ -58,7 +61,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                       need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
                       need_db = bias.defined() && bias.requires_grad(), ns = normalized_shape, dt = x.dtype()](
                          const TensorList& g) {
-                       cpu::NormGrads r = cpu::layer_norm_backward(g[0], sx.unpack(), mean, rstd,
+                       cpu::NormGrads r = TRIDENT_KERNEL(layer_norm_backward)(g[0], sx.unpack(), mean, rstd,
                                                                    sw.defined() ? sw.unpack() : Tensor(), rows, cols,
                                                                    need_dx, need_dw, need_db);
                        return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, ns, dt),
@@ -77,7 +80,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
   const char* op = "batch_norm";
   check_defined(op, x);
-  check_cpu(op, x);
+  check_device(op, x);
   check_floating(op, x);
   TRIDENT_CHECK(x.dim() >= 2, op, ": expected an input of at least 2 dims [N, C, *], got shape ", x.sizes());
   const int64_t n = x.size(0), channels = x.size(1);
@@ -93,7 +96,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   for (const Tensor* r : {&running_mean, &running_var}) {
     if (!r->defined()) continue;
     const char* name = r == &running_mean ? "running_mean" : "running_var";
-    check_cpu(op, *r);
+    TRIDENT_CHECK(r->device() == x.device(), op, ": ", name, " is on ", r->device(), " but the input is on ", x.device());
     TRIDENT_CHECK(r->sizes() == cshape, op, ": ", name, " of shape ", r->sizes(), " does not match the channels ", cshape,
                   " (input of shape ", x.sizes(), ")");
     TRIDENT_CHECK(r->dtype() == x.dtype() || r->dtype() == DType::F32, op, ": ", name, " has dtype ", r->dtype(),
@@ -106,20 +109,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   TRIDENT_CHECK(!training || m != 1, op, ": expected more than 1 value per channel when training, got input of shape ",
                 x.sizes());
   const Tensor w = weight.defined() ? weight.detach() : Tensor(), b = bias.defined() ? bias.detach() : Tensor();
-  cpu::BatchNormForward f = cpu::batch_norm(x.detach(), n, channels, spatial, running_mean, running_var, w, b, training, eps);
+  cpu::BatchNormForward f =
+      TRIDENT_KERNEL(batch_norm)(x.detach(), n, channels, spatial, running_mean, running_var, w, b, training, eps);
   if (training && has_running && m > 0) {
     // The running estimates move toward the batch statistics (unbiased variance), in place and
     // outside autograd; copy_ converts to their dtype and bumps their version.
     NoGradGuard no_grad;
-    const std::vector<double> bm = f.mean.to_vector<double>(), bv = f.var.to_vector<double>();
-    std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
-    const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
-    for (size_t c = 0; c < rm.size(); ++c) {
-      rm[c] = (1 - momentum) * rm[c] + momentum * bm[c];
-      rv[c] = (1 - momentum) * rv[c] + momentum * bv[c] * unbias;
-    }
-    copy_(running_mean, from_vector<double>(rm, cshape));
-    copy_(running_var, from_vector<double>(rv, cshape));
+    TRIDENT_KERNEL(batch_norm_update_running)(running_mean, running_var, f.mean, f.var, m, momentum);
   }
   Tensor out = f.y.to(x.dtype());
   if (autograd::any_requires_grad({x, weight, bias})) {
@@ -129,7 +125,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                      [sx = SavedTensor(x), sw = SavedTensor(w), mean = f.mean, rstd = f.rstd, n, channels, spatial,
                       training, need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
                       need_db = bias.defined() && bias.requires_grad(), dt = x.dtype()](const TensorList& g) {
-                       cpu::NormGrads r = cpu::batch_norm_backward(g[0], sx.unpack(), mean, rstd,
+                       cpu::NormGrads r = TRIDENT_KERNEL(batch_norm_backward)(g[0], sx.unpack(), mean, rstd,
                                                                    sw.defined() ? sw.unpack() : Tensor(), n, channels,
                                                                    spatial, training, need_dx, need_dw, need_db);
                        const Shape cs = {channels};

@@ -357,4 +357,18 @@ _Pragma("omp simd")
   return r;
 }
 
+void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                               const Tensor& var, int64_t m, double momentum) {
+  const std::vector<double> bm = mean.to_vector<double>(), bv = var.to_vector<double>();
+  std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
+  const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
+  for (size_t c = 0; c < rm.size(); ++c) {
+    rm[c] = (1 - momentum) * rm[c] + momentum * bm[c];
+    rv[c] = (1 - momentum) * rv[c] + momentum * bv[c] * unbias;
+  }
+  const Shape cshape = {static_cast<int64_t>(rm.size())};
+  copy_(running_mean, from_vector<double>(rm, cshape));
+  copy_(running_var, from_vector<double>(rv, cshape));
+}
+
 }  // namespace trident::cpu

@@ -34,5 +34,11 @@ BatchNormForward batch_norm(const Tensor& x, int64_t n, int64_t channels, int64_
 NormGrads batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                               const Tensor& weight, int64_t n, int64_t channels, int64_t spatial, bool training,
                               bool need_dx, bool need_dw, bool need_db);
+// Training's update of the running statistics, in place (copy_: their dtype, a version bump):
+// running = (1 - momentum) running + momentum batch, with var made unbiased by m / (m - 1)
+// (m = n * spatial > 1), computed in f64 from the batch statistics `mean` and `var` of
+// batch_norm. Called by the wrapper under NoGradGuard.
+void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                               const Tensor& var, int64_t m, double momentum);
 
 }  // namespace trident::cpu

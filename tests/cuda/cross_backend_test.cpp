@@ -110,6 +110,37 @@ std::vector<OpCase> op_table() {
   t.push_back({"linear_no_bias", {{13, 48}, {20, 48}}, [](const V& x) { return linear(x[0], x[1]); }});
   t.push_back({"linear_strided_input", {{6, 96}, {20, 48}, {20}},
                [](const V& x) { return linear(slice(x[0], 1, 0, 96, 2), x[1], x[2]); }});
+  // Layer norm: a warp per row below 1024 columns, a block per row above; weight and bias given
+  // or not; a transposed (non-contiguous) input; two normalized dims.
+  for (int64_t cols : {1, 33, 768, 5000}) {
+    const int64_t rows = cols >= 768 ? 5 : 37;
+    t.push_back({"layer_norm_affine_" + std::to_string(cols), {{rows, cols}, {cols}, {cols}},
+                 [cols](const V& x) { return layer_norm(x[0], {cols}, x[1], x[2]); }});
+    t.push_back({"layer_norm_plain_" + std::to_string(cols), {{rows, cols}},
+                 [cols](const V& x) { return layer_norm(x[0], {cols}); }});
+  }
+  t.push_back({"layer_norm_weight_only", {{3, 7, 65}, {65}}, [](const V& x) { return layer_norm(x[0], {65}, x[1]); }});
+  t.push_back({"layer_norm_transposed", {{40, 33}, {40}, {40}},
+               [](const V& x) { return layer_norm(transpose(x[0], 0, 1), {40}, x[1], x[2]); }});
+  t.push_back({"layer_norm_two_dims", {{4, 6, 10}, {6, 10}, {6, 10}},
+               [](const V& x) { return layer_norm(x[0], {6, 10}, x[1], x[2], 1e-3); }});
+  // Batch norm: batch statistics (no running statistics to update), and eval with running
+  // statistics made from inputs (detached: buffers, not parameters). 4-D, 2-D (spatial 1), 3-D.
+  t.push_back({"batch_norm_train", {{4, 3, 5, 7}, {3}, {3}},
+               [](const V& x) { return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2], true); }});
+  t.push_back({"batch_norm_train_2d_plain", {{6, 5}},
+               [](const V& x) { return batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true); }});
+  t.push_back({"batch_norm_train_large_planes", {{3, 2, 41, 43}, {2}, {2}},
+               [](const V& x) { return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2], true, 0.1, 1e-3); }});
+  t.push_back({"batch_norm_eval", {{4, 3, 9}, {3}, {3}, {3}, {3}},
+               [](const V& x) {
+                 return batch_norm(x[0], x[3].detach(), add(abs(x[4].detach()), 0.5), x[1], x[2], false);
+               }});
+  // Dropout with a fresh generator of the same seed on each side: the same mask.
+  t.push_back({"dropout_p0.3", {m}, [](const V& x) {
+                 Generator gen(77);
+                 return dropout(x[0], 0.3, true, &gen);
+               }});
   return t;
 }
 

@@ -1,0 +1,223 @@
+// The CUDA layer norm and batch norm against the CPU kernels, on what the cross-backend table
+// cannot reach: batch norm's running statistics (updated in place, f32 or the input's dtype),
+// long layer-norm rows, dw/db over many row chunks (and bit-for-bit repeatable), each subset of
+// the wanted gradients, and the errors. Every device allocation is poisoned with NaN, so an
+// element a kernel forgets to write fails. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/cuda/allocator.h"
+#include "cuda/cuda_test_util.h"
+#include "test_util.h"
+
+using namespace trident;
+
+namespace {
+
+const Device kGPU = Device::cuda(0);
+
+class CudaNorm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TRIDENT_REQUIRE_CUDA();
+    cuda::set_poison_allocations(true);
+  }
+  void TearDown() override { cuda::set_poison_allocations(false); }
+};
+
+Tensor randn_dt(const Shape& s, DType dt, uint64_t seed, double scale = 1.0, double shift = 0.0) {
+  Generator g(seed);
+  return add(mul(randn(s, kF64, &g), scale), shift).to(dt);
+}
+
+// max |a - b| / (max |b| + tiny) over all elements; NaN in either side is a failure.
+::testing::AssertionResult close(const Tensor& got, const Tensor& ref, double tol) {
+  const std::vector<double> a = got.to(kCPU).to_vector<double>(), b = ref.to(kCPU).to_vector<double>();
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i]))
+      return ::testing::AssertionFailure() << "NaN at " << i << ": " << a[i] << " vs " << b[i];
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  if (worst <= tol * scale) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max abs difference " << worst << " > " << tol << " * " << scale;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.to(kCPU).to_vector<double>() == b.to(kCPU).to_vector<double>();
+}
+
+// f32 accumulation against the CPU (f64 sums in f32 rows): a few ulps of f32 growing with the
+// reduction length; half types add one rounding of the result.
+double tol(DType dt) { return dt == kF32 ? 2e-5 : (dt == kF16 ? 2e-3 : 1.6e-2); }
+
+TEST_F(CudaNorm, BatchNormTrainingUpdatesRunningStatsAsTheCpu) {
+  struct Case {
+    Shape shape;
+    DType dt, running_dt;
+  };
+  const std::vector<Case> cases = {
+      {{8, 5, 6, 7}, kF32, kF32},     {{16, 3}, kF32, kF32},           {{2, 4, 33, 35}, kF32, kF32},
+      {{4, 6, 5, 5}, kF16, kF32},     {{4, 6, 5, 5}, kF16, kF16},      {{3, 2, 17, 9}, kBF16, kF32},
+      {{3, 2, 17, 9}, kBF16, kBF16}, {{2, 300, 1, 1}, kF32, kF32}};
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(detail::str(c.shape, " ", dtype_name(c.dt), " running ", dtype_name(c.running_dt)));
+    const int64_t ch = c.shape[1];
+    const Tensor rm0 = randn_dt({ch}, c.running_dt, seed++), rv0 = add(abs(randn_dt({ch}, c.running_dt, seed++)), 0.5);
+    Tensor rm_cpu = rm0.clone(), rv_cpu = rv0.clone();
+    Tensor rm_gpu = rm0.to(kGPU), rv_gpu = rv0.to(kGPU);
+    const Tensor w = randn_dt({ch}, c.dt, seed++), b = randn_dt({ch}, c.dt, seed++);
+    // Two training steps (the second moves the already-moved statistics), then eval with them.
+    for (int step = 0; step < 2; ++step) {
+      // Inputs with a large mean against their spread: the two-pass variance keeps its digits.
+      const Tensor x = randn_dt(c.shape, c.dt, seed++, 2.0, 3.0);
+      const Tensor xc = x.detach().set_requires_grad(true), xg = x.to(kGPU).detach().set_requires_grad(true);
+      const Tensor wc = w.detach().set_requires_grad(true), wg = w.to(kGPU).detach().set_requires_grad(true);
+      const Tensor bc = b.detach().set_requires_grad(true), bg = b.to(kGPU).detach().set_requires_grad(true);
+      const Tensor yc = batch_norm(xc, rm_cpu, rv_cpu, wc, bc, true, 0.1, 1e-5);
+      const Tensor yg = batch_norm(xg, rm_gpu, rv_gpu, wg, bg, true, 0.1, 1e-5);
+      ASSERT_EQ(yg.device(), kGPU);
+      ASSERT_EQ(yg.dtype(), c.dt);
+      EXPECT_TRUE(close(yg, yc, tol(c.dt))) << "y, step " << step;
+      EXPECT_EQ(rm_gpu.dtype(), c.running_dt);
+      EXPECT_TRUE(close(rm_gpu, rm_cpu, tol(c.running_dt))) << "running_mean, step " << step;
+      EXPECT_TRUE(close(rv_gpu, rv_cpu, tol(c.running_dt))) << "running_var, step " << step;
+      const Tensor gw = randn_dt(c.shape, c.dt, seed++);
+      sum(mul(yc, gw)).backward();
+      sum(mul(yg, gw.to(kGPU))).backward();
+      EXPECT_TRUE(close(xg.grad(), xc.grad(), 2 * tol(c.dt))) << "dx, step " << step;
+      EXPECT_TRUE(close(wg.grad(), wc.grad(), 2 * tol(c.dt))) << "dw, step " << step;
+      EXPECT_TRUE(close(bg.grad(), bc.grad(), 2 * tol(c.dt))) << "db, step " << step;
+    }
+    // Eval: the running statistics normalize; dx = g w rstd; they stay unchanged.
+    const Tensor x = randn_dt(c.shape, c.dt, seed++);
+    const Tensor xc = x.detach().set_requires_grad(true), xg = x.to(kGPU).detach().set_requires_grad(true);
+    const Tensor rm_before = rm_gpu.to(kCPU).clone();
+    const Tensor yc = batch_norm(xc, rm_cpu, rv_cpu, w, b, false, 0.1, 1e-5);
+    const Tensor yg = batch_norm(xg, rm_gpu, rv_gpu, w.to(kGPU), b.to(kGPU), false, 0.1, 1e-5);
+    EXPECT_TRUE(close(yg, yc, tol(c.dt))) << "eval y";
+    EXPECT_TRUE(bitwise_equal(rm_gpu, rm_before)) << "eval must not move running_mean";
+    const Tensor gw = randn_dt(c.shape, c.dt, seed++);
+    sum(mul(yc, gw)).backward();
+    sum(mul(yg, gw.to(kGPU))).backward();
+    EXPECT_TRUE(close(xg.grad(), xc.grad(), 2 * tol(c.dt))) << "eval dx";
+  }
+}
+
+TEST_F(CudaNorm, BatchNormWithoutRunningStatsAndEmptyBatch) {
+  // No running statistics: batch statistics in both modes' wrapper paths; an empty batch gives
+  // an empty result and leaves the running statistics alone (m = 0).
+  const Tensor x = randn_dt({5, 4, 3}, kF32, 9);
+  EXPECT_TRUE(close(batch_norm(x.to(kGPU), Tensor(), Tensor(), Tensor(), Tensor(), true),
+                    batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), tol(kF32)));
+  Tensor rm = zeros({4}, TensorOptions(kF32).device(kGPU)), rv = ones({4}, TensorOptions(kF32).device(kGPU));
+  const Tensor y = batch_norm(zeros({0, 4, 3}, TensorOptions(kF32).device(kGPU)), rm, rv, Tensor(), Tensor(), true);
+  EXPECT_EQ(y.sizes(), (Shape{0, 4, 3}));
+  EXPECT_EQ(rm.to(kCPU).to_vector<float>(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(rv.to(kCPU).to_vector<float>(), std::vector<float>(4, 1.0f));
+}
+
+// Layer norm forward and all gradients against the CPU in f64 on the same inputs; run twice on
+// the GPU, the gradients must agree bit for bit (NOTE [CUDA norm reductions]: no atomics).
+void check_layer_norm(const Shape& shape, int64_t cols, DType dt, bool affine, uint64_t seed) {
+  SCOPED_TRACE(detail::str(shape, " ", dtype_name(dt), affine ? " affine" : " plain"));
+  const Tensor x = randn_dt(shape, dt, seed, 1.5, -2.0), g = randn_dt(shape, dt, seed + 1);
+  const Tensor w = randn_dt({cols}, dt, seed + 2), b = randn_dt({cols}, dt, seed + 3);
+  const Tensor xr = x.to(kF64).detach().set_requires_grad(true);
+  const Tensor wr = affine ? w.to(kF64).detach().set_requires_grad(true) : Tensor();
+  const Tensor br = affine ? b.to(kF64).detach().set_requires_grad(true) : Tensor();
+  const Tensor yr = layer_norm(xr, {cols}, wr, br);
+  sum(mul(yr, g.to(kF64))).backward();
+  std::vector<Tensor> first;
+  for (int run = 0; run < 2; ++run) {
+    const Tensor xg = x.to(kGPU).detach().set_requires_grad(true);
+    const Tensor wg = affine ? w.to(kGPU).detach().set_requires_grad(true) : Tensor();
+    const Tensor bg = affine ? b.to(kGPU).detach().set_requires_grad(true) : Tensor();
+    const Tensor yg = layer_norm(xg, {cols}, wg, bg);
+    ASSERT_EQ(yg.dtype(), dt);
+    sum(mul(yg, g.to(kGPU))).backward();
+    const std::vector<Tensor> got = {yg, xg.grad(), affine ? wg.grad() : Tensor(), affine ? bg.grad() : Tensor()};
+    if (run == 0) {
+      EXPECT_TRUE(close(yg, yr, tol(dt))) << "y";
+      EXPECT_TRUE(close(xg.grad(), xr.grad(), 2 * tol(dt))) << "dx";
+      if (affine) {
+        EXPECT_TRUE(close(wg.grad(), wr.grad(), 2 * tol(dt))) << "dw";
+        EXPECT_TRUE(close(bg.grad(), br.grad(), 2 * tol(dt))) << "db";
+      }
+      first = got;
+    } else {
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!got[i].defined()) continue;
+        EXPECT_TRUE(bitwise_equal(got[i], first[i])) << "result " << i << " differs";
+      }
+    }
+  }
+}
+
+TEST_F(CudaNorm, LayerNormLongRowsAndManyRowChunks) {
+  check_layer_norm({3, 8192}, 8192, kF32, true, 10);
+  check_layer_norm({2, 20000}, 20000, kF32, true, 20);
+  check_layer_norm({2, 1023}, 1023, kBF16, true, 30);  // the last warp-per-row width
+  check_layer_norm({1000, 768}, 768, kF32, true, 40);   // 32 chunks of rows for dw, db
+  check_layer_norm({4, 5000, 64}, 64, kF16, true, 50);  // 254 chunks of 79 rows (the last shorter)
+  check_layer_norm({300, 4097}, 4097, kF32, false, 60);
+}
+
+TEST_F(CudaNorm, LayerNormEachSubsetOfGradients) {
+  // need_dx, need_dw, need_db honoured: only the inputs that require grad get one, and each
+  // equals the CPU's.
+  const Tensor x = randn_dt({9, 70}, kF32, 70), w = randn_dt({70}, kF32, 71), b = randn_dt({70}, kF32, 72);
+  const Tensor g = randn_dt({9, 70}, kF32, 73);
+  for (int mask = 1; mask < 8; ++mask) {
+    SCOPED_TRACE("mask " + std::to_string(mask));
+    auto run = [&](Device d) {
+      std::vector<Tensor> in = {x.to(d).detach().set_requires_grad((mask & 1) != 0),
+                                w.to(d).detach().set_requires_grad((mask & 2) != 0),
+                                b.to(d).detach().set_requires_grad((mask & 4) != 0)};
+      sum(mul(layer_norm(in[0], {70}, in[1], in[2]), g.to(d))).backward();
+      return in;
+    };
+    const std::vector<Tensor> c = run(kCPU), d = run(kGPU);
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(d[i].grad().defined(), ((mask >> i) & 1) != 0) << "input " << i;
+      if (d[i].grad().defined()) {
+        EXPECT_TRUE(close(d[i].grad(), c[i].grad(), 2e-5)) << "input " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CudaNorm, LayerNormEmptyRowsAndZeroWidth) {
+  const TensorOptions o = TensorOptions(kF32).device(kGPU);
+  EXPECT_EQ(layer_norm(zeros({0, 8}, o), {8}).sizes(), (Shape{0, 8}));
+  // Zero columns: an empty result, and weight/bias gradients of zero length.
+  const Tensor x = zeros({3, 0}, o).set_requires_grad(true), w = ones({0}, o).set_requires_grad(true);
+  const Tensor y = layer_norm(x, {0}, w);
+  EXPECT_EQ(y.sizes(), (Shape{3, 0}));
+  sum(y).backward();
+  EXPECT_EQ(w.grad().sizes(), (Shape{0}));
+}
+
+TEST_F(CudaNorm, ErrorsNameTheOpTheDtypeAndTheDevices) {
+  const Tensor x = ones({2, 3}, TensorOptions(kF32).device(kGPU));
+  const std::string f64 = trident::testing::error_message([&] { layer_norm(x.to(kF64), {3}); });
+  EXPECT_NE(f64.find("layer_norm"), std::string::npos) << f64;
+  EXPECT_NE(f64.find("f64"), std::string::npos) << f64;
+  const std::string dev = trident::testing::error_message([&] { layer_norm(x, {3}, ones({3})); });
+  EXPECT_NE(dev.find("weight"), std::string::npos) << dev;
+  EXPECT_NE(dev.find("cuda:0"), std::string::npos) << dev;
+  const std::string run = trident::testing::error_message([&] { batch_norm(x, zeros({3}), ones({3}), Tensor(), Tensor(), true); });
+  EXPECT_NE(run.find("running_mean"), std::string::npos) << run;
+  const std::string bf64 =
+      trident::testing::error_message([&] { batch_norm(x.to(kF64), Tensor(), Tensor(), Tensor(), Tensor(), true); });
+  EXPECT_NE(bf64.find("batch_norm"), std::string::npos) << bf64;
+  EXPECT_NE(bf64.find("f64"), std::string::npos) << bf64;
+}
+
+}  // namespace
