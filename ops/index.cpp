@@ -9,6 +9,9 @@
 #include "ops/common.h"
 #include "ops/cpu/index.h"
 #include "ops/shape.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/index.h"
+#endif
 
 namespace trident {
 
@@ -61,10 +64,14 @@ int64_t wrap_index_dim(const char* op, const Tensor& x, int64_t dim) {
   return wrap_dim(dim, x.dim(), op);
 }
 
-// A contiguous i64 copy (or alias) of an index tensor, checked to hold i64 or i32.
-Tensor index_i64(const char* op, const Tensor& index, const char* arg = "index") {
+// A contiguous i64 copy (or alias) of an index tensor, checked to hold i64 or i32 (and to be on
+// the device of `like`, when given).
+Tensor index_i64(const char* op, const Tensor& index, const char* arg = "index", const Tensor& like = Tensor()) {
   check_defined(op, index, arg);
-  check_cpu(op, index);
+  check_device(op, index);
+  if (like.defined())
+    TRIDENT_CHECK(index.device() == like.device(), op, ": ", arg, " is on ", index.device(), " but the data is on ",
+                  like.device(), "; move them to one device");
   TRIDENT_CHECK(index.dtype() == kI64 || index.dtype() == kI32, op, ": ", arg, " must be an i64 or i32 tensor, got ",
                 index.dtype());
   return index.detach().to(kI64).contiguous();
@@ -289,17 +296,17 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_defined("index_select", x);
-  check_cpu("index_select", x);
+  check_device("index_select", x);
   const int64_t d = wrap_index_dim("index_select", x, dim);
-  Tensor idx = index_i64("index_select", index);
+  Tensor idx = index_i64("index_select", index, "index", x);
   TRIDENT_CHECK(idx.dim() <= 1, "index_select: index must be 1-D (or 0-D), got shape ", idx.sizes());
   idx = idx.as_strided({idx.numel()}, {1}, idx.storage_offset());
-  cpu::check_index_range("index_select", idx, x.size(d), dim_desc(x, d));
-  Tensor out = cpu::index_select(x.detach(), d, idx);
+  TRIDENT_KERNEL(check_index_range)("index_select", idx, x.size(d), dim_desc(x, d));
+  Tensor out = TRIDENT_KERNEL(index_select)(x.detach(), d, idx);
   if (autograd::any_requires_grad({x})) {
     autograd::record("IndexSelectBackward", {x}, out, [si = SavedTensor(idx), in = x.sizes(), d](const TensorList& g) {
       Tensor gx = zeros_for(in, g[0]);
-      cpu::index_add_(gx, d, si.unpack(), g[0].contiguous(), -1);
+      TRIDENT_KERNEL(index_add_)(gx, d, si.unpack(), g[0].contiguous(), -1);
       return TensorList{gx};
     });
   }
@@ -326,8 +333,8 @@ void check_gather_shapes(const char* op, const Tensor& x, int64_t d, const Tenso
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   check_defined("gather", x);
-  check_cpu("gather", x);
-  Tensor idx = index_i64("gather", index);
+  check_device("gather", x);
+  Tensor idx = index_i64("gather", index, "index", x);
   if (x.dim() == 0) {  // a scalar gathers like a 1-element vector
     TRIDENT_CHECK(idx.dim() <= 1, "gather: index (shape ", idx.sizes(), ") must have as many dims as the input (0-dim)");
     return reshape(gather(reshape(x, {1}), dim, reshape(idx, {idx.numel()})), idx.sizes());
@@ -335,8 +342,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim(dim, x.dim(), "gather");
   check_gather_shapes("gather", x, d, idx, nullptr);
   bool in_range = true;
-  Tensor out = cpu::gather(x.detach(), d, idx, &in_range);
-  if (!in_range) cpu::check_index_range("gather", idx, x.size(d), dim_desc(x, d));  // throws
+  Tensor out = TRIDENT_KERNEL(gather)(x.detach(), d, idx, &in_range);
+  if (!in_range) TRIDENT_KERNEL(check_index_range)("gather", idx, x.size(d), dim_desc(x, d));  // throws
   if (autograd::any_requires_grad({x})) {
     autograd::record("GatherBackward", {x}, out, [si = SavedTensor(idx), in = x.sizes(), d](const TensorList& g) {
       return TensorList{scatter_add(zeros_for(in, g[0]), d, si.unpack(), g[0])};
@@ -348,11 +355,11 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_defined("scatter_add", x);
   check_defined("scatter_add", src, "src");
-  check_cpu("scatter_add", x);
+  check_device("scatter_add", x);
   check_same_dtype("scatter_add", x, src);
   check_same_device("scatter_add", x, src);
   TRIDENT_CHECK(x.dtype() != DType::Bool, "scatter_add: not defined for bool tensors");
-  Tensor idx = index_i64("scatter_add", index);
+  Tensor idx = index_i64("scatter_add", index, "index", x);
   if (x.dim() == 0) {
     TRIDENT_CHECK(idx.dim() <= 1 && src.dim() <= 1, "scatter_add: index (shape ", idx.sizes(), ") and src (shape ",
                   src.sizes(), ") must have as many dims as the input (0-dim)");
@@ -360,10 +367,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   }
   const int64_t d = wrap_dim(dim, x.dim(), "scatter_add");
   check_gather_shapes("scatter_add", x, d, idx, &src);
-  Tensor out = empty(x.sizes(), x.dtype());
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
   copy_(out, x.detach());
-  if (!cpu::scatter_add_(out, d, idx, src.detach()))
-    cpu::check_index_range("scatter_add", idx, x.size(d), dim_desc(x, d));  // throws
+  if (!TRIDENT_KERNEL(scatter_add_)(out, d, idx, src.detach()))
+    TRIDENT_KERNEL(check_index_range)("scatter_add", idx, x.size(d), dim_desc(x, d));  // throws
   if (autograd::any_requires_grad({x, src})) {
     autograd::record("ScatterAddBackward", {x, src}, out,
                      [si = SavedTensor(idx), zs = src.sizes(), d, gx = x.requires_grad(),
@@ -390,7 +397,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   check_defined("embedding", weight, "weight");
-  check_cpu("embedding", weight);
+  check_device("embedding", weight);
   TRIDENT_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape ",
                 weight.sizes());
   const int64_t rows = weight.size(0), width = weight.size(1);
@@ -400,12 +407,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                   " is out of range for a weight of ", rows, " rows (expected ", -rows, " to ", rows - 1, ")");
     pad_row = *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
   }
-  const Tensor idx = index_i64("embedding", indices, "indices");
-  cpu::check_index_range("embedding", idx, rows, detail::str("a weight of ", rows, " rows"));
+  const Tensor idx = index_i64("embedding", indices, "indices", weight);
+  TRIDENT_KERNEL(check_index_range)("embedding", idx, rows, detail::str("a weight of ", rows, " rows"));
   const Tensor flat = idx.as_strided({idx.numel()}, {1}, idx.storage_offset());
   Shape osz = idx.sizes();
   osz.push_back(width);
-  const Tensor rows_out = cpu::index_select(weight.detach(), 0, flat);
+  const Tensor rows_out = TRIDENT_KERNEL(index_select)(weight.detach(), 0, flat);
   Tensor out = rows_out.as_strided(osz, contiguous_strides(osz), 0);
   if (autograd::any_requires_grad({weight})) {
     autograd::record("EmbeddingBackward", {weight}, out,
@@ -413,7 +420,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                        const Tensor i = si.unpack();
                        Tensor gw = zeros_for({rows, width}, g[0]);
                        const Tensor gc = g[0].contiguous();
-                       cpu::index_add_(gw, 0, i, gc.as_strided({i.numel(), width}, {width, 1}, gc.storage_offset()), pad_row);
+                       // Deterministic on every device (NOTE [Deterministic index_add_]): the
+                       // gradient of a weight row is the same bits from run to run.
+                       TRIDENT_KERNEL(index_add_)(gw, 0, i, gc.as_strided({i.numel(), width}, {width, 1}, gc.storage_offset()),
+                                                  pad_row);
                        return TensorList{gw};
                      });
   }
@@ -426,10 +436,10 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (num_classes == -1) {
     TRIDENT_CHECK(idx.numel() > 0, "one_hot: cannot infer num_classes from empty indices (shape ", idx.sizes(),
                   "); pass num_classes");
-    num_classes = std::max<int64_t>(cpu::max_index(idx) + 1, 0);
+    num_classes = std::max<int64_t>(TRIDENT_KERNEL(max_index)(idx) + 1, 0);  // on a GPU: a synchronization
   }
-  cpu::check_index_range("one_hot", idx, num_classes, detail::str("num_classes ", num_classes));
-  return cpu::one_hot(idx, num_classes);
+  TRIDENT_KERNEL(check_index_range)("one_hot", idx, num_classes, detail::str("num_classes ", num_classes));
+  return TRIDENT_KERNEL(one_hot)(idx, num_classes);
 }
 
 }  // namespace trident

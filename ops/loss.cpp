@@ -7,6 +7,9 @@
 #include "ops/cpu/loss.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/loss.h"
+#endif
 
 namespace trident {
 
@@ -39,8 +42,8 @@ cpu::ClassLossArgs class_loss_args(const char* op, const Tensor& input, const Te
                                    int64_t ignore_index) {
   check_defined(op, input, "input");
   check_defined(op, target, "target");
-  check_cpu(op, input);
-  check_cpu(op, target);
+  check_device(op, input);
+  check_same_device(op, input, target);
   check_floating(op, input);
   TRIDENT_CHECK(target.dtype() == DType::I64, op, ": target must be an i64 tensor of class indices, got ", target.dtype(),
                 " (class probabilities as targets are not supported)");
@@ -62,7 +65,7 @@ cpu::ClassLossArgs class_loss_args(const char* op, const Tensor& input, const Te
   TRIDENT_CHECK(target.sizes() == expect, op, ": expected target of shape ", expect, " for input of shape ", input.sizes(),
                 ", got target of shape ", target.sizes());
   if (weight.defined()) {
-    check_cpu(op, weight);
+    check_same_device(op, input, weight);
     TRIDENT_CHECK(weight.dim() == 1 && weight.size(0) == a.classes, op, ": weight of shape ", weight.sizes(),
                   " does not match the ", a.classes, " classes of input of shape ", input.sizes());
     TRIDENT_CHECK(weight.dtype() == input.dtype(), op, ": weight has dtype ", weight.dtype(), " but input has ",
@@ -71,15 +74,15 @@ cpu::ClassLossArgs class_loss_args(const char* op, const Tensor& input, const Te
                   ": weight requires grad, but class weights are constants here (no derivative); detach() it");
   }
   a.ignore_index = ignore_index;
-  // Every target must name a class or be ignore_index: a serial pass over n * inner indices,
-  // so the first bad one is reported (PyTorch: "Target 7 is out of bounds.").
-  const Tensor tc = target.contiguous();
-  const int64_t* tp = tc.data<int64_t>();
-  for (int64_t i = 0; i < tc.numel(); ++i) {
-    const int64_t t = tp[i];
-    if (t == ignore_index || (t >= 0 && t < a.classes)) continue;
-    TRIDENT_FAIL(op, ": target ", t, " at position ", position_str(i, target.sizes()), " is out of range for ", a.classes,
-                 " classes (expected a class index in [0, ", a.classes, ") or ignore_index ", ignore_index, ")");
+  // Every target must name a class or be ignore_index; the first bad one is reported (PyTorch:
+  // "Target 7 is out of bounds."). On a GPU this reads a host value back (a synchronization).
+  const int64_t bad = TRIDENT_KERNEL(first_invalid_target)(target, a.classes, ignore_index);
+  if (bad >= 0) {
+    const Tensor tc = target.contiguous();
+    const int64_t t = tc.as_strided({1}, {1}, tc.storage_offset() + bad).item<int64_t>();
+    TRIDENT_FAIL(op, ": target ", t, " at position ", position_str(bad, target.sizes()), " is out of range for ",
+                 a.classes, " classes (expected a class index in [0, ", a.classes, ") or ignore_index ", ignore_index,
+                 ")");
   }
   return a;
 }
@@ -87,10 +90,11 @@ cpu::ClassLossArgs class_loss_args(const char* op, const Tensor& input, const Te
 // The reduced loss from per-position losses (already computed in f64 sums).
 Tensor reduce_class_loss(const Tensor& per_position, double loss_sum, double total_weight, Reduction r,
                          const Shape& target_shape, DType dtype) {
+  const TensorOptions on(TensorOptions(dtype).device(per_position.device()));
   switch (r) {
     case Reduction::None: return view(per_position, target_shape).to(dtype);
-    case Reduction::Sum: return scalar_tensor(loss_sum, dtype);
-    case Reduction::Mean: return scalar_tensor(loss_sum / total_weight, dtype);  // 0 / 0 = NaN when nothing counts
+    case Reduction::Sum: return scalar_tensor(loss_sum, on);
+    case Reduction::Mean: return scalar_tensor(loss_sum / total_weight, on);  // 0 / 0 = NaN when nothing counts
   }
   return {};
 }
@@ -111,7 +115,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
                 o.label_smoothing);
   args.label_smoothing = o.label_smoothing;
   const Tensor w = o.weight.defined() ? o.weight.detach() : Tensor();
-  cpu::CrossEntropyForward f = cpu::cross_entropy_forward(logits.detach(), target, w, args);
+  cpu::CrossEntropyForward f = TRIDENT_KERNEL(cross_entropy_forward)(logits.detach(), target, w, args);
   Tensor out = reduce_class_loss(f.loss, f.loss_sum, f.total_weight, o.reduction, target.sizes(), logits.dtype());
   if (autograd::any_requires_grad({logits})) {
     // Saved: the logits, targets and weights (no copies) and two numbers per position (the row
@@ -120,8 +124,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
                      [sx = SavedTensor(logits), st = SavedTensor(target), sw = SavedTensor(w), m = f.row_max,
                       l = f.row_logsum, args, scale = class_loss_scale(o.reduction, f.total_weight),
                       shape = logits.sizes(), dtype = logits.dtype()](const TensorList& g) {
-                       const Tensor gx = cpu::cross_entropy_backward(g[0], scale, sx.unpack(), st.unpack(),
-                                                                     sw.defined() ? sw.unpack() : Tensor(), m, l, args);
+                       const Tensor gx = TRIDENT_KERNEL(cross_entropy_backward)(
+                           g[0], scale, sx.unpack(), st.unpack(), sw.defined() ? sw.unpack() : Tensor(), m, l, args);
                        return TensorList{view(gx, shape).to(dtype)};
                      });
   }
@@ -136,15 +140,15 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
   const char* op = "nll_loss";
   const cpu::ClassLossArgs args = class_loss_args(op, log_probs, target, o.weight, o.ignore_index);
   const Tensor w = o.weight.defined() ? o.weight.detach() : Tensor();
-  cpu::NllLossForward f = cpu::nll_loss_forward(log_probs.detach(), target, w, args);
+  cpu::NllLossForward f = TRIDENT_KERNEL(nll_loss_forward)(log_probs.detach(), target, w, args);
   Tensor out = reduce_class_loss(f.loss, f.loss_sum, f.total_weight, o.reduction, target.sizes(), log_probs.dtype());
   if (autograd::any_requires_grad({log_probs})) {
     autograd::record("NllLossBackward", {log_probs}, out,
                      [st = SavedTensor(target), sw = SavedTensor(w), args,
                       scale = class_loss_scale(o.reduction, f.total_weight), shape = log_probs.sizes(),
                       dtype = log_probs.dtype()](const TensorList& g) {
-                       const Tensor gx = cpu::nll_loss_backward(g[0], scale, st.unpack(),
-                                                                sw.defined() ? sw.unpack() : Tensor(), args, dtype);
+                       const Tensor gx = TRIDENT_KERNEL(nll_loss_backward)(
+                           g[0], scale, st.unpack(), sw.defined() ? sw.unpack() : Tensor(), args, dtype);
                        return TensorList{view(gx, shape).to(dtype)};
                      });
   }
@@ -161,16 +165,18 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   check_defined(op, target, "target");
   check_same_dtype(op, input, target);
   check_same_device(op, input, target);
-  check_cpu(op, input);
+  check_device(op, input);
   check_floating(op, input);
   const Shape shape = broadcast_shapes(input.sizes(), target.sizes(), op);
   const int64_t n = shape_numel(shape);
   Tensor out;
   if (reduction == Reduction::None) {
-    out = cpu::squared_error(input.detach(), target.detach());
+    out = TRIDENT_KERNEL(squared_error)(input.detach(), target.detach());
   } else {
-    const double s = cpu::squared_error_sum(expand(input.detach(), shape), expand(target.detach(), shape));
-    out = scalar_tensor(reduction == Reduction::Mean ? s / static_cast<double>(n) : s, input.dtype());
+    // A host number by contract (on a GPU: a synchronization).
+    const double s = TRIDENT_KERNEL(squared_error_sum)(expand(input.detach(), shape), expand(target.detach(), shape));
+    out = scalar_tensor(reduction == Reduction::Mean ? s / static_cast<double>(n) : s,
+                        TensorOptions(input.dtype()).device(input.device()));
   }
   if (autograd::any_requires_grad({input, target})) {
     // d/d input = 2 (input - target) g (/ n for Mean); d/d target is its negative. Both summed
@@ -195,7 +201,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   const char* op = "binary_cross_entropy_with_logits";
   check_defined(op, logits, "logits");
   check_defined(op, target, "target");
-  check_cpu(op, logits);
+  check_device(op, logits);
   check_floating(op, logits);
   check_same_dtype(op, logits, target);
   check_same_device(op, logits, target);
@@ -213,14 +219,15 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
                   ": pos_weight requires grad, but it is a constant here (no derivative); detach() it");
   }
   const Tensor pw = pos_weight.defined() ? pos_weight.detach() : Tensor();
-  const Tensor loss = cpu::bce_with_logits(logits.detach(), target.detach(), pw);
+  const Tensor loss = TRIDENT_KERNEL(bce_with_logits)(logits.detach(), target.detach(), pw);
   const int64_t n = logits.numel();
   Tensor out;
   if (reduction == Reduction::None) {
     out = loss.to(logits.dtype());
   } else {
-    const double s = sum(loss).item<double>();  // f64 accumulation (NOTE [Accumulation])
-    out = scalar_tensor(reduction == Reduction::Mean ? s / static_cast<double>(n) : s, logits.dtype());
+    const double s = sum(loss).item<double>();  // f64 accumulation (NOTE [Accumulation]); f32 on a GPU
+    out = scalar_tensor(reduction == Reduction::Mean ? s / static_cast<double>(n) : s,
+                        TensorOptions(logits.dtype()).device(logits.device()));
   }
   if (autograd::any_requires_grad({logits, target})) {
     autograd::record("BinaryCrossEntropyWithLogitsBackward", {logits, target}, out,
@@ -228,8 +235,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
                       scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(n) : 1.0,
                       need_x = logits.requires_grad(), need_y = target.requires_grad(),
                       dtype = logits.dtype()](const TensorList& g) {
-                       auto [gx, gy] = cpu::bce_with_logits_backward(g[0], scale, sx.unpack(), sy.unpack(),
-                                                                     sp.defined() ? sp.unpack() : Tensor(), need_x, need_y);
+                       auto [gx, gy] = TRIDENT_KERNEL(bce_with_logits_backward)(
+                           g[0], scale, sx.unpack(), sy.unpack(), sp.defined() ? sp.unpack() : Tensor(), need_x, need_y);
                        return TensorList{gx.defined() ? gx.to(dtype) : gx, gy.defined() ? gy.to(dtype) : gy};
                      });
   }

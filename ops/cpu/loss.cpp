@@ -277,6 +277,17 @@ void totals(const int64_t* t, const C* w, const C* loss, int64_t npos, int64_t i
 }
 }  // namespace
 
+int64_t first_invalid_target(const Tensor& target, int64_t classes, int64_t ignore_index) {
+  // Serial, so the first bad one is the one reported.
+  const Tensor tc = target.contiguous();
+  const int64_t* tp = tc.data<int64_t>();
+  for (int64_t i = 0; i < tc.numel(); ++i) {
+    const int64_t t = tp[i];
+    if (t != ignore_index && (t < 0 || t >= classes)) return i;
+  }
+  return -1;
+}
+
 CrossEntropyForward cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, const Tensor& weight_in,
                                           const ClassLossArgs& args) {
   const Tensor x = compute_form(logits_in), w = compute_form(weight_in), t = target_in.contiguous();

@@ -16,6 +16,10 @@ struct ClassLossArgs {
   double label_smoothing = 0.0;  // cross_entropy only
 };
 
+// The first position (row-major over target, i64 of any layout) whose target is neither a class
+// in [0, classes) nor ignore_index, or -1 when every target is valid.
+int64_t first_invalid_target(const Tensor& target, int64_t classes, int64_t ignore_index);
+
 struct CrossEntropyForward {
   Tensor loss;                  // [n * inner]: the loss of each position, 0 where ignored
   Tensor row_max, row_logsum;   // [n * inner]: m and log sum e^(x - m) per position, for backward

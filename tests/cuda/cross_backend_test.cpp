@@ -140,6 +140,41 @@ std::vector<OpCase> op_table() {
   t.push_back({"dropout_p0.3", {m}, [](const V& x) {
                  Generator gen(77);
                  return dropout(x[0], 0.3, true, &gen);
+  // Indexing with fixed indices (on the input's device), repeats included.
+  auto on = [](const std::vector<int64_t>& v, const Shape& s, const Tensor& like) {
+    return from_vector<int64_t>(v, s).to(like.device());
+  };
+  t.push_back({"index_select_dim1", {m}, [on](const V& x) { return index_select(x[0], 1, on({3, 0, 3, 64, 17}, {5}, x[0])); }});
+  t.push_back({"embedding_padding", {{50, 16}},
+               [on](const V& x) { return embedding(x[0], on({1, 4, 4, 49, 0, 4}, {2, 3}, x[0]), 4); }});
+  t.push_back({"gather_dim0", {m}, [on](const V& x) {
+                 std::vector<int64_t> v(4 * 65);
+                 for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7) % 33);
+                 return gather(x[0], 0, on(v, {4, 65}, x[0]));
+               }});
+  // Losses (the class losses with fixed targets, some ignored).
+  t.push_back({"cross_entropy", {m}, [on](const V& x) {
+                 std::vector<int64_t> v(33);
+                 for (size_t i = 0; i < v.size(); ++i) v[i] = i % 5 == 2 ? -100 : static_cast<int64_t>((i * 11) % 65);
+                 return cross_entropy(x[0], on(v, {33}, x[0]));
+               }});
+  t.push_back({"cross_entropy_smooth_3d", {{4, 7, 5}}, [on](const V& x) {
+                 std::vector<int64_t> v(20);
+                 for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i % 7);
+                 CrossEntropyOptions o;
+                 o.label_smoothing = 0.1;
+                 o.reduction = Reduction::Sum;
+                 return cross_entropy(x[0], on(v, {4, 5}, x[0]), o);
+               }});
+  t.push_back({"nll_loss", {m}, [on](const V& x) {
+                 std::vector<int64_t> v(33);
+                 for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 3) % 65);
+                 return nll_loss(log_softmax(x[0], 1), on(v, {33}, x[0]));
+               }});
+  t.push_back({"mse_loss_broadcast", {m, row}, [](const V& x) { return mse_loss(x[0], x[1]); }});
+  t.push_back({"mse_loss_none", {m, m}, [](const V& x) { return mse_loss(x[0], x[1], Reduction::None); }});
+  t.push_back({"bce_with_logits", {m, m, row}, [](const V& x) {
+                 return binary_cross_entropy_with_logits(x[0], sigmoid(x[1]), Reduction::Sum, add(abs(x[2]), 0.5).detach());
                }});
   return t;
 }
