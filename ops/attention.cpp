@@ -7,6 +7,9 @@
 #include "ops/cpu/attention.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/attention.h"
+#endif
 
 namespace trident {
 
@@ -41,7 +44,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   check_same_dtype(op, q, v);
   check_same_device(op, q, k);
   check_same_device(op, q, v);
-  check_cpu(op, q);
+  check_device(op, q);
   check_floating(op, q);
   TRIDENT_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op, ": query, key and value need the same rank >= 2, got ",
                 q.sizes(), ", ", k.sizes(), " and ", v.sizes());
@@ -59,7 +62,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     TRIDENT_CHECK(mask.dtype() == DType::Bool || mask.dtype() == q.dtype(), op, ": attn_mask must be bool or ", q.dtype(),
                   " like the query, got ", mask.dtype());
   }
-  if (is_reduced_float(q.dtype())) {  // computed in f32; the casts carry the gradients
+  // The CPU computes f16 and bf16 in f32 (the casts carry the gradients); the CUDA kernels read
+  // them as they are and accumulate in f32.
+  if (is_reduced_float(q.dtype()) && !q.device().is_cuda()) {
     AttentionOptions o = opts;
     if (mask.defined() && mask.dtype() != DType::Bool) o.attn_mask = mask.to(DType::F32);
     return scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), o).to(q.dtype());
@@ -88,7 +93,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   const Tensor q3 = as_bhtd(q.detach(), bh), k3 = as_bhtd(k.detach(), bh), v3 = as_bhtd(v.detach(), bh);
   Tensor lse;
-  Tensor out3 = cpu::attention_forward(q3, k3, v3, mask_b, p, lse);
+  Tensor out3 = TRIDENT_KERNEL(attention_forward)(q3, k3, v3, mask_b, p, lse);
   Shape out_shape = lead;
   out_shape.push_back(Tq);
   out_shape.push_back(v.size(-1));
@@ -101,8 +106,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                       so = SavedTensor(out3), sl = SavedTensor(lse), p, mask_grad, qs = q.sizes(), ks = k.sizes(),
                       vs = v.sizes(), ms = mask.defined() ? mask.sizes() : Shape{}, score_shape](const TensorList& g) {
                        const Tensor go = reshape(g[0], {sq.unpack().size(0), so.unpack().size(1), so.unpack().size(2)});
-                       cpu::AttentionGrads r = cpu::attention_backward(go, sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(),
-                                                                       so.unpack(), sl.unpack(), p, mask_grad);
+                       cpu::AttentionGrads r = TRIDENT_KERNEL(attention_backward)(
+                           go, sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(), so.unpack(), sl.unpack(), p, mask_grad);
                        TensorList out(4);
                        out[0] = reshape(r.dq, qs);
                        out[1] = reshape(r.dk, ks);

@@ -13,6 +13,10 @@
 // Philox stream (NOTE [Philox streams]): element (row r, key j) of batch-head b draws index
 // (b * Tq + r) * Tk + j, so backward regenerates the mask instead of storing it, and restoring the
 // generator state replays it.
+//
+// On CUDA tensors (ops/cuda/attention.h, NOTE [Flash attention on CUDA]) the same contract holds,
+// with the same dropout entries for the same generator state; f16 and bf16 run natively with f32
+// accumulation, and head dims (of q and of v) are limited to 128.
 #pragma once
 
 #include <optional>

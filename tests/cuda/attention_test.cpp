@@ -1,0 +1,262 @@
+// The CUDA fused attention (ops/cuda/attention.h) against the CPU kernels run in f64 on the same
+// (rounded) inputs: output, lse, dq, dk, dv (and dmask) for f32, f16 and bf16; head dims 32, 64,
+// 80, 128 and unequal q/v dims; lengths that are not multiples of the 64-row tile, Tq != Tk,
+// causal, additive and boolean padding masks, dropout with the CPU's keep mask; then
+// scaled_dot_product_attention end to end on CUDA tensors. Every device allocation is poisoned
+// with NaN, so an output element a kernel forgets to write fails. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/cuda/allocator.h"
+#include "cuda/cuda_test_util.h"
+#include "ops/cpu/attention.h"
+#include "ops/cuda/attention.h"
+#include "test_util.h"
+
+using namespace trident;
+
+namespace {
+
+const Device kGPU = Device::cuda(0);
+
+// ||got - ref|| / ||ref|| over the elements; equal infinities (lse of a row that sees no key)
+// count as equal, any other non-finite value as an infinite error.
+double rel_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to(kCPU).to_vector<double>(), b = ref.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Tolerances on the relative error against f64. The kernels compute in f32 from the same inputs,
+// so f16 and bf16 differ from f64 mostly by the final rounding of each output (2^-11, 2^-8:
+// the cross-backend suite's bounds); f32 by f32 sums over up to ~1000 keys or queries, plus the
+// cancellation in dP - Delta for the gradients. lse is f32 for every input dtype.
+double tolerance(DType dt, bool backward) {
+  switch (dt) {
+    case DType::F32: return backward ? 5e-5 : 2e-5;
+    case DType::F16: return backward ? 4e-3 : 2e-3;
+    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
+    default: return 0;
+  }
+}
+constexpr double kLseTolerance = 2e-5;
+
+enum class MaskKind { None, Additive, AdditiveBroadcast, Padding };
+
+struct Case {
+  std::string name;
+  int64_t BH, Tq, Tk, D, Dv;
+  bool causal = false;
+  MaskKind mask = MaskKind::None;
+  double dropout = 0.0;
+  bool strided = false;     // q, k, v as column slices of wider rows (row stride > D)
+  bool want_dmask = false;  // additive masks only
+};
+
+std::vector<Case> cases() {
+  return {
+      {"tiny_d32", 3, 17, 17, 32, 32},
+      {"one_query", 2, 1, 200, 64, 64},
+      {"causal_d64_t200", 2, 200, 200, 64, 64, true},
+      {"causal_d128_t1030", 2, 1030, 1030, 128, 128, true},
+      {"padding_d64_t1030", 2, 1030, 1030, 64, 64, false, MaskKind::Padding},
+      {"causal_fewer_queries_d80", 2, 130, 200, 80, 80, true},
+      {"causal_more_queries_d128", 2, 200, 70, 128, 128, true},
+      {"additive_dmask_d128", 2, 100, 150, 128, 128, false, MaskKind::Additive, 0.0, false, true},
+      {"additive_broadcast_causal_d64", 3, 77, 77, 64, 64, true, MaskKind::AdditiveBroadcast},
+      {"dropout_causal_d64", 2, 200, 200, 64, 64, true, MaskKind::None, 0.1},
+      {"dropout_padding_d128", 2, 130, 300, 128, 128, false, MaskKind::Padding, 0.1},
+      {"dropout_additive_dmask_d32", 2, 65, 66, 32, 32, false, MaskKind::Additive, 0.1, false, true},
+      {"strided_dv_differs", 2, 100, 90, 64, 32, false, MaskKind::None, 0.0, true},
+      {"dv_wider_than_d", 2, 70, 70, 32, 128, true},
+  };
+}
+
+// The mask storage for a case, in dt or bool, before broadcasting to [BH, Tq, Tk] (the kernels'
+// contract; the broadcast views have stride 0 along heads or rows).
+Tensor mask_storage(const Case& c, DType dt, Generator& g) {
+  switch (c.mask) {
+    case MaskKind::None: return Tensor();
+    case MaskKind::Additive: return randn({c.BH, c.Tq, c.Tk}, kF64, &g).to(dt);
+    case MaskKind::AdditiveBroadcast: {  // one [Tq, Tk] for every head, about 7% of it -inf
+      const Tensor m = randn({1, c.Tq, c.Tk}, kF64, &g);
+      return where(lt(m, -1.5), full({1, c.Tq, c.Tk}, -INFINITY, kF64), m).to(dt);
+    }
+    case MaskKind::Padding: {  // head b sees keys [0, Tk - 37 b), at least one; head 0 none (zero rows)
+      std::vector<uint8_t> keep(static_cast<size_t>(c.BH * c.Tk), 0);
+      for (int64_t b = 1; b < c.BH; ++b)
+        for (int64_t j = 0; j < std::max<int64_t>(c.Tk - 37 * b, 1); ++j) keep[static_cast<size_t>(b * c.Tk + j)] = 1;
+      return from_vector<uint8_t>(keep, {c.BH, 1, c.Tk}).to(DType::Bool);
+    }
+  }
+  return Tensor();
+}
+
+void check_case(const Case& c, DType dt, uint64_t seed) {
+  Generator g(seed);
+  // Operands as [BH, T, d] views of [BH, T, d + 5] rows when strided; the same values and layout
+  // on both sides.
+  const auto draw = [&](int64_t t, int64_t d) { return randn({c.BH, t, c.strided ? d + 5 : d}, kF64, &g).to(dt); };
+  const auto view = [&](const Tensor& base, int64_t d) { return c.strided ? narrow(base, 2, 0, d) : base; };
+  const Tensor qb = draw(c.Tq, c.D), kb = draw(c.Tk, c.D), vb = draw(c.Tk, c.Dv);
+  const Tensor ms = mask_storage(c, dt, g);
+  const Tensor dout = randn({c.BH, c.Tq, c.Dv}, kF64, &g).to(dt);
+  const Shape scores{c.BH, c.Tq, c.Tk};
+  cpu::AttentionParams p;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  p.causal = c.causal;
+  p.dropout_p = c.dropout;
+  p.rng = {seed * 7919 + 3, 12345};
+
+  // Reference: the CPU kernels in f64 on the same values.
+  const auto f64 = [](const Tensor& t) { return !t.defined() || t.dtype() == DType::Bool ? t : t.to(kF64); };
+  const Tensor q = f64(view(qb, c.D)), k = f64(view(kb, c.D)), v = f64(view(vb, c.Dv));
+  const Tensor mask = ms.defined() ? expand(f64(ms), scores) : Tensor();
+  Tensor lse_ref;
+  const Tensor out_ref = cpu::attention_forward(q, k, v, mask, p, lse_ref);
+  const cpu::AttentionGrads g_ref = cpu::attention_backward(f64(dout), q, k, v, mask, out_ref, lse_ref, p, c.want_dmask);
+
+  const Tensor qd = view(qb.to(kGPU), c.D), kd = view(kb.to(kGPU), c.D), vd = view(vb.to(kGPU), c.Dv);
+  const Tensor md = ms.defined() ? expand(ms.to(kGPU), scores) : Tensor();
+  if (c.strided) {
+    ASSERT_EQ(qd.stride(1), c.D + 5);
+  }
+  Tensor lse;
+  const Tensor out = cuda::attention_forward(qd, kd, vd, md, p, lse);
+  ASSERT_EQ(out.device(), kGPU);
+  ASSERT_EQ(out.sizes(), out_ref.sizes());
+  EXPECT_EQ(out.dtype(), dt);
+  EXPECT_EQ(lse.dtype(), DType::F32);
+  EXPECT_LE(rel_error(out, out_ref), tolerance(dt, false)) << "out";
+  EXPECT_LE(rel_error(lse, lse_ref), kLseTolerance) << "lse";
+
+  const cpu::AttentionGrads gd = cuda::attention_backward(dout.to(kGPU), qd, kd, vd, md, out, lse, p, c.want_dmask);
+  EXPECT_LE(rel_error(gd.dq, g_ref.dq), tolerance(dt, true)) << "dq";
+  EXPECT_LE(rel_error(gd.dk, g_ref.dk), tolerance(dt, true)) << "dk";
+  EXPECT_LE(rel_error(gd.dv, g_ref.dv), tolerance(dt, true)) << "dv";
+  EXPECT_EQ(gd.dmask.defined(), c.want_dmask);
+  if (c.want_dmask) {
+    EXPECT_LE(rel_error(gd.dmask, g_ref.dmask), tolerance(dt, true)) << "dmask";
+  }
+}
+
+class CudaAttention : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    TRIDENT_REQUIRE_CUDA();
+    cuda::set_poison_allocations(true);
+  }
+  void TearDown() override { cuda::set_poison_allocations(false); }
+};
+
+TEST_P(CudaAttention, MatchesTheCpuInF64) {
+  const DType dt = GetParam();
+  uint64_t seed = 500 + static_cast<uint64_t>(dt) * 100;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name + " in " + std::string(dtype_name(dt)));
+    try {
+      check_case(c, dt, seed++);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "threw: " << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention, ::testing::Values(DType::F32, DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// The backward has no float atomics: two runs give the same bits.
+TEST(CudaAttentionDeterminism, BackwardIsBitwiseRepeatable) {
+  TRIDENT_REQUIRE_CUDA();
+  Generator g(77);
+  const auto r = [&](const Shape& s) { return randn(s, kF64, &g).to(kBF16).to(kGPU); };
+  const Tensor q = r({4, 300, 64}), k = r({4, 300, 64}), v = r({4, 300, 64}), dout = r({4, 300, 64});
+  cpu::AttentionParams p;
+  p.scale = 0.125;
+  p.causal = true;
+  p.dropout_p = 0.1;
+  p.rng = {5, 0};
+  Tensor lse;
+  const Tensor out = cuda::attention_forward(q, k, v, Tensor(), p, lse);
+  const cpu::AttentionGrads a = cuda::attention_backward(dout, q, k, v, Tensor(), out, lse, p, false);
+  const cpu::AttentionGrads b = cuda::attention_backward(dout, q, k, v, Tensor(), out, lse, p, false);
+  EXPECT_EQ(a.dq.to(kCPU).to_vector<float>(), b.dq.to(kCPU).to_vector<float>());
+  EXPECT_EQ(a.dk.to(kCPU).to_vector<float>(), b.dk.to(kCPU).to_vector<float>());
+  EXPECT_EQ(a.dv.to(kCPU).to_vector<float>(), b.dv.to(kCPU).to_vector<float>());
+}
+
+// The public op on CUDA tensors [B, H, T, D]: forward and gradients of q, k, v (and of an
+// additive mask that requires grad) against the same op on the CPU, from the same values and
+// the same generator state (so dropout drops the same entries).
+void check_public_api(DType dt, double dropout, bool bool_mask) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + (bool_mask ? " bool mask" : " additive mask") +
+               (dropout > 0 ? " dropout" : ""));
+  Generator g(31);
+  const int64_t B = 2, H = 3, T = 77, D = 64;
+  const Tensor q = randn({B, H, T, D}, kF64, &g).to(dt), k = randn({B, H, T, D}, kF64, &g).to(dt),
+               v = randn({B, H, T, D}, kF64, &g).to(dt), w = randn({B, H, T, D}, kF64, &g).to(dt);
+  Tensor mask;
+  if (bool_mask) {
+    std::vector<uint8_t> keep(static_cast<size_t>(B * T), 1);
+    for (int64_t j = T - 20; j < T; ++j) keep[static_cast<size_t>(T + j)] = 0;  // batch 1: 20 padded keys
+    mask = from_vector<uint8_t>(keep, {B, 1, 1, T}).to(DType::Bool);
+  } else {
+    mask = mul(randn({1, H, T, T}, kF64, &g), 0.5).to(dt);
+  }
+  const auto run = [&](Device dev, DType compute) {
+    const auto leaf = [&](const Tensor& x) { return x.to(compute).to(dev).detach().set_requires_grad(); };
+    Tensor qq = leaf(q), kk = leaf(k), vv = leaf(v);
+    Tensor mm = bool_mask ? mask.to(dev) : leaf(mask);
+    Generator gen(99);
+    AttentionOptions o;
+    o.attn_mask = mm;
+    o.is_causal = true;
+    o.dropout_p = dropout;
+    o.generator = &gen;
+    const Tensor out = scaled_dot_product_attention(qq, kk, vv, o);
+    sum(mul(out, w.to(compute).to(dev))).backward();
+    std::vector<Tensor> r{out, qq.grad(), kk.grad(), vv.grad()};
+    if (!bool_mask) r.push_back(mm.grad());
+    return r;
+  };
+  // Reference: the CPU op in f64 on the same (rounded) values.
+  const std::vector<Tensor> ref = run(kCPU, kF64);
+  const std::vector<Tensor> got = run(kGPU, dt);
+  ASSERT_EQ(got.size(), ref.size());
+  const char* names[] = {"out", "dq", "dk", "dv", "dmask"};
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << names[i];
+    EXPECT_EQ(got[i].device(), kGPU) << names[i];
+    EXPECT_EQ(got[i].dtype(), dt) << names[i];
+    EXPECT_EQ(got[i].sizes(), ref[i].sizes()) << names[i];
+    EXPECT_LE(rel_error(got[i], ref[i]), tolerance(dt, i > 0)) << names[i];
+  }
+}
+
+TEST(CudaAttentionPublicApi, MatchesTheCpuOp) {
+  TRIDENT_REQUIRE_CUDA();
+  for (DType dt : {kF32, kBF16}) {
+    check_public_api(dt, 0.0, true);
+    check_public_api(dt, 0.1, false);
+  }
+}
+
+TEST(CudaAttentionErrors, HeadDimsAbove128AreRefusedByName) {
+  TRIDENT_REQUIRE_CUDA();
+  const Tensor q = ones({1, 2, 4, 160}, TensorOptions(kBF16).device(kGPU));
+  trident::testing::expect_error([&] { scaled_dot_product_attention(q, q, q); }, {"head dims up to 128", "160"});
+  const Tensor x = ones({1, 4, 8}, TensorOptions(kF32).device(kGPU));
+  trident::testing::expect_error([&] { scaled_dot_product_attention(x.to(kF64), x.to(kF64), x.to(kF64)); }, {"f64"});
+}
+
+}  // namespace
