@@ -262,6 +262,7 @@ RowPlan plan_rows(int64_t n) {
 // Whether rows of n at p load as packs of the bucket's width (aligned starts, whole packs).
 template <typename T>
 bool can_pack(int e, int n, const void* p) {
+  if (e <= 0) return false;  // no register bucket (the row is too long): nothing to pack
   const int w = std::min(e, static_cast<int>(16 / sizeof(T)));
   return n % w == 0 && reinterpret_cast<uintptr_t>(p) % (static_cast<size_t>(w) * sizeof(T)) == 0;
 }

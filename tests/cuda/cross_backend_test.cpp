@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -140,6 +142,7 @@ std::vector<OpCase> op_table() {
   t.push_back({"dropout_p0.3", {m}, [](const V& x) {
                  Generator gen(77);
                  return dropout(x[0], 0.3, true, &gen);
+               }});
   // Indexing with fixed indices (on the input's device), repeats included.
   auto on = [](const std::vector<int64_t>& v, const Shape& s, const Tensor& like) {
     return from_vector<int64_t>(v, s).to(like.device());
@@ -236,6 +239,9 @@ TEST_P(CrossBackend, EveryOpMatchesTheCpuInF64) {
   uint64_t seed = 1000 + static_cast<uint64_t>(dt);
   for (const OpCase& c : op_table()) {
     SCOPED_TRACE(c.name + " in " + std::string(dtype_name(dt)));
+    // A crash (not a failure) would end the table without naming the op: with this set, each case
+    // is named on stderr before it runs.
+    if (std::getenv("TRIDENT_TRACE_CASES") != nullptr) std::fprintf(stderr, "case %s\n", c.name.c_str());
     Generator g(seed++);
     try {
       check_case(c, dt, g);
