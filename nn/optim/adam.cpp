@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "nn/optim/cpu_kernels.h"
+#include "nn/optim/kernels.h"
 
 namespace trident::nn::optim {
 
@@ -53,7 +53,7 @@ void AdamImpl<Options, kDecoupled>::update(size_t group, int64_t, const Tensor& 
   f.decay = kDecoupled ? 1.0 - o.lr * o.weight_decay : 1.0;
   f.step_size = o.lr / (1.0 - std::pow(o.beta1, t));
   f.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
-  cpu::adam(param, grad, state.slots[kExpAvg], state.slots[kExpAvgSq],
+  TRIDENT_OPTIM_KERNEL(adam)(param, grad, state.slots[kExpAvg], state.slots[kExpAvgSq],
             o.amsgrad ? state.slots[kMaxExpAvgSq] : Tensor(), f);
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "nn/optim/cpu_kernels.h"
+#include "nn/optim/kernels.h"
 
 namespace trident::nn::optim {
 
@@ -40,11 +40,11 @@ void LAMB::update(size_t group, int64_t index, const Tensor& param, const Tensor
   const double t = static_cast<double>(state.step);
   const math::LambUpdate<double> f{o.beta1, o.beta2, o.eps, o.weight_decay, 1.0 - std::pow(o.beta1, t),
                                    1.0 - std::pow(o.beta2, t)};
-  const cpu::LambNorms norms = cpu::lamb_moments(param, grad, state.slots[kExpAvg], state.slots[kExpAvgSq], f);
+  const cpu::LambNorms norms = TRIDENT_OPTIM_KERNEL(lamb_moments)(param, grad, state.slots[kExpAvg], state.slots[kExpAvgSq], f);
   const double ratio = o.layer_adaptation ? math::lamb_trust_ratio(norms.param, norms.update) : 1.0;
   if (trust_ratio_.size() < static_cast<size_t>(num_params())) trust_ratio_.resize(static_cast<size_t>(num_params()), 1.0);
   trust_ratio_[static_cast<size_t>(index)] = ratio;
-  cpu::lamb_apply(param, state.slots[kExpAvg], state.slots[kExpAvgSq], f, o.lr * ratio);
+  TRIDENT_OPTIM_KERNEL(lamb_apply)(param, state.slots[kExpAvg], state.slots[kExpAvgSq], f, o.lr * ratio);
 }
 
 }  // namespace trident::nn::optim

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "trident_config.h"
 #include "core/copy.h"
 #include "core/factory.h"
 
@@ -302,8 +303,12 @@ void Optimizer::step() {
       const Tensor& grad = p.grad();
       if (!grad.defined()) continue;
       const int64_t i = group.first + static_cast<int64_t>(j);
+#if !TRIDENT_HAVE_CUDA
       TRIDENT_CHECK(p.device().is_cpu(), name(), ": parameter ", i, " is on ", p.device(),
-                    "; only CPU optimizer kernels exist so far");
+                    "; this build has only CPU optimizer kernels");
+#endif
+      TRIDENT_CHECK(grad.device() == p.device(), name(), ": parameter ", i, " is on ", p.device(), " but its gradient on ",
+                    grad.device());
       // set_grad keeps shape and dtype equal to the parameter's; the kernels need contiguity.
       const Tensor g_c = grad.is_contiguous() ? grad : grad.contiguous();
       ParamState& s = state_[static_cast<size_t>(i)];

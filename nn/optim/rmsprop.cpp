@@ -1,6 +1,6 @@
 #include "nn/optim/rmsprop.h"
 
-#include "nn/optim/cpu_kernels.h"
+#include "nn/optim/kernels.h"
 
 namespace trident::nn::optim {
 
@@ -39,7 +39,7 @@ void RMSProp::update(size_t group, int64_t, const Tensor& param, const Tensor& g
   for (size_t k = 0; k < std::size(kSlots); ++k)
     if (slot_used(group, k)) ensure_slot(state, k, param);
   const math::RMSPropUpdate<double> f{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum};
-  cpu::rmsprop(param, grad, state.slots[kSquareAvg], o.centered ? state.slots[kGradAvg] : Tensor(),
+  TRIDENT_OPTIM_KERNEL(rmsprop)(param, grad, state.slots[kSquareAvg], o.centered ? state.slots[kGradAvg] : Tensor(),
                o.momentum > 0 ? state.slots[kMomentumBuffer] : Tensor(), f);
 }
 

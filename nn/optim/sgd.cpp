@@ -1,6 +1,6 @@
 #include "nn/optim/sgd.h"
 
-#include "nn/optim/cpu_kernels.h"
+#include "nn/optim/kernels.h"
 
 namespace trident::nn::optim {
 
@@ -34,7 +34,7 @@ void SGD::update(size_t group, int64_t, const Tensor& param, const Tensor& grad,
     f.first = ensure_slot(state, 0, param);
     buf = state.slots[0];
   }
-  cpu::sgd(param, grad, buf, f);
+  TRIDENT_OPTIM_KERNEL(sgd)(param, grad, buf, f);
 }
 
 }  // namespace trident::nn::optim
