@@ -116,6 +116,52 @@ constexpr int pack_width() {
   return static_cast<int>(16 / sizeof(T)) < E ? static_cast<int>(16 / sizeof(T)) : E;
 }
 
+// A thread's share of a row in registers (NOTE [Register softmax]): element i * tpr + t, or with
+// packs the P elements of pack i * tpr + t; positions past the row (or of an inactive row) read
+// `pad`.
+template <typename T, int E, int P>
+__device__ __forceinline__ void load_row(const T* row, int n, int t, int tpr, bool active, bool packed, float pad,
+                                         float (&v)[E]) {
+  if (packed) {
+#pragma unroll
+    for (int i = 0; i < E / P; ++i) {
+      const int q = t + i * tpr;  // pack index
+      const bool in = active && q * P < n;
+      Pack<T, P> pk{};
+      if (in) pk = reinterpret_cast<const Pack<T, P>*>(row)[q];
+#pragma unroll
+      for (int u = 0; u < P; ++u) v[i * P + u] = in ? static_cast<float>(pk.v[u]) : pad;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int j = t + i * tpr;
+      v[i] = active && j < n ? static_cast<float>(row[j]) : pad;
+    }
+  }
+}
+
+template <typename T, int E, int P>
+__device__ __forceinline__ void store_row(T* row, int n, int t, int tpr, bool packed, const float (&v)[E]) {
+  if (packed) {
+#pragma unroll
+    for (int i = 0; i < E / P; ++i) {
+      const int q = t + i * tpr;
+      if (q * P >= n) continue;
+      Pack<T, P> pk;
+#pragma unroll
+      for (int u = 0; u < P; ++u) pk.v[u] = static_cast<T>(v[i * P + u]);
+      reinterpret_cast<Pack<T, P>*>(row)[q] = pk;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int j = t + i * tpr;
+      if (j < n) row[j] = static_cast<T>(v[i]);
+    }
+  }
+}
+
 template <typename T, int E>
 __global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
                                                               int n, int tpr, bool log, bool packed) {
@@ -129,22 +175,7 @@ __global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restric
     const T* xr = x + (active ? row : 0) * n;
     float v[E];
     float m = -INFINITY;
-    if (packed) {
-#pragma unroll
-      for (int i = 0; i < E / P; ++i) {
-        const int q = t + i * tpr;  // pack index
-        Pack<T, P> pk{};
-        if (active && q * P < n) pk = reinterpret_cast<const Pack<T, P>*>(xr)[q];
-#pragma unroll
-        for (int u = 0; u < P; ++u) v[i * P + u] = active && q * P < n ? static_cast<float>(pk.v[u]) : -INFINITY;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        const int j = t + i * tpr;
-        v[i] = active && j < n ? static_cast<float>(xr[j]) : -INFINITY;
-      }
-    }
+    load_row<T, E, P>(xr, n, t, tpr, active, packed, -INFINITY, v);
 #pragma unroll
     for (int i = 0; i < E; ++i) m = (v[i] > m || v[i] != v[i]) ? v[i] : m;
     m = row_max(m, tpr, smem);
@@ -163,23 +194,7 @@ __global__ void __launch_bounds__(kBlock) softmax_regs_kernel(const T* __restric
     const float inv = 1.0f / s, log_s = logf(s);
 #pragma unroll
     for (int i = 0; i < E; ++i) v[i] = log ? v[i] - log_s : v[i] * inv;
-    if (packed) {
-#pragma unroll
-      for (int i = 0; i < E / P; ++i) {
-        const int q = t + i * tpr;
-        if (q * P >= n) continue;
-        Pack<T, P> pk;
-#pragma unroll
-        for (int u = 0; u < P; ++u) pk.v[u] = static_cast<T>(v[i * P + u]);
-        reinterpret_cast<Pack<T, P>*>(yr)[q] = pk;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        const int j = t + i * tpr;
-        if (j < n) yr[j] = static_cast<T>(v[i]);
-      }
-    }
+    store_row<T, E, P>(yr, n, t, tpr, packed, v);
   }
 }
 
@@ -196,31 +211,8 @@ __global__ void __launch_bounds__(kBlock) softmax_backward_regs_kernel(const T* 
     const bool active = row < rows;
     const int64_t o = (active ? row : 0) * n;
     float gv[E], yv[E];
-    if (packed) {
-#pragma unroll
-      for (int i = 0; i < E / P; ++i) {
-        const int q = t + i * tpr;
-        const bool in = active && q * P < n;
-        Pack<T, P> pg{}, py{};
-        if (in) {
-          pg = reinterpret_cast<const Pack<T, P>*>(g + o)[q];
-          py = reinterpret_cast<const Pack<T, P>*>(y + o)[q];
-        }
-#pragma unroll
-        for (int u = 0; u < P; ++u) {
-          gv[i * P + u] = in ? static_cast<float>(pg.v[u]) : 0.0f;
-          yv[i * P + u] = in ? static_cast<float>(py.v[u]) : 0.0f;
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        const int j = t + i * tpr;
-        const bool in = active && j < n;
-        gv[i] = in ? static_cast<float>(g[o + j]) : 0.0f;
-        yv[i] = in ? static_cast<float>(y[o + j]) : 0.0f;
-      }
-    }
+    load_row<T, E, P>(g + o, n, t, tpr, active, packed, 0.0f, gv);
+    load_row<T, E, P>(y + o, n, t, tpr, active, packed, 0.0f, yv);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) s += log ? gv[i] : gv[i] * yv[i];
@@ -228,23 +220,7 @@ __global__ void __launch_bounds__(kBlock) softmax_backward_regs_kernel(const T* 
     if (!active) continue;
 #pragma unroll
     for (int i = 0; i < E; ++i) gv[i] = log ? gv[i] - expf(yv[i]) * s : yv[i] * (gv[i] - s);
-    if (packed) {
-#pragma unroll
-      for (int i = 0; i < E / P; ++i) {
-        const int q = t + i * tpr;
-        if (q * P >= n) continue;
-        Pack<T, P> pk;
-#pragma unroll
-        for (int u = 0; u < P; ++u) pk.v[u] = static_cast<T>(gv[i * P + u]);
-        reinterpret_cast<Pack<T, P>*>(gx + o)[q] = pk;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        const int j = t + i * tpr;
-        if (j < n) gx[o + j] = static_cast<T>(gv[i]);
-      }
-    }
+    store_row<T, E, P>(gx + o, n, t, tpr, packed, gv);
   }
 }
 

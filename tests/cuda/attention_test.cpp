@@ -150,14 +150,7 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   }
 }
 
-class CudaAttention : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    TRIDENT_REQUIRE_CUDA();
-    cuda::set_poison_allocations(true);
-  }
-  void TearDown() override { cuda::set_poison_allocations(false); }
-};
+class CudaAttention : public trident::testing::PoisonedCuda<::testing::TestWithParam<DType>> {};
 
 TEST_P(CudaAttention, MatchesTheCpuInF64) {
   const DType dt = GetParam();

@@ -189,14 +189,7 @@ Tensor draw(const Shape& s, Domain d, Generator& g) {
   return x;
 }
 
-class CrossBackend : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    TRIDENT_REQUIRE_CUDA();
-    cuda::set_poison_allocations(true);
-  }
-  void TearDown() override { cuda::set_poison_allocations(false); }
-};
+class CrossBackend : public trident::testing::PoisonedCuda<::testing::TestWithParam<DType>> {};
 
 // One case: forward and (when differentiable) input gradients of the device against the f64 CPU.
 // Failures are recorded and the table goes on, so one GPU run reports every op that is off.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/allocator.h"
 #include "core/tensor.h"
 
 namespace trident::testing {
@@ -28,6 +29,10 @@ inline std::string cuda_unavailable_reason() {
 // infinite error.
 inline double rel_error(const Tensor& got, const Tensor& ref) {
   const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
+  if (a.size() != b.size()) {
+    ADD_FAILURE() << "rel_error: " << a.size() << " elements against " << b.size();
+    return INFINITY;
+  }
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::isnan(b[i])) {
@@ -60,3 +65,20 @@ inline double tolerance(DType dt, bool backward) {
     const std::string trident_why_ = ::trident::testing::cuda_unavailable_reason();      \
     if (!trident_why_.empty()) GTEST_SKIP() << "no CUDA device: " << trident_why_;        \
   } while (0)
+
+namespace trident::testing {
+
+// The fixture of the CUDA suites: skips without a GPU, and poisons every device allocation with
+// NaN (cuda::set_poison_allocations) for the test, so an output element a kernel forgets to write
+// fails the comparison. Base is ::testing::Test or ::testing::TestWithParam<...>.
+template <typename Base = ::testing::Test>
+class PoisonedCuda : public Base {
+ protected:
+  void SetUp() override {
+    TRIDENT_REQUIRE_CUDA();
+    cuda::set_poison_allocations(true);
+  }
+  void TearDown() override { cuda::set_poison_allocations(false); }
+};
+
+}  // namespace trident::testing

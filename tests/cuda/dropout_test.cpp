@@ -16,14 +16,7 @@ namespace {
 
 const Device kGPU = Device::cuda(0);
 
-class CudaDropout : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TRIDENT_REQUIRE_CUDA();
-    cuda::set_poison_allocations(true);
-  }
-  void TearDown() override { cuda::set_poison_allocations(false); }
-};
+class CudaDropout : public trident::testing::PoisonedCuda<> {};
 
 TEST_F(CudaDropout, SameMaskOutputAndGradientAsTheCpu) {
   uint64_t seed = 5;

@@ -17,23 +17,12 @@
 
 using namespace trident;
 using trident::testing::error_message;
+using trident::testing::rel_error;
 
 namespace {
 
 const Device kGPU = Device::cuda(0);
 
-// Relative error ||a - b|| / ||b|| (0 when equal), as in the cross-backend suite.
-double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
-}
 
 // Sums of a few f32 (or f64 on the CPU) terms rounded once to the dtype: its half ulp, with room
 // for the f32 accumulation and the upstream product.

@@ -19,14 +19,10 @@ Tensor rand_in(const Shape& s, DType dt, uint64_t seed) {
   return randn(s, kF64, &g).to(dt);
 }
 
-class CudaLinalg : public ::testing::Test {
+class CudaLinalg : public trident::testing::PoisonedCuda<> {
  protected:
-  void SetUp() override {
-    TRIDENT_REQUIRE_CUDA();
-    cuda::set_poison_allocations(true);
-  }
   void TearDown() override {
-    cuda::set_poison_allocations(false);
+    PoisonedCuda::TearDown();
     set_matmul_allow_tf32(false);
   }
 };

@@ -15,22 +15,12 @@
 
 using namespace trident;
 using trident::testing::error_message;
+using trident::testing::rel_error;
 
 namespace {
 
 const Device kGPU = Device::cuda(0);
 
-double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
-}
 
 // The cross-backend suite's tolerances: f32 arithmetic (sums over 50257 classes in f32), then one
 // to three roundings to f16 (2^-11) or bf16 (2^-8); gradients round a few more times.

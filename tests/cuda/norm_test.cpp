@@ -19,14 +19,7 @@ namespace {
 
 const Device kGPU = Device::cuda(0);
 
-class CudaNorm : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TRIDENT_REQUIRE_CUDA();
-    cuda::set_poison_allocations(true);
-  }
-  void TearDown() override { cuda::set_poison_allocations(false); }
-};
+class CudaNorm : public trident::testing::PoisonedCuda<> {};
 
 Tensor randn_dt(const Shape& s, DType dt, uint64_t seed, double scale = 1.0, double shift = 0.0) {
   Generator g(seed);

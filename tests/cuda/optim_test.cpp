@@ -58,14 +58,7 @@ double cpu_vs_gpu(const MakeOpt& make, DType dt, int steps) {
   return worst;
 }
 
-class CudaOptim : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TRIDENT_REQUIRE_CUDA();
-    cuda::set_poison_allocations(true);
-  }
-  void TearDown() override { cuda::set_poison_allocations(false); }
-};
+class CudaOptim : public trident::testing::PoisonedCuda<> {};
 
 TEST_F(CudaOptim, EveryOptimizerMatchesTheCpu) {
   using namespace nn::optim;
