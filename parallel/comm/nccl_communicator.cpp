@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/cuda/stream.h"
 #include "core/factory.h"
 
 namespace trident::parallel::comm {
@@ -214,15 +215,17 @@ class NcclCommunicator final : public Communicator {
     return s;
   }
 
-  // Orders the NCCL call after the work already queued on the compute stream, issues it on the
-  // communicator's stream, and records the completion event a Work polls.
+  // Orders the NCCL call after the work already queued on the compute stream (the device's
+  // current stream, cuda::current_stream: a training step's kernels may run on a stream of its
+  // own, which the legacy default stream does not wait for), issues it on the communicator's
+  // stream, and records the completion event a Work polls.
   template <typename F>
   std::shared_ptr<Work::Impl> enqueue(const char* what, std::vector<Tensor> keep, F&& issue) {
     const std::string where = std::string(what) + " on " + state()->where();
     TRIDENT_CHECK(handle_->comm != nullptr, where, ": the NCCL communicator was aborted");
     cudaEvent_t ready = nullptr;
     TRIDENT_CUDA_CALL(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), where);
-    TRIDENT_CUDA_CALL(cudaEventRecord(ready, cudaStreamLegacy), where);
+    TRIDENT_CUDA_CALL(cudaEventRecord(ready, cuda::current_stream(device_).handle()), where);
     TRIDENT_CUDA_CALL(cudaStreamWaitEvent(handle_->stream, ready, 0), where);
     cudaEventDestroy(ready);  // released once the wait is satisfied
     TRIDENT_NCCL_CALL(issue(handle_->comm, handle_->stream), where);

@@ -1,16 +1,14 @@
 // The NCCL backend (NOTE [NCCL backend], communicator.h): CUDA tensors over NCCL. Built only when
-// TRIDENT_HAVE_CUDA. It compiles; no test has run it on a GPU yet (it orders its work after the
-// legacy default stream, not yet after core/cuda's current stream).
+// TRIDENT_HAVE_CUDA. It compiles; no test has run it on a GPU yet.
 //
 // One ncclComm_t per group, created from a bootstrap communicator of the same ranks (MPI, or
 // Local for a single process): rank 0 calls ncclGetUniqueId and broadcasts the id over the
 // bootstrap group; every rank then calls ncclCommInitRank on its current CUDA device. split()
 // splits the bootstrap and builds the child's NCCL communicator the same way, so a mesh built on
 // an NCCL world gets NCCL tp/pp/dp groups.
-// Operations run on the communicator's own CUDA stream, after an event recorded on the calling
-// thread's legacy default stream (where the CPU-side launches of the future CUDA backend will go
-// until it defines its own compute stream: then that stream replaces it here), and record a
-// completion event; Work::test() is cudaEventQuery, Work::wait() polls it (so a wait can time
+// Operations run on the communicator's own CUDA stream, after an event recorded on the device's
+// current stream (cuda::current_stream, where the op kernels launch), and record a completion
+// event; Work::test() is cudaEventQuery, Work::wait() polls it (so a wait can time
 // out), and on a timeout the communicator is aborted with ncclCommAbort.
 // Average is ncclAvg; f16 and bf16 reduce natively. NCCL has no all_gatherv or reduce_scatterv:
 // uneven ones are a group of ncclBroadcast / ncclReduce calls, one per rank.
