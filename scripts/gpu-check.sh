@@ -66,7 +66,7 @@ fi
 echo "== build"
 B0=$(date +%s)
 # The benchmarks that need no Google Benchmark: the CUDA op table, and attention when present.
-BENCH_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(cuda_ops_bench|attention_cuda_bench):' | tr -d : | tr '\n' ' ')
+BENCH_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(cuda_ops_bench|attention_cuda_bench|gpt2_cuda_bench):' | tr -d : | tr '\n' ' ')
 if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests $BENCH_TARGETS > "$OUT/build.log" 2>&1; then
   row build ok "$(( $(date +%s) - B0 )) s"
 else
@@ -105,6 +105,25 @@ if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
     row attention_cuda_bench ok "bench.txt"; tail -12 "$OUT/bench.txt"
   else
     row attention_cuda_bench FAIL "see bench.err"
+  fi
+fi
+
+if [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
+  # GPT-2 124M, bf16, context 1024, batch 8: Trident, then the same model in PyTorch.
+  if timeout 180 "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
+     timeout 180 python3 benchmarks/gpt2_cuda_torch.py 8 10 >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
+    python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"
+import json, sys
+tri, tor = (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{"))
+print("GPT-2 124M training, bf16, batch 8 x 1024 tokens (median step)")
+print(f"{'':10}{'tokens/s':>12}{'step ms':>10}{'MFU':>8}")
+for name, r in (("Trident", tri), ("PyTorch", tor)):
+    print(f"{name:10}{r['tokens_per_s']:12.0f}{r['step_ms']:10.1f}{100 * r['mfu']:7.1f}%")
+print(f"ratio (Trident / PyTorch tokens/s): {tri['tokens_per_s'] / tor['tokens_per_s']:.2f}")
+PY
+    row gpt2_cuda_bench ok "bench.txt"
+  else
+    row gpt2_cuda_bench FAIL "see bench.err"
   fi
 fi
 

@@ -1,0 +1,67 @@
+// GPT-2 training throughput on one GPU (issue 7's GPU benchmark): the 124M preset, context 1024,
+// batch 8, bf16 autocast with f32 master weights, AdamW, no dropout, random tokens. Its PyTorch
+// twin is benchmarks/gpt2_cuda_torch.py; scripts/gpu-check.sh runs both and prints them together.
+//
+//   gpt2_cuda_bench [batch] [steps] [preset]
+//     -> {"tokens_per_s", "step_ms", "mfu", "parameters", "last_loss"}
+// The median step time of `steps` timed steps after 3 warm-up steps, each step ended by reading
+// the loss (a synchronization). MFU counts 6 N + 12 L C T flops per token (N parameters, L layers,
+// width C, context T: the PaLM paper's accounting) against the H100/H200's 989 TFLOP/s of dense
+// bf16.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "trident.h"
+
+using namespace trident;
+using namespace trident::models;
+
+int main(int argc, char** argv) {
+  const int64_t B = argc > 1 ? std::atoi(argv[1]) : 8;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
+  const std::string preset = argc > 3 ? argv[3] : "124M";
+  try {
+    GPT2Config c = GPT2Config::preset(preset);
+    c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+    const int64_t T = c.n_positions, V = c.vocab_size;
+    const Device gpu = Device::cuda(0);
+    Generator g(1);
+    GPT2LMHeadModel model(c, &g);
+    model.to(gpu);
+    nn::optim::AdamW opt(model.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+    Generator data(2);
+    const Tensor x = randint(0, V, {B, T}, DType::I64, &data).to(gpu);
+    const Tensor y = randint(0, V, {B, T}, DType::I64, &data).to(gpu);
+    std::vector<double> ms;
+    double loss = 0;
+    for (int i = 0; i < steps + 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      opt.zero_grad();
+      Tensor l;
+      {
+        autocast::Guard bf16(DType::BF16);
+        l = model.forward(x, y).loss;
+      }
+      l.backward();
+      opt.step();
+      loss = l.item<double>();
+      const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 3) ms.push_back(dt);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double n = static_cast<double>(model.num_parameters());
+    const double tokens_per_s = static_cast<double>(B * T) / (med / 1e3);
+    const double flops_per_token = 6.0 * n + 12.0 * c.n_layer * c.n_embd * T;
+    std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %.4f, \"parameters\": %lld, \"last_loss\": %.4f}\n",
+                tokens_per_s, med, tokens_per_s * flops_per_token / 989e12, static_cast<long long>(n), loss);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt2_cuda_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
