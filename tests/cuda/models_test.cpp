@@ -58,4 +58,59 @@ TEST(CudaModels, TinyGpt2TrainsOnTheGpuAsOnTheCpu) {
   for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
 }
 
+// BERT pre-training (both heads, padding masks, mixed segments, MLM labels at a third of the
+// positions) for a few steps on each device, as above.
+TEST(CudaModels, TinyBertPretrainsOnTheGpuAsOnTheCpu) {
+  TRIDENT_REQUIRE_CUDA();
+  models::BertConfig c = models::BertConfig::preset("tiny");
+  c.vocab_size = 37;
+  c.padded_vocab_size = 40;
+  c.hidden_size = 64;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 2;
+  c.max_position_embeddings = 32;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
+  Generator g1(9), g2(9);
+  models::BertForPreTraining cpu(c, &g1), gpu(c, &g2);
+  gpu.to(kGPU);
+  nn::optim::AdamWOptions o;
+  o.lr = 3e-3;
+  nn::optim::AdamW oc({{cpu.parameters(), o}}), og({{gpu.parameters(), o}});
+  Generator data(10);
+  for (int step = 0; step < 4; ++step) {
+    const int64_t B = 4, T = 24;
+    std::vector<int64_t> mask(B * T, 1), types(B * T, 0), labels(B * T, -100);
+    const Tensor ids = randint(0, 37, {B, T}, DType::I64, &data);
+    const std::vector<int64_t> idv = ids.to_vector<int64_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const size_t i = static_cast<size_t>(b * T + t);
+        if (t >= T - 3 * b) mask[i] = 0;  // row b has 3 b padding positions
+        if (t >= T / 2) types[i] = 1;
+        if ((t + step) % 3 == 0 && mask[i] == 1) labels[i] = (idv[i] + 5) % 37;
+      }
+    const models::Batch batch{{"input_ids", ids},
+                              {"token_type_ids", from_vector<int64_t>(types, {B, T})},
+                              {"attention_mask", from_vector<int64_t>(mask, {B, T})},
+                              {"mlm_labels", from_vector<int64_t>(labels, {B, T})},
+                              {"next_sentence_label", from_vector<int64_t>({0, 1, 1, 0}, {B})}};
+    models::Batch on_gpu;
+    for (const auto& [name, t] : batch.tensors()) on_gpu.set(name, t.to(kGPU));
+    oc.zero_grad();
+    og.zero_grad();
+    Tensor lc = cpu.forward(batch).loss, lg = gpu.forward(on_gpu).loss;
+    ASSERT_EQ(lg.device(), kGPU);
+    const double a = lc.item<double>(), b = lg.item<double>();
+    EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << "step " << step;
+    lc.backward();
+    lg.backward();
+    oc.step();
+    og.step();
+  }
+  const auto pc = cpu.parameters(), pg = gpu.parameters();
+  ASSERT_EQ(pc.size(), pg.size());
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+}
+
 }  // namespace
