@@ -188,6 +188,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--tp", o.tp, "tensor-parallel ranks, Megatron-LM's split of every layer (innermost axis)")
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "ZeRO-1: shard the optimizer state over the --dp ranks");
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "with --tp: LayerNorm and dropout on sequence shards, all-gather/reduce-scatter for the all-reduces");
 }
 
 int parse(CLI::App& app, int argc, char** argv) {
@@ -290,6 +292,8 @@ void check_train_options(const TrainOptions& o) {
     TRIDENT_CHECK(o.micro_batches == 1 && o.trace.empty(), "--micro-batches and --trace are the pipeline's: they need --pp > 1",
                   " (without it, --grad-accum splits a step's batch)");
   }
+  TRIDENT_CHECK(!o.sequence_parallel || o.tp > 1,
+                "--sequence-parallel splits the sequence over the tensor-parallel ranks: it needs --tp > 1");
   TRIDENT_CHECK(!(o.zero && o.tp > 1), "--zero with --tp ", o.tp,
                 ": ZeRO-1's gradient clipping does not see the tensor-parallel split yet; drop one of them");
   TRIDENT_CHECK(!(o.zero && o.precision == "fp16"),
