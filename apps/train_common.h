@@ -23,7 +23,8 @@
 // parallel::dp_batch_rows gives it (contiguous, in rank order), so the global batches are
 // exactly those of a serial run with --batch multiplied by dp, whatever the dp size. The model
 // is wrapped in parallel::DataParallel (or its optimizer in parallel::ZeroOptimizer under
-// --zero); --grad-accum runs all micro-batches but the last under no_sync. The loss counts of a
+// --zero, over the dp group; with --tp each tp index has its own ZeRO over its shards, and
+// clipping sums the split parameters' squares over tp); --grad-accum runs all micro-batches but the last under no_sync. The loss counts of a
 // step (NOTE [Training apps]) are summed over the dp ranks and divided by dp, so each rank's loss
 // is its share of the global batch's mean loss times dp, and the averaged gradient is the global
 // batch's; the printed loss is the dp average of the ranks' losses, the global batch's mean

@@ -3,8 +3,8 @@
 # `mpirun -np 2 train_gpt2 --dp 2 --batch 4` (plain data parallelism, and ZeRO-1 with --zero)
 # must print the losses of the serial run with --batch 8 (the same global batches) within 1e-5
 # relative; --resume under --dp 2 (and --zero) must print the uninterrupted run's losses exactly;
-# only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel and --dp 2 --tp 2 (four
-# ranks) equal serial too. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
+# only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel, --dp 2 --tp 2 and
+# --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
 set -euo pipefail
 exe="$1"
 mpiexec="$2"
@@ -62,7 +62,9 @@ echo "mismatched sizes: clear errors"
 "$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --batch 4 "${common[@]}" >"$dir/dptp.txt"
 # Sequence parallelism (NOTE [Sequence parallelism]): with dropout off, the serial losses too.
 "$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --sequence-parallel --batch 8 "${common[@]}" >"$dir/tpsp.txt"
-for run in tp dptp tpsp; do
+# ZeRO-1 over the dp group of the dp 2 x tp 2 mesh (clipping by the serial norm), with sequence parallelism.
+"$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --zero --sequence-parallel --batch 4 "${common[@]}" >"$dir/dptpzero.txt"
+for run in tp dptp tpsp dptpzero; do
   [ "$(losses "$dir/$run.txt" | wc -l)" -eq 8 ] || { echo "$run: expected 8 step lines (rank 0 alone prints)"; cat "$dir/$run.txt"; exit 1; }
   python3 - "$dir/serial.txt" "$dir/$run.txt" "$run" <<'PY'
 import re, sys

@@ -5,6 +5,7 @@
 // dropout outside split regions does not depend on tp; bad configurations fail on every rank.
 // The same with sequence parallelism (TpSequenceParallel): serial losses and gradients, the
 // all-gather/reduce-scatter count, and a sequence length not dividing by tp failing everywhere.
+// ZeRO-1 over the dp group of a dp x tp mesh, with clipping by the serial norm (TpZero).
 // Every rank trains the serial reference itself, from the same seeds and data.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "models/gpt2.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/tp_layers.h"
+#include "parallel/zero.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -382,6 +384,67 @@ TEST(TpSequenceParallel, SequenceNotDividingByTpFailsOnEveryRank) {
   world()->barrier().wait();
   // The group is still in step: a good batch trains.
   EXPECT_TRUE(std::isfinite(step_loss(m, 0).item<double>()));
+}
+
+// ---- ZeRO-1 over the dp group of a dp x tp mesh ----
+
+// tp = 2, dp = world / 2 (1 at -np 2, 2 at -np 4), sequence parallelism on: each dp rank trains on
+// its rows of the batch, ZeroOptimizer (over its tp index's shards) averages the gradients over
+// dp, and clipping by the serial norm (split parameters' squares summed over tp) clips every
+// step. Losses (averaged over dp) and norms equal serial training on the whole batch.
+TEST(TpZero, DpTpMeshWithZeroTrainsAsSerial) {
+  const Mesh mesh(world(), MeshShape{.dp = -1, .pp = 1, .tp = 2});
+  const int dp = mesh.size(Axis::DP), row = mesh.index(Axis::DP);
+  ASSERT_EQ(kB % dp, 0);
+  const double max_norm = 0.05;
+  const nn::optim::SGDOptions sgd{.lr = 0.1, .momentum = 0.9};
+  auto batch = [](uint64_t b, int64_t first, int64_t rows) {
+    return std::pair{narrow(tokens(b), 0, first, rows).contiguous(), narrow(tokens(1000 + b), 0, first, rows).contiguous()};
+  };
+  std::vector<double> serial_losses, serial_norms, losses, norms;
+  {
+    Generator init(5);
+    GPT2LMHeadModel m(gpt2_config(nullptr), &init);
+    nn::optim::SGD opt(m.parameters(), sgd);
+    for (int s = 0; s < 6; ++s) {
+      const auto [ids, targets] = batch(static_cast<uint64_t>(s % 2), 0, kB);
+      const Tensor loss = m.forward(ids, targets).loss;
+      loss.backward();
+      serial_norms.push_back(nn::clip_grad_norm_(m.parameters(), max_norm));
+      opt.step();
+      opt.zero_grad();
+      serial_losses.push_back(loss.item<double>());
+    }
+  }
+  {
+    Generator init(5);
+    auto f = std::make_shared<TensorParallelLayers>(mesh, TensorParallelOptions{.sequence_parallel = true});
+    GPT2LMHeadModel m(gpt2_config(f), &init);
+    ZeroOptimizer zero(m, mesh.group_ptr(Axis::DP),
+                       [&](const ParamGroups& g) { return std::make_unique<nn::optim::SGD>(g.at(0), sgd); });
+    std::vector<Tensor> split;
+    const auto shards = sharded_parameters(m);
+    for (const auto& [name, p] : m.named_parameters())
+      if (shards.count(name)) split.push_back(p);
+    ASSERT_FALSE(split.empty());
+    const int64_t rows = kB / dp;
+    for (int s = 0; s < 6; ++s) {
+      const auto [ids, targets] = batch(static_cast<uint64_t>(s % 2), row * rows, rows);
+      const Tensor loss = m.forward(ids, targets).loss;
+      loss.backward();
+      norms.push_back(zero.clip_grad_norm(max_norm, mesh.group(Axis::TP), split));
+      zero.step();
+      zero.zero_grad();
+      Tensor l = scalar_tensor(loss.item<double>() / dp, DType::F64);
+      mesh.group(Axis::DP).all_reduce(l).wait();
+      losses.push_back(l.item<double>());
+    }
+  }
+  expect_losses_close(losses, serial_losses);
+  for (size_t i = 0; i < norms.size(); ++i) {
+    EXPECT_NEAR(norms[i], serial_norms[i], 1e-5 * serial_norms[i]) << "step " << i << " at dp = " << dp;
+    EXPECT_GT(serial_norms[i], max_norm);  // it clipped
+  }
 }
 
 }  // namespace
