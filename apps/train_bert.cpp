@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
                     " tokens, more than max_position_embeddings ", config.max_position_embeddings);
     }
     if (!val_glob.empty()) val = std::make_shared<data::BertExampleDataset>(data::glob_files(val_glob));
+    TRIDENT_CHECK(!o.sequence_parallel || seq_len % o.tp == 0, "--sequence-parallel: the shards' sequences of ", seq_len,
+                  " tokens do not divide by --tp ", o.tp);
     const int64_t predictions = (seq_len * 15 + 99) / 100;
     if (o.dry_run) {
       auto n = [](int64_t v) { return std::to_string(v); };
@@ -71,7 +73,7 @@ int main(int argc, char** argv) {
     // NOTE [Parallel training apps]).
     if (o.tp > 1) {
       config.layers = std::make_shared<parallel::tp::TensorParallelLayers>(
-          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed});
+          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
     }
     BertForPreTraining model(config, &init);
     apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),

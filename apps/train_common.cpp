@@ -25,6 +25,7 @@
 #include "nn/grad_scaler.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/clip_grad.h"
+#include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/grad_norm.h"
 #include "nn/optim/schedule.h"
 #include "nn/training_checkpoint.h"
@@ -188,6 +189,8 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--tp", o.tp, "tensor-parallel ranks, Megatron-LM's split of every layer (innermost axis)")
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "ZeRO-1: shard the optimizer state over the --dp ranks");
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "with --tp: LayerNorm and dropout on sequence shards, all-gather/reduce-scatter for the all-reduces");
 }
 
 int parse(CLI::App& app, int argc, char** argv) {
@@ -290,8 +293,8 @@ void check_train_options(const TrainOptions& o) {
     TRIDENT_CHECK(o.micro_batches == 1 && o.trace.empty(), "--micro-batches and --trace are the pipeline's: they need --pp > 1",
                   " (without it, --grad-accum splits a step's batch)");
   }
-  TRIDENT_CHECK(!(o.zero && o.tp > 1), "--zero with --tp ", o.tp,
-                ": ZeRO-1's gradient clipping does not see the tensor-parallel split yet; drop one of them");
+  TRIDENT_CHECK(!o.sequence_parallel || o.tp > 1,
+                "--sequence-parallel splits the sequence over the tensor-parallel ranks: it needs --tp > 1");
   TRIDENT_CHECK(!(o.zero && o.precision == "fp16"),
                 "--zero with --precision fp16: the loss scaler does not see ZeRO's sharded gradients yet; use bf16 or fp32");
   if (o.threads > 0) set_num_threads(o.threads);
@@ -337,6 +340,17 @@ std::pair<std::string, std::string> checkpoint_model(const std::string& path) {
                 "checkpoint '", path, "' does not say which model it holds (no extra.model/extra.config in trainer.json)");
   return {extra["model"].get<std::string>(), extra["config"].dump()};
 }
+
+namespace {
+// The parameters tensor parallelism splits (each rank holds a shard), for ZeRO-1's clipping.
+std::vector<Tensor> tp_split_parameters(nn::Module& model) {
+  const auto split = parallel::tp::sharded_parameters(model);
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : model.named_parameters())
+    if (split.count(name) != 0) out.push_back(p);
+  return out;
+}
+}  // namespace
 
 std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir) {
   if (resume != "latest") return resume;
@@ -558,7 +572,13 @@ int train(const TrainOptions& o, TrainTask& task) {
     }
     if (!pipe) loss = dp_average(*dp, loss);
     if (zero) {
-      if (o.grad_clip > 0) zero->clip_grad_norm(o.grad_clip);
+      if (o.grad_clip > 0) {
+        // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
+        if (tp->size() > 1)
+          zero->clip_grad_norm(o.grad_clip, *tp, tp_split_parameters(model));
+        else
+          zero->clip_grad_norm(o.grad_clip);
+      }
       zero->step();
     } else {
       if (o.grad_clip > 0) {

@@ -16,13 +16,15 @@
 // NOTE [Parallel training apps]: `mpirun -np N train_gpt2 --dp N` (and train_bert). make_mesh()
 // is the one place the apps turn --dp/--pp/--tp into a parallel::Mesh (launch_mesh: N must be
 // dp x pp x tp); --tp N builds the model's splittable layers from the mesh's tp group
-// (parallel/tensor_parallel, no checkpoints yet); --pp K trains through a
+// (parallel/tensor_parallel, no checkpoints yet), with --sequence-parallel also splitting the
+// LayerNorms and dropout along the sequence (the sequence length must divide by tp); --pp K trains through a
 // parallel::pipeline::Pipeline (NOTE [Pipeline training apps]). --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
 // examples. Every rank reads the same shuffled order and keeps, of each global batch, the rows
 // parallel::dp_batch_rows gives it (contiguous, in rank order), so the global batches are
 // exactly those of a serial run with --batch multiplied by dp, whatever the dp size. The model
 // is wrapped in parallel::DataParallel (or its optimizer in parallel::ZeroOptimizer under
-// --zero); --grad-accum runs all micro-batches but the last under no_sync. The loss counts of a
+// --zero, over the dp group; with --tp each tp index has its own ZeRO over its shards, and
+// clipping sums the split parameters' squares over tp); --grad-accum runs all micro-batches but the last under no_sync. The loss counts of a
 // step (NOTE [Training apps]) are summed over the dp ranks and divided by dp, so each rank's loss
 // is its share of the global batch's mean loss times dp, and the averaged gradient is the global
 // batch's; the printed loss is the dp average of the ranks' losses, the global batch's mean
@@ -101,6 +103,7 @@ struct TrainOptions {
   int pp = 1;          // pipeline stages (NOTE [Pipeline training apps])
   int tp = 1;          // tensor-parallel ranks (Megatron-LM's split)
   bool zero = false;   // ZeRO-1: the optimizer state sharded over the dp ranks
+  bool sequence_parallel = false;  // with --tp: NOTE [Sequence parallelism] (parallel/tensor_parallel/sequence_parallel.h)
   // NOTE [Pipeline training apps]: only with --pp > 1.
   int64_t micro_batches = 1;          // the pipeline's micro-batches per step
   std::string pp_schedule = "gpipe";  // gpipe | 1f1b

@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
     if (seq_len == 0) seq_len = config.n_positions;
     TRIDENT_CHECK(seq_len > 0 && seq_len <= config.n_positions, "--seq-len ", seq_len, " must be in [1, n_positions = ",
                   config.n_positions, "]");
+    TRIDENT_CHECK(!o.sequence_parallel || seq_len % o.tp == 0, "--sequence-parallel: --seq-len ", seq_len,
+                  " does not divide by --tp ", o.tp);
     if (o.dry_run) {
       apps::print_dry_run(describe(config, seq_len), config.num_parameters(),
                           config.estimate_memory(o.batch, seq_len, apps::memory_options(o.precision)));
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     // NOTE [Parallel training apps]).
     if (o.tp > 1) {
       config.layers = std::make_shared<parallel::tp::TensorParallelLayers>(
-          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed});
+          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
     }
     GPT2LMHeadModel model(config, &init);
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),

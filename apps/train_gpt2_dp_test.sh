@@ -3,7 +3,8 @@
 # `mpirun -np 2 train_gpt2 --dp 2 --batch 4` (plain data parallelism, and ZeRO-1 with --zero)
 # must print the losses of the serial run with --batch 8 (the same global batches) within 1e-5
 # relative; --resume under --dp 2 (and --zero) must print the uninterrupted run's losses exactly;
-# only rank 0 prints and writes metrics; --tp 2 and --dp 2 --tp 2 (four ranks) equal serial too. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
+# only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel, --dp 2 --tp 2 and
+# --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
 set -euo pipefail
 exe="$1"
 mpiexec="$2"
@@ -47,13 +48,23 @@ if "$mpiexec" --oversubscribe -np 2 "$exe" --dp 4 "${common[@]}" >/dev/null 2>"$
 grep -q "mpirun started 2 ranks but --dp 4" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
 if "$exe" --tp 2 "${common[@]}" >/dev/null 2>"$dir/err.txt"; then echo "--tp 2 in one process must fail"; exit 1; fi
 grep -q "tp 2" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+if "$exe" --sequence-parallel "${common[@]}" >/dev/null 2>"$dir/err.txt"; then echo "--sequence-parallel without --tp must fail"; exit 1; fi
+grep -q "needs --tp > 1" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+if "$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --sequence-parallel --seq-len 15 "${common[@]}" >/dev/null 2>"$dir/err.txt"; then
+  echo "--sequence-parallel with --seq-len 15 at --tp 2 must fail"; exit 1
+fi
+grep -q "seq-len 15 does not divide by --tp 2" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
 echo "mismatched sizes: clear errors"
 # --tp 2 (Megatron-LM's split of every layer over the two ranks) trains the serial model: the
 # serial run's losses within 1e-5 relative (each rank sees the whole --batch 8).
 # And --dp 2 --tp 2 on four ranks (tp innermost), --batch 4 per dp rank: the same global batches.
 "$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --batch 8 "${common[@]}" >"$dir/tp.txt"
 "$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --batch 4 "${common[@]}" >"$dir/dptp.txt"
-for run in tp dptp; do
+# Sequence parallelism (NOTE [Sequence parallelism]): with dropout off, the serial losses too.
+"$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --sequence-parallel --batch 8 "${common[@]}" >"$dir/tpsp.txt"
+# ZeRO-1 over the dp group of the dp 2 x tp 2 mesh (clipping by the serial norm), with sequence parallelism.
+"$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --zero --sequence-parallel --batch 4 "${common[@]}" >"$dir/dptpzero.txt"
+for run in tp dptp tpsp dptpzero; do
   [ "$(losses "$dir/$run.txt" | wc -l)" -eq 8 ] || { echo "$run: expected 8 step lines (rank 0 alone prints)"; cat "$dir/$run.txt"; exit 1; }
   python3 - "$dir/serial.txt" "$dir/$run.txt" "$run" <<'PY'
 import re, sys

@@ -34,13 +34,15 @@ std::shared_ptr<nn::Embedding> embedding(const BertConfig& c, int64_t n, Generat
   return e;
 }
 
-std::shared_ptr<nn::LayerNorm> layer_norm(const BertConfig& c) {
-  return std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, c.layer_norm_eps, true, c.dtype);
+// The LayerNorms of the residual stream (NOTE [Sequence parallelism]: on this rank's positions
+// under sequence parallelism).
+std::shared_ptr<nn::LayerNorm> residual_layer_norm(const BertConfig& c) {
+  return c.factory().residual_layer_norm(c.hidden_size, c.layer_norm_eps, c.dtype);
 }
 
 std::shared_ptr<nn::Dropout> hidden_dropout(const BertConfig& c) {
   return std::make_shared<nn::Dropout>(c.hidden_dropout_prob,
-                                       c.factory().dropout_generator(DropoutSite::Replicated, c.dropout_generator));
+                                       c.factory().dropout_generator(DropoutSite::Residual, c.dropout_generator));
 }
 
 // The pooler and both heads, over modules registered in the model (NOTE [Layer list]).
@@ -54,8 +56,10 @@ class BertHeadsLayer : public Layer {
   }
   Activations forward(const Activations& x, const Batch& batch) override {
     TRIDENT_CHECK(x.size() == 1, "BERT heads: expected one activation (hidden states), got ", x.size());
-    const Tensor& h = x[0];
-    TRIDENT_CHECK(h.dim() == 3, "BERT heads: expected hidden states [B, T, H], got shape ", h.sizes());
+    TRIDENT_CHECK(x[0].dim() == 3, "BERT heads: expected hidden states [B, T, H], got shape ", x[0].sizes());
+    // The pooler reads position 0 and the MLM head the masked positions: every position, on
+    // every rank (NOTE [Sequence parallelism]).
+    const Tensor h = config_.factory().gather_sequence(x[0]);
     Tensor selected = h;
     const Tensor labels = batch.get("mlm_labels");
     if (labels.defined()) {
@@ -116,8 +120,9 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c, Generator* gen)
   word_embeddings = register_module("word_embeddings", c.factory().vocab_embedding(e));
   position_embeddings = register_module("position_embeddings", embedding(c, c.max_position_embeddings, gen));
   token_type_embeddings = register_module("token_type_embeddings", embedding(c, c.type_vocab_size, gen));
-  LayerNorm = register_module("LayerNorm", layer_norm(c));
+  LayerNorm = register_module("LayerNorm", residual_layer_norm(c));
   dropout = register_module("dropout", hidden_dropout(c));
+  factory_ = c.layers ? c.layers : serial_layers();
 }
 
 Tensor BertEmbeddings::word_embeddings_weight() const {
@@ -137,7 +142,8 @@ Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& types) {
   Tensor x = add(word_embeddings->forward(ids), position_embeddings->forward(arange(0.0, static_cast<double>(T), 1.0, DType::I64)));
   // Without segment ids every token is segment 0: row 0 broadcast.
   x = add(x, types.defined() ? token_type_embeddings->forward(types) : select(token_type_embeddings->weight, 0, 0));
-  return dropout->forward(LayerNorm->forward(x));
+  // Into the residual stream before the LayerNorm, so that it runs on this rank's positions.
+  return dropout->forward(LayerNorm->forward(factory_->scatter_sequence(x)));
 }
 
 Activations BertEmbeddings::forward(const Activations& x, const Batch& batch) {
@@ -166,14 +172,15 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c, Generator* gen)
 
 Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   TRIDENT_CHECK(x.dim() == 3, "BERT attention: expected input [B, T, H], got shape ", x.sizes());
-  const int64_t B = x.size(0), T = x.size(1), width = local_heads * head_dim;
+  // One entry into the split region for the three projections (LinearSpec::input_in_region);
+  // under sequence parallelism it gathers all T positions.
+  const Tensor xr = factory_->enter_split_region(x);
+  const int64_t B = xr.size(0), T = xr.size(1), width = local_heads * head_dim;
   auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, local_heads, head_dim}), 1, 2); };
   AttentionOptions ao;
   ao.attn_mask = mask;
   ao.dropout_p = is_training() ? dropout_p : 0.0;
   ao.generator = generator;
-  // One entry into the split region for the three projections (LinearSpec::input_in_region).
-  const Tensor xr = factory_->enter_split_region(x);
   const Tensor y = scaled_dot_product_attention(heads(query->forward(xr)), heads(key->forward(xr)), heads(value->forward(xr)), ao);
   return reshape(transpose(y, 1, 2), {B, T, width});
 }
@@ -181,7 +188,7 @@ Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
 BertResidualOutput::BertResidualOutput(const BertConfig& c, int64_t in, const char* name, Generator* gen)
     : nn::Module("BertOutput") {
   dense = register_module("dense", c.factory().linear(dense_spec(c, name, in, c.hidden_size, LinearKind::Row, gen)));
-  LayerNorm = register_module("LayerNorm", layer_norm(c));
+  LayerNorm = register_module("LayerNorm", residual_layer_norm(c));
   dropout = register_module("dropout", hidden_dropout(c));
 }
 
@@ -232,7 +239,8 @@ BertPooler::BertPooler(const BertConfig& c, Generator* gen) : nn::Module("BertPo
 
 Tensor BertPooler::forward(const Tensor& hidden) { return tanh(dense->forward(select(hidden, 1, 0))); }
 
-BertModel::BertModel(const BertConfig& c, Generator* gen) : nn::Module("BertModel") {
+BertModel::BertModel(const BertConfig& c, Generator* gen)
+    : nn::Module("BertModel"), factory_(c.layers ? c.layers : serial_layers()) {
   embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(c, gen));
   encoder = register_module("encoder", std::make_shared<BertEncoder>(c, gen));
   pooler = register_module("pooler", std::make_shared<BertPooler>(c, gen));
@@ -242,6 +250,7 @@ BertModel::Output BertModel::forward(const Tensor& ids, const Tensor& types, con
   const Tensor mask = attention_mask_for_keys(attention_mask);
   Tensor h = embeddings->forward(ids, types);
   for (const auto& l : *encoder->layer) h = l->forward(h, mask);
+  h = factory_->gather_sequence(h);  // every position (NOTE [Sequence parallelism])
   return {h, pooler->forward(h)};
 }
 
@@ -251,7 +260,8 @@ BertPredictionHeadTransform::BertPredictionHeadTransform(const BertConfig& c, Ge
     : nn::Module("BertPredictionHeadTransform") {
   dense = register_module("dense", c.factory().linear(dense_spec(c, "cls.predictions.transform.dense", c.hidden_size,
                                                                  c.hidden_size, LinearKind::Replicated, gen)));
-  LayerNorm = register_module("LayerNorm", layer_norm(c));
+  // Not on the residual stream: the MLM head's input is whole on every rank.
+  LayerNorm = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, c.layer_norm_eps, true, c.dtype));
 }
 
 Tensor BertPredictionHeadTransform::forward(const Tensor& x) { return LayerNorm->forward(gelu(dense->forward(x))); }

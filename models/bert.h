@@ -29,6 +29,9 @@
 // number of labels that are not -100), which is what pre-training needs and saves a vocabulary-
 // sized GEMM on the other 85% of the tokens; without them it runs on every position ([B, T,
 // vocab_size]). The heads' outputs are {mlm_logits, nsp_logits [B, 2]}.
+// Under a sequence-parallel factory (NOTE [Sequence parallelism]) the hidden states between the
+// layers are this rank's T / tp positions (the heads and BertModel::forward gather them all);
+// T must divide by tp.
 #pragma once
 
 #include <memory>
@@ -56,6 +59,9 @@ class BertEmbeddings : public Layer {
   std::shared_ptr<nn::Dropout> dropout;
   int64_t max_positions;
   Tensor word_embeddings_weight() const;
+
+ private:
+  std::shared_ptr<const LayerFactory> factory_;  // the config's layer factory
 };
 
 class BertSelfAttention : public nn::Module {
@@ -134,6 +140,9 @@ class BertModel : public nn::Module {
   std::shared_ptr<BertEmbeddings> embeddings;
   std::shared_ptr<BertEncoder> encoder;
   std::shared_ptr<BertPooler> pooler;
+
+ private:
+  std::shared_ptr<const LayerFactory> factory_;  // the config's layer factory
 };
 
 class BertPredictionHeadTransform : public nn::Module {

@@ -58,7 +58,8 @@ class GPT2EmbeddingLayer : public Layer {
     TRIDENT_CHECK(x.empty(), "GPT-2 embedding layer: expected no activations (it reads batch \"input_ids\"), got ", x.size());
     return {embed(*t_, batch.at("input_ids"), 0, n_positions_)};
   }
-  // wte(ids) + wpe(past .. past + T), then dropout.
+  // wte(ids) + wpe(past .. past + T), entering the residual stream (this rank's positions under
+  // sequence parallelism), then dropout.
   static Tensor embed(const GPT2Model& t, const Tensor& ids, int64_t past, int64_t n_positions) {
     TRIDENT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                   "GPT-2: input_ids must be [B, T] of i64 or i32, got shape ", ids.sizes(), " of ", ids.dtype());
@@ -66,7 +67,7 @@ class GPT2EmbeddingLayer : public Layer {
     TRIDENT_CHECK(past + T <= n_positions, "GPT-2: ", past + T, " positions exceed the context n_positions = ", n_positions,
                   past > 0 ? " (cached positions included)" : "");
     const Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, DType::I64);
-    return t.drop->forward(add(t.wte->forward(ids), t.wpe->forward(pos)));
+    return t.drop->forward(t.factory->scatter_sequence(add(t.wte->forward(ids), t.wpe->forward(pos))));
   }
 
  private:
@@ -85,7 +86,7 @@ class GPT2HeadLayer : public Layer {
     return {logits(*t_, config_, x[0])};
   }
   static Tensor logits(const GPT2Model& t, const GPT2Config& c, const Tensor& h) {
-    return c.factory().tied_logits(t.ln_f->forward(h), t.wte_weight(), Tensor(), c.vocab_size);
+    return c.factory().residual_tied_logits(t.ln_f->forward(h), t.wte_weight(), c.vocab_size);
   }
 
  private:
@@ -108,13 +109,14 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, Generator* gen)
                                                      normal_init(c.initializer_range, gen), c.dtype, 3)));
   c_proj = register_module("c_proj", f.linear(conv1d("attn.c_proj", C, C, LinearKind::Row, residual_init(c, gen), c.dtype)));
   resid_dropout = register_module(
-      "resid_dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, f.dropout_generator(DropoutSite::Replicated, c.dropout_generator)));
+      "resid_dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, f.dropout_generator(DropoutSite::Residual, c.dropout_generator)));
 }
 
 Tensor GPT2Attention::forward(const Tensor& x, GPT2KVCache* cache, int64_t layer) {
   TRIDENT_CHECK(x.dim() == 3, "GPT-2 attention: expected input [B, T, C], got shape ", x.sizes());
-  const int64_t B = x.size(0), T = x.size(1), width = local_heads * head_dim;
+  // Under sequence parallelism x holds this rank's positions and c_attn gathers all T of them.
   const Tensor qkv = c_attn->forward(x);  // [B, T, 3 width]: [q | k | v] of this rank's heads
+  const int64_t B = qkv.size(0), T = qkv.size(1), width = local_heads * head_dim;
   TRIDENT_ASSERT(qkv.size(2) == 3 * width, "c_attn returned shape ", qkv.sizes(), " for ", local_heads, " heads of ", head_dim);
   const std::vector<Tensor> parts = split(qkv, width, 2);
   // [B, T, width] -> [B, heads, T, head_dim]: views; the attention kernel reads strided rows.
@@ -162,7 +164,7 @@ GPT2MLP::GPT2MLP(const GPT2Config& c, Generator* gen) : nn::Module("GPT2MLP") {
   c_fc = register_module("c_fc", f.linear(conv1d("mlp.c_fc", C, 4 * C, LinearKind::Column, normal_init(c.initializer_range, gen), c.dtype)));
   c_proj = register_module("c_proj", f.linear(conv1d("mlp.c_proj", 4 * C, C, LinearKind::Row, residual_init(c, gen), c.dtype)));
   dropout = register_module(
-      "dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, f.dropout_generator(DropoutSite::Replicated, c.dropout_generator)));
+      "dropout", std::make_shared<nn::Dropout>(c.resid_pdrop, f.dropout_generator(DropoutSite::Residual, c.dropout_generator)));
 }
 
 Tensor GPT2MLP::forward(const Tensor& x) {
@@ -172,9 +174,9 @@ Tensor GPT2MLP::forward(const Tensor& x) {
 // ---- block ----
 
 GPT2Block::GPT2Block(const GPT2Config& c, Generator* gen) : Layer("GPT2Block") {
-  ln_1 = register_module("ln_1", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, c.dtype));
+  ln_1 = register_module("ln_1", c.factory().residual_layer_norm(c.n_embd, c.layer_norm_epsilon, c.dtype));
   attn = register_module("attn", std::make_shared<GPT2Attention>(c, gen));
-  ln_2 = register_module("ln_2", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, c.dtype));
+  ln_2 = register_module("ln_2", c.factory().residual_layer_norm(c.n_embd, c.layer_norm_epsilon, c.dtype));
   mlp = register_module("mlp", std::make_shared<GPT2MLP>(c, gen));
 }
 
@@ -190,8 +192,9 @@ Activations GPT2Block::forward(const Activations& x, const Batch&) {
 
 // ---- the model ----
 
-GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen) : nn::Module("GPT2Model") {
-  const LayerFactory& f = c.factory();
+GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen)
+    : nn::Module("GPT2Model"), factory(c.layers ? c.layers : serial_layers()) {
+  const LayerFactory& f = *factory;
   EmbeddingSpec e;
   e.name = "wte";
   e.num_embeddings = c.vocab_rows();
@@ -205,10 +208,10 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen) : nn::Module("GPT2Mode
   wte = register_module("wte", f.vocab_embedding(e));
   wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.n_positions, c.n_embd, std::nullopt, c.dtype));
   nn::init::normal_(wpe->weight, 0.0, c.initializer_range, gen);
-  drop = register_module("drop", std::make_shared<nn::Dropout>(c.embd_pdrop, f.dropout_generator(DropoutSite::Replicated, c.dropout_generator)));
+  drop = register_module("drop", std::make_shared<nn::Dropout>(c.embd_pdrop, f.dropout_generator(DropoutSite::Residual, c.dropout_generator)));
   h = register_module("h", std::make_shared<nn::ModuleList<GPT2Block>>());
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, gen));
-  ln_f = register_module("ln_f", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, c.dtype));
+  ln_f = register_module("ln_f", f.residual_layer_norm(c.n_embd, c.layer_norm_epsilon, c.dtype));
 }
 
 Tensor GPT2Model::wte_weight() const {

@@ -24,6 +24,8 @@
 //
 // Layer list (NOTE [Layer list]): "embedding" (wte + wpe + dropout), "h.0" ... "h.{L-1}",
 // "head" (ln_f + the tied output layer). Batch tensors: "input_ids", "targets" (loss only).
+// Under a sequence-parallel factory (NOTE [Sequence parallelism]) the hidden states between the
+// layers are this rank's T / tp positions; T must divide by tp (forward_cached's new tokens too).
 #pragma once
 
 #include <memory>
@@ -84,6 +86,7 @@ class GPT2Model : public nn::Module {
   std::shared_ptr<nn::Dropout> drop;
   std::shared_ptr<nn::ModuleList<GPT2Block>> h;
   std::shared_ptr<nn::LayerNorm> ln_f;
+  std::shared_ptr<const LayerFactory> factory;  // the config's
   // wte's table [V', C].
   Tensor wte_weight() const;
 };

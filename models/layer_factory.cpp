@@ -64,6 +64,10 @@ Tensor LayerFactory::vocab_cross_entropy(const Tensor& logits, const Tensor& tar
   return cross_entropy(logits, targets, o);
 }
 
+std::shared_ptr<nn::LayerNorm> LayerFactory::residual_layer_norm(int64_t features, double eps, DType dtype) const {
+  return std::make_shared<nn::LayerNorm>(Shape{features}, eps, true, dtype);
+}
+
 std::shared_ptr<const LayerFactory> serial_layers() {
   static const std::shared_ptr<const LayerFactory> f = std::make_shared<LayerFactory>();
   return f;

@@ -17,6 +17,13 @@
 //     without gathering the vocabulary; full_logits(logits): the whole vocabulary (generation).
 //   - dropout_generator(site, serial): the stream dropout draws from (inside a split region,
 //     per-rank streams; outside, one shared across the tp group).
+//   - the residual stream (NOTE [Sequence parallelism], parallel/tensor_parallel/
+//     sequence_parallel.h): the hidden states between the split regions, [B, T, C]. Whole on
+//     every rank serially and under Megatron's split; under sequence parallelism each rank
+//     holds T / tp positions of it. scatter_sequence enters it (after the embeddings),
+//     gather_sequence leaves it for layers that need every position on every rank (BERT's
+//     pooler and MLM head), residual_tied_logits is the output layer reading it directly (GPT-2),
+//     residual_layer_norm the LayerNorms that run on it, and DropoutSite::Residual its dropout.
 // The model divides its heads and MLP width by partitions() (an error names the sizes that do
 // not divide) and otherwise runs the same code: this factory, the serial one, gives exactly the
 // single-process model. Parameter names stay the layer's own ("weight", "bias"), so a split model
@@ -34,6 +41,7 @@
 
 #include "core/rng.h"
 #include "nn/module.h"
+#include "nn/normalization.h"
 #include "ops/loss.h"
 
 namespace trident::models {
@@ -76,8 +84,10 @@ struct EmbeddingSpec {
 };
 
 enum class DropoutSite {
-  Replicated,  // on activations every rank holds whole (embeddings, residual stream)
+  Replicated,  // on activations every rank always holds whole
   Split,       // inside a split region (attention probabilities of this rank's heads)
+  Residual,    // on the residual stream (embeddings, residual branches): whole on every rank,
+               // except under sequence parallelism, where each rank holds its positions
 };
 
 class LayerFactory {
@@ -108,6 +118,24 @@ class LayerFactory {
   virtual Tensor enter_split_region(const Tensor& x) const { return x; }
 
   virtual Generator* dropout_generator(DropoutSite site, Generator* serial) const { return serial; }
+
+  // The residual stream (NOTE [Sequence parallelism]); serially each is the plain layer or the
+  // identity. scatter_sequence: the full hidden states [B, T, C], the same on every rank -> the
+  // part of them the residual stream holds. gather_sequence: that part -> the full [B, T, C], for
+  // layers that compute the same values on every rank (its gradient is then whole on every rank
+  // too). Errors: T not dividing by the ranks the sequence is split among, naming both.
+  virtual Tensor scatter_sequence(const Tensor& x) const { return x; }
+  virtual Tensor gather_sequence(const Tensor& x) const { return x; }
+  // tied_logits (without bias) of hidden states as the residual stream holds them: the logits of
+  // every position, [B, T, vocab_size or this rank's vocabulary slice].
+  virtual Tensor residual_tied_logits(const Tensor& hidden, const Tensor& weight, int64_t vocab_size) const {
+    return tied_logits(hidden, weight, Tensor(), vocab_size);
+  }
+  // A LayerNorm over the last dim (`features`) of the residual stream; its parameters keep the
+  // names "weight" and "bias".
+  virtual std::shared_ptr<nn::LayerNorm> residual_layer_norm(int64_t features, double eps, DType dtype) const;
+  // Whether the residual stream is split along the sequence.
+  virtual bool sequence_parallel() const { return false; }
 };
 
 // The serial factory, shared.

@@ -1,5 +1,6 @@
 #include "parallel/zero.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -123,7 +124,36 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   }
   Tensor total = scalar_tensor(local, DType::F64);
   group().all_reduce(total, comm::ReduceOp::Sum).wait();
-  const double norm = std::sqrt(total.item<double>());
+  return scale_shard_grads(max_norm, std::sqrt(total.item<double>()));
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm, comm::Communicator& tp, const std::vector<Tensor>& split) {
+  TRIDENT_CHECK(max_norm >= 0, "ZeroOptimizer::clip_grad_norm: max_norm must be >= 0, got ", max_norm);
+  reducer_->finish();
+  NoGradGuard no_grad;
+  // Squares of this rank's shard elements, by whether the parameter holding them is split over tp.
+  double sq[2] = {0, 0};  // {whole, split}
+  const int ranks = group().size(), rank = group().rank();
+  for (size_t b = 0; b < reducer_->buckets().size(); ++b) {
+    const GradReducer::Bucket& bucket = reducer_->buckets()[b];
+    const int64_t shard = bucket.shard_numel(ranks), lo = rank * shard, hi = lo + shard;
+    const std::vector<double> g = shard_grads_[b].to_vector<double>();
+    for (const GradReducer::Slot& s : bucket.slots) {
+      const int64_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);
+      if (from >= to) continue;
+      const bool is_split = std::any_of(split.begin(), split.end(), [&](const Tensor& t) { return t.is_same(s.param); });
+      for (int64_t i = from; i < to; ++i) sq[is_split ? 1 : 0] += g[static_cast<size_t>(i - lo)] * g[static_cast<size_t>(i - lo)];
+    }
+  }
+  Tensor both = from_vector<double>({sq[0], sq[1]}, {2});
+  group().all_reduce(both, comm::ReduceOp::Sum).wait();
+  const std::vector<double> dp_sums = both.to_vector<double>();
+  Tensor split_sq = scalar_tensor(dp_sums[1], DType::F64);
+  if (tp.size() > 1) tp.all_reduce(split_sq, comm::ReduceOp::Sum).wait();
+  return scale_shard_grads(max_norm, std::sqrt(dp_sums[0] + split_sq.item<double>()));
+}
+
+double ZeroOptimizer::scale_shard_grads(double max_norm, double norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1) {
     for (const Tensor& g : shard_grads_) mul_(g, coef);

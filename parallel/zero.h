@@ -72,6 +72,11 @@ class ZeroOptimizer {
   // p-norm with p = 2) is at most max_norm; returns the norm before scaling. Collective; call
   // between backward and step().
   double clip_grad_norm(double max_norm);
+  // The same on a dp x tp mesh (this optimizer over the dp group of one tp index): the
+  // parameters in `split` are this tp rank's shards of larger ones (NOTE [Parameter shards]), so
+  // their squares are summed over `tp` as well; the others are whole and identical on every tp
+  // rank and count once. The norm is the serial model's. Collective over dp, then tp.
+  double clip_grad_norm(double max_norm, comm::Communicator& tp, const std::vector<Tensor>& split);
 
   [[nodiscard]] DataParallel::NoSync no_sync() { return DataParallel::NoSync(*reducer_); }
 
@@ -89,6 +94,8 @@ class ZeroOptimizer {
 
  private:
   void init(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, ZeroOptions options);
+  // Multiplies the shard gradients by min(1, max_norm / (norm + 1e-6)); returns norm.
+  double scale_shard_grads(double max_norm, double norm);
   // Per bucket: the index of its shard in the shard optimizer's state-dict numbering.
   std::vector<size_t> shard_indices() const;
 

@@ -8,6 +8,7 @@
 #include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/shape.h"
+#include "parallel/tensor_parallel/sequence_parallel.h"
 
 namespace trident::parallel::tp {
 
@@ -80,7 +81,7 @@ Tensor apply_linear(const Tensor& x, const Tensor& w, WeightLayout layout, const
 
 // ---- column ----
 
-ColumnParallelLinear::ColumnParallelLinear(const models::LinearSpec& s, CommPtr group, bool gather)
+ColumnParallelLinear::ColumnParallelLinear(const models::LinearSpec& s, CommPtr group, bool gather, bool seq)
     : nn::UnaryModule("ColumnParallelLinear"),
       in_features(s.in_features),
       out_features(s.out_features),
@@ -88,6 +89,7 @@ ColumnParallelLinear::ColumnParallelLinear(const models::LinearSpec& s, CommPtr 
       layout(s.layout),
       gather_output(gather),
       input_in_region(s.input_in_region),
+      sequence_parallel(seq),
       group_(std::move(group)) {
   TRIDENT_CHECK(group_ != nullptr, "ColumnParallelLinear ", s.name, ": no tensor-parallel group");
   const int tp = group_->size();
@@ -109,21 +111,27 @@ std::map<std::string, ParamShard> ColumnParallelLinear::shards() const {
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  const Tensor y = apply_linear(input_in_region ? x : copy_to_region(x, group_), weight, layout, bias);
+  Tensor in = x;
+  TRIDENT_CHECK(!sequence_parallel || input_in_region || x.dim() == 3,
+                "ColumnParallelLinear: sequence parallelism expects this rank's positions [B, T / tp, in], got shape ", x.sizes());
+  if (!input_in_region) in = sequence_parallel ? gather_from_sequence_region(x, group_, kSequenceDim) : copy_to_region(x, group_);
+  const Tensor y = apply_linear(in, weight, layout, bias);
   return gather_output ? gather_from_region(y, group_, -1) : y;
 }
 
 std::string ColumnParallelLinear::extra_repr() const {
   return detail::str("in_features=", in_features, ", out_features=", out_features, ", tp=", group_->size(),
-                     ", fused_parts=", fused_parts, ", gather_output=", gather_output ? "true" : "false");
+                     ", fused_parts=", fused_parts, ", gather_output=", gather_output ? "true" : "false",
+                     sequence_parallel ? ", sequence_parallel=true" : "");
 }
 
 // ---- row ----
 
-RowParallelLinear::RowParallelLinear(const models::LinearSpec& s, CommPtr group)
+RowParallelLinear::RowParallelLinear(const models::LinearSpec& s, CommPtr group, bool seq)
     : nn::UnaryModule("RowParallelLinear"),
       in_features(s.in_features),
       out_features(s.out_features),
+      sequence_parallel(seq),
       layout(s.layout),
       group_(std::move(group)) {
   TRIDENT_CHECK(group_ != nullptr, "RowParallelLinear ", s.name, ": no tensor-parallel group");
@@ -142,12 +150,19 @@ std::map<std::string, ParamShard> RowParallelLinear::shards() const {
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   const Tensor partial = apply_linear(x, weight, layout, Tensor());
+  if (sequence_parallel) {
+    TRIDENT_CHECK(partial.dim() == 3, "RowParallelLinear: sequence parallelism expects input [B, T, in / tp], got shape ",
+                  x.sizes());
+    const Tensor y = reduce_scatter_to_sequence_region(partial, group_, kSequenceDim);
+    return bias.defined() ? add(y, copy_to_region(bias, group_)) : y;
+  }
   const Tensor y = reduce_from_region(partial, group_);
   return bias.defined() ? add(y, bias) : y;
 }
 
 std::string RowParallelLinear::extra_repr() const {
-  return detail::str("in_features=", in_features, ", out_features=", out_features, ", tp=", group_->size());
+  return detail::str("in_features=", in_features, ", out_features=", out_features, ", tp=", group_->size(),
+                     sequence_parallel ? ", sequence_parallel=true" : "");
 }
 
 // ---- vocabulary ----

@@ -48,15 +48,18 @@ class ShardedModule {
 // y[..., out / tp] = copy_to_region(x) W_r^T + b_r: this rank's output columns (of each fused
 // part). A spec with input_in_region skips copy_to_region (the caller entered the region,
 // LayerFactory::enter_split_region). With gather_output, the full [..., out] (all-gathered; not with fused parts).
+// With sequence_parallel (NOTE [Sequence parallelism]) x is this rank's positions [B, T / tp, in]
+// and enters through gather_from_sequence_region (all T positions) instead of copy_to_region.
 // Parameters "weight" (the spec's layout, out dim split) and "bias" [out / tp].
 class ColumnParallelLinear : public nn::UnaryModule, public ShardedModule {
  public:
-  ColumnParallelLinear(const models::LinearSpec& spec, CommPtr group, bool gather_output = false);
+  ColumnParallelLinear(const models::LinearSpec& spec, CommPtr group, bool gather_output = false,
+                       bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   std::map<std::string, ParamShard> shards() const override;
   int64_t in_features, out_features, fused_parts;
   models::WeightLayout layout;
-  bool gather_output, input_in_region;
+  bool gather_output, input_in_region, sequence_parallel;
   Tensor weight, bias;
 
  protected:
@@ -68,13 +71,17 @@ class ColumnParallelLinear : public nn::UnaryModule, public ShardedModule {
 
 // x [..., in / tp] (already split, as a column-parallel layer leaves it): y = reduce_from_region(
 // x W_r^T) + b, the full [..., out] on every rank, the bias added once after the sum. Parameters
-// "weight" (in dim split) and "bias" [out] (whole).
+// "weight" (in dim split) and "bias" [out] (whole). With sequence_parallel (NOTE [Sequence
+// parallelism]) x is [B, T, in / tp] and the partial products are reduce-scattered along the
+// sequence instead: y is this rank's positions [B, T / tp, out], the bias (entering through
+// copy_to_region, as its gradient is then partial) added to them.
 class RowParallelLinear : public nn::UnaryModule, public ShardedModule {
  public:
-  RowParallelLinear(const models::LinearSpec& spec, CommPtr group);
+  RowParallelLinear(const models::LinearSpec& spec, CommPtr group, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   std::map<std::string, ParamShard> shards() const override;
   int64_t in_features, out_features;
+  bool sequence_parallel;
   models::WeightLayout layout;
   Tensor weight, bias;
 

@@ -6,6 +6,7 @@
 #include "ops/linalg.h"
 #include "parallel/tensor_parallel/cross_entropy.h"
 #include "parallel/tensor_parallel/layers.h"
+#include "parallel/tensor_parallel/sequence_parallel.h"
 
 namespace trident::parallel::tp {
 
@@ -22,8 +23,9 @@ TensorParallelLayers::TensorParallelLayers(const Mesh& mesh, TensorParallelOptio
 
 std::shared_ptr<nn::UnaryModule> TensorParallelLayers::linear(const models::LinearSpec& spec) const {
   switch (spec.kind) {
-    case models::LinearKind::Column: return std::make_shared<ColumnParallelLinear>(spec, group_);
-    case models::LinearKind::Row: return std::make_shared<RowParallelLinear>(spec, group_);
+    case models::LinearKind::Column:
+      return std::make_shared<ColumnParallelLinear>(spec, group_, false, options_.sequence_parallel);
+    case models::LinearKind::Row: return std::make_shared<RowParallelLinear>(spec, group_, options_.sequence_parallel);
     case models::LinearKind::Replicated: break;
   }
   return std::make_shared<models::DenseLayer>(spec);
@@ -34,6 +36,18 @@ std::shared_ptr<nn::UnaryModule> TensorParallelLayers::vocab_embedding(const mod
 }
 
 Tensor TensorParallelLayers::tied_logits(const Tensor& hidden, const Tensor& weight, const Tensor& bias, int64_t vocab_size) const {
+  return logits_in_region(copy_to_region(hidden, group_), weight, bias, vocab_size);
+}
+
+Tensor TensorParallelLayers::residual_tied_logits(const Tensor& hidden, const Tensor& weight, int64_t vocab_size) const {
+  // NOTE [Sequence parallelism]: the output layer is a column layer over the vocabulary; it
+  // gathers the positions as the blocks' column layers do.
+  if (!options_.sequence_parallel) return tied_logits(hidden, weight, Tensor(), vocab_size);
+  return logits_in_region(gather_from_sequence_region(hidden, group_, kSequenceDim), weight, Tensor(), vocab_size);
+}
+
+Tensor TensorParallelLayers::logits_in_region(const Tensor& hidden, const Tensor& weight, const Tensor& bias,
+                                              int64_t vocab_size) const {
   TRIDENT_CHECK(weight.dim() == 2, "tied_logits: expected this rank's embedding shard [V / tp, C], got ", weight.sizes());
   const int64_t Vl = weight.size(0), start = group_->rank() * Vl;
   TRIDENT_CHECK(vocab_size > 0 && vocab_size <= Vl * group_->size(), "tied_logits: vocab_size ", vocab_size,
@@ -50,7 +64,7 @@ Tensor TensorParallelLayers::tied_logits(const Tensor& hidden, const Tensor& wei
     const Tensor mine = narrow(whole, 0, std::min(start, whole.size(0)), have);
     b = have == Vl ? mine : pad(mine, {0, Vl - have});
   }
-  Tensor logits = trident::linear(copy_to_region(hidden, group_), weight, b);
+  Tensor logits = trident::linear(hidden, weight, b);
   if (start + Vl > vocab_size) {
     const Tensor col = arange(static_cast<double>(start), static_cast<double>(start + Vl), 1.0, DType::I64);
     logits = masked_fill(logits, ge(col, static_cast<double>(vocab_size)), -std::numeric_limits<double>::infinity());
@@ -70,7 +84,32 @@ Tensor TensorParallelLayers::full_logits(const Tensor& logits) const {
 }
 
 Generator* TensorParallelLayers::dropout_generator(models::DropoutSite site, Generator* serial) const {
-  return site == models::DropoutSite::Split ? split_generator_.get() : serial;
+  switch (site) {
+    case models::DropoutSite::Split: return split_generator_.get();
+    case models::DropoutSite::Residual: return options_.sequence_parallel ? split_generator_.get() : serial;
+    case models::DropoutSite::Replicated: break;
+  }
+  return serial;
+}
+
+Tensor TensorParallelLayers::enter_split_region(const Tensor& x) const {
+  if (!options_.sequence_parallel) return copy_to_region(x, group_);
+  TRIDENT_CHECK(x.dim() == 3, "sequence parallelism: a split region reads this rank's positions [B, T / tp, C], got shape ",
+                x.sizes());
+  return gather_from_sequence_region(x, group_, kSequenceDim);
+}
+
+Tensor TensorParallelLayers::scatter_sequence(const Tensor& x) const {
+  return options_.sequence_parallel ? scatter_to_sequence(x, group_) : x;
+}
+
+Tensor TensorParallelLayers::gather_sequence(const Tensor& x) const {
+  return options_.sequence_parallel ? gather_from_sequence(x, group_) : x;
+}
+
+std::shared_ptr<nn::LayerNorm> TensorParallelLayers::residual_layer_norm(int64_t features, double eps, DType dtype) const {
+  if (!options_.sequence_parallel) return LayerFactory::residual_layer_norm(features, eps, dtype);
+  return std::make_shared<SequenceParallelLayerNorm>(features, eps, dtype, group_);
 }
 
 std::shared_ptr<TensorParallelLayers> tensor_parallel_layers_for(int tp, TensorParallelOptions options) {

@@ -14,7 +14,12 @@
 //   full_logits gathers the columns and drops the padding (generation);
 //   dropout_generator: Split sites draw from a per-rank stream seeded seed + 2718 + tp rank
 //     (Megatron's offset), Replicated sites from the caller's generator, which every rank seeds
-//     alike, so dropout outside split regions is the same on every rank and at every tp.
+//     alike, so dropout outside split regions is the same on every rank and at every tp;
+//   with sequence_parallel (NOTE [Sequence parallelism], sequence_parallel.h), the residual
+//     stream holds this rank's T / tp positions: Column layers gather them, Row layers
+//     reduce-scatter, residual_layer_norm -> SequenceParallelLayerNorm, scatter_sequence /
+//     gather_sequence / residual_tied_logits cut and gather it, and DropoutSite::Residual draws
+//     from the per-rank stream (without it: the caller's generator, as Replicated).
 // At tp = 1 it gives the serial model's numbers (every mapping is the identity).
 #pragma once
 
@@ -29,6 +34,7 @@ namespace trident::parallel::tp {
 struct TensorParallelOptions {
   int64_t vocab_pad_multiple = 128;
   uint64_t seed = 1234;  // of the per-rank dropout streams (plus 2718 + tp rank)
+  bool sequence_parallel = false;  // NOTE [Sequence parallelism]
 };
 
 class TensorParallelLayers : public models::LayerFactory {
@@ -48,12 +54,19 @@ class TensorParallelLayers : public models::LayerFactory {
                              Reduction reduction) const override;
   Tensor full_logits(const Tensor& logits) const override;
   Generator* dropout_generator(models::DropoutSite site, Generator* serial) const override;
-  Tensor enter_split_region(const Tensor& x) const override { return copy_to_region(x, group_); }
+  Tensor enter_split_region(const Tensor& x) const override;
+  Tensor scatter_sequence(const Tensor& x) const override;
+  Tensor gather_sequence(const Tensor& x) const override;
+  Tensor residual_tied_logits(const Tensor& hidden, const Tensor& weight, int64_t vocab_size) const override;
+  std::shared_ptr<nn::LayerNorm> residual_layer_norm(int64_t features, double eps, DType dtype) const override;
+  bool sequence_parallel() const override { return options_.sequence_parallel; }
 
  private:
   CommPtr group_;
   TensorParallelOptions options_;
   std::unique_ptr<Generator> split_generator_;
+  // tied_logits on hidden states that already entered the split region.
+  Tensor logits_in_region(const Tensor& hidden, const Tensor& weight, const Tensor& bias, int64_t vocab_size) const;
   mutable int64_t vocab_size_ = 0;  // the last tied_logits' vocab_size, for full_logits
 };
 

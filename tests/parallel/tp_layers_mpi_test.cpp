@@ -3,6 +3,8 @@
 // expected values never come from another rank: forward and backward of each split layer must
 // equal the serial layer's on the same full weights (f64, relative 1e-10), shards compared with
 // the matching slice of the serial tensor, and gradients of split parameters gathered whole.
+// With sequence parallelism the blocks run on this rank's positions, cut from and gathered back
+// into the full [B, T, C] by the test (TpSequenceParallelLayers).
 #include <gtest/gtest.h>
 
 #include "models/bert.h"
@@ -10,6 +12,7 @@
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/cross_entropy.h"
 #include "parallel/tensor_parallel/layers.h"
+#include "parallel/tensor_parallel/sequence_parallel.h"
 #include "parallel/tensor_parallel/tp_layers.h"
 #include "test_util.h"
 
@@ -349,6 +352,80 @@ TEST(TpLayers, HeadsNotDividingByTpFailOnEveryRank) {
   const std::string msg = error_message([&] { models::GPT2Block b(c, &g); });
   EXPECT_NE(msg.find("n_head " + std::to_string(tp() + 1) + " does not divide by the " + std::to_string(tp())), std::string::npos)
       << msg;
+}
+
+// ---- sequence parallelism (NOTE [Sequence parallelism]) ----
+
+std::shared_ptr<TensorParallelLayers> sp_factory() {
+  return std::make_shared<TensorParallelLayers>(tp_group(), TensorParallelOptions{.sequence_parallel = true});
+}
+
+// The block on this rank's positions of x: x cut to them, the block's output gathered back.
+template <typename F>
+Tensor on_shards(const Tensor& x, F&& block) {
+  return gather_from_sequence(block(scatter_to_sequence(x, tp_group())), tp_group());
+}
+
+TEST(TpSequenceParallelLayers, GPT2BlockOnSequenceShardsMatchesSerial) {
+  Generator g1(61), g2(61);
+  models::GPT2Block serial(gpt2_block_config(nullptr), &g1), par(gpt2_block_config(sp_factory()), &g2);
+  const int64_t C = gpt2_block_config(nullptr).n_embd, T = 2 * tp();
+  const Tensor x = rnd({2, T, C}, 62), R = rnd({2, T, C}, 63);
+  const Tensor xs = leaf(x), xp = leaf(x);
+  tp_group()->reset_stats();
+  const Tensor ys = serial.forward(xs), yp = on_shards(xp, [&](const Tensor& h) { return par.forward(h); });
+  EXPECT_TRUE(all_close(yp, ys, kRtol, kAtol));
+  sum(mul(ys, R)).backward();
+  sum(mul(yp, R)).backward();
+  const comm::CommStats st = tp_group()->stats();  // before the gathers of the checks below
+  EXPECT_TRUE(all_close(xp.grad(), xs.grad(), kRtol, kAtol));
+  expect_same_grads(serial, par);  // the LayerNorms' and row biases' gradients all-reduced
+  // Megatron's 4 all-reduces of [B, T, C] as 4 all-gathers and 4 reduce-scatters (the block's 2
+  // + 2 each way); the test's own cut and gather add one all-gather each way.
+  EXPECT_EQ(st[comm::CommOp::ReduceScatter].calls, 4);
+  EXPECT_EQ(st[comm::CommOp::ReduceScatter].bytes, 4 * x.numel() * 8);
+  EXPECT_EQ(st[comm::CommOp::AllGather].calls, 4 + 2);
+  EXPECT_EQ(st[comm::CommOp::AllGather].bytes, (4 + 2) * x.numel() * 8);
+  // ln_1, ln_2 (weight, bias) and the two row biases: [C] each.
+  EXPECT_EQ(st[comm::CommOp::AllReduce].calls, 6);
+  EXPECT_EQ(st[comm::CommOp::AllReduce].bytes, 6 * C * 8);
+}
+
+TEST(TpSequenceParallelLayers, BertLayerOnSequenceShardsMatchesSerial) {
+  auto make = [](std::shared_ptr<const models::LayerFactory> f) {
+    models::BertConfig c;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 2 * tp();
+    c.hidden_size = 4 * c.num_attention_heads;
+    c.intermediate_size = 2 * c.hidden_size;
+    c.vocab_size = 30;
+    c.max_position_embeddings = 8;
+    c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
+    c.dtype = kF64;
+    c.layers = std::move(f);
+    return c;
+  };
+  Generator g1(71), g2(71);
+  models::BertLayer serial(make(nullptr), &g1), par(make(sp_factory()), &g2);
+  const int64_t H = make(nullptr).hidden_size, T = 2 * tp();
+  const Tensor x = rnd({2, T, H}, 72), R = rnd({2, T, H}, 73);
+  std::vector<int64_t> keep(static_cast<size_t>(2 * T), 1);
+  keep.back() = keep[keep.size() - 2] = 0;  // padding at the end of the second sequence
+  const Tensor mask = models::attention_mask_for_keys(from_vector<int64_t>(keep, {2, T}));
+  const Tensor xs = leaf(x), xp = leaf(x);
+  const Tensor ys = serial.forward(xs, mask), yp = on_shards(xp, [&](const Tensor& h) { return par.forward(h, mask); });
+  EXPECT_TRUE(all_close(yp, ys, kRtol, kAtol));
+  sum(mul(ys, R)).backward();
+  sum(mul(yp, R)).backward();
+  EXPECT_TRUE(all_close(xp.grad(), xs.grad(), kRtol, kAtol));
+  expect_same_grads(serial, par);
+}
+
+TEST(TpSequenceParallelLayers, ShapesThatDoNotSplitFailClearly) {
+  const std::string t = error_message([] { scatter_to_sequence(rnd({2, 2 * tp() + 1, 4}, 1), tp_group()); });
+  EXPECT_NE(t.find("sequence length T = " + std::to_string(2 * tp() + 1)), std::string::npos) << t;
+  const std::string d = error_message([] { scatter_to_sequence(rnd({2, 4}, 1), tp_group()); });
+  EXPECT_NE(d.find("hidden states [B, T, C], got shape [2, 4]"), std::string::npos) << d;
 }
 
 }  // namespace

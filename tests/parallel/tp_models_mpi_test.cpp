@@ -3,6 +3,9 @@
 // vocabulary that does not divide by tp; one step's communication is Megatron's count; a
 // checkpoint saved at tp = world loads at every smaller tp and serially with the same next loss;
 // dropout outside split regions does not depend on tp; bad configurations fail on every rank.
+// The same with sequence parallelism (TpSequenceParallel): serial losses and gradients, the
+// all-gather/reduce-scatter count, and a sequence length not dividing by tp failing everywhere.
+// ZeRO-1 over the dp group of a dp x tp mesh, with clipping by the serial norm (TpZero).
 // Every rank trains the serial reference itself, from the same seeds and data.
 #include <gtest/gtest.h>
 
@@ -13,6 +16,7 @@
 #include "models/gpt2.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/tp_layers.h"
+#include "parallel/zero.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -35,6 +39,9 @@ const Mesh& full_tp_mesh() {
 int tp() { return full_tp_mesh().size(Axis::TP); }
 
 std::shared_ptr<TensorParallelLayers> tp_layers() { return std::make_shared<TensorParallelLayers>(full_tp_mesh()); }
+std::shared_ptr<TensorParallelLayers> sp_layers() {
+  return std::make_shared<TensorParallelLayers>(full_tp_mesh(), TensorParallelOptions{.sequence_parallel = true});
+}
 
 GPT2Config gpt2_config(std::shared_ptr<const LayerFactory> f, double replicated_dropout = 0.0) {
   GPT2Config c = GPT2Config::preset("tiny");
@@ -246,6 +253,198 @@ TEST(TpModels, BadConfigurationsFailOnEveryRankWithoutHanging) {
   EXPECT_NE(w.find("intermediate_size 33 does not divide"), std::string::npos) << w;
   // Every rank got here: a collective completes.
   world()->barrier().wait();
+}
+
+// ---- sequence parallelism (NOTE [Sequence parallelism]) ----
+
+TEST(TpSequenceParallel, GPT2TrainsAsSerial) {
+  expect_losses_close(train<GPT2LMHeadModel>(gpt2_config(sp_layers()), kSteps), train<GPT2LMHeadModel>(gpt2_config(nullptr), kSteps));
+}
+
+TEST(TpSequenceParallel, BertTrainsAsSerial) {
+  expect_losses_close(train<BertForPreTraining>(bert_config(sp_layers()), kSteps),
+                      train<BertForPreTraining>(bert_config(nullptr), kSteps));
+}
+
+// The residual stream really is split, and every parameter that is whole on each rank but used
+// on sequence shards (LayerNorms, row-parallel biases, and wpe behind the scatter) gets the
+// serial gradient after one backward, on every rank.
+TEST(TpSequenceParallel, ReplicatedParametersGetTheSerialGradient) {
+  Generator i1(5), i2(5);
+  GPT2LMHeadModel sp(gpt2_config(sp_layers()), &i1);
+  GPT2LMHeadModel serial(gpt2_config(nullptr), &i2);
+  Batch b;
+  b.set("input_ids", tokens(0));
+  const Activations hidden = sp.layers().run(b, {}, 0, 1);
+  EXPECT_EQ(hidden.at(0).sizes(), Shape({kB, kT / tp(), 32}));
+  step_loss(sp, 0).backward();
+  step_loss(serial, 0).backward();
+  const std::map<std::string, ParamShard> split = sharded_parameters(sp);
+  std::map<std::string, Tensor> want;
+  for (const auto& [name, p] : serial.named_parameters()) want[name] = p.grad();
+  int checked = 0;
+  for (const auto& [name, p] : sp.named_parameters()) {
+    if (split.count(name)) continue;
+    ASSERT_TRUE(p.grad().defined()) << name;
+    const std::vector<float> got = p.grad().to_vector<float>(), ref = want.at(name).to_vector<float>();
+    ASSERT_EQ(got.size(), ref.size()) << name;
+    float scale = 0;
+    for (float r : ref) scale = std::max(scale, std::fabs(r));
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-5 * scale) << name << "[" << i << "]";
+    ++checked;
+  }
+  // wpe, ln_1/ln_2 x 2 layers, ln_f (weight and bias), attn.c_proj and mlp.c_proj biases x 2.
+  EXPECT_EQ(checked, 1 + 2 * 5 + 4);
+}
+
+// One step, in elements of f32 over the tp group. Megatron's 4 all-reduces of B T C per layer
+// (OneStepCommunicatesMegatronsCount) become 4 all-gathers and 4 reduce-scatters of B T C (the
+// counters count a gather's output and a reduce-scatter's input, the full buffer): a ring
+// all-reduce is a reduce-scatter plus an all-gather, so the bytes on the wire are the same.
+//   blocks:    forward: all-gather entering c_attn/QKV and c_fc/intermediate, reduce-scatter
+//              leaving both row layers; backward: the reverse, B T C each;
+//   embedding: the vocabulary all-reduce (B T C) forward as before; the scatter into the
+//              residual stream all-gathers its gradient backward (B T C);
+//   output:    GPT-2's tied logits gather the positions forward and reduce-scatter the hidden
+//              gradient backward (B T C each), where Megatron all-reduced once backward; BERT's
+//              heads gather forward only (their gradient is whole on every rank), then as before
+//              (M x H and the decoder bias [V] all-reduced backward);
+//   loss:      3 all-reduces of [N] as before;
+//   parameters whole on each rank but used on shards: one all-reduce of each gradient, the
+//              LayerNorms' weight and bias (2 per LayerNorm) and the row layers' biases.
+TEST(TpSequenceParallel, OneStepCommunicatesAllGathersAndReduceScatters) {
+  comm::Communicator& g = full_tp_mesh().group(Axis::TP);
+  using comm::CommOp;
+  {
+    Generator init(5);
+    GPT2LMHeadModel m(gpt2_config(sp_layers()), &init);
+    g.reset_stats();
+    step_loss(m, 0).backward();
+    const int64_t L = 2, C = 32, BT = kB * kT;
+    const int64_t norms = 2 * L + 1, row_biases = 2 * L;
+    EXPECT_EQ(g.stats()[CommOp::AllGather].calls, 4 * L + 2);
+    EXPECT_EQ(g.stats()[CommOp::AllGather].bytes, (4 * L + 2) * BT * C * 4);
+    EXPECT_EQ(g.stats()[CommOp::ReduceScatter].calls, 4 * L + 1);
+    EXPECT_EQ(g.stats()[CommOp::ReduceScatter].bytes, (4 * L + 1) * BT * C * 4);
+    EXPECT_EQ(g.stats()[CommOp::AllReduce].calls, 1 + 3 + 2 * norms + row_biases);
+    EXPECT_EQ(g.stats()[CommOp::AllReduce].bytes, (BT * C + 3 * BT + (2 * norms + row_biases) * C) * 4);
+    EXPECT_EQ(g.stats().total_calls(), (4 * L + 2) + (4 * L + 1) + 1 + 3 + 2 * norms + row_biases) << g.stats().str();
+  }
+  {
+    Generator init(5);
+    BertForPreTraining m(bert_config(sp_layers()), &init);
+    const Batch b = bert_batch(0);
+    const int64_t M = static_cast<int64_t>(m.loss_counts(b)[0]);
+    g.reset_stats();
+    m.forward(b).loss.backward();
+    const int64_t L = 2, H = 32, BT = kB * kT;
+    const int64_t norms = 2 * L + 1, row_biases = 2 * L;  // the embeddings' LayerNorm and 2 per layer
+    EXPECT_EQ(g.stats()[CommOp::AllGather].calls, 4 * L + 2);
+    EXPECT_EQ(g.stats()[CommOp::AllGather].bytes, (4 * L + 2) * BT * H * 4);
+    EXPECT_EQ(g.stats()[CommOp::ReduceScatter].calls, 4 * L);
+    EXPECT_EQ(g.stats()[CommOp::ReduceScatter].bytes, 4 * L * BT * H * 4);
+    EXPECT_EQ(g.stats()[CommOp::AllReduce].calls, 1 + 2 + 3 + 2 * norms + row_biases);
+    EXPECT_EQ(g.stats()[CommOp::AllReduce].bytes, (BT * H + M * H + kVocab + 3 * M + (2 * norms + row_biases) * H) * 4);
+    EXPECT_EQ(g.stats().total_calls(), (4 * L + 2) + 4 * L + 1 + 2 + 3 + 2 * norms + row_biases) << g.stats().str();
+  }
+}
+
+// Dropout on the residual stream: the caller's shared generator under Megatron's split, the
+// per-rank stream of the split regions under sequence parallelism (each rank drops its own
+// positions).
+TEST(TpSequenceParallel, ResidualDropoutDrawsFromPerRankStreams) {
+  Generator shared(3);
+  EXPECT_EQ(tp_layers()->dropout_generator(DropoutSite::Residual, &shared), &shared);
+  auto f = sp_layers();
+  EXPECT_EQ(f->dropout_generator(DropoutSite::Replicated, &shared), &shared);
+  Generator* residual = f->dropout_generator(DropoutSite::Residual, &shared);
+  ASSERT_NE(residual, &shared);
+  EXPECT_EQ(residual, f->dropout_generator(DropoutSite::Split, &shared));
+  EXPECT_EQ(residual->seed(), 1234u + 2718u + static_cast<uint64_t>(full_tp_mesh().index(Axis::TP)));
+  // With dropout the model still trains (its masks are its own, so no serial comparison).
+  Generator g(77);
+  const std::vector<double> losses = train<GPT2LMHeadModel>(gpt2_config(sp_layers(), 0.1), 4, &g);
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+}
+
+// A sequence length that does not divide by tp: the same error on every rank (each sees the
+// same batch), and no rank left waiting in a collective.
+TEST(TpSequenceParallel, SequenceNotDividingByTpFailsOnEveryRank) {
+  Generator init(5);
+  GPT2LMHeadModel m(gpt2_config(sp_layers()), &init);
+  const int64_t T = 7;  // divides by no tp > 1
+  Generator g(1);
+  const Tensor ids = randint(0, kVocab, {kB, T}, DType::I64, &g);
+  const std::string e = error_message([&] { m.forward(ids, ids); });
+  EXPECT_NE(e.find("sequence length T = 7"), std::string::npos) << e;
+  EXPECT_NE(e.find("does not divide by tp = " + std::to_string(tp())), std::string::npos) << e;
+  BertForPreTraining bert(bert_config(sp_layers()), &init);
+  const std::string eb = error_message([&] { bert.forward(Batch{{"input_ids", ids}}); });
+  EXPECT_NE(eb.find("sequence length T = 7"), std::string::npos) << eb;
+  world()->barrier().wait();
+  // The group is still in step: a good batch trains.
+  EXPECT_TRUE(std::isfinite(step_loss(m, 0).item<double>()));
+}
+
+// ---- ZeRO-1 over the dp group of a dp x tp mesh ----
+
+// tp = 2, dp = world / 2 (1 at -np 2, 2 at -np 4), sequence parallelism on: each dp rank trains on
+// its rows of the batch, ZeroOptimizer (over its tp index's shards) averages the gradients over
+// dp, and clipping by the serial norm (split parameters' squares summed over tp) clips every
+// step. Losses (averaged over dp) and norms equal serial training on the whole batch.
+TEST(TpZero, DpTpMeshWithZeroTrainsAsSerial) {
+  const Mesh mesh(world(), MeshShape{.dp = -1, .pp = 1, .tp = 2});
+  const int dp = mesh.size(Axis::DP), row = mesh.index(Axis::DP);
+  ASSERT_EQ(kB % dp, 0);
+  const double max_norm = 0.05;
+  const nn::optim::SGDOptions sgd{.lr = 0.1, .momentum = 0.9};
+  auto batch = [](uint64_t b, int64_t first, int64_t rows) {
+    return std::pair{narrow(tokens(b), 0, first, rows).contiguous(), narrow(tokens(1000 + b), 0, first, rows).contiguous()};
+  };
+  std::vector<double> serial_losses, serial_norms, losses, norms;
+  {
+    Generator init(5);
+    GPT2LMHeadModel m(gpt2_config(nullptr), &init);
+    nn::optim::SGD opt(m.parameters(), sgd);
+    for (int s = 0; s < 6; ++s) {
+      const auto [ids, targets] = batch(static_cast<uint64_t>(s % 2), 0, kB);
+      const Tensor loss = m.forward(ids, targets).loss;
+      loss.backward();
+      serial_norms.push_back(nn::clip_grad_norm_(m.parameters(), max_norm));
+      opt.step();
+      opt.zero_grad();
+      serial_losses.push_back(loss.item<double>());
+    }
+  }
+  {
+    Generator init(5);
+    auto f = std::make_shared<TensorParallelLayers>(mesh, TensorParallelOptions{.sequence_parallel = true});
+    GPT2LMHeadModel m(gpt2_config(f), &init);
+    ZeroOptimizer zero(m, mesh.group_ptr(Axis::DP),
+                       [&](const ParamGroups& g) { return std::make_unique<nn::optim::SGD>(g.at(0), sgd); });
+    std::vector<Tensor> split;
+    const auto shards = sharded_parameters(m);
+    for (const auto& [name, p] : m.named_parameters())
+      if (shards.count(name)) split.push_back(p);
+    ASSERT_FALSE(split.empty());
+    const int64_t rows = kB / dp;
+    for (int s = 0; s < 6; ++s) {
+      const auto [ids, targets] = batch(static_cast<uint64_t>(s % 2), row * rows, rows);
+      const Tensor loss = m.forward(ids, targets).loss;
+      loss.backward();
+      norms.push_back(zero.clip_grad_norm(max_norm, mesh.group(Axis::TP), split));
+      zero.step();
+      zero.zero_grad();
+      Tensor l = scalar_tensor(loss.item<double>() / dp, DType::F64);
+      mesh.group(Axis::DP).all_reduce(l).wait();
+      losses.push_back(l.item<double>());
+    }
+  }
+  expect_losses_close(losses, serial_losses);
+  for (size_t i = 0; i < norms.size(); ++i) {
+    EXPECT_NEAR(norms[i], serial_norms[i], 1e-5 * serial_norms[i]) << "step " << i << " at dp = " << dp;
+    EXPECT_GT(serial_norms[i], max_norm);  // it clipped
+  }
 }
 
 }  // namespace
