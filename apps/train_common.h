@@ -39,7 +39,10 @@
 // parallel::tp::TensorParallelLayers, and the pipeline's transfers link the ranks of one tp index,
 // which hold the same full activations). --precision bf16 runs each step inside the autocast
 // scope (NOTE [Autocast state] in autograd/grad_mode.h: backward and re-materialization cast as
-// the forward did). Every rank
+// the forward did); fp16 too, its loss scale applied by the last stage to each micro-batch's
+// loss (Pipeline::set_loss_scale) and the unscaled gradients' finiteness agreed over the world
+// (nn::GradScaler::unscale_ with all_finite), since an overflow in one stage's gradients need not
+// reach the other stages', and every rank must skip that step and back off alike. Every rank
 // builds the whole model from the seed and a parallel::pipeline::Pipeline over the mesh's pp
 // group (and its dp group) cuts it into K stages by parameter count; every pp rank of a dp index
 // reads the same rows. A step's batch (--batch x --grad-accum rows per dp rank) goes to
@@ -54,9 +57,8 @@
 // runs the whole model forward alone, as serially (the same batches; the pipeline is not used
 // for it). At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
 // each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
-// one line: --pp with --zero, --precision fp16 (the loss scaler would have to scale the last
-// stage's loss and every stage skip an overflowing step together) or checkpoints (each stage's
-// optimizer state would have to be gathered), and M not dividing the step's batch.
+// one line: --pp with --zero or checkpoints (each stage's optimizer state would have to be
+// gathered), and M not dividing the step's batch.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -4,7 +4,7 @@
 # mode) must print the serial run's losses (same global batch, dropout off) within 1e-5 relative,
 # with the bubble and per-stage peak activation lines and a Chrome trace; an M that does not
 # divide the step's batch, and --pp with checkpoints, fail with one clear line per rank; --precision
-# bf16 at --pp 2 prints the serial bf16 run's losses within 1e-5 relative. With
+# bf16 and fp16 at --pp 2 print the serial bf16 and fp16 runs' losses within 1e-5 relative. With
 # NP = 4: --dp 2 --pp 2, --pp 4 and --pp 2 --tp 2 equal serial as well. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
 # MPIEXEC NP
 set -euo pipefail
@@ -59,6 +59,10 @@ if [ "$np" = 2 ]; then
   if cmp -s <(grep "^step" "$dir/serial.txt" | cut -d'|' -f1,2) <(grep "^step" "$dir/serial_bf16.txt" | cut -d'|' -f1,2); then
     echo "the bf16 run printed the f32 losses: autocast did not act"; exit 1
   fi
+  # fp16: the loss scale applied by the last stage, overflow agreed over the ranks.
+  "$exe" --batch 8 --precision fp16 "${common[@]}" >"$dir/serial_fp16.txt"
+  run --pp 2 --micro-batches 2 --batch 8 --precision fp16 --pp-schedule gpipe --remat except_last >"$dir/fp16.txt"
+  same_as_serial "fp16 gpipe M=2 except_last" "$dir/fp16.txt" "$dir/serial_fp16.txt"
   grep -E "^pipeline bubble \(last step\): [0-9.]+% measured, 20.0% in theory" "$dir/gpipe.txt"
   grep -E "^peak activation bytes per stage \(last step\): stage 0 [1-9][0-9]* stage 1 [1-9][0-9]*$" "$dir/gpipe.txt"
   python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['traceEvents']; assert len(e) > 0" "$dir/trace.json"

@@ -103,6 +103,15 @@ class Pipeline {
   // average to the global batch's mean loss and gradient.
   double step(const models::Batch& batch, const std::vector<double>& counts);
 
+  // fp16's dynamic loss scaling (nn::GradScaler) across the stages: the last stage starts each
+  // micro-batch's backward from its loss times `scale` (what GradScaler::scale(loss).backward()
+  // does serially), so every stage's gradients come out scaled; step() still returns the
+  // unscaled loss. Set it to the scaler's get_scale() before each step, and unscale with
+  // GradScaler::unscale_(opt, all_finite) agreeing over every rank holding a part of the model,
+  // so that the stages skip an overflowing step together. 1 (the default): no scaling.
+  void set_loss_scale(double scale);
+  double loss_scale() const { return loss_scale_; }
+
   int64_t stage() const { return stage_; }
   int64_t num_stages() const { return static_cast<int64_t>(balance_.size()); }
   const Balance& balance() const { return balance_; }
@@ -176,6 +185,7 @@ class Pipeline {
   std::map<int64_t, MicroState> in_flight_;
   std::vector<comm::Work> sends_;
   double step_loss_ = 0;
+  double loss_scale_ = 1.0;
   bool in_backward_ = false;
   int64_t current_micro_ = 0;
   std::vector<Event> events_;
