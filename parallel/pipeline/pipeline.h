@@ -29,6 +29,14 @@
 //
 // Every rank holds the whole model (built from the same seed); a stage only runs, updates and
 // communicates its own layers' parameters. Failures: NOTE [Pipeline failures].
+// tp x pp: a model built by parallel::tp::TensorParallelLayers over a mesh's tp group gives each
+// stage tensor-parallel layers; pass the mesh's pp group here. The ranks of a pp group share a tp
+// index, so the activations they exchange (full hidden states) and the tied shards match; the
+// tp collectives run inside the stages' forward and backward, in the same order on every tp rank
+// of a stage. A failure is only broadcast over the pp group: the other tp indices' pipelines end
+// at the communicator timeout instead.
+// Mixed precision: step() may run inside an autocast scope (NOTE [Autocast state]); fp16's loss
+// scale: set_loss_scale.
 #pragma once
 
 #include <cstdint>
