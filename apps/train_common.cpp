@@ -271,14 +271,10 @@ void check_train_options(const TrainOptions& o) {
                 " with --ckpt-dir or --resume: training checkpoints of tensor-parallel runs are not supported yet");
   // NOTE [Pipeline training apps]
   if (o.pp > 1) {
-    TRIDENT_CHECK(o.tp == 1, "--pp ", o.pp, " with --tp ", o.tp,
-                  ": the pipeline does not compose with tensor parallelism yet; use one of them");
     TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
-    // fp16's loss scaler does not reach inside the stages, and under bf16 autocast a stage that
-    // receives bf16 activations fails in backward (LinearBackward: an f32 gradient for a bf16
-    // input): mixed precision through the pipeline is future work.
-    TRIDENT_CHECK(o.precision == "fp32", "--pp ", o.pp, " with --precision ", o.precision,
-                  ": mixed precision through the pipeline's stages is not supported yet; use fp32");
+    // bf16 and fp16 run through the stages under the step's autocast scope (NOTE [Autocast
+    // state]); fp16's loss scale multiplies the last stage's loss (Pipeline::set_loss_scale) and
+    // the ranks agree on skipping an overflowing step (NOTE [Pipeline training apps]).
     TRIDENT_CHECK(o.ckpt_dir.empty() && o.resume.empty(), "--pp ", o.pp,
                   " with --ckpt-dir or --resume: training checkpoints of pipeline runs are not supported yet");
     TRIDENT_CHECK(o.pp_schedule == "gpipe" || o.pp_schedule == "1f1b", "--pp-schedule must be gpipe or 1f1b, got '",
@@ -552,6 +548,7 @@ int train(const TrainOptions& o, TrainTask& task) {
     const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : batch.split(o.grad_accum);
     if (pipe) {
       autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
+      if (scaler.is_enabled()) pipe->set_loss_scale(scaler.get_scale());  // fp16: the last stage scales
       loss = pipe->step(batch, counts);
     }
     for (size_t i = 0; i < micro.size(); ++i) {
@@ -581,11 +578,15 @@ int train(const TrainOptions& o, TrainTask& task) {
       }
       zero->step();
     } else {
+      // fp16 under --pp (and --tp): each rank holds a part of the gradient, and an overflow in one
+      // part must skip the step on every rank, so the ranks agree on it over the world.
+      if (pipe && scaler.is_enabled())
+        scaler.unscale_(*plain, [&](bool finite) { return dp_average(mesh.world(), finite ? 0.0 : 1.0) == 0.0; });
       if (o.grad_clip > 0) {
-        scaler.unscale_(*plain);
+        if (!pipe) scaler.unscale_(*plain);
         // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
         if (pipe) {
-          parallel::pipeline::clip_grad_norm_(*pipe, o.grad_clip);
+          parallel::pipeline::clip_grad_norm_(*pipe, o.grad_clip, tp.get());
         } else if (tp->size() > 1) {
           parallel::tp::clip_grad_norm_(model, o.grad_clip, *tp);
         } else {

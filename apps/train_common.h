@@ -36,7 +36,15 @@
 //
 // NOTE [Pipeline training apps]: `mpirun -np K train_gpt2 --pp K --micro-batches M
 // --pp-schedule gpipe|1f1b --remat always|except_last|never` (and train_bert; --pp-schedule, as
-// --schedule is the learning-rate schedule), composed with --dp (world = dp x pp). Every rank
+// --schedule is the learning-rate schedule), composed with --dp and --tp (world = dp x pp x tp:
+// with --tp every stage's layers are split over the mesh's tp group by
+// parallel::tp::TensorParallelLayers, and the pipeline's transfers link the ranks of one tp index,
+// which hold the same full activations). --precision bf16 runs each step inside the autocast
+// scope (NOTE [Autocast state] in autograd/grad_mode.h: backward and re-materialization cast as
+// the forward did); fp16 too, its loss scale applied by the last stage to each micro-batch's
+// loss (Pipeline::set_loss_scale) and the unscaled gradients' finiteness agreed over the world
+// (nn::GradScaler::unscale_ with all_finite), since an overflow in one stage's gradients need not
+// reach the other stages', and every rank must skip that step and back off alike. Every rank
 // builds the whole model from the seed and a parallel::pipeline::Pipeline over the mesh's pp
 // group (and its dp group) cuts it into K stages by parameter count; every pp rank of a dp index
 // reads the same rows. A step's batch (--batch x --grad-accum rows per dp rank) goes to
@@ -45,14 +53,14 @@
 // averages over dp and returns the global batch's mean loss on every rank (printed by world
 // rank 0). The optimizer (AdamW, the same groups) holds this stage's parameters only; gradient
 // clipping uses the whole model's norm (parallel/pipeline/grad_norm.h: squares all-reduced over
-// pp, tied parameters counted once), so the losses equal serial training's. Evaluation: each
+// pp, and first over tp for split parameters; tied parameters counted once), so the losses equal
+// serial training's. Evaluation: each
 // stage's parameters are broadcast to every pp rank (pipeline::sync_full_model), then every rank
 // runs the whole model forward alone, as serially (the same batches; the pipeline is not used
 // for it). At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
 // each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
-// one line: --pp with --tp (not composed yet), --zero, --precision bf16/fp16 (mixed precision
-// through the stages fails in backward today) or checkpoints (each stage's optimizer state would have to be gathered),
-// and M not dividing the step's batch.
+// one line: --pp with --zero or checkpoints (each stage's optimizer state would have to be
+// gathered), and M not dividing the step's batch.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -3,8 +3,9 @@
 # here. With NP = 2: `--pp 2 --micro-batches 4` under GPipe and 1F1B (and each re-materialization
 # mode) must print the serial run's losses (same global batch, dropout off) within 1e-5 relative,
 # with the bubble and per-stage peak activation lines and a Chrome trace; an M that does not
-# divide the step's batch, and --pp with checkpoints, fail with one clear line per rank. With
-# NP = 4: --dp 2 --pp 2 and --pp 4 equal serial as well. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
+# divide the step's batch, and --pp with checkpoints, fail with one clear line per rank; --precision
+# bf16 and fp16 at --pp 2 print the serial bf16 and fp16 runs' losses within 1e-5 relative. With
+# NP = 4: --dp 2 --pp 2, --pp 4 and --pp 2 --tp 2 equal serial as well. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
 # MPIEXEC NP
 set -euo pipefail
 exe="$1"
@@ -30,8 +31,8 @@ common=(--train "$dir/tiny_train_*.bin" --val "$dir/tiny_val_*.bin" --model "$mo
         --warmup 2 --steps 6 --log-every 1 --eval-batches 2 --threads 1 --workers 1 --grad-clip 0.5)
 run() { "$mpiexec" --oversubscribe -np "$np" "$exe" "${common[@]}" "$@"; }
 "$exe" --batch 8 "${common[@]}" >"$dir/serial.txt"
-same_as_serial() {  # NAME FILE
-  python3 - "$dir/serial.txt" "$2" "$1" <<'PY'
+same_as_serial() {  # NAME FILE [SERIAL_FILE]
+  python3 - "${3:-$dir/serial.txt}" "$2" "$1" <<'PY'
 import re, sys
 def losses(path):
     return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss (\S+)", open(path).read(), re.M)]
@@ -49,6 +50,19 @@ if [ "$np" = 2 ]; then
   same_as_serial "gpipe M=4 always" "$dir/gpipe.txt"
   same_as_serial "1f1b M=4 except_last" "$dir/1f1b.txt"
   same_as_serial "1f1b M=8 never" "$dir/1f1b_never.txt"
+  # bf16 autocast through the stages (NOTE [Autocast state]) against serial bf16: M = 2 gives the
+  # serial run's two micro-batches (--grad-accum 2), so only the order in which the tied
+  # embedding's gradient parts and the clipping norm's squares are summed differs.
+  "$exe" --batch 8 --precision bf16 "${common[@]}" >"$dir/serial_bf16.txt"
+  run --pp 2 --micro-batches 2 --batch 8 --precision bf16 --pp-schedule 1f1b --remat always >"$dir/bf16.txt"
+  same_as_serial "bf16 1f1b M=2 always" "$dir/bf16.txt" "$dir/serial_bf16.txt"
+  if cmp -s <(grep "^step" "$dir/serial.txt" | cut -d'|' -f1,2) <(grep "^step" "$dir/serial_bf16.txt" | cut -d'|' -f1,2); then
+    echo "the bf16 run printed the f32 losses: autocast did not act"; exit 1
+  fi
+  # fp16: the loss scale applied by the last stage, overflow agreed over the ranks.
+  "$exe" --batch 8 --precision fp16 "${common[@]}" >"$dir/serial_fp16.txt"
+  run --pp 2 --micro-batches 2 --batch 8 --precision fp16 --pp-schedule gpipe --remat except_last >"$dir/fp16.txt"
+  same_as_serial "fp16 gpipe M=2 except_last" "$dir/fp16.txt" "$dir/serial_fp16.txt"
   grep -E "^pipeline bubble \(last step\): [0-9.]+% measured, 20.0% in theory" "$dir/gpipe.txt"
   grep -E "^peak activation bytes per stage \(last step\): stage 0 [1-9][0-9]* stage 1 [1-9][0-9]*$" "$dir/gpipe.txt"
   python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['traceEvents']; assert len(e) > 0" "$dir/trace.json"
@@ -66,5 +80,10 @@ else
   run --pp 4 --micro-batches 4 --batch 8 --pp-schedule gpipe >"$dir/pp4.txt"
   same_as_serial "dp 2 x pp 2" "$dir/dp_pp.txt"
   same_as_serial "pp 4" "$dir/pp4.txt"
+  # tp x pp: two stages, each split over two tensor-parallel ranks (clipping by the serial norm:
+  # split parameters' squares summed over tp, then over pp).
+  run --pp 2 --tp 2 --micro-batches 2 --batch 8 --pp-schedule 1f1b --remat always >"$dir/tp_pp.txt"
+  same_as_serial "pp 2 x tp 2" "$dir/tp_pp.txt"
+  grep -q "layers per stage {2, 2}" "$dir/tp_pp.txt"
   grep -q "layers per stage {1, 1, 1, 1}" "$dir/pp4.txt"
 fi

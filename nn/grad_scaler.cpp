@@ -38,6 +38,13 @@ bool GradScaler::unscale_(optim::Optimizer& opt) {
   return finite;
 }
 
+bool GradScaler::unscale_(optim::Optimizer& opt, const std::function<bool(bool)>& all_finite) {
+  if (!options_.enabled) return true;
+  const bool finite = all_finite(unscale_(opt));
+  found_inf_ = !finite;
+  return finite;
+}
+
 bool GradScaler::step(optim::Optimizer& opt) {
   if (!options_.enabled) {
     opt.step();

@@ -12,6 +12,7 @@
 // call passes through. The scale and the count of clean steps are the state a checkpoint keeps.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_set>
@@ -38,6 +39,11 @@ class GradScaler {
   // Divides the optimizer's gradients by the scale, in place, once per step, and records
   // whether any is inf or NaN. Returns true when all are finite.
   bool unscale_(optim::Optimizer& opt);
+  // As unscale_(opt), for an optimizer that holds one part of the model (a pipeline stage, a
+  // tensor-parallel shard): `all_finite` is given whether this part's gradients are all finite
+  // and returns whether every part's are (an all-reduce over the parts), so that every part skips
+  // an overflowing step, and moves its scale, together. Returns all_finite's answer.
+  bool unscale_(optim::Optimizer& opt, const std::function<bool(bool)>& all_finite);
   // Unscales if not done yet, then steps the optimizer unless a gradient overflowed. Returns
   // whether it stepped.
   bool step(optim::Optimizer& opt);

@@ -8,7 +8,10 @@
 // parameter several stages hold (GPT-2's tied word embedding, LayerList::tied()) has the same,
 // summed gradient on each of them after Pipeline::step, so only the first holder counts it.
 // Under dp the gradients are already averaged over the dp group, so the pp sum is the same on
-// every dp rank.
+// every dp rank. Under tp x pp (stages built by parallel::tp::TensorParallelLayers) a stage's
+// split parameters hold shards (NOTE [Parameter shards]): their squares are summed over the tp
+// group first, as parallel::tp::clip_grad_norm_ does, and parameters every tp rank holds whole
+// count once; the pp sum is then the same on every tp rank.
 #pragma once
 
 #include "parallel/pipeline/pipeline.h"
@@ -17,8 +20,9 @@ namespace trident::parallel::pipeline {
 
 // The 2-norm of the whole model's gradient (before clipping); this stage's gradients are
 // multiplied in place by min(1, max_norm / (total + 1e-6)). Collective over the pipeline's pp
-// group. Errors: max_norm negative or NaN.
-double clip_grad_norm_(const Pipeline& pipe, double max_norm);
+// group, and over `tp` when given (the stage's tensor-parallel group; null or size 1: none).
+// Errors: max_norm negative or NaN.
+double clip_grad_norm_(const Pipeline& pipe, double max_norm, comm::Communicator* tp = nullptr);
 
 // Collective over the pp group: every rank's copy of the whole model (every rank holds one,
 // NOTE [Pipeline step]) takes each stage's current parameters, broadcast from that stage's

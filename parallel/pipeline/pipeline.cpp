@@ -1,6 +1,7 @@
 #include "parallel/pipeline/pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "autograd/checkpoint.h"
@@ -8,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
 #include "core/factory.h"
+#include "ops/arith.h"
 
 namespace trident::parallel::pipeline {
 
@@ -175,6 +177,11 @@ void Pipeline::setup_tied_and_dp() {
   if (options_.dp && options_.dp->size() > 1)
     for (const auto& [name, p] : params_) works.push_back(options_.dp->broadcast(p, 0));
   comm::wait_all(works);
+}
+
+void Pipeline::set_loss_scale(double scale) {
+  TRIDENT_CHECK(scale > 0 && std::isfinite(scale), where(), ": the loss scale must be positive and finite, got ", scale);
+  loss_scale_ = scale;
 }
 
 std::vector<Tensor> Pipeline::parameters() const {
@@ -354,7 +361,8 @@ void Pipeline::backward(int64_t m) {
   in_flight_.erase(it);
   TensorList roots, grads;
   if (last) {
-    roots.push_back(st.loss);
+    // set_loss_scale: GradScaler::scale's product, so the gradients are the serial scaled ones.
+    roots.push_back(loss_scale_ == 1.0 ? st.loss : mul(st.loss, loss_scale_));
   } else {
     std::vector<P2POp> ops;
     for (const Tensor& o : st.outputs) {

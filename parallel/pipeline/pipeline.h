@@ -29,6 +29,14 @@
 //
 // Every rank holds the whole model (built from the same seed); a stage only runs, updates and
 // communicates its own layers' parameters. Failures: NOTE [Pipeline failures].
+// tp x pp: a model built by parallel::tp::TensorParallelLayers over a mesh's tp group gives each
+// stage tensor-parallel layers; pass the mesh's pp group here. The ranks of a pp group share a tp
+// index, so the activations they exchange (full hidden states) and the tied shards match; the
+// tp collectives run inside the stages' forward and backward, in the same order on every tp rank
+// of a stage. A failure is only broadcast over the pp group: the other tp indices' pipelines end
+// at the communicator timeout instead.
+// Mixed precision: step() may run inside an autocast scope (NOTE [Autocast state]); fp16's loss
+// scale: set_loss_scale.
 #pragma once
 
 #include <cstdint>
@@ -103,6 +111,15 @@ class Pipeline {
   // average to the global batch's mean loss and gradient.
   double step(const models::Batch& batch, const std::vector<double>& counts);
 
+  // fp16's dynamic loss scaling (nn::GradScaler) across the stages: the last stage starts each
+  // micro-batch's backward from its loss times `scale` (what GradScaler::scale(loss).backward()
+  // does serially), so every stage's gradients come out scaled; step() still returns the
+  // unscaled loss. Set it to the scaler's get_scale() before each step, and unscale with
+  // GradScaler::unscale_(opt, all_finite) agreeing over every rank holding a part of the model,
+  // so that the stages skip an overflowing step together. 1 (the default): no scaling.
+  void set_loss_scale(double scale);
+  double loss_scale() const { return loss_scale_; }
+
   int64_t stage() const { return stage_; }
   int64_t num_stages() const { return static_cast<int64_t>(balance_.size()); }
   const Balance& balance() const { return balance_; }
@@ -176,6 +193,7 @@ class Pipeline {
   std::map<int64_t, MicroState> in_flight_;
   std::vector<comm::Work> sends_;
   double step_loss_ = 0;
+  double loss_scale_ = 1.0;
   bool in_backward_ = false;
   int64_t current_micro_ = 0;
   std::vector<Event> events_;

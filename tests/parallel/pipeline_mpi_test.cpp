@@ -8,13 +8,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "autograd/grad_mode.h"
+#include "core/copy.h"
 #include "nn/optim/sgd.h"
+#include "ops/autocast.h"
 #include "parallel/mesh.h"
+#include "nn/grad_scaler.h"
+#include "nn/optim/clip_grad.h"
+#include "parallel/pipeline/grad_norm.h"
 #include "parallel/pipeline/pipeline.h"
+#include "parallel/tensor_parallel/checkpoint.h"
+#include "parallel/tensor_parallel/tp_layers.h"
 #include "pipeline_models.h"
 #include "test_util.h"
 
@@ -233,6 +244,173 @@ TEST(PipelineMpi, OneAndEightMicroBatchesGiveTheSameUpdate) {
   for (const auto& [name, p] : one) EXPECT_TRUE(close_rel(eight.at(name), p)) << name;
 }
 
+// bf16 autocast through the pipeline (NOTE [Autocast state], autograd/grad_mode.h): the step runs
+// inside the caller's autocast scope, as the training apps run it; the engine turns autocast off
+// for the backward passes, and a re-materializing re-run casts as its forward did. The serial
+// reference is the training apps' loop: the same M micro-batches one after another under
+// autocast, each loss weighted by the mini-batch's counts, backward outside the scope.
+// What differs: nothing in any forward (the same micro-batches through the same layers), so the
+// first step's loss is equal bit for bit; the backward passes compute the same per-micro-batch
+// gradients, and with M = 2 the two summands of an untied gradient are added in either order
+// (exact), but the tied word embedding sums its four parts (embedding and head, two
+// micro-batches) in another order: (e0 + e1) + (h0 + h1) against ((e0 + h0) + e1) + h1, an f32
+// rounding difference of about 1e-7 relative in that gradient, hence in the weights after a
+// step. Later losses then differ at f32's level, and can differ more only where such a
+// difference moves a weight or activation across a bf16 rounding boundary (the products' casts),
+// which changes one operand by 2^-8 of itself and the mean loss far less (~1e-6); so the f32
+// tests' 1e-5 relative bounds them too.
+std::vector<double> train_bf16_losses(std::optional<std::pair<Schedule, Remat>> pipeline, int steps, bool bf16 = true) {
+  constexpr int64_t M = 2;
+  auto model = make_pipeline_model("gpt2");
+  std::unique_ptr<Pipeline> pipe;
+  if (pipeline) pipe = std::make_unique<Pipeline>(*model, fresh_group("pp"), PipelineOptions{.micro_batches = M, .schedule = pipeline->first, .remat = pipeline->second});
+  nn::optim::SGD opt(pipe ? pipe->parameters() : model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    const models::Batch batch = make_pipeline_batch("gpt2", kBatch, kSeq, 100 + static_cast<uint64_t>(s));
+    double loss = 0;
+    if (pipe) {
+      autocast::Guard guard(DType::BF16, bf16);
+      loss = pipe->step(batch);
+    } else {
+      const std::vector<double> counts = model->loss_counts(batch);
+      for (const models::Batch& mb : batch.split(M)) {
+        Tensor l;
+        {
+          autocast::Guard guard(DType::BF16, bf16);
+          l = model->loss(model->layers().run(mb), mb, counts);
+        }
+        l.backward();
+        loss += l.item<double>();
+      }
+    }
+    opt.step();
+    opt.zero_grad();
+    losses.push_back(loss);
+  }
+  return losses;
+}
+
+TEST(PipelineMpi, Bf16AutocastTrainsAsSerialBf16) {
+  constexpr int kSteps = 4;
+  static const std::vector<double> serial_bf16 = train_bf16_losses(std::nullopt, kSteps);
+  // The reference is bf16 indeed: the same computation in f32 gives the same bits every time,
+  // so any difference comes from autocast's casts. At initialization the logits are small and
+  // the loss is close to log(61) whatever the rounding, so the casts move it little (4e-6
+  // relative here), but far more than f32 rounding could (~1e-7).
+  const double f32 = train_bf16_losses(std::nullopt, 1, /*bf16=*/false)[0];
+  EXPECT_GT(std::fabs(serial_bf16[0] - f32), 1e-6 * f32);
+  for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB})
+    for (Remat remat : {Remat::Always, Remat::ExceptLast, Remat::Never}) {
+      const std::vector<double> got = train_bf16_losses(std::pair{schedule, remat}, kSteps);
+      const std::string where = std::string(schedule_name(schedule)) + " " + std::string(remat_name(remat));
+      ASSERT_EQ(got.size(), serial_bf16.size());
+      EXPECT_EQ(got[0], serial_bf16[0]) << where << ": the same forward, bit for bit";
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], serial_bf16[i], 1e-5 * std::fabs(serial_bf16[i])) << where << " step " << i;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - serial_bf16[i]) / serial_bf16[i]);
+      if (comm::Communicator::world()->rank() == 0)
+        std::printf("bf16 %s: %d steps, largest relative loss difference from serial bf16 %.3g\n", where.c_str(), kSteps,
+                    worst);
+    }
+}
+
+// fp16 with dynamic loss scaling through the pipeline: the last stage starts backward from
+// loss x scale (Pipeline::set_loss_scale, what GradScaler::scale(loss).backward() does serially)
+// and the stages agree on overflow (GradScaler::unscale_ with all_finite over pp). Against the
+// serial fp16 loop with the same scaler, for the reasons of the bf16 test above: the same losses
+// within 1e-5 relative, and the same scale and skipped steps. The initial scale, 2^20, overflows
+// f16 in this model's backward (serially, 2^19 does too and 2^18 does not), so the first two
+// steps are skipped and backed off from, and that is part of what must agree.
+struct Fp16Run {
+  std::vector<double> losses, scales;
+  std::vector<bool> skipped;
+};
+Fp16Run train_fp16(std::optional<std::pair<Schedule, Remat>> pipeline, int steps) {
+  constexpr int64_t M = 2;
+  auto model = make_pipeline_model("gpt2");
+  std::unique_ptr<Pipeline> pipe;
+  if (pipeline)
+    pipe = std::make_unique<Pipeline>(*model, fresh_group("pp"),
+                                      PipelineOptions{.micro_batches = M, .schedule = pipeline->first, .remat = pipeline->second});
+  nn::optim::SGD opt(pipe ? pipe->parameters() : model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  nn::GradScaler scaler({.init_scale = 1048576.0});
+  Fp16Run run;
+  for (int s = 0; s < steps; ++s) {
+    const models::Batch batch = make_pipeline_batch("gpt2", kBatch, kSeq, 100 + static_cast<uint64_t>(s));
+    double loss = 0;
+    if (pipe) {
+      autocast::Guard guard(DType::F16);
+      pipe->set_loss_scale(scaler.get_scale());
+      loss = pipe->step(batch);
+      scaler.unscale_(opt, [&](bool finite) {
+        Tensor bad = scalar_tensor(finite ? 0.0 : 1.0, DType::F64);
+        pipe->pp()->all_reduce(bad).wait();
+        return bad.item<double>() == 0.0;
+      });
+    } else {
+      const std::vector<double> counts = model->loss_counts(batch);
+      for (const models::Batch& mb : batch.split(M)) {
+        Tensor l;
+        {
+          autocast::Guard guard(DType::F16);
+          l = model->loss(model->layers().run(mb), mb, counts);
+        }
+        scaler.scale(l).backward();
+        loss += l.item<double>();
+      }
+    }
+    run.scales.push_back(scaler.get_scale());
+    scaler.step(opt);
+    run.skipped.push_back(scaler.last_step_skipped());
+    scaler.update();
+    opt.zero_grad();
+    run.losses.push_back(loss);
+  }
+  return run;
+}
+
+TEST(PipelineMpi, Fp16LossScalingTrainsAsSerialFp16) {
+  constexpr int kSteps = 6;
+  const Fp16Run want = train_fp16(std::nullopt, kSteps);
+  ASSERT_TRUE(want.skipped[0]) << "the initial scale overflows";
+  ASSERT_FALSE(want.skipped.back()) << "and the scaler backs off until it does not";
+  ASSERT_NE(want.losses[1], want.losses[2]) << "the clean steps do update";
+  for (const auto& [schedule, remat] : {std::pair{Schedule::GPipe, Remat::Never}, std::pair{Schedule::OneFOneB, Remat::Always}}) {
+    const Fp16Run got = train_fp16(std::pair{schedule, remat}, kSteps);
+    const std::string where = std::string(schedule_name(schedule)) + " " + std::string(remat_name(remat));
+    EXPECT_EQ(got.skipped, want.skipped) << where;
+    EXPECT_EQ(got.scales, want.scales) << where;
+    for (size_t i = 0; i < want.losses.size(); ++i)
+      EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::fabs(want.losses[i])) << where << " step " << i;
+  }
+}
+
+TEST(PipelineMpi, Fp16OverflowInOneStageSkipsTheStepOnEveryStage) {
+  // An inf in stage 0's gradients only (as an overflow confined to one stage's weight
+  // gradients would leave it): every stage must skip and back off.
+  auto model = make_pipeline_model("gpt2");
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 2});
+  nn::optim::SGD opt(pipe.parameters(), {.lr = 0.1});
+  nn::GradScaler scaler({.init_scale = 1024.0});
+  pipe.set_loss_scale(scaler.get_scale());
+  pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
+  const Tensor before = pipe.parameters().back().detach().clone();
+  if (pipe.stage() == 0) fill_(pipe.parameters().front().grad(), std::numeric_limits<double>::infinity());
+  auto all_finite = [&](bool finite) {
+    Tensor bad = scalar_tensor(finite ? 0.0 : 1.0, DType::F64);
+    pipe.pp()->all_reduce(bad).wait();
+    return bad.item<double>() == 0.0;
+  };
+  EXPECT_FALSE(scaler.unscale_(opt, all_finite)) << "on stage " << pipe.stage();
+  EXPECT_FALSE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_TRUE(trident::testing::all_close(pipe.parameters().back(), before, 0, 0)) << "no update on stage " << pipe.stage();
+  trident::testing::expect_error([&] { pipe.set_loss_scale(0.0); }, {"loss scale must be positive and finite, got 0"});
+}
+
 TEST(PipelineMpi, TiedEmbeddingStaysEqualOnFirstAndLastStage) {
   auto w = comm::Communicator::world();
   const auto params = train(4, Schedule::OneFOneB, 2);
@@ -284,6 +462,68 @@ TEST(PipelineMpi, DataTimesPipelineMatchesSerial) {
   EXPECT_NEAR(loss, want.loss, 1e-5 * want.loss);
   for (const auto& [name, p] : pipe.named_parameters())
     EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name;
+}
+
+// tp x pp on four ranks: two stages, each split over two tensor-parallel ranks by
+// TensorParallelLayers (the mesh's tp group), the pipeline's transfers between the ranks of one
+// tp index. Trained with gradient clipping by the whole model's norm (split parameters' squares
+// summed over tp, then over pp) and SGD with momentum, it must give the serial losses, norms and
+// parameters (gathered to full tensors) within relative 1e-5 (f32): the sums of the split
+// products and of the micro-batches run in other orders than serially.
+TEST(PipelineMpi, TensorTimesPipelineTrainsAsSerial) {
+  auto w = comm::Communicator::world();
+  if (w->size() != 4) GTEST_SKIP() << "tp x pp needs 4 ranks (pp = 2, tp = 2)";
+  const Mesh mesh(w, {.dp = 1, .pp = 2, .tp = 2});
+  constexpr int kSteps = 3;
+  constexpr double kClip = 0.5;
+  auto batch_of = [](int s) { return make_pipeline_batch("gpt2", kBatch, kSeq, 100 + static_cast<uint64_t>(s)); };
+  auto serial_model = make_pipeline_model("gpt2");
+  std::vector<double> want_loss, want_norm;
+  {
+    nn::optim::SGD opt(serial_model->parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int s = 0; s < kSteps; ++s) {
+      const models::Batch b = batch_of(s);
+      Tensor loss = serial_model->loss(serial_model->layers().run(b), b);
+      loss.backward();
+      want_norm.push_back(nn::clip_grad_norm_(serial_model->parameters(), kClip));
+      opt.step();
+      opt.zero_grad();
+      want_loss.push_back(loss.item<double>());
+    }
+  }
+  EXPECT_GT(want_norm[0], kClip) << "clipping acts";
+  const nn::StateDict want_params = serial_model->state_dict();
+  for (const auto& [M, schedule, remat] : {std::tuple{int64_t{4}, Schedule::GPipe, Remat::ExceptLast},
+                                           std::tuple{int64_t{2}, Schedule::OneFOneB, Remat::Always}}) {
+    const std::string where = "M = " + std::to_string(M) + " " + std::string(schedule_name(schedule)) + " " +
+                              std::string(remat_name(remat));
+    models::GPT2Config c = trident::testing::pipeline_gpt2_config();
+    c.layers = std::make_shared<tp::TensorParallelLayers>(mesh);
+    Generator g(1234);  // make_pipeline_model's seed: the serial model's values (NOTE [Parameter shards])
+    models::GPT2LMHeadModel model(c, &g);
+    Pipeline pipe(model, mesh.group_ptr(Axis::PP), {.micro_batches = M, .schedule = schedule, .remat = remat});
+    const auto split = tp::sharded_parameters(model);
+    const auto stage_params = pipe.named_parameters();
+    EXPECT_TRUE(std::any_of(stage_params.begin(), stage_params.end(), [&](const auto& p) { return split.count(p.first) != 0; }))
+        << "the stage holds tensor-parallel shards";
+    nn::optim::SGD opt(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int s = 0; s < kSteps; ++s) {
+      const double loss = pipe.step(batch_of(s));
+      const double norm = clip_grad_norm_(pipe, kClip, &mesh.group(Axis::TP));
+      opt.step();
+      pipe.zero_grad();
+      EXPECT_NEAR(loss, want_loss[static_cast<size_t>(s)], 1e-5 * want_loss[static_cast<size_t>(s)]) << where << " step " << s;
+      EXPECT_NEAR(norm, want_norm[static_cast<size_t>(s)], 1e-5 * want_norm[static_cast<size_t>(s)]) << where << " step " << s;
+    }
+    // Every rank takes every stage's shards, then the tp group gathers them to full tensors.
+    sync_full_model(pipe);
+    const nn::StateDict got = tp::full_state_dict(model, mesh.group(Axis::TP));
+    ASSERT_EQ(got.size(), want_params.size());
+    for (const auto& [name, t] : want_params) {
+      ASSERT_TRUE(got.count(name) != 0) << name;
+      EXPECT_TRUE(close_rel(got.at(name), t)) << name << " " << where;
+    }
+  }
 }
 
 TEST(PipelineMpi, BalanceByParametersAndByTime) {
