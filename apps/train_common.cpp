@@ -265,10 +265,6 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
   TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
                 " --tp ", o.tp);
-  // A tp-split model's checkpoint must be gathered to full tensors (parallel/tensor_parallel/checkpoint.h);
-  // the training checkpoint of this loop saves each rank's own parameters, so it is refused.
-  TRIDENT_CHECK(o.tp == 1 || (o.ckpt_dir.empty() && o.resume.empty()), "--tp ", o.tp,
-                " with --ckpt-dir or --resume: training checkpoints of tensor-parallel runs are not supported yet");
   // NOTE [Pipeline training apps]
   if (o.pp > 1) {
     TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
@@ -424,6 +420,10 @@ int train(const TrainOptions& o, TrainTask& task) {
   // Under --zero the optimizer part of a checkpoint goes through the ZeroOptimizer
   // (parallel/checkpoint.h, NOTE [ZeRO-1 checkpoints]).
   nn::TrainingCheckpointParts parts{&model, zero ? nullptr : plain.get(), &scaler, {}};
+  // NOTE [Tensor-parallel training checkpoints]: under --tp the checkpoint holds the serial
+  // model's full tensors and optimizer state.
+  const parallel::TensorParallelCheckpoint tp_ckpt{tp.get(), make_adamw};
+  const parallel::TensorParallelCheckpoint* tp_parts = tp->size() > 1 ? &tp_ckpt : nullptr;
   // global_batch: the loader position counts global batches, so a resumed run must use the same.
   const json extra = {{"model", task.model_name}, {"config", json::parse(task.config_json)}, {"global_batch", global_batch}};
   int64_t start = 0;
@@ -433,11 +433,19 @@ int train(const TrainOptions& o, TrainTask& task) {
     TRIDENT_CHECK(name == task.model_name, "checkpoint '", path, "' holds a ", name, " model, not ", task.model_name);
     TRIDENT_CHECK(json::parse(config) == extra["config"], "checkpoint '", path, "' holds a ", name,
                   " model of another configuration: ", config, " (this run: ", extra["config"].dump(), ")");
-    const nn::TrainingProgress p = parallel::load_training_checkpoint(path, parts, zero.get());
+    const nn::TrainingProgress p = parallel::load_training_checkpoint(path, parts, zero.get(), tp_parts);
     const int64_t saved_batch = p.extra.value("global_batch", global_batch);
     TRIDENT_CHECK(saved_batch == global_batch, "checkpoint '", path, "' was trained with a global batch of ", saved_batch,
                   " examples, this run's is ", global_batch, " (--batch ", o.batch, " x --grad-accum ", o.grad_accum,
                   " x --dp ", dp_size, ")");
+    // NOTE [Tensor-parallel training checkpoints]: the split regions' dropout streams continue
+    // where they were only at the tp size that saved them.
+    if (task.split_dropout != nullptr && p.extra.value("tp", int64_t{1}) == tp->size() &&
+        p.extra.contains("split_dropout_offset")) {
+      PhiloxState st = task.split_dropout->state();
+      st.offset = p.extra["split_dropout_offset"].get<uint64_t>();
+      task.split_dropout->set_state(st);
+    }
     start = p.step;
     loader.restore(p.data_position.get<data::LoaderPosition>());
     say("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(start));
@@ -626,8 +634,13 @@ int train(const TrainOptions& o, TrainTask& task) {
       print_eval("validation", step, evaluate(step));
     }
     if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end)) {
+      json saved = extra;
+      if (tp->size() > 1) {
+        saved["tp"] = tp->size();
+        if (task.split_dropout != nullptr) saved["split_dropout_offset"] = task.split_dropout->state().offset;
+      }
       parallel::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), *dp, parts,
-                                         {step, json(loader.position()), extra}, zero.get());
+                                         {step, json(loader.position()), saved}, zero.get(), tp_parts);
     }
   }
   if (tty && end > start) say("\n");

@@ -16,7 +16,7 @@
 // NOTE [Parallel training apps]: `mpirun -np N train_gpt2 --dp N` (and train_bert). make_mesh()
 // is the one place the apps turn --dp/--pp/--tp into a parallel::Mesh (launch_mesh: N must be
 // dp x pp x tp); --tp N builds the model's splittable layers from the mesh's tp group
-// (parallel/tensor_parallel, no checkpoints yet), with --sequence-parallel also splitting the
+// (parallel/tensor_parallel; checkpoints: NOTE [Tensor-parallel training checkpoints]), with --sequence-parallel also splitting the
 // LayerNorms and dropout along the sequence (the sequence length must divide by tp); --pp K trains through a
 // parallel::pipeline::Pipeline (NOTE [Pipeline training apps]). --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
 // examples. Every rank reads the same shuffled order and keeps, of each global batch, the rows
@@ -33,6 +33,23 @@
 // metrics, plots and the checkpoint (parallel/checkpoint.h: under --zero the gathered optimizer
 // state); every rank reads the checkpoint back. Evaluation runs on every rank alike (the same
 // batches; no communication), so it costs what it costs serially.
+//
+// NOTE [Tensor-parallel training checkpoints]: under --tp (with or without --dp, --zero,
+// --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
+// (parallel/checkpoint.h, NOTE [Layout-independent checkpoints]): the parameters and AdamW's
+// moments of split layers are gathered over tp into the serial model's full tensors under its
+// names, so a run at --tp 2 writes the directory a serial run writes (plus "tp" and
+// "split_dropout_offset" in trainer.json's extra), and any checkpoint resumes at any --tp (the
+// model config and global batch must match, as always). The default generator (the replicated
+// dropout sites, identical on every tp rank) is saved as serially. The split regions' dropout
+// (attention and MLP activations; with --sequence-parallel also the residual stream) draws from
+// a per-tp-rank stream seeded seed + 2718 + tp rank; every rank draws equally many values, so
+// rank 0's offset is every rank's, and a resume at the same --tp restores it: bit for bit the
+// uninterrupted run. Resumed at another --tp (or from a serial checkpoint), those streams start
+// afresh: with dropout > 0 the masks in split regions then differ from the uninterrupted run's
+// (as they differ between tp sizes from the first step), so the losses continue statistically,
+// not exactly; with dropout 0 they continue exactly at the same tp and within rounding (the
+// sums' order changes with tp) at another (tests: apps.train_gpt2_dp).
 //
 // NOTE [Pipeline training apps]: `mpirun -np K train_gpt2 --pp K --micro-batches M
 // --pp-schedule gpipe|1f1b --remat always|except_last|never` (and train_bert; --pp-schedule, as
@@ -72,6 +89,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "data/dataset.h"
 #include "models/layer_list.h"
 #include "models/memory_estimate.h"
@@ -159,6 +177,10 @@ struct TrainTask {
   std::map<std::string, std::string> perplexity_of;
   // The mesh from make_mesh(); null: train() makes it.
   const parallel::Mesh* mesh = nullptr;
+  // --tp: this rank's dropout stream of the split regions
+  // (parallel::tp::TensorParallelLayers::split_generator), saved in checkpoints by its offset
+  // (NOTE [Tensor-parallel training checkpoints]); null without --tp.
+  Generator* split_dropout = nullptr;
 };
 
 // Trains: resumes when asked, evaluates before and after (printing the validation loss and

@@ -5,6 +5,15 @@
 // share). With ZeRO-1 the optimizer part is the gathered, unsharded state (NOTE [ZeRO-1
 // checkpoints]), so the checkpoint is the very directory a serial run writes and resumes on any
 // dp size, sharded or not. Not included by trident.h (nlohmann/json.hpp is heavy).
+//
+// With tensor parallelism (`tp` given) the checkpoint is layout-independent too (NOTE
+// [Layout-independent checkpoints]): the model's state and the optimizer's (plain, or ZeRO's
+// gathered state) are gathered over the tp group into the serial model's full tensors, and the
+// rank that is dp rank 0 and tp rank 0 writes them, through a serial-shaped copy (a module of
+// the full tensors under the model's names, and tp.factory's optimizer over full-shaped
+// parameters). So a run at tp = 2 writes the directory a serial run writes, and a checkpoint of
+// any tp (or of a serial run) resumes at any tp: loading reads the full tensors and keeps this
+// rank's shards. Generators are saved as in the serial case (the default one; the caller's).
 #pragma once
 
 #include <string>
@@ -15,16 +24,29 @@
 
 namespace trident::parallel {
 
+// What a tensor-parallel checkpoint needs besides the parts.
+struct TensorParallelCheckpoint {
+  comm::Communicator* group = nullptr;  // the tp group of parts.model's split layers
+  // Builds the optimizer over parameter groups of full (serial) shapes, as the run's optimizer
+  // is built over its shards (the same groups and hyperparameters).
+  OptimizerFactory factory;
+};
+
 // Collective over `dp`: with `zero`, gathers its state (every rank takes part); dp rank 0 writes
 // the checkpoint of `parts` (parts.optimizer: the plain optimizer, or null with zero) and then
 // tells the others whether it succeeded, so that a failed write throws on every rank (naming
 // the path) instead of leaving them waiting.
+// With `tp`: collective over the tp group as well (gathers the full tensors); the rank that is
+// dp rank 0 and tp rank 0 alone writes, and its success is broadcast over tp, then over dp.
 void save_training_checkpoint(const std::string& path, comm::Communicator& dp, const nn::TrainingCheckpointParts& parts,
-                              const nn::TrainingProgress& progress, ZeroOptimizer* zero = nullptr);
+                              const nn::TrainingProgress& progress, ZeroOptimizer* zero = nullptr,
+                              const TensorParallelCheckpoint* tp = nullptr);
 
 // Every rank restores `parts` from the checkpoint (with zero: the optimizer part goes into it,
 // each rank keeping its shards; parts.optimizer must then be null). Not collective.
+// With `tp`: the checkpoint's full tensors are read into a serial-shaped copy first (all
+// checked before anything changes), then this rank's shards go into the model and optimizer.
 nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn::TrainingCheckpointParts& parts,
-                                              ZeroOptimizer* zero = nullptr);
+                                              ZeroOptimizer* zero = nullptr, const TensorParallelCheckpoint* tp = nullptr);
 
 }  // namespace trident::parallel
