@@ -5,7 +5,7 @@
 # relative; --resume under --dp 2 (and --zero) must print the uninterrupted run's losses exactly;
 # only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel, --dp 2 --tp 2 and
 # --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too; their checkpoints are
-# the serial run's (NOTE [Tensor-parallel training checkpoints]): a --tp 2 checkpoint resumes at
+# the serial run's (NOTE [Model-parallel training checkpoints]): a --tp 2 checkpoint resumes at
 # --tp 2 exactly (with dropout too) and at tp 1 within 1e-5 relative, a serial one at --tp 2.
 # Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
 set -euo pipefail
@@ -81,7 +81,7 @@ print(f"{sys.argv[3]}: losses equal the serial run's within 1e-5 relative: {b}")
 PY
 done
 
-# NOTE [Tensor-parallel training checkpoints]: the --tp 2 checkpoint holds the serial model's
+# NOTE [Model-parallel training checkpoints]: the --tp 2 checkpoint holds the serial model's
 # tensors: the same names, shapes and dtypes as the serial run's, model and optimizer state.
 python3 - "$dir/tp_ck/step-4" "$dir/serial_ck/step-4" <<'PY'
 import json, struct, sys

@@ -2,6 +2,8 @@
 
 #include "autograd/grad_mode.h"
 #include "core/factory.h"
+#include "parallel/pipeline/checkpoint.h"
+#include "parallel/pipeline/grad_norm.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 
 namespace trident::parallel {
@@ -60,34 +62,44 @@ ParamGroups full_groups(nn::Module& model, const ParamGroups& groups) {
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, comm::Communicator& dp, const nn::TrainingCheckpointParts& parts,
-                              const nn::TrainingProgress& progress, ZeroOptimizer* zero, const TensorParallelCheckpoint* tp) {
+                              const nn::TrainingProgress& progress, ZeroOptimizer* zero, const ModelParallelCheckpoint* mp) {
   TRIDENT_CHECK(!(zero && parts.optimizer), "save_training_checkpoint ", path,
                 ": give the ZeroOptimizer or parts.optimizer, not both");
-  TRIDENT_CHECK(!tp || (tp->group != nullptr && tp->factory && parts.model != nullptr), "save_training_checkpoint ", path,
-                ": a tensor-parallel checkpoint needs the tp group, an optimizer factory and the model");
+  TRIDENT_CHECK(!mp || (mp->factory && parts.model != nullptr), "save_training_checkpoint ", path,
+                ": a model-parallel checkpoint needs an optimizer factory and the model");
   const bool has_optimizer = zero || parts.optimizer;
   nn::optim::OptimizerState full;
   if (zero) full = zero->state_dict();  // collective over dp
   ParamGroups groups;
   nn::StateDict model_state;
-  if (tp) {  // collective over tp
+  if (mp) {
+    nn::optim::Optimizer* own = zero ? &zero->shard_optimizer() : parts.optimizer;
     groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
     if (parts.optimizer) full = parts.optimizer->state_dict();
-    if (has_optimizer) full = tp::full_optimizer_state(full, *parts.model, flatten(groups), *tp->group);
-    model_state = tp::full_state_dict(*parts.model, *tp->group);
+    if (mp->pipe) {  // collective over pp: the whole model and its optimizer state on every rank
+      pipeline::sync_full_model(*mp->pipe);
+      if (has_optimizer) full = pipeline::gather_optimizer_state(*mp->pipe, full, groups, mp->whole_groups, own->slot_names());
+      groups = mp->whole_groups;
+    }
+    if (mp->tp) {  // collective over tp
+      if (has_optimizer) full = tp::full_optimizer_state(full, *parts.model, flatten(groups), *mp->tp);
+      model_state = tp::full_state_dict(*parts.model, *mp->tp);
+    } else {
+      model_state = parts.model->state_dict();
+    }
   }
-  const bool writer = dp.rank() == 0 && (!tp || tp->group->rank() == 0);
+  const bool writer = dp.rank() == 0 && (!mp || ((!mp->tp || mp->tp->rank() == 0) && (!mp->pipe || mp->pipe->pp()->rank() == 0)));
   std::string failure;
   if (writer) {
     try {
       nn::TrainingCheckpointParts p = parts;
       std::unique_ptr<nn::optim::Optimizer> unsharded;
       std::shared_ptr<nn::Module> holder;
-      if (tp) {
+      if (mp) {
         holder = module_of(model_state);
         p.model = holder.get();
         if (has_optimizer) {
-          unsharded = tp->factory(full_groups(*parts.model, groups));
+          unsharded = mp->factory(full_groups(*parts.model, groups));
           unsharded->load_state_dict(full);
         }
         p.optimizer = unsharded.get();
@@ -101,21 +113,24 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
       failure = e.message();
     }
   }
+  // The writer's result reaches its tp group (dp and pp rank 0), then over pp every rank of dp
+  // rank 0, then over dp everyone (what other groups' rank 0s send first is overwritten).
   Tensor ok = scalar_tensor(failure.empty() ? 1.0 : 0.0, DType::I32);
-  if (tp) tp->group->broadcast(ok, 0).wait();  // the writer's tp group first: then its dp rank 0s know
+  if (mp && mp->tp) mp->tp->broadcast(ok, 0).wait();
+  if (mp && mp->pipe) mp->pipe->pp()->broadcast(ok, 0).wait();
   dp.broadcast(ok, 0).wait();
   if (writer && !failure.empty()) TRIDENT_FAIL(failure);
-  TRIDENT_CHECK(ok.item<int>() == 1, "save_training_checkpoint ", path, ": the writing rank (dp rank 0",
-                tp ? " of tp rank 0" : "", ") failed to write the checkpoint; its error says why");
+  TRIDENT_CHECK(ok.item<int>() == 1, "save_training_checkpoint ", path,
+                ": the writing rank (dp, pp and tp rank 0) failed to write the checkpoint; its error says why");
 }
 
 nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn::TrainingCheckpointParts& parts,
-                                              ZeroOptimizer* zero, const TensorParallelCheckpoint* tp) {
+                                              ZeroOptimizer* zero, const ModelParallelCheckpoint* mp) {
   TRIDENT_CHECK(!(zero && parts.optimizer), "load_training_checkpoint ", path,
                 ": give the ZeroOptimizer or parts.optimizer, not both");
-  if (tp) {
-    TRIDENT_CHECK(tp->group != nullptr && tp->factory && parts.model != nullptr, "load_training_checkpoint ", path,
-                  ": a tensor-parallel checkpoint needs the tp group, an optimizer factory and the model");
+  if (mp) {
+    TRIDENT_CHECK(mp->factory && parts.model != nullptr, "load_training_checkpoint ", path,
+                  ": a model-parallel checkpoint needs an optimizer factory and the model");
     nn::Module& model = *parts.model;
     // A serial-shaped copy: the model's names with the full shapes.
     const auto shards = tp::sharded_parameters(model);
@@ -128,8 +143,9 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     }
     const std::shared_ptr<nn::Module> holder = module_of(shaped);
     const ParamGroups groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
+    const ParamGroups& whole = mp->pipe ? mp->whole_groups : groups;
     std::unique_ptr<nn::optim::Optimizer> unsharded;
-    if (zero || parts.optimizer) unsharded = tp->factory(full_groups(model, groups));
+    if (zero || parts.optimizer) unsharded = mp->factory(full_groups(model, whole));
     nn::TrainingCheckpointParts p = parts;
     p.model = holder.get();
     p.optimizer = unsharded.get();
@@ -138,14 +154,19 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     nn::TrainingProgress progress = nn::load_training_checkpoint(path, p);
     {
       NoGradGuard no_grad;
-      tp::load_full_state_dict(model, nn::StateDict(shaped.begin(), shaped.end()), *tp->group);
+      if (mp->tp)
+        tp::load_full_state_dict(model, shaped, *mp->tp);
+      else
+        model.load_state_dict(shaped);
     }
     if (unsharded) {
-      const nn::optim::OptimizerState local = tp::local_optimizer_state(unsharded->state_dict(), model, flatten(groups), *tp->group);
+      nn::optim::OptimizerState st = unsharded->state_dict();
+      if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(whole), *mp->tp);
+      if (mp->pipe) st = pipeline::stage_optimizer_state(st, whole, groups);
       if (zero)
-        zero->load_state_dict(local);
+        zero->load_state_dict(st);
       else
-        parts.optimizer->load_state_dict(local);
+        parts.optimizer->load_state_dict(st);
     }
     return progress;
   }
