@@ -71,9 +71,11 @@ int main(int argc, char** argv) {
     Generator init(o.seed);
     // --tp: the model's splittable layers come from the mesh's tp group (Megatron-LM's split;
     // NOTE [Parallel training apps]).
+    std::shared_ptr<parallel::tp::TensorParallelLayers> tp_layers;
     if (o.tp > 1) {
-      config.layers = std::make_shared<parallel::tp::TensorParallelLayers>(
+      tp_layers = std::make_shared<parallel::tp::TensorParallelLayers>(
           mesh, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
+      config.layers = tp_layers;
     }
     BertForPreTraining model(config, &init);
     apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
     task.config_json = config.to_json();
     task.model = &model;
     task.mesh = &mesh;
+    task.split_dropout = tp_layers ? tp_layers->split_generator() : nullptr;
     task.train = train;
     task.val = val;
     task.to_batch = [](const data::Example& ex) {

@@ -265,18 +265,12 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
   TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
                 " --tp ", o.tp);
-  // A tp-split model's checkpoint must be gathered to full tensors (parallel/tensor_parallel/checkpoint.h);
-  // the training checkpoint of this loop saves each rank's own parameters, so it is refused.
-  TRIDENT_CHECK(o.tp == 1 || (o.ckpt_dir.empty() && o.resume.empty()), "--tp ", o.tp,
-                " with --ckpt-dir or --resume: training checkpoints of tensor-parallel runs are not supported yet");
   // NOTE [Pipeline training apps]
   if (o.pp > 1) {
     TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
     // bf16 and fp16 run through the stages under the step's autocast scope (NOTE [Autocast
     // state]); fp16's loss scale multiplies the last stage's loss (Pipeline::set_loss_scale) and
     // the ranks agree on skipping an overflowing step (NOTE [Pipeline training apps]).
-    TRIDENT_CHECK(o.ckpt_dir.empty() && o.resume.empty(), "--pp ", o.pp,
-                  " with --ckpt-dir or --resume: training checkpoints of pipeline runs are not supported yet");
     TRIDENT_CHECK(o.pp_schedule == "gpipe" || o.pp_schedule == "1f1b", "--pp-schedule must be gpipe or 1f1b, got '",
                   o.pp_schedule, "'");
     TRIDENT_CHECK(o.remat == "always" || o.remat == "except_last" || o.remat == "never",
@@ -424,6 +418,23 @@ int train(const TrainOptions& o, TrainTask& task) {
   // Under --zero the optimizer part of a checkpoint goes through the ZeroOptimizer
   // (parallel/checkpoint.h, NOTE [ZeRO-1 checkpoints]).
   nn::TrainingCheckpointParts parts{&model, zero ? nullptr : plain.get(), &scaler, {}};
+  // NOTE [Model-parallel training checkpoints]: under --tp and --pp the checkpoint holds the
+  // serial model's full tensors and optimizer state (the whole model's, grouped as above).
+  parallel::ParamGroups whole_groups{{}, {}};
+  for (const Tensor& p : model.parameters()) whole_groups[p.dim() >= 2 ? 0 : 1].push_back(p);
+  const parallel::ModelParallelCheckpoint mp_ckpt{tp->size() > 1 ? tp.get() : nullptr, pipe.get(), whole_groups, make_adamw};
+  const parallel::ModelParallelCheckpoint* mp_parts = tp->size() > 1 || pipe ? &mp_ckpt : nullptr;
+  const int64_t pp_size = pipe ? pipe->num_stages() : 1;
+  // Each stage's value of a generator offset (the same list on every rank; collective over pp).
+  auto per_stage = [&](uint64_t offset) {
+    if (!pipe) return std::vector<uint64_t>{offset};
+    Tensor t = zeros({pp_size}, TensorOptions(kF64));
+    t.data<double>()[pipe->stage()] = static_cast<double>(offset);  // exact below 2^53
+    pipe->pp()->all_reduce(t, parallel::comm::ReduceOp::Sum).wait();
+    std::vector<uint64_t> out;
+    for (double v : t.to_vector<double>()) out.push_back(static_cast<uint64_t>(v));
+    return out;
+  };
   // global_batch: the loader position counts global batches, so a resumed run must use the same.
   const json extra = {{"model", task.model_name}, {"config", json::parse(task.config_json)}, {"global_batch", global_batch}};
   int64_t start = 0;
@@ -433,11 +444,25 @@ int train(const TrainOptions& o, TrainTask& task) {
     TRIDENT_CHECK(name == task.model_name, "checkpoint '", path, "' holds a ", name, " model, not ", task.model_name);
     TRIDENT_CHECK(json::parse(config) == extra["config"], "checkpoint '", path, "' holds a ", name,
                   " model of another configuration: ", config, " (this run: ", extra["config"].dump(), ")");
-    const nn::TrainingProgress p = parallel::load_training_checkpoint(path, parts, zero.get());
+    const nn::TrainingProgress p = parallel::load_training_checkpoint(path, parts, zero.get(), mp_parts);
     const int64_t saved_batch = p.extra.value("global_batch", global_batch);
     TRIDENT_CHECK(saved_batch == global_batch, "checkpoint '", path, "' was trained with a global batch of ", saved_batch,
                   " examples, this run's is ", global_batch, " (--batch ", o.batch, " x --grad-accum ", o.grad_accum,
                   " x --dp ", dp_size, ")");
+    // NOTE [Model-parallel training checkpoints]: each stage's default stream (its layers'
+    // dropout) and each rank's split-region stream continue where they were, at the layout that
+    // saved them only.
+    if (p.extra.value("tp", int64_t{1}) == tp->size() && p.extra.value("pp", int64_t{1}) == pp_size) {
+      const size_t stage = pipe ? static_cast<size_t>(pipe->stage()) : 0;
+      auto restore = [&](Generator& g, const char* key) {
+        if (!p.extra.contains(key)) return;
+        PhiloxState st = g.state();
+        st.offset = p.extra[key].at(stage).get<uint64_t>();
+        g.set_state(st);
+      };
+      if (pipe) restore(default_generator(), "default_offsets");
+      if (task.split_dropout != nullptr) restore(*task.split_dropout, "split_dropout_offsets");
+    }
     start = p.step;
     loader.restore(p.data_position.get<data::LoaderPosition>());
     say("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(start));
@@ -626,8 +651,15 @@ int train(const TrainOptions& o, TrainTask& task) {
       print_eval("validation", step, evaluate(step));
     }
     if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end)) {
+      json saved = extra;
+      if (mp_parts != nullptr) {
+        saved["tp"] = tp->size();
+        saved["pp"] = pp_size;
+        if (pipe) saved["default_offsets"] = per_stage(default_generator().state().offset);
+        if (task.split_dropout != nullptr) saved["split_dropout_offsets"] = per_stage(task.split_dropout->state().offset);
+      }
       parallel::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), *dp, parts,
-                                         {step, json(loader.position()), extra}, zero.get());
+                                         {step, json(loader.position()), saved}, zero.get(), mp_parts);
     }
   }
   if (tty && end > start) say("\n");

@@ -16,7 +16,7 @@
 // NOTE [Parallel training apps]: `mpirun -np N train_gpt2 --dp N` (and train_bert). make_mesh()
 // is the one place the apps turn --dp/--pp/--tp into a parallel::Mesh (launch_mesh: N must be
 // dp x pp x tp); --tp N builds the model's splittable layers from the mesh's tp group
-// (parallel/tensor_parallel, no checkpoints yet), with --sequence-parallel also splitting the
+// (parallel/tensor_parallel; checkpoints: NOTE [Model-parallel training checkpoints]), with --sequence-parallel also splitting the
 // LayerNorms and dropout along the sequence (the sequence length must divide by tp); --pp K trains through a
 // parallel::pipeline::Pipeline (NOTE [Pipeline training apps]). --batch is per dp rank: a step's global batch is --batch x --grad-accum x --dp
 // examples. Every rank reads the same shuffled order and keeps, of each global batch, the rows
@@ -33,6 +33,28 @@
 // metrics, plots and the checkpoint (parallel/checkpoint.h: under --zero the gathered optimizer
 // state); every rank reads the checkpoint back. Evaluation runs on every rank alike (the same
 // batches; no communication), so it costs what it costs serially.
+//
+// NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
+// --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
+// (parallel/checkpoint.h): the parameters and AdamW's moments of split layers are gathered over
+// tp into the serial model's full tensors under its names (NOTE [Layout-independent
+// checkpoints]), every stage's parameters and optimizer state are assembled into the whole
+// model's (NOTE [Pipeline checkpoints]), so a run at --tp 2 or --pp 2 writes the directory a
+// serial run writes (plus "tp", "pp" and generator offsets in trainer.json's extra), and any
+// checkpoint resumes at any --tp and --pp (the model config and global batch must match, as
+// always). Dropout streams: the default generator is world rank 0's, as serially; under --tp the
+// replicated sites draw from it alike on every tp rank, and the split regions (attention and MLP
+// activations; with --sequence-parallel also the residual stream) from a per-tp-rank stream
+// seeded seed + 2718 + tp rank; under --pp each stage draws its own layers' masks from its own
+// default generator. So the checkpoint also records, per stage, the default generator's offset
+// (--pp) and the split stream's (--tp; every tp rank of a stage draws equally many values, so tp
+// rank 0's is every tp rank's), and a resume at the same --tp and --pp restores them: bit for bit
+// the uninterrupted run, dropout included. Resumed at another layout (or from a serial
+// checkpoint), every rank starts from the saved default generator and fresh split streams: with
+// dropout > 0 the masks then differ from the uninterrupted run's (as they differ between layouts
+// from the first step), so the losses continue statistically, not exactly; with dropout 0 they
+// continue exactly at the same layout and within rounding (the sums' order changes with the
+// layout) at another (tests: apps.train_gpt2_dp, apps.train_gpt2_pp).
 //
 // NOTE [Pipeline training apps]: `mpirun -np K train_gpt2 --pp K --micro-batches M
 // --pp-schedule gpipe|1f1b --remat always|except_last|never` (and train_bert; --pp-schedule, as
@@ -59,8 +81,8 @@
 // runs the whole model forward alone, as serially (the same batches; the pipeline is not used
 // for it). At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
 // each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
-// one line: --pp with --zero or checkpoints (each stage's optimizer state would have to be
-// gathered), and M not dividing the step's batch.
+// one line: --pp with --zero, and M not dividing the step's batch. Checkpoints: NOTE
+// [Model-parallel training checkpoints].
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -72,6 +94,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "data/dataset.h"
 #include "models/layer_list.h"
 #include "models/memory_estimate.h"
@@ -159,6 +182,10 @@ struct TrainTask {
   std::map<std::string, std::string> perplexity_of;
   // The mesh from make_mesh(); null: train() makes it.
   const parallel::Mesh* mesh = nullptr;
+  // --tp: this rank's dropout stream of the split regions
+  // (parallel::tp::TensorParallelLayers::split_generator), saved in checkpoints by its offset
+  // (NOTE [Model-parallel training checkpoints]); null without --tp.
+  Generator* split_dropout = nullptr;
 };
 
 // Trains: resumes when asked, evaluates before and after (printing the validation loss and

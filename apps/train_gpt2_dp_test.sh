@@ -4,7 +4,10 @@
 # must print the losses of the serial run with --batch 8 (the same global batches) within 1e-5
 # relative; --resume under --dp 2 (and --zero) must print the uninterrupted run's losses exactly;
 # only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel, --dp 2 --tp 2 and
-# --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too. Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
+# --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too; their checkpoints are
+# the serial run's (NOTE [Model-parallel training checkpoints]): a --tp 2 checkpoint resumes at
+# --tp 2 exactly (with dropout too) and at tp 1 within 1e-5 relative, a serial one at --tp 2.
+# Usage: train_gpt2_dp_test.sh TRAIN_GPT2 MPIEXEC
 set -euo pipefail
 exe="$1"
 mpiexec="$2"
@@ -16,7 +19,7 @@ model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size"
 common=(--train "$dir/tiny_train_*.bin" --val "$dir/tiny_val_*.bin" --model "$model" --grad-accum 2 --lr 3e-3
         --warmup 2 --steps 8 --log-every 1 --eval-batches 2 --threads 1 --workers 1)
 dp2() { "$mpiexec" --oversubscribe -np 2 "$exe" --dp 2 --batch 4 "${common[@]}" "$@"; }
-"$exe" --batch 8 "${common[@]}" >"$dir/serial.txt"
+"$exe" --batch 8 "${common[@]}" --ckpt-dir "$dir/serial_ck" --ckpt-every 4 >"$dir/serial.txt"
 dp2 --ckpt-dir "$dir/dp" --ckpt-every 4 >"$dir/dp.txt"
 dp2 --resume "$dir/dp/step-4" >"$dir/dp_resumed.txt"
 dp2 --zero --ckpt-dir "$dir/zero" --ckpt-every 4 >"$dir/zero.txt"
@@ -58,12 +61,13 @@ echo "mismatched sizes: clear errors"
 # --tp 2 (Megatron-LM's split of every layer over the two ranks) trains the serial model: the
 # serial run's losses within 1e-5 relative (each rank sees the whole --batch 8).
 # And --dp 2 --tp 2 on four ranks (tp innermost), --batch 4 per dp rank: the same global batches.
-"$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --batch 8 "${common[@]}" >"$dir/tp.txt"
+"$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --batch 8 "${common[@]}" --ckpt-dir "$dir/tp_ck" --ckpt-every 4 >"$dir/tp.txt"
 "$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --batch 4 "${common[@]}" >"$dir/dptp.txt"
 # Sequence parallelism (NOTE [Sequence parallelism]): with dropout off, the serial losses too.
 "$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --sequence-parallel --batch 8 "${common[@]}" >"$dir/tpsp.txt"
 # ZeRO-1 over the dp group of the dp 2 x tp 2 mesh (clipping by the serial norm), with sequence parallelism.
-"$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --zero --sequence-parallel --batch 4 "${common[@]}" >"$dir/dptpzero.txt"
+"$mpiexec" --oversubscribe -np 4 "$exe" --dp 2 --tp 2 --zero --sequence-parallel --batch 4 "${common[@]}" \
+  --ckpt-dir "$dir/dptpzero_ck" --ckpt-every 4 >"$dir/dptpzero.txt"
 for run in tp dptp tpsp dptpzero; do
   [ "$(losses "$dir/$run.txt" | wc -l)" -eq 8 ] || { echo "$run: expected 8 step lines (rank 0 alone prints)"; cat "$dir/$run.txt"; exit 1; }
   python3 - "$dir/serial.txt" "$dir/$run.txt" "$run" <<'PY'
@@ -76,3 +80,45 @@ for i, (x, y) in enumerate(zip(a, b)):
 print(f"{sys.argv[3]}: losses equal the serial run's within 1e-5 relative: {b}")
 PY
 done
+
+# NOTE [Model-parallel training checkpoints]: the --tp 2 checkpoint holds the serial model's
+# tensors: the same names, shapes and dtypes as the serial run's, model and optimizer state.
+python3 - "$dir/tp_ck/step-4" "$dir/serial_ck/step-4" <<'PY'
+import json, struct, sys
+def header(path):
+    b = open(path, 'rb').read(1 << 20)
+    h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+    h.pop('__metadata__', None)
+    return {k: (v['dtype'], v['shape']) for k, v in h.items()}
+for part in ('model', 'optimizer'):
+    a, b = header(f'{sys.argv[1]}/{part}.safetensors'), header(f'{sys.argv[2]}/{part}.safetensors')
+    assert a == b, f"{part}: --tp 2 and serial checkpoints differ: {sorted(set(a.items()) ^ set(b.items()))}"
+    print(f"{part}.safetensors: --tp 2 checkpoint has the serial one's {len(a)} tensors (names, shapes, dtypes)")
+PY
+tp2() { "$mpiexec" --oversubscribe -np 2 "$exe" --tp 2 --batch 8 "$@"; }
+tp2 "${common[@]}" --resume "$dir/tp_ck/step-4" >"$dir/tp_tp.txt"
+"$exe" --batch 8 "${common[@]}" --resume "$dir/tp_ck/step-4" >"$dir/tp_serial.txt"
+tp2 "${common[@]}" --resume "$dir/serial_ck/step-4" >"$dir/serial_tp.txt"
+# ZeRO's gathered state of a dp 2 x tp 2 run, resumed at --tp 2 alone (the same global batch).
+tp2 "${common[@]}" --resume "$dir/dptpzero_ck/step-4" >"$dir/dptpzero_tp.txt"
+diff <(losses "$dir/tp.txt" | grep -E '^step +[5-8]/') <(losses "$dir/tp_tp.txt")
+echo "tp: steps 5-8 identical after --resume at --tp 2"
+for pair in tp:tp_serial serial:serial_tp dptpzero:dptpzero_tp; do
+  python3 - "$dir/${pair%%:*}.txt" "$dir/${pair##*:}.txt" "$pair" <<'PY'
+import re, sys
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step +(\d+)/\d+ \| loss (\S+)", open(path).read(), re.M)}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(b) == [5, 6, 7, 8], (sys.argv[3], sorted(b))
+for s in b:
+    assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), f"{sys.argv[3]}: step {s}: uninterrupted loss {a[s]}, resumed {b[s]}"
+print(f"{sys.argv[3]}: the resumed run's steps 5-8 equal the uninterrupted run's within 1e-5 relative")
+PY
+done
+# Dropout on: the split regions' per-rank streams continue where they were, so a resume at the
+# same --tp is exact.
+dropout_model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 500, "padded_vocab_size": 512, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "resid_pdrop": 0.1}'
+tp2 "${common[@]}" --model "$dropout_model" --ckpt-dir "$dir/drop_ck" --ckpt-every 4 >"$dir/drop.txt"
+tp2 "${common[@]}" --model "$dropout_model" --resume "$dir/drop_ck/step-4" >"$dir/drop_resumed.txt"
+diff <(losses "$dir/drop.txt" | grep -E '^step +[5-8]/') <(losses "$dir/drop_resumed.txt")
+echo "tp with dropout: steps 5-8 identical after --resume at --tp 2"

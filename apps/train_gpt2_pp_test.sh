@@ -3,9 +3,12 @@
 # here. With NP = 2: `--pp 2 --micro-batches 4` under GPipe and 1F1B (and each re-materialization
 # mode) must print the serial run's losses (same global batch, dropout off) within 1e-5 relative,
 # with the bubble and per-stage peak activation lines and a Chrome trace; an M that does not
-# divide the step's batch, and --pp with checkpoints, fail with one clear line per rank; --precision
-# bf16 and fp16 at --pp 2 print the serial bf16 and fp16 runs' losses within 1e-5 relative. With
-# NP = 4: --dp 2 --pp 2, --pp 4 and --pp 2 --tp 2 equal serial as well. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
+# divide the step's batch fails with one clear line per rank; --precision bf16 and fp16 at --pp 2
+# print the serial bf16 and fp16 runs' losses within 1e-5 relative. With NP = 4: --dp 2 --pp 2,
+# --pp 4 and --pp 2 --tp 2 equal serial as well. Checkpoints (NOTE [Model-parallel training
+# checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
+# resumes at its own layout exactly (with dropout too, NP = 2) and serially within 1e-5
+# relative; a serial checkpoint resumes at that layout. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
 # MPIEXEC NP
 set -euo pipefail
 exe="$1"
@@ -30,7 +33,7 @@ model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size"
 common=(--train "$dir/tiny_train_*.bin" --val "$dir/tiny_val_*.bin" --model "$model" --grad-accum 2 --lr 3e-3
         --warmup 2 --steps 6 --log-every 1 --eval-batches 2 --threads 1 --workers 1 --grad-clip 0.5)
 run() { "$mpiexec" --oversubscribe -np "$np" "$exe" "${common[@]}" "$@"; }
-"$exe" --batch 8 "${common[@]}" >"$dir/serial.txt"
+"$exe" --batch 8 "${common[@]}" --ckpt-dir "$dir/serial_ck" --ckpt-every 3 >"$dir/serial.txt"
 same_as_serial() {  # NAME FILE [SERIAL_FILE]
   python3 - "${3:-$dir/serial.txt}" "$2" "$1" <<'PY'
 import re, sys
@@ -43,9 +46,45 @@ for i, (x, y) in enumerate(zip(a, b)):
 print(f"{sys.argv[3]}: the serial run's losses within 1e-5 relative: {b}")
 PY
 }
+losses() { grep -E '^step +[0-9]+/' "$1" | cut -d'|' -f1-2; }
+# NOTE [Model-parallel training checkpoints]. RUN: the uninterrupted run's output; its
+# checkpoints are in CK; the remaining arguments run the same layout again.
+check_checkpoints() {  # NAME RUN CK ARGS...
+  local name="$1" out="$2" ck="$3"
+  shift 3
+  python3 - "$ck/step-3" "$dir/serial_ck/step-3" "$name" <<'PY'
+import json, struct, sys
+def header(path):
+    b = open(path, 'rb').read(1 << 20)
+    h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+    h.pop('__metadata__', None)
+    return {k: (v['dtype'], v['shape']) for k, v in h.items()}
+for part in ('model', 'optimizer'):
+    a, b = header(f'{sys.argv[1]}/{part}.safetensors'), header(f'{sys.argv[2]}/{part}.safetensors')
+    assert a == b, f"{sys.argv[3]}: {part}: checkpoint differs from the serial one: {sorted(set(a.items()) ^ set(b.items()))}"
+print(f"{sys.argv[3]}: the checkpoint has the serial one's tensors (names, shapes, dtypes)")
+PY
+  "$@" --resume "$ck/step-3" >"$dir/resumed.txt"
+  diff <(losses "$out" | grep -E '^step +[4-6]/') <(losses "$dir/resumed.txt")
+  echo "$name: steps 4-6 identical after --resume at the same layout"
+  "$exe" --batch 8 "${common[@]}" --resume "$ck/step-3" >"$dir/serial_resumed.txt"
+  "$@" --resume "$dir/serial_ck/step-3" >"$dir/resumed_from_serial.txt"
+  python3 - "$out" "$dir/serial_resumed.txt" "$dir/serial.txt" "$dir/resumed_from_serial.txt" "$name" <<'PY'
+import re, sys
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step +(\d+)/\d+ \| loss (\S+)", open(path).read(), re.M)}
+for straight, resumed, what in ((sys.argv[1], sys.argv[2], "resumed serially"), (sys.argv[3], sys.argv[4], "serial checkpoint resumed")):
+    a, b = losses(straight), losses(resumed)
+    assert sorted(b) == [4, 5, 6], (sys.argv[5], what, sorted(b))
+    for s in b:
+        assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), f"{sys.argv[5]}, {what}: step {s}: uninterrupted loss {a[s]}, resumed {b[s]}"
+    print(f"{sys.argv[5]}, {what}: steps 4-6 equal the uninterrupted run's within 1e-5 relative")
+PY
+}
 if [ "$np" = 2 ]; then
   run --pp 2 --micro-batches 4 --batch 8 --pp-schedule gpipe --remat always --trace "$dir/trace.json" >"$dir/gpipe.txt"
-  run --pp 2 --micro-batches 4 --batch 8 --pp-schedule 1f1b --remat except_last >"$dir/1f1b.txt"
+  run --pp 2 --micro-batches 4 --batch 8 --pp-schedule 1f1b --remat except_last --ckpt-dir "$dir/pp_ck" --ckpt-every 3 \
+    >"$dir/1f1b.txt"
   run --pp 2 --micro-batches 8 --batch 8 --pp-schedule 1f1b --remat never >"$dir/1f1b_never.txt"
   same_as_serial "gpipe M=4 always" "$dir/gpipe.txt"
   same_as_serial "1f1b M=4 except_last" "$dir/1f1b.txt"
@@ -70,10 +109,14 @@ if [ "$np" = 2 ]; then
   if run --pp 2 --micro-batches 3 --batch 8 >/dev/null 2>"$dir/err.txt"; then echo "--micro-batches 3 must fail"; exit 1; fi
   [ "$(grep -c '^train_gpt2: --micro-batches 3 does not divide a step.s batch of 16 rows (--batch 8 x --grad-accum 2)$' "$dir/err.txt")" = 2 ] ||
     { cat "$dir/err.txt"; exit 1; }
-  if run --pp 2 --batch 8 --ckpt-dir "$dir/ck" >/dev/null 2>"$dir/err.txt"; then echo "--pp with --ckpt-dir must fail"; exit 1; fi
-  grep -q "^train_gpt2: --pp 2 with --ckpt-dir or --resume: training checkpoints of pipeline runs are not supported yet$" "$dir/err.txt" ||
-    { cat "$dir/err.txt"; exit 1; }
   echo "bad input: clear errors"
+  check_checkpoints "pp 2" "$dir/1f1b.txt" "$dir/pp_ck" run --pp 2 --micro-batches 4 --batch 8 --pp-schedule 1f1b
+  # Dropout on: each stage's default generator continues where it was, so a resume at --pp 2 is exact.
+  dropout_model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 500, "padded_vocab_size": 512, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "resid_pdrop": 0.1}'
+  run --pp 2 --micro-batches 2 --batch 8 --model "$dropout_model" --ckpt-dir "$dir/drop_ck" --ckpt-every 3 >"$dir/drop.txt"
+  run --pp 2 --micro-batches 2 --batch 8 --model "$dropout_model" --resume "$dir/drop_ck/step-3" >"$dir/drop_resumed.txt"
+  diff <(losses "$dir/drop.txt" | grep -E '^step +[4-6]/') <(losses "$dir/drop_resumed.txt")
+  echo "pp 2 with dropout: steps 4-6 identical after --resume at --pp 2"
 else
   # dp x pp: --batch 4 per dp rank (global 8, as serial); pp 4: one layer per stage.
   run --dp 2 --pp 2 --micro-batches 2 --batch 4 --pp-schedule 1f1b >"$dir/dp_pp.txt"
@@ -82,8 +125,11 @@ else
   same_as_serial "pp 4" "$dir/pp4.txt"
   # tp x pp: two stages, each split over two tensor-parallel ranks (clipping by the serial norm:
   # split parameters' squares summed over tp, then over pp).
-  run --pp 2 --tp 2 --micro-batches 2 --batch 8 --pp-schedule 1f1b --remat always >"$dir/tp_pp.txt"
+  run --pp 2 --tp 2 --micro-batches 2 --batch 8 --pp-schedule 1f1b --remat always --ckpt-dir "$dir/tp_pp_ck" --ckpt-every 3 \
+    >"$dir/tp_pp.txt"
   same_as_serial "pp 2 x tp 2" "$dir/tp_pp.txt"
   grep -q "layers per stage {2, 2}" "$dir/tp_pp.txt"
   grep -q "layers per stage {1, 1, 1, 1}" "$dir/pp4.txt"
+  check_checkpoints "pp 2 x tp 2" "$dir/tp_pp.txt" "$dir/tp_pp_ck" run --pp 2 --tp 2 --micro-batches 2 --batch 8 --pp-schedule 1f1b \
+    --remat always
 fi

@@ -1,21 +1,109 @@
 #include "parallel/checkpoint.h"
 
+#include "autograd/grad_mode.h"
 #include "core/factory.h"
+#include "parallel/pipeline/checkpoint.h"
+#include "parallel/pipeline/grad_norm.h"
+#include "parallel/tensor_parallel/checkpoint.h"
 
 namespace trident::parallel {
+namespace {
+
+// A module holding `state`'s tensors under the same dotted names (nested child modules), so
+// that the serial training checkpoint code can write or read a state dict that no live module
+// has: a split model's full tensors.
+std::shared_ptr<nn::Module> module_of(const nn::StateDict& state) {
+  auto root = std::make_shared<nn::Module>("FullState");
+  std::map<std::string, std::shared_ptr<nn::Module>> made{{"", root}};
+  for (const auto& [name, t] : state) {
+    std::string prefix;
+    std::shared_ptr<nn::Module> m = root;
+    size_t from = 0;
+    for (size_t dot = name.find('.'); dot != std::string::npos; from = dot + 1, dot = name.find('.', from)) {
+      const std::string part = name.substr(from, dot - from);
+      prefix += (prefix.empty() ? "" : ".") + part;
+      auto it = made.find(prefix);
+      if (it == made.end()) it = made.emplace(prefix, m->register_module(part, std::make_shared<nn::Module>())).first;
+      m = it->second;
+    }
+    m->register_buffer(name.substr(from), t);
+  }
+  return root;
+}
+
+// The optimizer's parameters, grouped, and all of them in state-dict order.
+ParamGroups groups_of(const nn::optim::Optimizer& opt) {
+  ParamGroups g;
+  for (size_t i = 0; i < opt.num_groups(); ++i) g.push_back(opt.params(i));
+  return g;
+}
+std::vector<Tensor> flatten(const ParamGroups& groups) {
+  std::vector<Tensor> all;
+  for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+  return all;
+}
+
+// Fresh parameters of the full (serial) shapes, grouped like `groups`, for the serial optimizer.
+ParamGroups full_groups(nn::Module& model, const ParamGroups& groups) {
+  const std::vector<Shape> shapes = tp::full_shapes(model, flatten(groups));
+  ParamGroups out;
+  size_t k = 0;
+  for (const auto& g : groups) {
+    out.emplace_back();
+    for (const Tensor& p : g) {
+      Tensor t = zeros(shapes[k++], TensorOptions(p.dtype()));
+      t.set_requires_grad(true);
+      out.back().push_back(t);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 void save_training_checkpoint(const std::string& path, comm::Communicator& dp, const nn::TrainingCheckpointParts& parts,
-                              const nn::TrainingProgress& progress, ZeroOptimizer* zero) {
+                              const nn::TrainingProgress& progress, ZeroOptimizer* zero, const ModelParallelCheckpoint* mp) {
   TRIDENT_CHECK(!(zero && parts.optimizer), "save_training_checkpoint ", path,
                 ": give the ZeroOptimizer or parts.optimizer, not both");
+  TRIDENT_CHECK(!mp || (mp->factory && parts.model != nullptr), "save_training_checkpoint ", path,
+                ": a model-parallel checkpoint needs an optimizer factory and the model");
+  const bool has_optimizer = zero || parts.optimizer;
   nn::optim::OptimizerState full;
-  if (zero) full = zero->state_dict();  // collective
+  if (zero) full = zero->state_dict();  // collective over dp
+  ParamGroups groups;
+  nn::StateDict model_state;
+  if (mp) {
+    nn::optim::Optimizer* own = zero ? &zero->shard_optimizer() : parts.optimizer;
+    groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
+    if (parts.optimizer) full = parts.optimizer->state_dict();
+    if (mp->pipe) {  // collective over pp: the whole model and its optimizer state on every rank
+      pipeline::sync_full_model(*mp->pipe);
+      if (has_optimizer) full = pipeline::gather_optimizer_state(*mp->pipe, full, groups, mp->whole_groups, own->slot_names());
+      groups = mp->whole_groups;
+    }
+    if (mp->tp) {  // collective over tp
+      if (has_optimizer) full = tp::full_optimizer_state(full, *parts.model, flatten(groups), *mp->tp);
+      model_state = tp::full_state_dict(*parts.model, *mp->tp);
+    } else {
+      model_state = parts.model->state_dict();
+    }
+  }
+  const bool writer = dp.rank() == 0 && (!mp || ((!mp->tp || mp->tp->rank() == 0) && (!mp->pipe || mp->pipe->pp()->rank() == 0)));
   std::string failure;
-  if (dp.rank() == 0) {
+  if (writer) {
     try {
       nn::TrainingCheckpointParts p = parts;
       std::unique_ptr<nn::optim::Optimizer> unsharded;
-      if (zero) {
+      std::shared_ptr<nn::Module> holder;
+      if (mp) {
+        holder = module_of(model_state);
+        p.model = holder.get();
+        if (has_optimizer) {
+          unsharded = mp->factory(full_groups(*parts.model, groups));
+          unsharded->load_state_dict(full);
+        }
+        p.optimizer = unsharded.get();
+      } else if (zero) {
         unsharded = zero->factory()(zero->param_groups());
         unsharded->load_state_dict(full);
         p.optimizer = unsharded.get();
@@ -25,18 +113,64 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
       failure = e.message();
     }
   }
+  // The writer's result reaches its tp group (dp and pp rank 0), then over pp every rank of dp
+  // rank 0, then over dp everyone (what other groups' rank 0s send first is overwritten).
   Tensor ok = scalar_tensor(failure.empty() ? 1.0 : 0.0, DType::I32);
+  if (mp && mp->tp) mp->tp->broadcast(ok, 0).wait();
+  if (mp && mp->pipe) mp->pipe->pp()->broadcast(ok, 0).wait();
   dp.broadcast(ok, 0).wait();
-  if (dp.rank() == 0 && !failure.empty()) TRIDENT_FAIL(failure);
-  TRIDENT_CHECK(ok.item<int>() == 1, "save_training_checkpoint ", path, ": dp rank 0 (", dp.world_rank(0),
-                " in the world) failed to write the checkpoint; its error says why");
+  if (writer && !failure.empty()) TRIDENT_FAIL(failure);
+  TRIDENT_CHECK(ok.item<int>() == 1, "save_training_checkpoint ", path,
+                ": the writing rank (dp, pp and tp rank 0) failed to write the checkpoint; its error says why");
 }
 
 nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn::TrainingCheckpointParts& parts,
-                                              ZeroOptimizer* zero) {
-  if (!zero) return nn::load_training_checkpoint(path, parts);
-  TRIDENT_CHECK(parts.optimizer == nullptr, "load_training_checkpoint ", path,
+                                              ZeroOptimizer* zero, const ModelParallelCheckpoint* mp) {
+  TRIDENT_CHECK(!(zero && parts.optimizer), "load_training_checkpoint ", path,
                 ": give the ZeroOptimizer or parts.optimizer, not both");
+  if (mp) {
+    TRIDENT_CHECK(mp->factory && parts.model != nullptr, "load_training_checkpoint ", path,
+                  ": a model-parallel checkpoint needs an optimizer factory and the model");
+    nn::Module& model = *parts.model;
+    // A serial-shaped copy: the model's names with the full shapes.
+    const auto shards = tp::sharded_parameters(model);
+    nn::StateDict shaped;
+    for (const auto& [name, t] : model.state_dict()) {
+      Shape s = t.sizes();
+      const auto it = shards.find(name);
+      if (it != shards.end()) s[static_cast<size_t>(it->second.dim)] = it->second.full_size;
+      shaped[name] = zeros(s, TensorOptions(t.dtype()));
+    }
+    const std::shared_ptr<nn::Module> holder = module_of(shaped);
+    const ParamGroups groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
+    const ParamGroups& whole = mp->pipe ? mp->whole_groups : groups;
+    std::unique_ptr<nn::optim::Optimizer> unsharded;
+    if (zero || parts.optimizer) unsharded = mp->factory(full_groups(model, whole));
+    nn::TrainingCheckpointParts p = parts;
+    p.model = holder.get();
+    p.optimizer = unsharded.get();
+    // Checks everything (names, shapes, optimizer state) before it changes the copy, the
+    // scaler and the generators; the shards below cannot fail after that.
+    nn::TrainingProgress progress = nn::load_training_checkpoint(path, p);
+    {
+      NoGradGuard no_grad;
+      if (mp->tp)
+        tp::load_full_state_dict(model, shaped, *mp->tp);
+      else
+        model.load_state_dict(shaped);
+    }
+    if (unsharded) {
+      nn::optim::OptimizerState st = unsharded->state_dict();
+      if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(whole), *mp->tp);
+      if (mp->pipe) st = pipeline::stage_optimizer_state(st, whole, groups);
+      if (zero)
+        zero->load_state_dict(st);
+      else
+        parts.optimizer->load_state_dict(st);
+    }
+    return progress;
+  }
+  if (!zero) return nn::load_training_checkpoint(path, parts);
   std::unique_ptr<nn::optim::Optimizer> unsharded = zero->factory()(zero->param_groups());
   nn::TrainingCheckpointParts p = parts;
   p.optimizer = unsharded.get();

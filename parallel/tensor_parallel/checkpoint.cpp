@@ -4,6 +4,8 @@
 #include "core/copy.h"
 #include "nn/safetensors.h"
 
+#include <optional>
+
 namespace trident::parallel::tp {
 
 std::map<std::string, ParamShard> sharded_parameters(nn::Module& model) {
@@ -71,6 +73,80 @@ void save_full_safetensors(nn::Module& model, const std::string& path, comm::Com
 
 void load_full_safetensors(nn::Module& model, const std::string& path, const comm::Communicator& group, bool strict) {
   load_full_state_dict(model, nn::load_safetensors(path, nn::LoadMode::Copy).tensors, group, strict);
+}
+
+namespace {
+
+// Per optimizer parameter: its shard description when it is split, by identity with the model's
+// named parameters.
+std::vector<std::optional<ParamShard>> shards_of(nn::Module& model, const std::vector<Tensor>& params) {
+  const auto shards = sharded_parameters(model);
+  std::vector<std::optional<ParamShard>> out(params.size());
+  const auto named = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    for (const auto& [name, p] : named)
+      if (p.is_same(params[i])) {
+        const auto it = shards.find(name);
+        if (it != shards.end()) out[i] = it->second;
+        break;
+      }
+  return out;
+}
+
+// The parameter index of an optimizer state key "state.<i>.<slot>".
+size_t param_index(const std::string& key, size_t num_params) {
+  const size_t dot = key.find('.', 6);
+  TRIDENT_CHECK(key.rfind("state.", 0) == 0 && dot != std::string::npos, "optimizer state key '", key,
+                "' is not state.<i>.<slot>");
+  const size_t i = std::stoul(key.substr(6, dot - 6));
+  TRIDENT_CHECK(i < num_params, "optimizer state key '", key, "' names parameter ", i, " of ", num_params);
+  return i;
+}
+
+}  // namespace
+
+std::vector<Shape> full_shapes(nn::Module& model, const std::vector<Tensor>& params) {
+  const auto shards = shards_of(model, params);
+  std::vector<Shape> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Shape s = params[i].sizes();
+    if (shards[i]) s[static_cast<size_t>(shards[i]->dim)] = shards[i]->full_size;
+    out.push_back(s);
+  }
+  return out;
+}
+
+nn::optim::OptimizerState full_optimizer_state(const nn::optim::OptimizerState& local, nn::Module& model,
+                                               const std::vector<Tensor>& params, comm::Communicator& group) {
+  const auto shards = shards_of(model, params);
+  nn::optim::OptimizerState full = local;
+  // std::map order: the same on every rank, so the gathers match.
+  for (const auto& [key, t] : local.tensors) {
+    const size_t i = param_index(key, params.size());
+    if (!shards[i]) {
+      full.tensors[key] = t.detach().clone();
+      continue;
+    }
+    TRIDENT_CHECK(t.sizes() == params[i].sizes(), "optimizer state '", key, "' has shape ", t.sizes(),
+                  ", not its split parameter's ", params[i].sizes(), ": only element-wise optimizers' state can be gathered");
+    full.tensors[key] = gather_full(t.detach(), *shards[i], group);
+  }
+  return full;
+}
+
+nn::optim::OptimizerState local_optimizer_state(const nn::optim::OptimizerState& full, nn::Module& model,
+                                                const std::vector<Tensor>& params, const comm::Communicator& group) {
+  const auto shards = shards_of(model, params);
+  const auto shapes = full_shapes(model, params);
+  nn::optim::OptimizerState local = full;
+  for (const auto& [key, t] : full.tensors) {
+    const size_t i = param_index(key, params.size());
+    if (!shards[i]) continue;
+    TRIDENT_CHECK(t.sizes() == shapes[i], "optimizer state '", key, "' has shape ", t.sizes(),
+                  ", not its parameter's full shape ", shapes[i]);
+    local.tensors[key] = shard_of(t, *shards[i], group.rank(), group.size());
+  }
+  return local;
 }
 
 }  // namespace trident::parallel::tp

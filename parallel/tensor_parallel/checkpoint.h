@@ -6,13 +6,21 @@
 // and BERT). Loading cuts each full tensor into this rank's shard. So a file written at tp = 4
 // loads at tp = 2, at tp = 1 or into the serial model (load_state_dict, load_gpt2_hf_weights),
 // and a serial file loads at any tp; Megatron-LM's per-rank files need a conversion script for
-// that.
+// that. The optimizer state goes the same way: an element-wise optimizer's buffers (Adam's
+// moments) are split exactly like their parameters, so full_optimizer_state() gathers them into
+// the state dict the serial model's optimizer would have (NOTE [Optimizer state dict]: the same
+// parameter numbering, as the split model registers its parameters in the serial order) and
+// local_optimizer_state() cuts that back into this rank's shards; the vocabulary padding's
+// buffers are zeros (the padding's logits are -inf, so its gradient is 0) and are dropped and
+// re-created as zeros. The training checkpoints of parallel/checkpoint.h build on both.
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "nn/module.h"
+#include "nn/optim/optimizer.h"
 #include "nn/state_dict.h"
 #include "parallel/tensor_parallel/layers.h"
 
@@ -34,5 +42,20 @@ void load_full_state_dict(nn::Module& model, const nn::StateDict& full, const co
 // (so the file exists when any rank returns); and the file loaded at any tp.
 void save_full_safetensors(nn::Module& model, const std::string& path, comm::Communicator& group);
 void load_full_safetensors(nn::Module& model, const std::string& path, const comm::Communicator& group, bool strict = true);
+
+// The full shape of each of `params` (a split parameter's along its split dim, the others their
+// own), e.g. to build the serial optimizer a checkpoint is converted through.
+std::vector<Shape> full_shapes(nn::Module& model, const std::vector<Tensor>& params);
+
+// `local`: the state dict of an optimizer over `params` (parameters of `model`, in the
+// optimizer's state-dict order); returns it with every buffer of a split parameter gathered to
+// its full tensor (the buffer must have the parameter's shape: element-wise optimizers only).
+// Collective over `group` (every rank, the same parameters and state keys).
+nn::optim::OptimizerState full_optimizer_state(const nn::optim::OptimizerState& local, nn::Module& model,
+                                               const std::vector<Tensor>& params, comm::Communicator& group);
+// The inverse: this rank's shards of a full state dict (buffers of other shapes than the full
+// parameter's are an error naming the key). No communication.
+nn::optim::OptimizerState local_optimizer_state(const nn::optim::OptimizerState& full, nn::Module& model,
+                                                const std::vector<Tensor>& params, const comm::Communicator& group);
 
 }  // namespace trident::parallel::tp

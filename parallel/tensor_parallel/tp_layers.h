@@ -60,6 +60,9 @@ class TensorParallelLayers : public models::LayerFactory {
   Tensor residual_tied_logits(const Tensor& hidden, const Tensor& weight, int64_t vocab_size) const override;
   std::shared_ptr<nn::LayerNorm> residual_layer_norm(int64_t features, double eps, DType dtype) const override;
   bool sequence_parallel() const override { return options_.sequence_parallel; }
+  // This rank's dropout stream of the split regions (seeded seed + 2718 + tp rank), for
+  // checkpoints to save and restore its position.
+  Generator* split_generator() const { return split_generator_.get(); }
 
  private:
   CommPtr group_;

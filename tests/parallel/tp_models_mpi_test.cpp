@@ -1,7 +1,8 @@
 // GPT-2 and BERT split by TensorParallelLayers against the serial models, under mpirun -np 2 and
 // 4 (tp = the world size): 10 training steps give the serial losses (f32, relative 1e-5) with a
 // vocabulary that does not divide by tp; one step's communication is Megatron's count; a
-// checkpoint saved at tp = world loads at every smaller tp and serially with the same next loss;
+// checkpoint saved at tp = world loads at every smaller tp and serially with the same next loss,
+// and AdamW's state gathers to the serial optimizer's and back;
 // dropout outside split regions does not depend on tp; bad configurations fail on every rank.
 // The same with sequence parallelism (TpSequenceParallel): serial losses and gradients, the
 // all-gather/reduce-scatter count, and a sequence length not dividing by tp failing everywhere.
@@ -14,6 +15,7 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "nn/optim/adam.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/tp_layers.h"
 #include "parallel/zero.h"
@@ -234,6 +236,57 @@ TEST(TpModels, CheckpointSavedAtFullTpLoadsAtEveryTp) {
   }
   world()->barrier().wait();
   if (world()->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// NOTE [Layout-independent checkpoints]: AdamW's state of the split model, gathered, has the
+// serial model's optimizer state's keys, shapes and scalars; its values are the full tensors
+// (checked on a state whose moments are the parameters themselves and their squares, against
+// full_state_dict's gathered parameters), and cutting it back gives this rank's state exactly
+// (the vocabulary padding's entries are zeros).
+TEST(TpModels, AdamStateGathersToTheSerialOptimizersAndBack) {
+  auto trained = [](std::shared_ptr<const LayerFactory> f) {
+    Generator init(5);
+    auto m = std::make_unique<GPT2LMHeadModel>(gpt2_config(std::move(f)), &init);
+    auto opt = std::make_unique<nn::optim::AdamW>(m->parameters(), nn::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+    for (int s = 0; s < 3; ++s) {
+      step_loss(*m, s).backward();
+      opt->step();
+      opt->zero_grad();
+    }
+    return std::make_pair(std::move(m), std::move(opt));
+  };
+  auto [serial, serial_opt] = trained(nullptr);
+  auto [split, split_opt] = trained(tp_layers());
+  comm::Communicator& group = full_tp_mesh().group(Axis::TP);
+  const nn::optim::OptimizerState expected = serial_opt->state_dict();
+  // Moments made of the parameters: exp_avg = p, exp_avg_sq = p * p.
+  const auto named = split->named_parameters();
+  nn::optim::OptimizerState mine = split_opt->state_dict();
+  auto param_of = [&](const std::string& key) { return static_cast<size_t>(std::stoul(key.substr(6, key.find('.', 6) - 6))); };
+  for (auto& [key, t] : mine.tensors) {
+    const Tensor p = named.at(param_of(key)).second.detach();
+    t = key.ends_with("exp_avg_sq") ? (p * p).contiguous() : p.clone();
+  }
+  const nn::optim::OptimizerState full = full_optimizer_state(mine, *split, split_opt->parameters(), group);
+  EXPECT_EQ(full.optimizer, expected.optimizer);
+  EXPECT_EQ(full.scalars, expected.scalars);
+  const nn::StateDict params = full_state_dict(*split, group);
+  ASSERT_EQ(full.tensors.size(), expected.tensors.size());
+  for (const auto& [key, e] : expected.tensors) {
+    ASSERT_TRUE(full.tensors.count(key)) << key;
+    const Tensor& t = full.tensors.at(key);
+    ASSERT_EQ(t.sizes(), e.sizes()) << key;
+    const Tensor p = params.at(named.at(param_of(key)).first);
+    EXPECT_EQ(t.to_vector<float>(), (key.ends_with("exp_avg_sq") ? p * p : p).to_vector<float>()) << key << " at tp = " << tp();
+  }
+  const nn::optim::OptimizerState back = local_optimizer_state(full, *split, split_opt->parameters(), group);
+  EXPECT_EQ(back.scalars, mine.scalars);
+  ASSERT_EQ(back.tensors.size(), mine.tensors.size());
+  for (const auto& [key, t] : mine.tensors) {
+    ASSERT_TRUE(back.tensors.count(key)) << key;
+    EXPECT_EQ(back.tensors.at(key).to_vector<float>(), t.to_vector<float>()) << key;
+  }
+  split_opt->load_state_dict(back);  // accepted as this rank's own
 }
 
 TEST(TpModels, BadConfigurationsFailOnEveryRankWithoutHanging) {

@@ -1,0 +1,112 @@
+#include "parallel/pipeline/checkpoint.h"
+
+#include "core/factory.h"
+
+namespace trident::parallel::pipeline {
+namespace {
+
+std::vector<Tensor> flatten(const ParamGroups& groups) {
+  std::vector<Tensor> all;
+  for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+  return all;
+}
+
+// For each of `from`, its index in `in` (by identity), or -1.
+std::vector<int64_t> positions(const std::vector<Tensor>& from, const std::vector<Tensor>& in) {
+  std::vector<int64_t> out(from.size(), -1);
+  for (size_t i = 0; i < from.size(); ++i)
+    for (size_t j = 0; j < in.size(); ++j)
+      if (from[i].is_same(in[j])) {
+        out[i] = static_cast<int64_t>(j);
+        break;
+      }
+  return out;
+}
+
+// The state dict's group scalars (hyperparameters) with each group's parameter count set to
+// `groups`'; the per-parameter scalars are left out.
+std::map<std::string, double> group_scalars(const std::map<std::string, double>& scalars, const ParamGroups& groups) {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : scalars)
+    if (k.rfind("state.", 0) != 0) out[k] = v;
+  for (size_t g = 0; g < groups.size(); ++g)
+    out["group." + std::to_string(g) + ".num_params"] = static_cast<double>(groups[g].size());
+  return out;
+}
+
+std::string key(int64_t i, std::string_view slot) { return "state." + std::to_string(i) + "." + std::string(slot); }
+
+}  // namespace
+
+nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn::optim::OptimizerState& stage_state,
+                                                 const ParamGroups& stage_groups, const ParamGroups& whole_groups,
+                                                 std::span<const std::string_view> slots) {
+  TRIDENT_CHECK(stage_groups.size() == whole_groups.size(), "pipeline optimizer state: the stage optimizer has ",
+                stage_groups.size(), " parameter groups, the whole model's ", whole_groups.size());
+  comm::Communicator& pp = *pipe.pp();
+  const std::vector<Tensor> whole = flatten(whole_groups);
+  const std::vector<int64_t> mine = positions(whole, flatten(stage_groups));
+  const int64_t n = static_cast<int64_t>(whole.size()), k = pp.size();
+  // Which stages hold each parameter: row r is stage r's.
+  Tensor held = zeros({k, n}, TensorOptions(DType::F64));
+  double* h = held.data<double>();
+  for (int64_t j = 0; j < n; ++j) h[pp.rank() * n + j] = mine[static_cast<size_t>(j)] >= 0 ? 1.0 : 0.0;
+  pp.all_reduce(held, comm::ReduceOp::Sum).wait();
+  h = held.data<double>();
+
+  nn::optim::OptimizerState out;
+  out.optimizer = stage_state.optimizer;
+  out.scalars = group_scalars(stage_state.scalars, whole_groups);
+  const int64_t ns = static_cast<int64_t>(slots.size());
+  for (int64_t j = 0; j < n; ++j) {
+    int owner = -1;
+    for (int64_t r = 0; r < k && owner < 0; ++r)
+      if (h[r * n + j] > 0) owner = static_cast<int>(r);
+    TRIDENT_CHECK(owner >= 0, "pipeline optimizer state: parameter ", j, " of the whole model (shape ",
+                  whole[static_cast<size_t>(j)].sizes(), ") belongs to no stage");
+    const int64_t li = mine[static_cast<size_t>(j)];
+    // [has state, step, slot present...], from the owner.
+    Tensor header = zeros({2 + ns}, TensorOptions(DType::F64));
+    if (pp.rank() == owner) {
+      double* p = header.data<double>();
+      const auto step = stage_state.scalars.find("state." + std::to_string(li) + ".step");
+      p[0] = step != stage_state.scalars.end() ? 1.0 : 0.0;
+      p[1] = step != stage_state.scalars.end() ? step->second : 0.0;
+      for (int64_t s = 0; s < ns; ++s) p[2 + s] = stage_state.tensors.count(key(li, slots[static_cast<size_t>(s)])) ? 1.0 : 0.0;
+    }
+    pp.broadcast(header, owner).wait();
+    const double* p = header.data<double>();
+    if (p[0] > 0) out.scalars["state." + std::to_string(j) + ".step"] = p[1];
+    for (int64_t s = 0; s < ns; ++s) {
+      if (p[2 + s] == 0) continue;
+      const std::string_view slot = slots[static_cast<size_t>(s)];
+      Tensor t = pp.rank() == owner ? stage_state.tensors.at(key(li, slot)).detach().clone()
+                                    : zeros(whole[static_cast<size_t>(j)].sizes(), TensorOptions(whole[static_cast<size_t>(j)].dtype()));
+      pp.broadcast(t, owner).wait();
+      out.tensors[key(j, slot)] = t;
+    }
+  }
+  return out;
+}
+
+nn::optim::OptimizerState stage_optimizer_state(const nn::optim::OptimizerState& whole_state,
+                                                const ParamGroups& whole_groups, const ParamGroups& stage_groups) {
+  const std::vector<Tensor> stage = flatten(stage_groups);
+  const std::vector<int64_t> at = positions(stage, flatten(whole_groups));
+  nn::optim::OptimizerState out;
+  out.optimizer = whole_state.optimizer;
+  out.scalars = group_scalars(whole_state.scalars, stage_groups);
+  for (size_t i = 0; i < stage.size(); ++i) {
+    const int64_t j = at[i];
+    TRIDENT_CHECK(j >= 0, "pipeline optimizer state: stage parameter ", i, " (shape ", stage[i].sizes(),
+                  ") is not a parameter of the whole model");
+    const std::string from = "state." + std::to_string(j) + ".", to = "state." + std::to_string(i) + ".";
+    const auto step = whole_state.scalars.find(from + "step");
+    if (step != whole_state.scalars.end()) out.scalars[to + "step"] = step->second;
+    for (auto it = whole_state.tensors.lower_bound(from); it != whole_state.tensors.end() && it->first.rfind(from, 0) == 0; ++it)
+      out.tensors[to + it->first.substr(from.size())] = it->second;
+  }
+  return out;
+}
+
+}  // namespace trident::parallel::pipeline
