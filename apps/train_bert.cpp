@@ -69,14 +69,9 @@ int main(int argc, char** argv) {
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);
     Generator init(o.seed);
-    // --tp: the model's splittable layers come from the mesh's tp group (Megatron-LM's split;
-    // NOTE [Parallel training apps]).
-    std::shared_ptr<parallel::tp::TensorParallelLayers> tp_layers;
-    if (o.tp > 1) {
-      tp_layers = std::make_shared<parallel::tp::TensorParallelLayers>(
-          mesh, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
-      config.layers = tp_layers;
-    }
+    // --tp: the model's splittable layers come from the mesh's tp group (NOTE [Parallel training apps]).
+    const auto tp_layers = apps::tensor_parallel_layers(o, mesh);
+    if (tp_layers) config.layers = tp_layers;
     BertForPreTraining model(config, &init);
     apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),

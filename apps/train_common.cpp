@@ -296,6 +296,13 @@ parallel::Mesh make_mesh(const TrainOptions& o) {
   return mesh;
 }
 
+std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,
+                                                                           const parallel::Mesh& mesh) {
+  if (o.tp <= 1) return nullptr;
+  return std::make_shared<parallel::tp::TensorParallelLayers>(
+      mesh, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
+}
+
 bool is_lead() { return g_lead; }
 
 void say(const char* format, ...) {

@@ -99,6 +99,7 @@
 #include "models/layer_list.h"
 #include "models/memory_estimate.h"
 #include "parallel/mesh.h"
+#include "parallel/tensor_parallel/tp_layers.h"
 
 namespace trident::apps {
 
@@ -158,6 +159,10 @@ void check_train_options(const TrainOptions& o);
 // launcher): the one place the apps build it, once, before the model. Collective. Errors (the
 // same on every rank): sizes that do not multiply to the number of processes.
 parallel::Mesh make_mesh(const TrainOptions& o);
+// Under --tp > 1 the factory of the model's splittable layers on the mesh's tp group (Megatron-LM's
+// split, with --sequence-parallel), to put in the model's config; null at tp = 1.
+std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,
+                                                                           const parallel::Mesh& mesh);
 
 // Whether this process is world rank 0, the one that prints and writes (true before make_mesh).
 bool is_lead();
