@@ -1,13 +1,16 @@
 // Fused attention on one GPU: scaled_dot_product_attention forward, and forward + backward, for
 // B = 8, H = 16, T = 1024, D = 64 and 128, bf16, causal, timed with CUDA events on the current
 // stream. FLOPs as FlashAttention counts them: 4 B H T^2 D for the forward (the two GEMMs),
-// halved for causal; backward 2.5x the forward. A plain program (no Google Benchmark):
+// halved for causal; backward 2.5x the forward. Each shape runs on the tensor-core kernels (NOTE
+// [Tensor-core attention]) and on the f32 FMA kernels (set_attention_tensor_cores(false)).
+// A plain program (no Google Benchmark):
 //   attention_cuda_bench [--iters N] [--batch B] [--heads H] [--seq T]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/cuda/stream.h"
+#include "ops/cuda/attention.h"
 #include "trident.h"
 
 using namespace trident;
@@ -71,13 +74,18 @@ int main(int argc, char** argv) {
   }
   std::printf("scaled_dot_product_attention, bf16, causal, B=%lld H=%lld T=%lld, %d iterations\n",
               static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T), iters);
-  std::printf("%5s %12s %12s %14s %14s\n", "D", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s");
-  for (int64_t D : {64, 128}) {
-    const Timing t = run(B, H, T, D, iters);
-    const double fwd_flops = 4.0 * B * H * T * T * D / 2.0;  // causal: half the scores
-    const double all_flops = fwd_flops * 3.5;                // backward = 2.5 x forward
-    std::printf("%5lld %12.3f %12.2f %14.3f %14.2f\n", static_cast<long long>(D), t.fwd_ms,
-                fwd_flops / (t.fwd_ms * 1e-3) / 1e12, t.fwdbwd_ms, all_flops / (t.fwdbwd_ms * 1e-3) / 1e12);
+  std::printf("%-13s %5s %12s %12s %14s %16s\n", "kernel", "D", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s");
+  for (bool tensor_cores : {true, false}) {
+    cuda::set_attention_tensor_cores(tensor_cores);
+    for (int64_t D : {64, 128}) {
+      const Timing t = run(B, H, T, D, iters);
+      const double fwd_flops = 4.0 * B * H * T * T * D / 2.0;  // causal: half the scores
+      const double all_flops = fwd_flops * 3.5;                // backward = 2.5 x forward
+      std::printf("%-13s %5lld %12.3f %12.2f %14.3f %16.2f\n", tensor_cores ? "tensor cores" : "f32 FMA",
+                  static_cast<long long>(D), t.fwd_ms, fwd_flops / (t.fwd_ms * 1e-3) / 1e12, t.fwdbwd_ms,
+                  all_flops / (t.fwdbwd_ms * 1e-3) / 1e12);
+    }
   }
+  cuda::set_attention_tensor_cores(true);
   return 0;
 }

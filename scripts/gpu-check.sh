@@ -101,8 +101,17 @@ if [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
   fi
 fi
 if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
-  if timeout 120 "$BUILD_DIR/benchmarks/attention_cuda_bench" >> "$OUT/bench.txt" 2>> "$OUT/bench.err"; then
-    row attention_cuda_bench ok "bench.txt"; tail -12 "$OUT/bench.txt"
+  # T = 1024 (batch 8) and T = 4096 (batch 2): Trident's tensor-core and FMA kernels, then
+  # PyTorch's fused attention on the same shapes.
+  ATT_OK=1
+  for shape in "--seq 1024 --batch 8" "--seq 4096 --batch 2"; do
+    # shellcheck disable=SC2086
+    timeout 120 "$BUILD_DIR/benchmarks/attention_cuda_bench" $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || ATT_OK=0
+    # shellcheck disable=SC2086
+    timeout 120 python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || true
+  done
+  if [[ $ATT_OK == 1 ]]; then
+    row attention_cuda_bench ok "bench.txt"; grep -A8 "scaled_dot_product_attention" "$OUT/bench.txt" | tail -24
   else
     row attention_cuda_bench FAIL "see bench.err"
   fi

@@ -4,7 +4,9 @@
 //   - f16 and bf16 run natively (the CPU computes them through f32 copies); lse is always f32,
 //     whatever q's dtype, since backward rebuilds the probabilities from it;
 //   - D and Dv (the head dims of q/k and of v) must be at most kMaxHeadDim (128), else Error.
-// NOTE [Flash attention on CUDA] in ops/cuda/attention_common.cuh says how the kernels work.
+// NOTE [Flash attention on CUDA] in ops/cuda/attention_common.cuh says how the kernels work;
+// f16/bf16 with head dims 64 and 128 run on the tensor cores (NOTE [Tensor-core attention] in
+// ops/cuda/attention_mma_forward.cu).
 #pragma once
 
 #include "core/tensor.h"
@@ -23,5 +25,15 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& mask, const Tensor& out, const Tensor& lse, const AttentionParams& p,
                                   bool want_dmask);
+
+// Whether f16/bf16 attention with head dim 64 or 128 may run on the tensor cores (NOTE
+// [Tensor-core attention] in attention_mma_forward.cu); on by default. Off, every case takes the
+// f32 FMA kernels: for tests and benchmarks that compare the two.
+void set_attention_tensor_cores(bool on);
+bool attention_tensor_cores();
+// Whether the tensor-core kernels take these operands ([BH, T, D] each): f16 or bf16, D = Dv =
+// 64 or 128, rows 16-byte aligned with unit inner stride, a device of compute capability 8.0+,
+// and attention_tensor_cores(). The backward pass also needs dout aligned so.
+bool attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 
 }  // namespace trident::cuda

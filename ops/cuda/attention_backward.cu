@@ -1,7 +1,10 @@
 // Fused attention backward on CUDA (NOTE [Flash attention on CUDA] in attention_common.cuh):
 // Delta = rowsum(dO * O), then dK and dV by key tiles, then dQ by query tiles; no atomics, so
 // the gradients are the same from run to run.
+#include <type_traits>
+
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/attention_mma.h"
 
 namespace trident::cuda {
 
@@ -24,18 +27,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     if (lane == 0) delta[row] = s;
   }
-}
-
-// P (dropped: pd) and dS of one score, shared by both passes. visible: inside the bounds and
-// the causal triangle; L: the row's lse; x: scale q.k plus the mask; dp: dO.v.
-struct ProbGrad {
-  float pd, ds;
-};
-__device__ __forceinline__ ProbGrad prob_grad(bool visible, float x, float L, float dp, float delta, bool dropout,
-                                              bool keep, float keep_scale) {
-  const float P = visible && L != -INFINITY ? expf(x - L) : 0.f;
-  if (!dropout) return {P, P * (dp - delta)};
-  return {keep ? P * keep_scale : 0.f, P * ((keep ? dp * keep_scale : 0.f) - delta)};
 }
 
 // One block per (head b, 64 keys): walks the query tiles that see any of its keys. smem:
@@ -195,6 +186,9 @@ void launch_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const
   TRIDENT_CUDA_KERNEL_CHECK();
   const float* lp = static_cast<const float*>(lse_c.data_ptr());
   const float* dp = static_cast<const float*>(delta.data_ptr());
+  if constexpr (!std::is_same_v<T, float>) {
+    if (attention_mma_backward(dout, q, k, v, md, p, lp, dp, g)) return;  // NOTE [Tensor-core attention]
+  }
 
   const size_t smem = sizeof(float) * kTile * (ld_rows(p.D) + ld_rows(p.Dv) + ld_cols(p.D) + ld_cols(p.Dv));
   allow_shared_memory(dkdv_kernel<T, kMaxD>, smem, device);

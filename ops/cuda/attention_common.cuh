@@ -122,8 +122,10 @@ __device__ void load_tile(float* buf, int ld, const T* src, int64_t sr, int64_t 
 // Dropout keep bits of query rows [row0, row0 + 64) x keys [col0, col0 + 64) of head b:
 // bits[r * 4 + s] bit t is key col0 + 16 s + t of row row0 + r. Thread x draws row x / 4, keys
 // 16 (x % 4) .. +15: at most 5 Philox blocks.
-__device__ __forceinline__ void dropout_bits(uint16_t* bits, const Params& p, int64_t b, int64_t row0, int64_t col0) {
-  const int r = static_cast<int>(threadIdx.x) / 4, s = static_cast<int>(threadIdx.x) % 4;
+// x: which of the 256 (row, 16 keys) pieces this call draws (blocks of 256 threads pass
+// threadIdx.x; smaller blocks call it for x, x + blockDim.x, ...).
+__device__ __forceinline__ void dropout_bits(uint16_t* bits, const Params& p, int64_t b, int64_t row0, int64_t col0, int x) {
+  const int r = x / 4, s = x % 4;
   const int64_t row = row0 + r;
   uint32_t m = 0;
   if (row < p.Tq) {
@@ -143,10 +145,25 @@ __device__ __forceinline__ void dropout_bits(uint16_t* bits, const Params& p, in
       if (philox::uniform_f32(x) >= p.dropout_p) m |= 1u << t;
     }
   }
-  bits[threadIdx.x] = static_cast<uint16_t>(m);
+  bits[x] = static_cast<uint16_t>(m);
+}
+__device__ __forceinline__ void dropout_bits(uint16_t* bits, const Params& p, int64_t b, int64_t row0, int64_t col0) {
+  dropout_bits(bits, p, b, row0, col0, static_cast<int>(threadIdx.x));
 }
 // Whether tile element (query row r, key c) is kept.
 __device__ __forceinline__ bool kept(const uint16_t* bits, int r, int c) { return (bits[r * 4 + c / 16] >> (c % 16)) & 1u; }
+
+// P (dropped: pd) and dS of one score, shared by both passes. visible: inside the bounds and
+// the causal triangle; L: the row's lse; x: scale q.k plus the mask; dp: dO.v.
+struct ProbGrad {
+  float pd, ds;
+};
+__device__ __forceinline__ ProbGrad prob_grad(bool visible, float x, float L, float dp, float delta, bool dropout,
+                                              bool keep, float keep_scale) {
+  const float P = visible && L != -INFINITY ? expf(x - L) : 0.f;
+  if (!dropout) return {P, P * (dp - delta)};
+  return {keep ? P * keep_scale : 0.f, P * ((keep ? dp * keep_scale : 0.f) - delta)};
+}
 
 // acc[i][j] += sum_{d < n} A[4g + i][d] * B[l + 16 j][d]: A read by rows (stride lda, a
 // multiple of 4), B by columns (odd stride ldb).

@@ -1,5 +1,6 @@
 // Fused attention forward on CUDA (NOTE [Flash attention on CUDA] in attention_common.cuh).
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/attention_mma.h"
 
 namespace trident::cuda {
 
@@ -116,6 +117,10 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   lse = empty_on({BH, Tq}, DType::F32, q.device());
   if (BH == 0 || Tq == 0) return out;
   DeviceGuard guard(q.device().index);
+  if (attention_mma_supported(q, k, v)) {
+    attention_mma_forward(q, k, v, mask, ap, out, lse);
+    return out;
+  }
   const attn::MaskDesc md = attn::mask_desc(mask);
   TRIDENT_DISPATCH_CUDA_FLOATING(q.dtype(), "scaled_dot_product_attention", [&] {
     if (std::max(p.D, p.Dv) <= 64)

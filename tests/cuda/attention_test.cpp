@@ -2,8 +2,10 @@
 // (rounded) inputs: output, lse, dq, dk, dv (and dmask) for f32, f16 and bf16; head dims 32, 64,
 // 80, 128 and unequal q/v dims; lengths that are not multiples of the 64-row tile, Tq != Tk,
 // causal, additive and boolean padding masks, dropout with the CPU's keep mask; then
-// scaled_dot_product_attention end to end on CUDA tensors. Every device allocation is poisoned
+// scaled_dot_product_attention end to end on CUDA tensors. f16/bf16 with head dims 64 and 128
+// take the tensor-core kernels, and run once more with them off. Every device allocation is poisoned
 // with NaN, so an output element a kernel forgets to write fails. Skips without a GPU.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,6 +169,65 @@ TEST_P(CudaAttention, MatchesTheCpuInF64) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention, ::testing::Values(DType::F32, DType::F16, DType::BF16),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// The f16/bf16 cases with head dims 64 and 128 above run on the tensor cores (NOTE [Tensor-core
+// attention]); the same cases again on the f32 FMA kernels, which f16/bf16 take otherwise.
+class TensorCoresOff {
+ public:
+  TensorCoresOff() : was_(cuda::attention_tensor_cores()) { cuda::set_attention_tensor_cores(false); }
+  ~TensorCoresOff() { cuda::set_attention_tensor_cores(was_); }
+
+ private:
+  bool was_;
+};
+
+class CudaAttentionFma : public trident::testing::PoisonedCuda<::testing::TestWithParam<DType>> {};
+
+TEST_P(CudaAttentionFma, MatchesTheCpuInF64WithTensorCoresOff) {
+  const DType dt = GetParam();
+  const TensorCoresOff off;
+  uint64_t seed = 900 + static_cast<uint64_t>(dt) * 100;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name + " in " + std::string(dtype_name(dt)) + ", tensor cores off");
+    try {
+      check_case(c, dt, seed++);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "threw: " << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionFma, ::testing::Values(DType::F16, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// Which operands the tensor-core kernels take: the cases above only test them if it is these.
+TEST(CudaAttentionTensorCores, TakeF16AndBf16WithHeadDims64And128) {
+  TRIDENT_REQUIRE_CUDA();
+  const auto t = [](DType dt, int64_t d, int64_t pad = 0) {
+    const Tensor base = zeros({2, 70, d + pad}, TensorOptions(dt).device(kGPU));
+    return pad ? narrow(base, 2, 0, d) : base;
+  };
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  const bool tc = major >= 8;
+  for (DType dt : {kBF16, DType::F16}) {
+    for (int64_t d : {64, 128}) {
+      const Tensor x = t(dt, d);
+      EXPECT_EQ(cuda::attention_mma_supported(x, x, x), tc) << dtype_name(dt) << " d " << d;
+      EXPECT_EQ(cuda::attention_mma_supported(x, x, t(dt, d, 8)), tc) << "rows of d + 8: still 16-byte aligned";
+      EXPECT_FALSE(cuda::attention_mma_supported(x, x, t(dt, d, 5))) << "rows of d + 5 elements: unaligned";
+      {
+        const TensorCoresOff off;
+        EXPECT_FALSE(cuda::attention_mma_supported(x, x, x));
+      }
+    }
+    const Tensor d80 = t(dt, 80), d64 = t(dt, 64), d32 = t(dt, 32);
+    EXPECT_FALSE(cuda::attention_mma_supported(d80, d80, d80));
+    EXPECT_FALSE(cuda::attention_mma_supported(d64, d64, d32)) << "Dv != D";
+  }
+  const Tensor f = t(kF32, 64);
+  EXPECT_FALSE(cuda::attention_mma_supported(f, f, f));
+}
 
 // The backward has no float atomics: two runs give the same bits.
 TEST(CudaAttentionDeterminism, BackwardIsBitwiseRepeatable) {

@@ -1,0 +1,23 @@
+// The tensor-core attention kernels (NOTE [Tensor-core attention] in attention_mma_forward.cu),
+// called by attention_forward.cu and attention_backward.cu when they apply. Included by .cu
+// files only.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/attention_common.cuh"
+
+namespace trident::cuda {
+
+// out [BH, Tq, D] (q's dtype) and lse [BH, Tq] (f32), both allocated by the caller.
+void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                           const cpu::AttentionParams& ap, Tensor& out, Tensor& lse);
+
+// dq, dk, dv (and dmask when defined) of g, allocated by the caller, from lse and delta =
+// rowsum(dO * O) (f32, [BH, Tq] contiguous). False, with nothing launched, when dout's layout
+// does not suit the kernels (then the FMA kernels run).
+bool attention_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const attn::MaskDesc& mask, const attn::Params& p, const float* lse, const float* delta,
+                            cpu::AttentionGrads& g);
+
+}  // namespace trident::cuda

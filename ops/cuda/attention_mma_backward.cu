@@ -1,0 +1,267 @@
+// Tensor-core attention backward for f16 and bf16 (NOTE [Tensor-core attention] in
+// attention_mma_forward.cu): the two deterministic passes of NOTE [Flash attention on CUDA]
+// (dK and dV by key tiles, then dQ by query tiles, no atomics), each product on mma.sync with
+// f32 accumulation. A warp owns 16 rows of its block's tile (keys in the first pass, queries in
+// the second); the probabilities and dS leave the accumulators as A fragments of the next
+// product, rounded to the input dtype as in the forward pass. Shared-memory tiles are stored
+// row-major (rows padded by 8 elements) where a product reads them along the head dim, and
+// transposed where it reads them along the tile (Qt and dOt in the first pass, Kt in the
+// second).
+#include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/attention_mma.h"
+
+namespace trident::cuda {
+
+namespace attn {
+namespace {
+
+// One block per (head b, 64 keys); warp w owns keys k0 + 16 w .. + 15 and walks the query tiles
+// that see any of the block's keys: S^T = K Q^T and dP^T = V dO^T, then dV += P_drop^T dO and
+// dK += dS^T Q (scaled at the end).
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_dkdv_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, Operand<uint16_t> dout, MaskDesc mask,
+                    Params p, const float* __restrict__ lse, const float* __restrict__ delta, uint16_t* __restrict__ dk,
+                    uint16_t* __restrict__ dv) {
+  using M = typename MmaType<T>::type;
+  constexpr int kLd = D + 8;
+  constexpr int kSteps = D / 16, kOut = D / 8, kQueryTiles = kTile / 8;
+  extern __shared__ uint4 smem_mma[];
+  __shared__ uint16_t bits[kTile * 4];
+  __shared__ float sL[kTile], sDelta[kTile];
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
+  uint16_t* sV = sK + kTile * kLd;
+  uint16_t* sQ = sV + kTile * kLd;
+  uint16_t* sO = sQ + kTile * kLd;
+  uint16_t* sQt = sO + kTile * kLd;  // [D][kLdV] each
+  uint16_t* sOt = sQt + D * kLdV;
+
+  const int64_t tiles = (p.Tk + kTile - 1) / kTile;
+  const int64_t b = blockIdx.x / tiles;
+  const int64_t k0 = (blockIdx.x % tiles) * kTile;  // causal: the first keys have the most queries; they start first
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wr = warp * 16;
+  const int key_a = wr + g, key_b = key_a + 8;  // this lane's two keys, in the tile
+
+  load_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
+  load_rows<D>(sV, kLd, v.head(b), v.sr, k0, p.Tk);
+  const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
+  float gk[kOut][4], gv[kOut][4];
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) {
+    gk[n][0] = gk[n][1] = gk[n][2] = gk[n][3] = 0.f;
+    gv[n][0] = gv[n][1] = gv[n][2] = gv[n][3] = 0.f;
+  }
+  // Causal: query i sees key j when j <= i, so no tile before the one holding query k0.
+  for (int64_t i0 = p.causal ? k0 / kTile * kTile : 0; i0 < p.Tq; i0 += kTile) {
+    __syncthreads();  // the previous query tile is no longer read
+    load_rows<D>(sQ, kLd, q.head(b), q.sr, i0, p.Tq);
+    load_rows<D>(sO, kLd, dout.head(b), dout.sr, i0, p.Tq);
+    load_rows_transposed<D>(sQt, q.head(b), q.sr, i0, p.Tq);
+    load_rows_transposed<D>(sOt, dout.head(b), dout.sr, i0, p.Tq);
+    if (threadIdx.x < kTile) {
+      const int64_t row = i0 + threadIdx.x;
+      sL[threadIdx.x] = row < p.Tq ? lse[b * p.Tq + row] : -INFINITY;
+      sDelta[threadIdx.x] = row < p.Tq ? delta[b * p.Tq + row] : 0.f;
+    }
+    if (p.dropout) {
+      for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, i0, k0, x);
+    }
+    __syncthreads();
+
+    // s[j] = keys x queries 8 j .. 8 j + 7 of K Q^T, dp[j] of V dO^T.
+    float s[kQueryTiles][4], dp[kQueryTiles][4];
+#pragma unroll
+    for (int j = 0; j < kQueryTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      uint32_t ka[4], va[4];
+      mma::load_a(ka, sK + wr * kLd + 16 * st, kLd, g, t);
+      mma::load_a(va, sV + wr * kLd + 16 * st, kLd, g, t);
+#pragma unroll
+      for (int j = 0; j < kQueryTiles; ++j) {
+        mma::mma_bt<M>(s[j], ka, sQ + 8 * j * kLd + 16 * st, kLd, g, t);
+        mma::mma_bt<M>(dp[j], va, sO + 8 * j * kLd + 16 * st, kLd, g, t);
+      }
+    }
+    // s becomes P_drop^T, dp becomes dS^T.
+#pragma unroll
+    for (int j = 0; j < kQueryTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kl = e < 2 ? key_a : key_b, il = 8 * j + 2 * t + (e & 1);
+        const int64_t key = k0 + kl, i = i0 + il;
+        const bool visible = key < p.Tk && i < p.Tq && (!p.causal || key <= i);
+        float x = s[j][e] * p.scale;
+        if (visible && mask.base) x += mask_value<T>(mask, mhead, i, key);
+        const ProbGrad r =
+            prob_grad(visible, x, sL[il], dp[j][e], sDelta[il], p.dropout, p.dropout && kept(bits, il, kl), p.keep_scale);
+        s[j][e] = r.pd;
+        dp[j][e] = r.ds;
+      }
+    }
+    // Queries 16 kk .. 16 kk + 15 are accumulators 2 kk and 2 kk + 1.
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t pa[4], da[4];
+      mma::acc_to_a<M>(pa, s[2 * kk], s[2 * kk + 1]);
+      mma::acc_to_a<M>(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < kOut; ++n) {
+        mma::mma_bt<M>(gv[n], pa, sOt + 8 * n * kLdV + 16 * kk, kLdV, g, t);  // dV += P_drop^T dO
+        mma::mma_bt<M>(gk[n], da, sQt + 8 * n * kLdV + 16 * kk, kLdV, g, t);  // dK += dS^T Q
+      }
+    }
+  }
+  const int64_t ka = k0 + key_a, kb = k0 + key_b;
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) {
+    const int c = 8 * n + 2 * t;
+    if (ka < p.Tk) {
+      *reinterpret_cast<uint32_t*>(dk + (b * p.Tk + ka) * D + c) = mma::pack2<M>(gk[n][0] * p.scale, gk[n][1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + (b * p.Tk + ka) * D + c) = mma::pack2<M>(gv[n][0], gv[n][1]);
+    }
+    if (kb < p.Tk) {
+      *reinterpret_cast<uint32_t*>(dk + (b * p.Tk + kb) * D + c) = mma::pack2<M>(gk[n][2] * p.scale, gk[n][3] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + (b * p.Tk + kb) * D + c) = mma::pack2<M>(gv[n][2], gv[n][3]);
+    }
+  }
+}
+
+// One block per (head b, 64 queries); warp w owns queries i0 + 16 w .. + 15 and walks the key
+// tiles they see: S = Q K^T and dP = dO V^T, then dQ += dS K (scaled at the end). dmask (when
+// not null) gets dS.
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_dq_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, Operand<uint16_t> dout, MaskDesc mask,
+                  Params p, const float* __restrict__ lse, const float* __restrict__ delta, uint16_t* __restrict__ dq,
+                  uint16_t* __restrict__ dmask) {
+  using M = typename MmaType<T>::type;
+  constexpr int kLd = D + 8;
+  constexpr int kSteps = D / 16, kOut = D / 8, kKeyTiles = kTile / 8;
+  extern __shared__ uint4 smem_mma[];
+  __shared__ uint16_t bits[kTile * 4];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
+  uint16_t* sO = sQ + kTile * kLd;
+  uint16_t* sK = sO + kTile * kLd;
+  uint16_t* sV = sK + kTile * kLd;
+  uint16_t* sKt = sV + kTile * kLd;  // [D][kLdV]
+
+  const int64_t tiles = (p.Tq + kTile - 1) / kTile;
+  const int64_t b = blockIdx.x / tiles;
+  const int64_t i0 = (tiles - 1 - blockIdx.x % tiles) * kTile;  // causal: the longest rows start first
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wr = warp * 16;
+  const int64_t row_a = i0 + wr + g, row_b = row_a + 8;
+
+  load_rows<D>(sQ, kLd, q.head(b), q.sr, i0, p.Tq);
+  load_rows<D>(sO, kLd, dout.head(b), dout.sr, i0, p.Tq);
+  const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
+  const float L_a = row_a < p.Tq ? lse[b * p.Tq + row_a] : -INFINITY, L_b = row_b < p.Tq ? lse[b * p.Tq + row_b] : -INFINITY;
+  const float d_a = row_a < p.Tq ? delta[b * p.Tq + row_a] : 0.f, d_b = row_b < p.Tq ? delta[b * p.Tq + row_b] : 0.f;
+  float gq[kOut][4];
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) gq[n][0] = gq[n][1] = gq[n][2] = gq[n][3] = 0.f;
+
+  const int64_t kend = p.causal ? min(p.Tk, i0 + kTile) : p.Tk;
+  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+    __syncthreads();  // the previous key and value tiles are no longer read
+    load_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
+    load_rows<D>(sV, kLd, v.head(b), v.sr, k0, p.Tk);
+    load_rows_transposed<D>(sKt, k.head(b), k.sr, k0, p.Tk);
+    if (p.dropout) {
+      for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, i0, k0, x);
+    }
+    __syncthreads();
+
+    float s[kKeyTiles][4], dp[kKeyTiles][4];
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      uint32_t qa[4], oa[4];
+      mma::load_a(qa, sQ + wr * kLd + 16 * st, kLd, g, t);
+      mma::load_a(oa, sO + wr * kLd + 16 * st, kLd, g, t);
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+        mma::mma_bt<M>(s[j], qa, sK + 8 * j * kLd + 16 * st, kLd, g, t);
+        mma::mma_bt<M>(dp[j], oa, sV + 8 * j * kLd + 16 * st, kLd, g, t);
+      }
+    }
+    // s becomes dS.
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = wr + g + (e < 2 ? 0 : 8), jl = 8 * j + 2 * t + (e & 1);
+        const int64_t i = i0 + il, key = k0 + jl;
+        const bool visible = key < p.Tk && i < p.Tq && (!p.causal || key <= i);
+        float x = s[j][e] * p.scale;
+        if (visible && mask.base) x += mask_value<T>(mask, mhead, i, key);
+        const ProbGrad r = prob_grad(visible, x, e < 2 ? L_a : L_b, dp[j][e], e < 2 ? d_a : d_b, p.dropout,
+                                     p.dropout && kept(bits, il, jl), p.keep_scale);
+        s[j][e] = r.ds;
+        if (dmask && i < p.Tq && key < p.Tk) {
+          const T v16 = static_cast<T>(r.ds);
+          dmask[(b * p.Tq + i) * p.Tk + key] = *reinterpret_cast<const uint16_t*>(&v16);
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t da[4];
+      mma::acc_to_a<M>(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < kOut; ++n) mma::mma_bt<M>(gq[n], da, sKt + 8 * n * kLdV + 16 * kk, kLdV, g, t);  // dQ += dS K
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) {
+    const int c = 8 * n + 2 * t;
+    if (row_a < p.Tq)
+      *reinterpret_cast<uint32_t*>(dq + (b * p.Tq + row_a) * D + c) = mma::pack2<M>(gq[n][0] * p.scale, gq[n][1] * p.scale);
+    if (row_b < p.Tq)
+      *reinterpret_cast<uint32_t*>(dq + (b * p.Tq + row_b) * D + c) = mma::pack2<M>(gq[n][2] * p.scale, gq[n][3] * p.scale);
+  }
+}
+
+template <typename T, int D>
+void launch_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const MaskDesc& md,
+                         const Params& p, const float* lse, const float* delta, cpu::AttentionGrads& g) {
+  const Operand<uint16_t> qo = raw_operand(q), ko = raw_operand(k), vo = raw_operand(v), go = raw_operand(dout);
+  const int64_t BH = q.size(0);
+  const int device = q.device().index;
+  const cudaStream_t stream = current_stream(device).handle();
+  const size_t tile = sizeof(uint16_t) * kTile * (D + 8), tile_t = sizeof(uint16_t) * D * kLdV;
+  const size_t smem_kv = 4 * tile + 2 * tile_t, smem_q = 4 * tile + tile_t;
+  allow_shared_memory(mma_dkdv_kernel<T, D>, smem_kv, device);
+  mma_dkdv_kernel<T, D><<<grid_blocks(BH, (p.Tk + kTile - 1) / kTile), kMmaThreads, smem_kv, stream>>>(
+      qo, ko, vo, go, md, p, lse, delta, static_cast<uint16_t*>(g.dk.data_ptr()), static_cast<uint16_t*>(g.dv.data_ptr()));
+  TRIDENT_CUDA_KERNEL_CHECK();
+  allow_shared_memory(mma_dq_kernel<T, D>, smem_q, device);
+  mma_dq_kernel<T, D><<<grid_blocks(BH, (p.Tq + kTile - 1) / kTile), kMmaThreads, smem_q, stream>>>(
+      qo, ko, vo, go, md, p, lse, delta, static_cast<uint16_t*>(g.dq.data_ptr()),
+      g.dmask.defined() ? static_cast<uint16_t*>(g.dmask.data_ptr()) : nullptr);
+  TRIDENT_CUDA_KERNEL_CHECK();
+}
+
+}  // namespace
+}  // namespace attn
+
+bool attention_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const attn::MaskDesc& mask,
+                            const attn::Params& p, const float* lse, const float* delta, cpu::AttentionGrads& g) {
+  if (!attention_mma_supported(q, k, v) || !attn::aligned16(dout) || dout.dtype() != q.dtype()) return false;
+  const int64_t D = q.size(2);
+  if (q.dtype() == DType::BF16) {
+    if (D == 64) attn::launch_mma_backward<BFloat16, 64>(dout, q, k, v, mask, p, lse, delta, g);
+    else attn::launch_mma_backward<BFloat16, 128>(dout, q, k, v, mask, p, lse, delta, g);
+  } else {
+    if (D == 64) attn::launch_mma_backward<Half, 64>(dout, q, k, v, mask, p, lse, delta, g);
+    else attn::launch_mma_backward<Half, 128>(dout, q, k, v, mask, p, lse, delta, g);
+  }
+  return true;
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,212 @@
+// Tensor-core attention forward for f16 and bf16 (NOTE [Tensor-core attention]).
+//
+// NOTE [Tensor-core attention]: for f16/bf16 inputs with head dims D = Dv = 64 or 128 on sm_80
+// and later, the forward pass runs on the tensor cores (mma.sync m16n8k16, f32 accumulation;
+// fragment layouts in ops/cuda/attention_mma.cuh) instead of the f32 FMA kernel of NOTE [Flash
+// attention on CUDA], with the same contract and the same outputs up to rounding: O in q's
+// dtype, lse in f32, the same online softmax, causal triangle, mask and Philox dropout indexing.
+// A block of 4 warps owns 64 query rows (16 per warp) and walks the key tiles of 64:
+//   - Q's fragments are loaded into registers once; each key tile goes to shared memory as it
+//     is (K[key][d], rows padded by 8 elements so that the fragment loads of a warp hit 32
+//     different banks) and each value tile transposed (Vt[d][key], same padding), because the
+//     B operand of P V wants pairs of consecutive keys in one 32-bit word;
+//   - S = Q K^T: per warp 8 accumulators of 16 x 8 (64 keys), 4 f32 per lane;
+//   - the softmax works on those registers: each lane holds two rows (g and g + 8 of its warp's
+//     16) and 16 of their 64 columns; row maxima meet over the 4 lanes of a quad by shuffles;
+//     the running sums stay per lane (every term is rescaled by the same row factor) and are
+//     added over the quad once at the end;
+//   - P, rounded to q's dtype, is already the A operand of P V (attention_mma.cuh), and O
+//     (16 x D per warp, D / 8 accumulators per lane) stays in registers throughout.
+// Rounding P to 16 bits before P V is what every fused f16/bf16 attention does (FlashAttention,
+// cuDNN); the normalizer sums the f32 values, so the error is a relative 2^-8 (bf16) per
+// weight, inside the cross-backend tolerance for bf16 outputs. f32 inputs, other head dims,
+// unaligned operands and older GPUs keep the FMA kernel (attention_mma_supported).
+#include <atomic>
+
+#include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/attention_mma.h"
+
+namespace trident::cuda {
+
+namespace attn {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_forward_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, MaskDesc mask, Params p,
+                       uint16_t* __restrict__ out, float* __restrict__ lse) {
+  using M = typename MmaType<T>::type;
+  constexpr int kLd = D + 8;  // Q and K row stride (elements)
+  constexpr int kSteps = D / 16, kOut = D / 8, kKeyTiles = kTile / 8;
+  extern __shared__ uint4 smem_mma[];
+  __shared__ uint16_t bits[kTile * 4];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);
+  uint16_t* sK = sQ + kTile * kLd;
+  uint16_t* sVt = sK + kTile * kLd;
+
+  const int64_t tiles = (p.Tq + kTile - 1) / kTile;
+  const int64_t b = blockIdx.x / tiles;
+  const int64_t q0 = (tiles - 1 - blockIdx.x % tiles) * kTile;  // causal: the longest rows start first
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wr = warp * 16;                            // the warp's first row in the tile
+  const int64_t row_a = q0 + wr + g, row_b = row_a + 8;  // this lane's two rows
+
+  load_rows<D>(sQ, kLd, q.head(b), q.sr, q0, p.Tq);
+  __syncthreads();
+  uint32_t qf[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) mma::load_a(qf[s], sQ + wr * kLd + 16 * s, kLd, g, t);
+
+  const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
+  float o[kOut][4];
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;  // running max and (partial) sums
+
+  const int64_t kend = p.causal ? min(p.Tk, q0 + kTile) : p.Tk;  // causal: later keys are never seen
+  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+    __syncthreads();  // the previous tiles are no longer read
+    load_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
+    load_rows_transposed<D>(sVt, v.head(b), v.sr, k0, p.Tk);
+    if (p.dropout) {
+      for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, q0, k0, x);
+    }
+    __syncthreads();
+
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) mma::mma_bt<M>(s[j], qf[st], sK + 8 * j * kLd + 16 * st, kLd, g, t);
+    }
+
+    // Scale, mask, bounds; the tile's row maxima.
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = e < 2 ? row_a : row_b, col = k0 + 8 * j + 2 * t + (e & 1);
+        float x = -INFINITY;
+        if (col < p.Tk && (!p.causal || col <= row)) {
+          x = s[j][e] * p.scale;
+          if (mask.base && row < p.Tq) x += mask_value<T>(mask, mhead, row, col);
+        }
+        s[j][e] = x;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {  // the quad's 4 lanes share the two rows
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    // All -inf so far: exp(-inf - 0) = 0, never NaN.
+    const float ref_a = mn_a == -INFINITY ? 0.f : mn_a, ref_b = mn_b == -INFINITY ? 0.f : mn_b;
+    const float alpha_a = exp2f((m_a - ref_a) * kLog2e), alpha_b = exp2f((m_b - ref_b) * kLog2e);
+    m_a = mn_a;
+    m_b = mn_b;
+    float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float ex = exp2f((s[j][e] - (e < 2 ? ref_a : ref_b)) * kLog2e);
+        if (e < 2) ps_a += ex; else ps_b += ex;
+        // The sum counts kept and dropped alike: the CPU normalizes before dropping.
+        s[j][e] = !p.dropout ? ex : kept(bits, wr + g + (e < 2 ? 0 : 8), 8 * j + 2 * t + (e & 1)) ? ex * p.keep_scale : 0.f;
+      }
+    }
+    l_a = l_a * alpha_a + ps_a;
+    l_b = l_b * alpha_b + ps_b;
+#pragma unroll
+    for (int n = 0; n < kOut; ++n) {
+      o[n][0] *= alpha_a;
+      o[n][1] *= alpha_a;
+      o[n][2] *= alpha_b;
+      o[n][3] *= alpha_b;
+    }
+    // O += P V: keys 16 kk .. 16 kk + 15 are accumulators 2 kk and 2 kk + 1.
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t pa[4];
+      mma::acc_to_a<M>(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < kOut; ++n) mma::mma_bt<M>(o[n], pa, sVt + 8 * n * kLdV + 16 * kk, kLdV, g, t);
+    }
+  }
+
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;  // no key seen: zeros
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) {
+    if (row_a < p.Tq)
+      *reinterpret_cast<uint32_t*>(out + (b * p.Tq + row_a) * D + 8 * n + 2 * t) = mma::pack2<M>(o[n][0] * inv_a, o[n][1] * inv_a);
+    if (row_b < p.Tq)
+      *reinterpret_cast<uint32_t*>(out + (b * p.Tq + row_b) * D + 8 * n + 2 * t) = mma::pack2<M>(o[n][2] * inv_b, o[n][3] * inv_b);
+  }
+  if (t == 0) {
+    if (row_a < p.Tq) lse[b * p.Tq + row_a] = l_a > 0.f ? m_a + logf(l_a) : -INFINITY;
+    if (row_b < p.Tq) lse[b * p.Tq + row_b] = l_b > 0.f ? m_b + logf(l_b) : -INFINITY;
+  }
+}
+
+template <typename T, int D>
+void launch_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const MaskDesc& md, const Params& p, Tensor& out,
+                        Tensor& lse) {
+  const Operand<uint16_t> qo = raw_operand(q), ko = raw_operand(k), vo = raw_operand(v);
+  const int device = q.device().index;
+  const size_t smem = sizeof(uint16_t) * (2 * kTile * (D + 8) + D * kLdV);
+  allow_shared_memory(mma_forward_kernel<T, D>, smem, device);
+  const int blocks = grid_blocks(q.size(0), (p.Tq + kTile - 1) / kTile);
+  mma_forward_kernel<T, D><<<blocks, kMmaThreads, smem, current_stream(device).handle()>>>(
+      qo, ko, vo, md, p, static_cast<uint16_t*>(out.data_ptr()), static_cast<float*>(lse.data_ptr()));
+  TRIDENT_CUDA_KERNEL_CHECK();
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace {
+std::atomic<bool> g_tensor_cores{true};
+}  // namespace
+
+void set_attention_tensor_cores(bool on) { g_tensor_cores.store(on); }
+bool attention_tensor_cores() { return g_tensor_cores.load(); }
+
+bool attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!attention_tensor_cores()) return false;
+  if (q.dtype() != DType::F16 && q.dtype() != DType::BF16) return false;
+  const int64_t D = q.size(2);
+  if ((D != 64 && D != 128) || v.size(2) != D || k.size(2) != D) return false;
+  if (!attn::aligned16(q) || !attn::aligned16(k) || !attn::aligned16(v)) return false;
+  int major = 0;
+  TRIDENT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device().index));
+  return major >= 8;
+}
+
+void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                           const cpu::AttentionParams& ap, Tensor& out, Tensor& lse) {
+  const attn::Params p = attn::params(q, k, v, ap);
+  const attn::MaskDesc md = attn::mask_desc(mask);
+  const int64_t D = q.size(2);
+  if (q.dtype() == DType::BF16) {
+    if (D == 64) attn::launch_mma_forward<BFloat16, 64>(q, k, v, md, p, out, lse);
+    else attn::launch_mma_forward<BFloat16, 128>(q, k, v, md, p, out, lse);
+  } else {
+    if (D == 64) attn::launch_mma_forward<Half, 64>(q, k, v, md, p, out, lse);
+    else attn::launch_mma_forward<Half, 128>(q, k, v, md, p, out, lse);
+  }
+}
+
+}  // namespace trident::cuda
