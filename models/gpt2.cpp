@@ -10,6 +10,7 @@
 #include "ops/arith.h"
 #include "ops/attention.h"
 #include "ops/compare.h"
+#include "ops/linalg.h"
 #include "ops/index.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -168,7 +169,16 @@ GPT2MLP::GPT2MLP(const GPT2Config& c, Generator* gen) : nn::Module("GPT2MLP") {
 }
 
 Tensor GPT2MLP::forward(const Tensor& x) {
-  return dropout->forward(c_proj->forward(gelu(c_fc->forward(x), GeluApproximation::Tanh)));
+  // The serial c_fc and GELU as one op: on a GPU, GELU runs in the GEMM's epilogue
+  // (ops/linalg.h linear_gelu); a tensor-parallel c_fc (its own forward) keeps the two ops.
+  Tensor h;
+  if (const auto* dense = dynamic_cast<const DenseLayer*>(c_fc.get())) {
+    const Tensor w = dense->layout == WeightLayout::InOut ? transpose(dense->weight, 0, 1) : dense->weight;
+    h = linear_gelu(x, w, dense->bias, GeluApproximation::Tanh);
+  } else {
+    h = gelu(c_fc->forward(x), GeluApproximation::Tanh);
+  }
+  return dropout->forward(c_proj->forward(h));
 }
 
 // ---- block ----

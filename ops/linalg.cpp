@@ -3,8 +3,10 @@
 #include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/linalg.h"
+#include "ops/cpu/unary.h"
 #if TRIDENT_HAVE_CUDA
 #include "ops/cuda/linalg.h"
+#include "ops/cuda/unary.h"
 #endif
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -81,42 +83,82 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul_nd(a, b);
 }
 
+namespace {
+
+void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_defined(op, x, "input");
+  check_defined(op, w, "weight");
+  check_same_dtype(op, x, w);
+  check_same_device(op, x, w);
+  check_device(op, x);
+  check_floating(op, x);
+  TRIDENT_CHECK(w.dim() == 2, op, ": weight must be [out_features, in_features], got shape ", w.sizes());
+  TRIDENT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), op, ": input shape ", x.sizes(), " does not end in in_features = ",
+                w.size(1), " of weight shape ", w.sizes());
+  if (b.defined()) {
+    check_same_dtype(op, x, b);
+    check_same_device(op, x, b);
+    TRIDENT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), op, ": bias shape ", b.sizes(), " does not match out_features = ",
+                  w.size(0), " of weight shape ", w.sizes());
+  }
+}
+
+// The gradients of x W^T + b from the gradient g of its output: [dx, dW, db], each only where
+// its saved operand says it is wanted.
+TensorList linear_backward(const Tensor& g, const SavedTensor& sx, const SavedTensor& sw, bool has_b, const Shape& xs) {
+  const int64_t out_f = g.size(-1);
+  const Tensor g2 = reshape(g, {-1, out_f});
+  TensorList r(3);
+  if (sw.defined()) r[0] = reshape(matmul(g2, sw.unpack()), xs);
+  if (sx.defined()) {
+    const Tensor x = sx.unpack();
+    r[1] = matmul(transpose(g2, 0, 1), reshape(x, {-1, x.size(-1)}));
+  }
+  if (has_b) r[2] = sum(g2, {0});
+  return r;
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (autocast::is_enabled()) {  // NOTE [Autocast]
     autocast::Suspend off;
     return linear(autocast::lower(x), autocast::lower(w), autocast::lower(b));
   }
-  check_defined("linear", x, "input");
-  check_defined("linear", w, "weight");
-  check_same_dtype("linear", x, w);
-  check_same_device("linear", x, w);
-  check_device("linear", x);
-  check_floating("linear", x);
-  TRIDENT_CHECK(w.dim() == 2, "linear: weight must be [out_features, in_features], got shape ", w.sizes());
-  TRIDENT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input shape ", x.sizes(), " does not end in in_features = ",
-                w.size(1), " of weight shape ", w.sizes());
-  if (b.defined()) {
-    check_same_dtype("linear", x, b);
-    check_same_device("linear", x, b);
-    TRIDENT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias shape ", b.sizes(), " does not match out_features = ",
-                  w.size(0), " of weight shape ", w.sizes());
-  }
+  check_linear("linear", x, w, b);
   Tensor out = TRIDENT_KERNEL(linear)(x, w, b);
   if (autograd::any_requires_grad({x, w, b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad();
     autograd::record("LinearBackward", {x, w, b}, out,
                      [sx = gw ? SavedTensor(x) : SavedTensor(), sw = gx ? SavedTensor(w) : SavedTensor(), has_b = b.defined(),
-                      xs = x.sizes()](const TensorList& g) {
-                       const int64_t out_f = g[0].size(-1);
-                       const Tensor g2 = reshape(g[0], {-1, out_f});
-                       TensorList r(3);
-                       if (sw.defined()) r[0] = reshape(matmul(g2, sw.unpack()), xs);
-                       if (sx.defined()) {
-                         const Tensor x = sx.unpack();
-                         r[1] = matmul(transpose(g2, 0, 1), reshape(x, {-1, x.size(-1)}));
-                       }
-                       if (has_b) r[2] = sum(g2, {0});
-                       return r;
+                      xs = x.sizes()](const TensorList& g) { return linear_backward(g[0], sx, sw, has_b, xs); });
+  }
+  return out;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, GeluApproximation approximate) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]: as linear; GELU then runs on its half-precision output
+    autocast::Suspend off;
+    return linear_gelu(autocast::lower(x), autocast::lower(w), autocast::lower(b), approximate);
+  }
+  check_linear("linear_gelu", x, w, b);
+  const cpu::UnaryOp op = approximate == GeluApproximation::Tanh ? cpu::UnaryOp::GeluTanh : cpu::UnaryOp::Gelu;
+  const Tensor xd = x.detach(), wd = w.detach(), bd = b.defined() ? b.detach() : Tensor();
+  Tensor out, pre;
+  bool fused = false;
+#if TRIDENT_HAVE_CUDA
+  if (x.device().is_cuda() && op == cpu::UnaryOp::GeluTanh) fused = cuda::linear_gelu_tanh(xd, wd, bd, out, pre);
+#endif
+  if (!fused) {
+    pre = TRIDENT_KERNEL(linear)(xd, wd, bd);
+    out = TRIDENT_KERNEL(unary)(op, pre);
+  }
+  if (autograd::any_requires_grad({x, w, b})) {
+    const bool gx = x.requires_grad(), gw = w.requires_grad();
+    autograd::record("LinearGeluBackward", {x, w, b}, out,
+                     [sx = gw ? SavedTensor(x) : SavedTensor(), sw = gx ? SavedTensor(w) : SavedTensor(), has_b = b.defined(),
+                      xs = x.sizes(), op, pre](const TensorList& g) {
+                       return linear_backward(TRIDENT_KERNEL(unary_backward)(op, g[0], pre), sx, sw, has_b, xs);
                      });
   }
   return out;

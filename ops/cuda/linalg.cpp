@@ -145,18 +145,20 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 }
 
 // C[m, n] (column-major, ldc = m, batch stride m * n) = op(A)[m, k] op(B)[k, n] (+ bias[m] per
-// row of C), on the current stream of `device`.
+// row of C), on the current stream of `device`. With gelu_aux (batch 1, m a multiple of 8), C
+// gets GELU (tanh form) of that, and gelu_aux [m, n] (column-major, ld m) the value before it.
 void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& A, const Operand& B, void* C,
-          int64_t batch, const void* bias) {
+          int64_t batch, const void* bias, void* gelu_aux = nullptr) {
   const cudaDataType_t type = cuda_type(dt);
   const bool tf32 = dt == DType::F32 && g_allow_tf32.load(std::memory_order_relaxed);
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const uint32_t align_a = alignment_of(A.ptr), align_b = alignment_of(B.ptr), align_c = alignment_of(C);
   const uint32_t align_bias = bias != nullptr ? alignment_of(bias) : 256;
 
+  const uint32_t align_aux = gelu_aux != nullptr ? alignment_of(gelu_aux) : 0;
   PlanKey key;
   key.v = {device, static_cast<int64_t>(dt), tf32, m, n, k, A.ld, B.ld, A.trans, B.trans, batch,
-           A.batch_stride, B.batch_stride, bias != nullptr ? align_bias : 0,
+           A.batch_stride, B.batch_stride, (bias != nullptr ? align_bias : 0) | static_cast<int64_t>(align_aux) << 32,
            static_cast<int64_t>(align_a) << 32 | align_b, align_c};
   thread_local std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
   std::unique_ptr<Plan>& slot = plans[key];
@@ -167,13 +169,24 @@ void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& 
     const cublasOperation_t ta = A.trans ? CUBLAS_OP_T : CUBLAS_OP_N, tb = B.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (bias != nullptr) {
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (bias != nullptr || gelu_aux != nullptr) {
+      const cublasLtEpilogue_t epi = gelu_aux == nullptr ? CUBLASLT_EPILOGUE_BIAS
+                                     : bias != nullptr   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                         : CUBLASLT_EPILOGUE_GELU_AUX;
       TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    }
+    if (bias != nullptr) {
       TRIDENT_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
       TRIDENT_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (gelu_aux != nullptr) {  // the aux matrix has C's type (the attribute's default)
+      const int64_t aux_ld = m;
+      TRIDENT_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+      TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_aux,
+                                                          sizeof(gelu_aux)));
     }
     plan->a = make_layout(type, A.rows, A.cols, A.ld, batch, A.batch_stride);
     plan->b = make_layout(type, B.rows, B.cols, B.ld, batch, B.batch_stride);
@@ -197,9 +210,15 @@ void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& 
                   ", transposed ", A.trans, "/", B.trans, "): status ", static_cast<int>(st));
     plan->algo = result.algo;
     slot = std::move(plan);
-  } else if (bias != nullptr) {
-    TRIDENT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  } else {
+    if (bias != nullptr) {
+      TRIDENT_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (gelu_aux != nullptr) {
+      TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_aux,
+                                                          sizeof(gelu_aux)));
+    }
   }
   const float alpha = 1.f, beta = 0.f;
   // The workspace is an ordinary allocation on this stream: the caching allocator hands the same
@@ -279,7 +298,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+namespace {
+
+// linear, and with `pre` (not null) the fused GELU: *pre gets the value before GELU.
+Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor* pre) {
   const int64_t in = w.size(1), out_f = w.size(0);
   Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
   out_shape.push_back(out_f);
@@ -307,8 +329,23 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   B.ptr = x2.data_ptr();
   Tensor bias = b.defined() ? b.contiguous() : Tensor();
-  gemm(device, x.dtype(), out_f, rows, in, A, B, out.data_ptr(), 1, bias.defined() ? bias.data_ptr() : nullptr);
+  if (pre != nullptr) *pre = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
+  gemm(device, x.dtype(), out_f, rows, in, A, B, out.data_ptr(), 1, bias.defined() ? bias.data_ptr() : nullptr,
+       pre != nullptr ? pre->data_ptr() : nullptr);
   return out;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_impl(x, w, b, nullptr); }
+
+bool linear_gelu_tanh(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& out, Tensor& pre) {
+  // The aux matrix's leading dimension (out_features) must divide by 8; empty products and a
+  // zero inner size have no GEMM to fuse into.
+  // f32 keeps the two kernels: the fusion is for the half-precision training path.
+  if (x.dtype() == DType::F32 || w.size(0) % 8 != 0 || w.size(1) == 0 || x.numel() == 0) return false;
+  out = linear_impl(x, w, b, &pre);
+  return true;
 }
 
 }  // namespace trident::cuda

@@ -112,6 +112,16 @@ std::vector<OpCase> op_table() {
   t.push_back({"linear_no_bias", {{13, 48}, {20, 48}}, [](const V& x) { return linear(x[0], x[1]); }});
   t.push_back({"linear_strided_input", {{6, 96}, {20, 48}, {20}},
                [](const V& x) { return linear(slice(x[0], 1, 0, 96, 2), x[1], x[2]); }});
+  // linear_gelu: tanh GELU in the cuBLASLt epilogue for f16/bf16 when out_features divides by 8;
+  // the exact form, 20 outputs and f32 take linear then gelu.
+  t.push_back({"linear_gelu_tanh_epilogue", {{2, 9, 48}, {24, 48}, {24}},
+               [](const V& x) { return linear_gelu(x[0], x[1], x[2], GeluApproximation::Tanh); }});
+  t.push_back({"linear_gelu_tanh_epilogue_no_bias", {{13, 48}, {32, 48}},
+               [](const V& x) { return linear_gelu(x[0], x[1], Tensor(), GeluApproximation::Tanh); }});
+  t.push_back({"linear_gelu_tanh_20_outputs", {{7, 48}, {20, 48}, {20}},
+               [](const V& x) { return linear_gelu(x[0], x[1], x[2], GeluApproximation::Tanh); }});
+  t.push_back({"linear_gelu_exact", {{7, 48}, {24, 48}, {24}},
+               [](const V& x) { return linear_gelu(x[0], x[1], x[2], GeluApproximation::None); }});
   // Layer norm: a warp per row below 1024 columns, a block per row above; weight and bias given
   // or not; a transposed (non-contiguous) input; two normalized dims.
   for (int64_t cols : {1, 33, 768, 5000}) {

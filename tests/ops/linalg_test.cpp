@@ -157,6 +157,51 @@ TEST(LinearGradcheck, InputWeightAndBias) {
   EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {xt, wt, b})));
 }
 
+// linear_gelu is gelu(linear(...)) as one op: on the CPU the same kernels, so the same bits.
+TEST(LinearGelu, EqualsGeluOfLinear) {
+  Generator g(40);
+  for (DType dt : {kF32, kF64}) {
+    const Tensor x = randn({2, 5, 8}, dt, &g), w = randn({6, 8}, dt, &g), b = randn({6}, dt, &g);
+    for (GeluApproximation a : {GeluApproximation::None, GeluApproximation::Tanh}) {
+      EXPECT_EQ(linear_gelu(x, w, b, a).to_vector<double>(), gelu(linear(x, w, b), a).to_vector<double>());
+      EXPECT_EQ(linear_gelu(x, w, Tensor(), a).to_vector<double>(), gelu(linear(x, w), a).to_vector<double>());
+    }
+    EXPECT_EQ(linear_gelu(x, w, b, GeluApproximation::Tanh).sizes(), (Shape{2, 5, 6}));
+  }
+  // Hand-computed: x = [1, -1], W = [[1, 0], [0, 1], [1, 1]], b = [0, 0, 0.5] -> pre [1, -1, 0.5];
+  // exact GELU x Phi(x): 0.841344746, -0.158655254, 0.345731 (0.5 Phi(0.5) = 0.5 x 0.691462461).
+  const Tensor xs = from_vector<double>({1, -1}, {1, 2}), ws = from_vector<double>({1, 0, 0, 1, 1, 1}, {3, 2});
+  const std::vector<double> y = linear_gelu(xs, ws, from_vector<double>({0, 0, 0.5}), GeluApproximation::None).to_vector<double>();
+  ASSERT_EQ(y.size(), 3u);
+  EXPECT_NEAR(y[0], 0.841344746, 1e-9);
+  EXPECT_NEAR(y[1], -0.158655254, 1e-9);
+  EXPECT_NEAR(y[2], 0.345731231, 1e-9);
+  EXPECT_EQ(linear_gelu(zeros({0, 4}), zeros({3, 4}), Tensor(), GeluApproximation::Tanh).sizes(), (Shape{0, 3}));
+  // Half precision: computed as the composition does.
+  const Tensor xh = randn({3, 8}, kF32, &g).to(kBF16), wh = randn({4, 8}, kF32, &g).to(kBF16);
+  EXPECT_EQ(linear_gelu(xh, wh, Tensor(), GeluApproximation::Tanh).to_vector<float>(),
+            gelu(linear(xh, wh), GeluApproximation::Tanh).to_vector<float>());
+}
+
+TEST(LinearGelu, ErrorsNameTheOpAndShapes) {
+  trident::testing::expect_error([] { linear_gelu(zeros({2, 5}), zeros({3, 4}), Tensor(), GeluApproximation::Tanh); },
+                                 {"linear_gelu", "[2, 5]", "[3, 4]"});
+  trident::testing::expect_error([] { linear_gelu(zeros({2, 4}), zeros({3, 4}), zeros({4}), GeluApproximation::None); },
+                                 {"linear_gelu", "bias shape [4]"});
+}
+
+TEST(LinearGeluGradcheck, InputWeightAndBiasBothForms) {
+  // Kept away from GELU's steep region only by the random draw; GELU is smooth everywhere.
+  Tensor x = rand_leaf({2, 3, 4}, 140), w = rand_leaf({5, 4}, 141), b = rand_leaf({5}, 142);
+  for (GeluApproximation a : {GeluApproximation::None, GeluApproximation::Tanh}) {
+    EXPECT_TRUE(grad_ok(gradcheck([a](const TensorList& in) { return linear_gelu(in[0], in[1], in[2], a); }, {x, w, b})));
+    EXPECT_TRUE(grad_ok(gradcheck([a](const TensorList& in) { return linear_gelu(in[0], in[1], Tensor(), a); }, {x, w})));
+  }
+  Tensor xt = rand_leaf_transposed({3, 4}, 143), wt = rand_leaf_transposed({5, 4}, 144);
+  EXPECT_TRUE(grad_ok(gradcheck(
+      [](const TensorList& in) { return linear_gelu(in[0], in[1], in[2], GeluApproximation::Tanh); }, {xt, wt, b})));
+}
+
 TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
   Generator g(31);
   // [B, T, C] @ [C, N]: one tall GEMM.
