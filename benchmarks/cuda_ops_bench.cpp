@@ -1,4 +1,4 @@
-// CUDA op throughput: GEMMs through cuBLASLt and the bandwidth-bound kernels, each timed with CUDA
+// CUDA op throughput: GEMMs through cuBLASLt, convolutions through cuDNN and the bandwidth-bound kernels, each timed with CUDA
 // events over many back-to-back calls on the current stream (launch overhead included, as a
 // training step sees it). Prints one JSON object per case (name, dtype, shape, ms, flops, bytes);
 // benchmarks/cuda_ops_torch.py times the same cases in PyTorch on the same GPU and prints the
@@ -88,6 +88,35 @@ std::vector<Case> cases() {
                [](const V& x) { return layer_norm(x[0], {768}, x[1], x[2]); }});
   c.push_back({"transpose_copy", kBF16, {{8192, 8192}}, 0, 2 * 2.0 * 8192 * 8192,
                [](const V& x) { return transpose(x[0], 0, 1).contiguous(); }});
+  // Convolution (cuDNN) at ResNet/AmoebaNet sizes: 3x3 64 -> 64 on 56 x 56, batch 32, forward
+  // alone and forward + both backward passes (3x the FLOPs; gy is the third input); a depthwise
+  // 3x3 forward + backward; pooling (own kernels; bytes read plus written).
+  const int64_t cn = 32, cc = 64, hw = 56;
+  const double conv_flops = 2.0 * cn * cc * hw * hw * cc * 9;
+  const double act = elem_size(kBF16) * cn * cc * hw * hw;
+  c.push_back({"conv2d_3x3", kBF16, {{cn, cc, hw, hw}, {cc, cc, 3, 3}}, conv_flops, 2 * act,
+               [](const V& x) { return conv2d(x[0], x[1], Tensor(), {1, 1}, {1, 1}); }});
+  c.push_back({"conv2d_3x3_fwdbwd", kBF16, {{cn, cc, hw, hw}, {cc, cc, 3, 3}, {cn, cc, hw, hw}}, 3 * conv_flops, 5 * act,
+               [](const V& x) {
+                 autograd::EnableGradGuard grad;
+                 const Tensor a = x[0].detach().set_requires_grad(true), w = x[1].detach().set_requires_grad(true);
+                 conv2d(a, w, Tensor(), {1, 1}, {1, 1}).backward(x[2]);
+                 return a.grad();
+               }});
+  const int64_t dc = 128, dhw = 28;
+  const double dact = elem_size(kBF16) * cn * dc * dhw * dhw;
+  c.push_back({"conv2d_dw3x3_fwdbwd", kBF16, {{cn, dc, dhw, dhw}, {dc, 1, 3, 3}, {cn, dc, dhw, dhw}},
+               3 * 2.0 * cn * dc * dhw * dhw * 9, 5 * dact, [dc](const V& x) {
+                 autograd::EnableGradGuard grad;
+                 const Tensor a = x[0].detach().set_requires_grad(true), w = x[1].detach().set_requires_grad(true);
+                 conv2d(a, w, Tensor(), {1, 1}, {1, 1}, {1, 1}, dc).backward(x[2]);
+                 return a.grad();
+               }});
+  const double pin = elem_size(kBF16) * cn * cc * 112 * 112;
+  c.push_back({"max_pool2d_3x3s2", kBF16, {{cn, cc, 112, 112}}, 0, 1.25 * pin,
+               [](const V& x) { return max_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}); }});
+  c.push_back({"avg_pool2d_3x3s1", kBF16, {{cn, cc, hw, hw}}, 0, 2 * act,
+               [](const V& x) { return avg_pool2d(x[0], {3, 3}, Int2{1, 1}, {1, 1}, false, false); }});
   return c;
 }
 

@@ -29,7 +29,20 @@ def op(name):
         "sum_cols": lambda x: x[0].sum(0),
         "transpose_copy": lambda x: x[0].t().contiguous(),
         "layer_norm": lambda x: torch.nn.functional.layer_norm(x[0], x[0].shape[-1:], x[1], x[2]),
+        "conv2d_3x3": lambda x: torch.nn.functional.conv2d(x[0], x[1], padding=1),
+        "conv2d_3x3_fwdbwd": lambda x: conv_fwdbwd(x, 1),
+        "conv2d_dw3x3_fwdbwd": lambda x: conv_fwdbwd(x, x[0].shape[1]),
+        "max_pool2d_3x3s2": lambda x: torch.nn.functional.max_pool2d(x[0], 3, 2, 1),
+        "avg_pool2d_3x3s1": lambda x: torch.nn.functional.avg_pool2d(x[0], 3, 1, 1, count_include_pad=False),
     }.get(name)
+
+
+def conv_fwdbwd(x, groups):
+    """Forward and both backward passes of a padded 3x3 convolution; x[2] is the output gradient."""
+    with torch.enable_grad():
+        a, w = x[0].detach().requires_grad_(), x[1].detach().requires_grad_()
+        torch.nn.functional.conv2d(a, w, padding=1, groups=groups).backward(x[2])
+        return a.grad
 
 
 def time_ms(f):

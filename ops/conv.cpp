@@ -4,6 +4,9 @@
 #include "ops/common.h"
 #include "ops/cpu/conv.h"
 #include "ops/shape.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/conv.h"
+#endif
 
 namespace trident {
 
@@ -55,7 +58,7 @@ cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& w, const Tens
 
 Tensor conv2d_4d(const Tensor& x, const Tensor& w, const Tensor& b, Int2 stride, Int2 padding, Int2 dilation, int64_t groups) {
   const cpu::Conv2dGeometry geo = conv2d_geometry(x, w, b, stride, padding, dilation, groups);
-  Tensor out = cpu::conv2d_forward(x.detach(), w.detach(), b.defined() ? b.detach() : Tensor(), geo);
+  Tensor out = TRIDENT_KERNEL(conv2d_forward)(x.detach(), w.detach(), b.defined() ? b.detach() : Tensor(), geo);
   if (autograd::any_requires_grad({x, w, b})) {
     const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
     // d input needs the weight, d weight needs the input: save only what is needed.
@@ -63,9 +66,9 @@ Tensor conv2d_4d(const Tensor& x, const Tensor& w, const Tensor& b, Int2 stride,
                      [geo, need_b, sx = need_w ? SavedTensor(x) : SavedTensor(),
                       sw = need_x ? SavedTensor(w) : SavedTensor()](const TensorList& g) {
                        TensorList r(3);
-                       if (sw.defined()) r[0] = cpu::conv2d_backward_input(g[0], sw.unpack(), geo);
-                       if (sx.defined()) r[1] = cpu::conv2d_backward_weight(g[0], sx.unpack(), geo);
-                       if (need_b) r[2] = cpu::conv2d_backward_bias(g[0]);
+                       if (sw.defined()) r[0] = TRIDENT_KERNEL(conv2d_backward_input)(g[0], sw.unpack(), geo);
+                       if (sx.defined()) r[1] = TRIDENT_KERNEL(conv2d_backward_weight)(g[0], sx.unpack(), geo);
+                       if (need_b) r[2] = TRIDENT_KERNEL(conv2d_backward_bias)(g[0]);
                        return r;
                      });
   }
@@ -88,7 +91,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
     check_same_dtype("conv2d", input, bias);
     check_same_device("conv2d", input, bias);
   }
-  check_cpu("conv2d", input);
+  check_device("conv2d", input);
   check_floating("conv2d", input);
   TRIDENT_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got input of shape ",
                 input.sizes(), " (weight shape ", weight.sizes(), ")");

@@ -10,7 +10,8 @@
 // convolution (O = C times a channel multiplier); it has its own direct kernel.
 //
 // Dtypes: f32 and f64; f16 and bf16 inputs are computed in f32 and the result rounded once.
-// input, weight and bias must share dtype and device (CPU).
+// input, weight and bias must share dtype and device. On a CUDA device: f32, f16 and bf16 through
+// cuDNN (NOTE [cuDNN convolutions] in ops/cuda/conv.h); f64 is an Error there.
 //
 // Errors (trident::Error, the message names the shapes and the offending parameter):
 // input not 3-D/4-D, weight not 4-D, bias not [O]; groups < 1, or not dividing C or O;

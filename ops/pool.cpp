@@ -3,6 +3,9 @@
 #include "ops/common.h"
 #include "ops/cpu/pool.h"
 #include "ops/math/pool.h"
+#if TRIDENT_HAVE_CUDA
+#include "ops/cuda/pool.h"
+#endif
 
 namespace trident {
 
@@ -14,7 +17,7 @@ Shape pair(Int2 v) { return {v[0], v[1]}; }
 
 void check_pool_input(const char* op, const Tensor& x) {
   check_defined(op, x);
-  check_cpu(op, x);
+  check_device(op, x);
   check_floating(op, x);
   TRIDENT_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got input of shape ",
                 x.sizes());
@@ -54,11 +57,11 @@ cpu::Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Int2 kernel, 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
                                                   Int2 dilation, bool ceil_mode) {
   const cpu::Pool2dGeometry geo = pool_geometry("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
-  auto [out, indices] = cpu::max_pool2d_forward(x.detach(), geo);
+  auto [out, indices] = TRIDENT_KERNEL(max_pool2d_forward)(x.detach(), geo);
   if (autograd::any_requires_grad({x})) {
     autograd::record("MaxPool2dBackward", {x}, out,
                      [geo, in = x.sizes(), si = SavedTensor(indices)](const TensorList& g) {
-                       return TensorList{cpu::max_pool2d_backward(g[0], si.unpack(), in, geo)};
+                       return TensorList{TRIDENT_KERNEL(max_pool2d_backward)(g[0], si.unpack(), in, geo)};
                      });
   }
   return {out, indices};
@@ -72,10 +75,10 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
                   bool count_include_pad) {
   cpu::Pool2dGeometry geo = pool_geometry("avg_pool2d", x, kernel, stride, padding, {1, 1}, ceil_mode);
   geo.count_include_pad = count_include_pad;
-  Tensor out = cpu::avg_pool2d_forward(x.detach(), geo);
+  Tensor out = TRIDENT_KERNEL(avg_pool2d_forward)(x.detach(), geo);
   if (autograd::any_requires_grad({x})) {
     autograd::record("AvgPool2dBackward", {x}, out, [geo, in = x.sizes()](const TensorList& g) {
-      return TensorList{cpu::avg_pool2d_backward(g[0], in, geo)};
+      return TensorList{TRIDENT_KERNEL(avg_pool2d_backward)(g[0], in, geo)};
     });
   }
   return out;
@@ -85,10 +88,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   check_pool_input("adaptive_avg_pool2d", x);
   TRIDENT_CHECK(output_size[0] >= 0 && output_size[1] >= 0, "adaptive_avg_pool2d: output_size must be non-negative, got ",
                 pair(output_size), " (input shape ", x.sizes(), ")");
-  Tensor out = cpu::adaptive_avg_pool2d_forward(x.detach(), output_size[0], output_size[1]);
+  Tensor out = TRIDENT_KERNEL(adaptive_avg_pool2d_forward)(x.detach(), output_size[0], output_size[1]);
   if (autograd::any_requires_grad({x})) {
     autograd::record("AdaptiveAvgPool2dBackward", {x}, out, [in = x.sizes()](const TensorList& g) {
-      return TensorList{cpu::adaptive_avg_pool2d_backward(g[0], in)};
+      return TensorList{TRIDENT_KERNEL(adaptive_avg_pool2d_backward)(g[0], in)};
     });
   }
   return out;

@@ -1,6 +1,7 @@
 // 2-D pooling, differentiable, with PyTorch's semantics (torch.nn.functional.max_pool2d,
 // avg_pool2d, adaptive_avg_pool2d). Input [N, C, H, W] or [C, H, W]; the result keeps the
-// leading dims and replaces (H, W) by (OH, OW). f32 and f64; f16/bf16 are computed in f32.
+// leading dims and replaces (H, W) by (OH, OW). f32 and f64; f16/bf16 are computed in f32. On a
+// CUDA device f32, f16 and bf16 (ops/cuda/pool.h), with the same results and indices.
 //
 // Output size (max and avg): OH = floor_or_ceil((H + 2 ph - dh (kH - 1) - 1) / sh) + 1, where
 // in ceil mode a last window that would start beyond the input and its left padding is

@@ -148,6 +148,60 @@ std::vector<OpCase> op_table() {
                [](const V& x) {
                  return batch_norm(x[0], x[3].detach(), add(abs(x[4].detach()), 0.5), x[1], x[2], false);
                }});
+  // conv2d through cuDNN (NOTE [cuDNN convolutions]): bias or not, odd sizes, stride 2, dilation 2,
+  // groups, depthwise (with a channel multiplier), AmoebaNet's 1x7 / 7x1, pointwise, unbatched,
+  // a transposed (non-contiguous) input. Input, weight and bias gradients are all compared.
+  t.push_back({"conv2d_3x3_bias", {{2, 5, 9, 11}, {7, 5, 3, 3}, {7}},
+               [](const V& x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}); }});
+  t.push_back({"conv2d_stride2", {{3, 4, 13, 10}, {6, 4, 3, 3}, {6}},
+               [](const V& x) { return conv2d(x[0], x[1], x[2], {2, 2}, {1, 1}); }});
+  t.push_back({"conv2d_dilation2", {{2, 3, 15, 14}, {5, 3, 3, 3}},
+               [](const V& x) { return conv2d(x[0], x[1], Tensor(), {1, 1}, {2, 2}, {2, 2}); }});
+  t.push_back({"conv2d_groups3", {{2, 6, 9, 9}, {9, 2, 3, 3}, {9}},
+               [](const V& x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}, {1, 1}, 3); }});
+  t.push_back({"conv2d_depthwise", {{2, 8, 12, 11}, {8, 1, 3, 3}},
+               [](const V& x) { return conv2d(x[0], x[1], Tensor(), {1, 1}, {1, 1}, {1, 1}, 8); }});
+  t.push_back({"conv2d_depthwise_x2_5x5_s2", {{2, 4, 11, 13}, {8, 1, 5, 5}, {8}},
+               [](const V& x) { return conv2d(x[0], x[1], x[2], {2, 2}, {2, 2}, {1, 1}, 4); }});
+  t.push_back({"conv2d_1x7", {{2, 6, 9, 17}, {5, 6, 1, 7}},
+               [](const V& x) { return conv2d(x[0], x[1], Tensor(), {1, 1}, {0, 3}); }});
+  t.push_back({"conv2d_7x1_s2", {{2, 6, 17, 9}, {5, 6, 7, 1}},
+               [](const V& x) { return conv2d(x[0], x[1], Tensor(), {2, 1}, {3, 0}); }});
+  t.push_back({"conv2d_pointwise", {{3, 16, 7, 7}, {24, 16, 1, 1}, {24}},
+               [](const V& x) { return conv2d(x[0], x[1], x[2]); }});
+  t.push_back({"conv2d_long_reduction", {{4, 64, 14, 14}, {32, 64, 3, 3}},
+               [](const V& x) { return conv2d(x[0], x[1], Tensor(), {1, 1}, {1, 1}); }});
+  t.push_back({"conv2d_unbatched", {{3, 8, 8}, {4, 3, 3, 3}, {4}}, [](const V& x) { return conv2d(x[0], x[1], x[2]); }});
+  t.push_back({"conv2d_transposed_input", {{2, 3, 10, 7}, {4, 3, 3, 3}},
+               [](const V& x) { return conv2d(transpose(x[0], 2, 3), x[1], Tensor(), {1, 1}, {1, 1}); }});
+  // Pooling (NOTE [CUDA pooling]): max with padding, dilation and ceil mode (values, gradients
+  // and the i64 indices), avg with count_include_pad both ways and ceil mode, adaptive avg with
+  // uniform, non-uniform, enlarging and whole-plane windows.
+  t.push_back({"max_pool2d_3x3_s2_p1", {{2, 3, 11, 12}},
+               [](const V& x) { return max_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}); }});
+  t.push_back({"max_pool2d_2x2", {{2, 4, 8, 9}}, [](const V& x) { return max_pool2d(x[0], {2, 2}); }});
+  t.push_back({"max_pool2d_dilated_ceil", {{2, 3, 10, 9}},
+               [](const V& x) { return max_pool2d(x[0], {3, 2}, Int2{2, 2}, {1, 0}, {2, 1}, true); }});
+  t.push_back({"max_pool2d_indices", {{2, 3, 11, 12}},
+               [](const V& x) { return max_pool2d_with_indices(x[0], {3, 3}, Int2{2, 1}, {1, 1}, {1, 2}, true).second; },
+               Domain::Any, false});
+  t.push_back({"max_pool2d_unbatched_s1", {{3, 9, 7}},
+               [](const V& x) { return max_pool2d(x[0], {3, 3}, Int2{1, 1}, {1, 1}); }});
+  for (bool include_pad : {true, false}) {
+    const std::string tag = include_pad ? "_include_pad" : "_exclude_pad";
+    t.push_back({"avg_pool2d_3x3_s1_p1" + tag, {{2, 3, 9, 10}},
+                 [include_pad](const V& x) { return avg_pool2d(x[0], {3, 3}, Int2{1, 1}, {1, 1}, false, include_pad); }});
+    t.push_back({"avg_pool2d_ceil_s2" + tag, {{2, 2, 10, 11}},
+                 [include_pad](const V& x) { return avg_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}, true, include_pad); }});
+  }
+  t.push_back({"avg_pool2d_2x2", {{3, 4, 8, 6}}, [](const V& x) { return avg_pool2d(x[0], {2, 2}); }});
+  t.push_back({"adaptive_avg_pool2d_global", {{2, 5, 7, 9}}, [](const V& x) { return adaptive_avg_pool2d(x[0], {1, 1}); }});
+  t.push_back({"adaptive_avg_pool2d_uniform", {{2, 3, 8, 12}}, [](const V& x) { return adaptive_avg_pool2d(x[0], {4, 3}); }});
+  t.push_back({"adaptive_avg_pool2d_nonuniform", {{2, 3, 10, 7}},
+               [](const V& x) { return adaptive_avg_pool2d(x[0], {4, 3}); }});
+  t.push_back({"adaptive_avg_pool2d_enlarging", {{1, 2, 3, 2}}, [](const V& x) { return adaptive_avg_pool2d(x[0], {5, 4}); }});
+  t.push_back({"adaptive_avg_pool2d_large_plane", {{1, 3, 112, 112}},
+               [](const V& x) { return adaptive_avg_pool2d(x[0], {1, 1}); }});
   // Dropout with a fresh generator of the same seed on each side: the same mask.
   t.push_back({"dropout_p0.3", {m}, [](const V& x) {
                  Generator gen(77);

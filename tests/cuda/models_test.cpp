@@ -113,4 +113,44 @@ TEST(CudaModels, TinyBertPretrainsOnTheGpuAsOnTheCpu) {
   for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
 }
 
+// A tiny AmoebaNet-D (stem, normal and reduction cells: 3x3 / 1x7 / 7x1 and separable
+// convolutions through cuDNN, max and average pooling, batch norm in training mode, global
+// average pooling) trained a few SGD steps on each device from the same weights and images.
+// Dropout is off so both sides compute the same function. A max-pooling window whose two largest
+// values differ by f32 rounding could pick another element on each device; with random inputs
+// that is rare, and would move one gradient element, well inside these tolerances.
+TEST(CudaModels, TinyAmoebaNetTrainsOnTheGpuAsOnTheCpu) {
+  TRIDENT_REQUIRE_CUDA();
+  models::AmoebaNetConfig c = models::AmoebaNetConfig::from_name("amoebanet-d(2,8)", 10, 32);
+  c.stem_filters = 8;
+  c.dropout = 0.0;
+  c.validate();
+  Generator g1(11), g2(11);
+  models::AmoebaNet cpu(c, &g1), gpu(c, &g2);
+  gpu.to(kGPU);
+  for (const Tensor& p : gpu.parameters()) ASSERT_EQ(p.device(), kGPU);
+  nn::optim::SGDOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  nn::optim::SGD oc(cpu.parameters(), o), og(gpu.parameters(), o);
+  Generator data(12);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = randn({4, 3, 32, 32}, kF32, &data), y = randint(0, 10, {4}, DType::I64, &data);
+    oc.zero_grad();
+    og.zero_grad();
+    Tensor lc = cross_entropy(cpu.forward(x), y), lg = cross_entropy(gpu.forward(x.to(kGPU)), y.to(kGPU));
+    ASSERT_EQ(lg.device(), kGPU);
+    const double a = lc.item<double>(), b = lg.item<double>();
+    EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << "step " << step;
+    lc.backward();
+    lg.backward();
+    for (const Tensor& p : gpu.parameters()) ASSERT_EQ(p.grad().device(), kGPU);
+    oc.step();
+    og.step();
+  }
+  const auto pc = cpu.parameters(), pg = gpu.parameters();
+  ASSERT_EQ(pc.size(), pg.size());
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+}
+
 }  // namespace
