@@ -2,6 +2,7 @@
 //
 //   generate --ckpt runs/gpt2/step-600 --prompt "The jury said" --max-new-tokens 60
 //   generate --hf ~/models/gpt2 --greedy --prompt "Hello, I'm a language model,"
+//   generate --ckpt runs/gpt2 --device cuda       # the model and its key/value cache on the GPU
 //
 // The tokenizer is GPT-2's BPE (scripts/get-data.sh puts encoder.json and vocab.bpe in
 // ~/.cache/trident/gpt2; --vocab names another folder).
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "apps/device.h"
 #include "apps/train_common.h"
 #include "core/factory.h"
 #include "core/parallel.h"
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   bool greedy = false, no_cache = false;
   uint64_t seed = 1;
   int threads = 0;
+  std::string device = "cpu";
   app.add_option("--ckpt", ckpt, "a train_gpt2 checkpoint folder, or its --ckpt-dir (the newest checkpoint)");
   app.add_option("--hf", hf, "a Hugging Face GPT-2: a folder with model.safetensors (and config.json), or the file");
   app.add_option("--vocab", vocab, "folder with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
@@ -65,14 +68,21 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cache", no_cache, "recompute every position at each step (no key/value cache)");
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
   app.add_option("--threads", threads, "compute threads (0: all cores)")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or cuda:N: where the model and its key/value cache live")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
     TRIDENT_CHECK(ckpt.empty() != hf.empty(), "give exactly one of --ckpt (a train_gpt2 checkpoint) and --hf (a model.safetensors)");
     TRIDENT_CHECK(max_new >= 0 && samples > 0, "--max-new-tokens must be >= 0 and --num-samples positive");
+    const Device dev = apps::resolve_device(device);  // NOTE [Device in the apps]
     if (threads > 0) set_num_threads(threads);
     const data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::from_dir(vocab);
     std::shared_ptr<GPT2LMHeadModel> model = ckpt.empty() ? load_gpt2_hf(hf) : load_checkpoint(ckpt);
+    if (!dev.is_cpu()) {
+      model->to(dev);  // loaded on the host, then moved; generate() keeps the cache on the device
+      std::printf("device: %s\n", apps::describe_device(dev).c_str());
+    }
     TRIDENT_CHECK(tok.vocab_size() <= model->config().vocab_size, "the tokenizer in '", vocab, "' has ", tok.vocab_size(),
                   " tokens, more than the model's vocabulary of ", model->config().vocab_size);
 

@@ -7,6 +7,7 @@
 // The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
 #include <cstdio>
 
+#include "apps/mfu.h"
 #include "apps/train_common.h"
 #include "parallel/tensor_parallel/tp_layers.h"
 #include "data/bert_examples.h"
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
                    {"next_sentence_label", ex.at(4)}};
     };
     task.tokens = [](const Batch& b) { return static_cast<int64_t>(b.at("attention_mask").to_vector<int64_t>().size()); };
+    // NOTE [MFU]: 6 N + 12 L T d over every position of the shards' sequences (padding included,
+    // as tokens/s counts them).
+    task.flops_per_token =
+        apps::transformer_flops_per_token(model.num_parameters(), config.num_hidden_layers, seq_len, config.hidden_size);
     task.eval = [&model](const Activations& out, const Batch& b) {
       const std::vector<double> n = model.loss_counts(b);
       const auto [mlm, nsp] = model.loss_terms(out, b);

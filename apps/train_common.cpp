@@ -1,5 +1,8 @@
 #include "apps/train_common.h"
 
+#include "apps/device.h"
+#include "apps/mfu.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +33,8 @@
 #include "nn/optim/schedule.h"
 #include "nn/training_checkpoint.h"
 #include "ops/autocast.h"
+#include "ops/index.h"
+#include "ops/linalg.h"
 #include "parallel/checkpoint.h"
 #include "parallel/data_parallel.h"
 #include "parallel/launch.h"
@@ -150,7 +155,8 @@ bool plot_losses(const std::string& metrics, const std::string& png, const std::
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N (NOTE [Device in the apps]: one process per GPU)")
+      ->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, bf16 or fp16 (autocast with f32 master weights)")->capture_default_str();
   app.add_option("--batch", o.batch, "examples per micro-batch")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
@@ -247,8 +253,9 @@ int parse(CLI::App& app, int argc, char** argv) {
 }
 
 void check_train_options(const TrainOptions& o) {
-  TRIDENT_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
-  TRIDENT_CHECK(o.device == "cpu", "--device cuda: this build of Trident has no CUDA backend yet; use --device cpu");
+  TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
+                " --tp ", o.tp);
+  resolve_device(o.device, o.dp * o.pp * o.tp > 1);  // NOTE [Device in the apps]
   TRIDENT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                 "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
   TRIDENT_CHECK(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant",
@@ -263,8 +270,6 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
   TRIDENT_CHECK(o.ckpt_every == 0 || !o.ckpt_dir.empty(), "--ckpt-every needs --ckpt-dir");
   TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
-  TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
-                " --tp ", o.tp);
   // NOTE [Pipeline training apps]
   if (o.pp > 1) {
     TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
@@ -359,6 +364,9 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
 
 int train(const TrainOptions& o, TrainTask& task) {
   models::LayeredModel& model = *task.model;
+  // NOTE [Device in the apps]: the model moves before the optimizer (and its state) is made.
+  const Device dev = resolve_device(o.device, o.dp * o.pp * o.tp > 1);
+  if (!dev.is_cpu()) model.to(dev);
   const models::LayerList& layers = model.layers();
   std::optional<parallel::Mesh> own_mesh;
   if (task.mesh == nullptr) own_mesh.emplace(make_mesh(o));
@@ -501,7 +509,7 @@ int train(const TrainOptions& o, TrainTask& task) {
     int64_t n = 0;
     while (auto ex = vl.next()) {
       if (o.eval_batches > 0 && n == o.eval_batches) break;
-      const models::Batch b = task.to_batch(*ex);
+      const models::Batch b = to_device(task.to_batch(*ex), dev);
       models::Activations outs;
       {
         autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
@@ -544,6 +552,19 @@ int train(const TrainOptions& o, TrainTask& task) {
         static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(),
         static_cast<long long>(o.micro_batches), static_cast<long long>(per_step / o.micro_batches), o.pp_schedule.c_str(),
         o.remat.c_str());
+  // NOTE [MFU]: the GPU's peak for this precision, when it is in the table.
+  double peak = 0;
+  if (!dev.is_cpu()) {
+    const CudaDeviceInfo info = cuda_device_info(dev.index);
+    const std::optional<PeakFlops> p = peak_flops(info.name, info.major, info.minor);
+    const bool tf32 = matmul_allow_tf32();
+    if (p) peak = peak_for(*p, o.precision, tf32);
+    say("device: %s; %s\n", describe_device(dev).c_str(),
+        p ? ("MFU against " + p->gpu + "'s " + std::to_string(static_cast<int64_t>(peak / 1e12)) + " TFLOP/s of dense " +
+             (o.precision != "fp32" ? "bf16/fp16" : tf32 ? "TF32" : "FP32"))
+                .c_str()
+          : "no MFU (this GPU is not in apps/mfu.cpp's table)");
+  }
   const auto t0 = Clock::now();
   auto last_t = t0;
   int64_t tokens_since = 0, skipped = 0;
@@ -560,6 +581,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       loader.set_epoch(loader.position().epoch + 1);
       ex = loader.next();
     }
+    // The counts from the host batch (NOTE [Device in the apps]); the micro-batches on the device.
     const models::Batch batch = task.to_batch(*ex);
     std::vector<double> counts = model.loss_counts(batch);
     if (dp_size > 1) {  // NOTE [Parallel training apps]: the global batch's counts, over dp
@@ -574,10 +596,13 @@ int train(const TrainOptions& o, TrainTask& task) {
       pipe->zero_grad();
     else
       plain->zero_grad();
-    double loss = 0;
+    double loss = NAN;
     // NOTE [Pipeline training apps]: the pipeline cuts the step's batch into its micro-batches
     // and returns the global batch's mean loss (averaged over dp already).
-    const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : batch.split(o.grad_accum);
+    const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : to_device(batch, dev).split(o.grad_accum);
+    // The micro-batches' losses, kept where they were computed and read together when the step's
+    // loss is needed (NOTE [Device in the apps]: on a GPU, at logged steps only).
+    std::vector<Tensor> micro_losses;
     if (pipe) {
       autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
       if (scaler.is_enabled()) pipe->set_loss_scale(scaler.get_scale());  // fp16: the last stage scales
@@ -597,9 +622,8 @@ int train(const TrainOptions& o, TrainTask& task) {
         if (zero) no_sync.emplace(zero->no_sync());
       }
       scaler.scale(l).backward();
-      loss += l.item<double>();
+      micro_losses.push_back(l.detach());
     }
-    if (!pipe) loss = dp_average(*dp, loss);
     if (zero) {
       if (o.grad_clip > 0) {
         // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
@@ -631,25 +655,44 @@ int train(const TrainOptions& o, TrainTask& task) {
     scaler.update();
     const double lr = opt.lr(0);
     scheduler.step();
-    TRIDENT_CHECK(std::isfinite(loss) || o.precision == "fp16", "the loss became ", loss, " at step ", step,
-                  " (try a lower --lr)");
-    if (std::isnan(first_loss)) first_loss = loss;
-    last_loss = loss;
+    const bool log_now = step % o.log_every == 0 || step == end;
+    bool read = pipe != nullptr;
+    if (!pipe && (dev.is_cpu() || log_now || step == start + 1)) {
+      // One copy to the host for all micro-batches (a synchronization on a GPU), summed in f64 in
+      // micro-batch order.
+      const std::vector<double> v = stack(micro_losses).to_vector<double>();
+      loss = 0;
+      for (double x : v) loss += x;
+      loss = dp_average(*dp, loss);
+      read = true;
+    }
+    if (read) {
+      TRIDENT_CHECK(std::isfinite(loss) || o.precision == "fp16", "the loss became ", loss, " at step ", step,
+                    dev.is_cpu() ? "" : " (read at logged steps only on a GPU)", " (try a lower --lr)");
+      if (std::isnan(first_loss)) first_loss = loss;
+      last_loss = loss;
+    }
     tokens_since += task.tokens(batch) * dp_size;
 
-    if (step % o.log_every == 0 || step == end) {
+    if (log_now) {
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - last_t).count();
       const double tps = dt > 0 ? static_cast<double>(tokens_since) / dt : 0.0;
       const double elapsed = std::chrono::duration<double>(now - t0).count();
       double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
       if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
+      // NOTE [MFU]: on a GPU of the table, with the app's model FLOPs per token.
+      const double mfu = peak > 0 && task.flops_per_token > 0 ? tps * task.flops_per_token / peak : 0.0;
+      char mfu_str[32] = "";
+      if (mfu > 0) std::snprintf(mfu_str, sizeof mfu_str, " | MFU %.1f%%", 100 * mfu);
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
-      say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s | ETA %s%s", tty ? "\r" : "",
-          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, format_duration(eta).c_str(),
-          tty ? "   " : "\n");
+      say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s%s | ETA %s%s", tty ? "\r" : "",
+          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, mfu_str,
+          format_duration(eta).c_str(), tty ? "   " : "\n");
       std::fflush(stdout);
-      record({{"step", step}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}});
+      json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
+      if (mfu > 0) rec["mfu"] = mfu;
+      record(rec);
       last_t = now;
       tokens_since = 0;
     }

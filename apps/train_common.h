@@ -104,7 +104,7 @@
 namespace trident::apps {
 
 struct TrainOptions {
-  std::string device = "cpu";
+  std::string device = "cpu";  // cpu | cuda | cuda:N (NOTE [Device in the apps], apps/device.h)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler)
   int64_t batch = 8;               // examples per micro-batch
   int64_t grad_accum = 1;          // micro-batches per optimizer step
@@ -152,7 +152,8 @@ void add_train_options(CLI::App& app, TrainOptions& o);
 // the program should go on, or the exit code (--help: 0; bad input: the error printed, 2).
 int parse(CLI::App& app, int argc, char** argv);
 
-// Checks the device, precision, schedule and sizes; sets the thread count. Throws trident::Error.
+// Checks the device (apps/device.h: a GPU must be there, and a parallel run stays on the CPU),
+// precision, schedule and sizes; sets the thread count. Throws trident::Error.
 void check_train_options(const TrainOptions& o);
 
 // The mesh of this run, dp x pp x tp over the processes mpirun started (a world of one without a
@@ -180,6 +181,9 @@ struct TrainTask {
   std::function<models::Batch(const data::Example&)> to_batch;
   // Tokens in a batch, for tokens/s.
   std::function<int64_t(const models::Batch&)> tokens;
+  // Model FLOPs per token (NOTE [MFU] in apps/mfu.h: 6 N + 12 L T d), for the MFU a GPU run
+  // prints and records; 0: none.
+  double flops_per_token = 0;
   // Evaluation metrics of outputs on a batch, summed over batches and divided by the total
   // weight: each returns {name -> (sum, weight)}. The perplexities are exp of the means named
   // in `perplexity_of` ("val_ppl" of "val_loss").

@@ -6,6 +6,7 @@
 // The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
 #include <cstdio>
 
+#include "apps/mfu.h"
 #include "apps/train_common.h"
 #include "parallel/tensor_parallel/tp_layers.h"
 #include "data/lm_dataset.h"
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
     task.val = val;
     task.to_batch = [](const data::Example& ex) { return Batch{{"input_ids", ex.at(0)}, {"targets", ex.at(1)}}; };
     task.tokens = [](const Batch& b) { return b.at("input_ids").numel(); };
+    // NOTE [MFU]: 6 N + 12 L T d, T the training windows' length.
+    task.flops_per_token = apps::transformer_flops_per_token(model.num_parameters(), config.n_layer, seq_len, config.n_embd);
     task.eval = [&model](const Activations& out, const Batch& b) {
       const double n = model.loss_counts(b).at(0);
       return std::map<std::string, std::pair<double, double>>{{"val_loss", {model.loss(out, b).item<double>() * n, n}}};

@@ -46,5 +46,5 @@ head -c 100 "$dir/tiny_train_000000.bin" >"$dir/trunc_train_000000.bin"
 expect_fail "trunc_train_000000.bin" "$exe" --train "$dir/trunc_*.bin"
 expect_fail "another configuration" run --model '{"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 32, "vocab_size": 500}' --resume "$dir/ck/step-8"
 expect_fail "not a folder" run --resume "$dir/nope"
-expect_fail "no CUDA backend" "$exe" --device cuda --dry-run
+expect_fail "--device must be cpu, cuda or cuda:N" "$exe" --device tpu --dry-run
 echo "bad input: one clear line each"

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/device.h"
 #include "data/image_datasets.h"
 #include "data/loader.h"
 #include "nn/checkpoint.h"
@@ -230,7 +231,8 @@ struct EvalResult {
   int64_t images = 0;
 };
 
-EvalResult evaluate(AmoebaNet& model, const std::shared_ptr<const data::Dataset>& test, const Options& o, DType autocast_dtype) {
+EvalResult evaluate(AmoebaNet& model, const std::shared_ptr<const data::Dataset>& test, const Options& o, DType autocast_dtype,
+                    Device dev) {
   NoGradGuard no_grad;
   model.eval();
   data::Loader loader(test, {.batch_size = o.batch, .num_workers = static_cast<int>(o.workers), .seed = o.seed});
@@ -242,13 +244,13 @@ EvalResult evaluate(AmoebaNet& model, const std::shared_ptr<const data::Dataset>
     Tensor logits;
     {
       autocast::Guard guard(autocast_dtype, autocast_dtype != kF32);
-      logits = model.forward((*b)[0]);
+      logits = model.forward((*b)[0].to(dev));
     }
     logits = logits.to(kF32);
-    const Tensor& y = (*b)[1];
+    const Tensor& y = (*b)[1];  // the host labels (read below)
     CrossEntropyOptions ce;
     ce.reduction = Reduction::Sum;
-    loss_sum += cross_entropy(logits, y, ce).item<double>();
+    loss_sum += cross_entropy(logits, y.to(dev), ce).item<double>();
     const int64_t n = logits.size(0), k = logits.size(1);
     const std::vector<float> v = logits.contiguous().to_vector<float>();
     const std::vector<int64_t> labels = y.to_vector<int64_t>();
@@ -317,8 +319,9 @@ std::string plot_losses(const fs::path& metrics, const fs::path& out_dir) {
 }
 
 int run(const Options& o) {
-  TRIDENT_CHECK(o.device == "cpu" || o.device.rfind("cuda", 0) == 0, "unknown device '", o.device, "' (cpu or cuda)");
-  TRIDENT_CHECK(o.device == "cpu", "--device ", o.device, ": this build has no CUDA backend yet; use --device cpu");
+  // NOTE [Device in the apps] (apps/device.h); AmoebaNet's convolutions, pooling and batch norm
+  // need their CUDA kernels (cuDNN) to run there.
+  const Device dev = apps::resolve_device(o.device);
   DType amp = kF32;
   if (o.precision == "bf16") amp = kBF16;
   else if (o.precision == "fp16") amp = kF16;
@@ -354,6 +357,10 @@ int run(const Options& o) {
   manual_seed(o.seed);  // dropout draws from the default generator
   Generator init_gen(o.seed);
   AmoebaNet model(c, &init_gen);
+  if (!dev.is_cpu()) {
+    model.to(dev);  // before the optimizer: its state is made on the parameters' device
+    std::printf("device: %s\n", apps::describe_device(dev).c_str());
+  }
   std::unique_ptr<nn::optim::Optimizer> opt;
   if (o.optimizer == "sgd")
     opt = std::make_unique<nn::optim::SGD>(
@@ -430,18 +437,20 @@ int run(const Options& o) {
   while (step < total) {
     const auto t0 = Clock::now();
     opt->zero_grad();
-    double loss_sum = 0;
+    std::vector<Tensor> micro_losses;  // read together below: one copy to the host per step
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       const data::Example b = next_batch();
       Tensor loss;
       {
         autocast::Guard guard(amp, amp != kF32);
-        loss = amoebanet_loss(model.forward_state(b[0]), b[1], 0.4, o.label_smoothing);
+        loss = amoebanet_loss(model.forward_state(b[0].to(dev)), b[1].to(dev), 0.4, o.label_smoothing);
       }
       loss = div(loss, static_cast<double>(o.grad_accum));
       scaler.scale(loss).backward();
-      loss_sum += loss.item<double>();
+      micro_losses.push_back(loss.detach());
     }
+    double loss_sum = 0;
+    for (double v : stack(micro_losses).to_vector<double>()) loss_sum += v;
     scaler.step(*opt);
     scaler.update();
     const double lr = opt->lr(0);
@@ -465,7 +474,7 @@ int run(const Options& o) {
     }
     const bool last = step == total;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || (last && o.eval_every >= 0)) {
-      const EvalResult r = evaluate(model, d.test, o, amp);
+      const EvalResult r = evaluate(model, d.test, o, amp, dev);
       last_eval = r;
       std::printf("%seval at step %lld: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%lld images)\n", tty ? "\n" : "",
                   static_cast<long long>(step), r.loss, 100 * r.top1, 100 * r.top5, static_cast<long long>(r.images));

@@ -42,5 +42,10 @@ echo '{"batchsize": 4}' >"$dir/unknown.json"
 expect_error "unknown option 'batchsize'" --config "$dir/unknown.json"
 expect_error "holds amoebanet-d(3,16) for 4 classes of 3x16x16, not amoebanet-d(3,24)" "${common[@]}" --model "amoebanet-d(3,24)" --out-dir "$dir/c" \
   --resume "$dir/ck/step-4"
-expect_error "no CUDA backend" --dataset synthetic --device cuda
+expect_error "device must be cpu, cuda or cuda:N, got 'tpu'" --dataset synthetic --device tpu
+# --device cuda without a GPU (or a CUDA backend): one line saying which (apps/device_option_test.sh
+# covers the other apps).
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_error "no CUDA device found\|no CUDA backend" --dataset synthetic --device cuda
+fi
 echo "bad input ok"

@@ -1,4 +1,5 @@
 #include "core/device.h"
+#include "core/device_info.h"
 
 #include <charconv>
 
@@ -27,6 +28,9 @@ bool cuda_built() { return TRIDENT_HAVE_CUDA; }
 
 #if !TRIDENT_HAVE_CUDA
 int cuda_device_count() { return 0; }
+CudaDeviceInfo cuda_device_info(int index) {
+  TRIDENT_FAIL("cuda_device_info(", index, "): this build of Trident has no CUDA backend");
+}
 #endif
 
 }  // namespace trident

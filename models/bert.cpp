@@ -82,7 +82,9 @@ class BertHeadsLayer : public Layer {
 
 int64_t count_labels(const Tensor& labels) {
   TRIDENT_CHECK(labels.dtype() == DType::I64, "BERT: labels must be i64, got ", labels.dtype());
-  return sum(ne(labels, -100.0).to(DType::I64)).item<int64_t>();
+  // Counted on the host (a CUDA batch is copied back: the count is a host value anyway).
+  const Tensor h = labels.device().is_cpu() ? labels : labels.to(kCPU);
+  return sum(ne(h, -100.0).to(DType::I64)).item<int64_t>();
 }
 
 }  // namespace
@@ -93,13 +95,18 @@ Tensor masked_positions(const Tensor& labels) {
   std::vector<int64_t> pos;
   for (size_t i = 0; i < l.size(); ++i)
     if (l[i] != -100) pos.push_back(static_cast<int64_t>(i));
-  return from_vector<int64_t>(pos, {static_cast<int64_t>(pos.size())});
+  // Back on the labels' device, where the hidden states they index are.
+  return from_vector<int64_t>(pos, {static_cast<int64_t>(pos.size())}, TensorOptions(DType::I64).device(labels.device()));
 }
 
 Tensor attention_mask_for_keys(const Tensor& attention_mask) {
   if (!attention_mask.defined()) return {};
   TRIDENT_CHECK(attention_mask.dim() == 2, "BERT: attention_mask must be [B, T], got shape ", attention_mask.sizes());
-  const Tensor keep = attention_mask.dtype() == DType::Bool ? attention_mask : ne(attention_mask, 0.0);
+  // The CUDA comparisons take floating tensors: an integer mask on a GPU (0/1, exact in f32) is
+  // compared as f32.
+  const Tensor m = attention_mask.device().is_cpu() || is_floating(attention_mask.dtype()) ? attention_mask
+                                                                                           : attention_mask.to(DType::F32);
+  const Tensor keep = attention_mask.dtype() == DType::Bool ? attention_mask : ne(m, 0.0);
   return view(keep.contiguous(), {attention_mask.size(0), 1, 1, attention_mask.size(1)});
 }
 
@@ -139,7 +146,7 @@ Tensor BertEmbeddings::forward(const Tensor& ids, const Tensor& types) {
   if (types.defined())
     TRIDENT_CHECK(types.sizes() == ids.sizes(), "BERT: token_type_ids of shape ", types.sizes(),
                   " do not match input_ids of shape ", ids.sizes());
-  Tensor x = add(word_embeddings->forward(ids), position_embeddings->forward(arange(0.0, static_cast<double>(T), 1.0, DType::I64)));
+  Tensor x = add(word_embeddings->forward(ids), position_embeddings->forward(arange(0.0, static_cast<double>(T), 1.0, TensorOptions(DType::I64).device(ids.device()))));
   // Without segment ids every token is segment 0: row 0 broadcast.
   x = add(x, types.defined() ? token_type_embeddings->forward(types) : select(token_type_embeddings->weight, 0, 0));
   // Into the residual stream before the LayerNorm, so that it runs on this rank's positions.

@@ -67,7 +67,9 @@ class GPT2EmbeddingLayer : public Layer {
     const int64_t T = ids.size(1);
     TRIDENT_CHECK(past + T <= n_positions, "GPT-2: ", past + T, " positions exceed the context n_positions = ", n_positions,
                   past > 0 ? " (cached positions included)" : "");
-    const Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, DType::I64);
+    // On the ids' device: the position embedding's indices must be where its weight is.
+    const Tensor pos =
+        arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, TensorOptions(DType::I64).device(ids.device()));
     return t.drop->forward(t.factory->scatter_sequence(add(t.wte->forward(ids), t.wpe->forward(pos))));
   }
 
@@ -146,8 +148,10 @@ Tensor GPT2Attention::forward(const Tensor& x, GPT2KVCache* cache, int64_t layer
       // query i is position past + i: it sees keys <= past + i. One new query sees everything.
       ao.is_causal = false;
       if (T > 1) {
-        const Tensor keys = arange(0.0, static_cast<double>(past + T), 1.0, DType::I64);
-        const Tensor queries = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, DType::I64);
+        // f32 positions (exact below 2^24): the CUDA comparisons take floating tensors.
+        const TensorOptions on(TensorOptions(DType::F32).device(q.device()));
+        const Tensor keys = arange(0.0, static_cast<double>(past + T), 1.0, on);
+        const Tensor queries = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, on);
         ao.attn_mask = le(unsqueeze(keys, 0), unsqueeze(queries, 1));  // [T, past + T]
       }
     }
@@ -254,7 +258,9 @@ LMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& targets
 std::vector<double> GPT2LMHeadModel::loss_counts(const Batch& batch) const {
   const Tensor& t = batch.at("targets");
   TRIDENT_CHECK(t.dtype() == DType::I64, "GPT-2: targets must be i64, got ", t.dtype());
-  return {sum(ne(t, -100.0).to(DType::F64)).item<double>()};
+  // Counted on the host (a CUDA batch is copied back: the count is a host value anyway).
+  const Tensor h = t.device().is_cpu() ? t : t.to(kCPU);
+  return {sum(ne(h, -100.0).to(DType::F64)).item<double>()};
 }
 
 Tensor GPT2LMHeadModel::loss(const Activations& outputs, const Batch& batch, const std::vector<double>& counts) const {
@@ -285,9 +291,11 @@ GPT2KVCache GPT2LMHeadModel::make_cache(int64_t batch, int64_t capacity) const {
                 " and capacity ", capacity, " must be positive, capacity at most n_positions ", config_.n_positions);
   GPT2KVCache c;
   const GPT2Attention& a = *(*transformer->h)[0]->attn;
+  // On the model's device (generation on a GPU keeps the cache there).
+  const TensorOptions on = TensorOptions(config_.dtype).device(parameters().front().device());
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    c.keys.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, config_.dtype));
-    c.values.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, config_.dtype));
+    c.keys.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, on));
+    c.values.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, on));
   }
   return c;
 }

@@ -91,6 +91,11 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
     for (int64_t b = 0; b < B; ++b) w.insert(w.end(), tokens.begin() + b * len + from, tokens.begin() + (b + 1) * len);
     return from_vector<int64_t>(w, {B, len - from});
   };
+  // The model may be on a GPU: its inputs go to its device (make_cache makes the key/value cache
+  // there); the tokens and the sampling stay on the host (one copy of the last logits per step),
+  // and the result is a host tensor, as for a CPU model.
+  const Device dev = model.parameters().front().device();
+  auto on_device = [&](const Tensor& t) { return t.device() == dev ? t : t.to(dev); };
   auto last = [](const Tensor& logits) { return select(logits, 1, logits.size(1) - 1); };  // [B, V]
 
   GPT2KVCache cache;
@@ -98,9 +103,9 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
   Tensor logits;
   if (cached) {
     cache = model.make_cache(B, std::min(P, len + std::max<int64_t>(o.max_new_tokens, 1)));
-    logits = last(model.forward_cached(prompt, cache));
+    logits = last(model.forward_cached(on_device(prompt), cache));
   } else {
-    logits = last(model.forward(window(std::max<int64_t>(0, len - P))).logits);
+    logits = last(model.forward(on_device(window(std::max<int64_t>(0, len - P)))).logits);
   }
   std::vector<bool> done(static_cast<size_t>(B), false);
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
@@ -125,9 +130,9 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
     if (o.on_token) o.on_token(step, logits, next);
     if ((o.stop_token && all_done) || step + 1 == o.max_new_tokens) break;
     if (cached && cache.length < cache.capacity())
-      logits = last(model.forward_cached(reshape(next, {B, 1}), cache));
+      logits = last(model.forward_cached(on_device(reshape(next, {B, 1})), cache));
     else
-      logits = last(model.forward(window(std::max<int64_t>(0, len - P))).logits);
+      logits = last(model.forward(on_device(window(std::max<int64_t>(0, len - P)))).logits);
   }
   return window(0);
 }

@@ -49,13 +49,29 @@ if [[ -d .carry/openblas/lib ]] && ls .carry/openblas/lib/*.a.gz > /dev/null 2>&
   done
   BLAS_ARGS="-DOPENBLAS_ROOT=$DEPS/openblas"
 fi
+# PCRE2, zlib (gzipped static copies), stb and CLI11 from .carry/ for data/ and the training
+# programs (NOTE [Carried data libraries] in cmake/Dependencies.cmake); without them data/ is off
+# and the programs are not built.
+DATA_ARGS="-DTRIDENT_DATA=OFF"
+if [[ -d .carry/pcre2/lib && -d .carry/zlib/lib && -d .carry/stb ]]; then
+  for lib in pcre2 zlib; do
+    mkdir -p "$DEPS/$lib/lib"
+    cp -r ".carry/$lib/include" "$DEPS/$lib/"
+    for f in .carry/$lib/lib/*.a.gz; do
+      g="$DEPS/$lib/lib/$(basename "${f%.gz}")"
+      [[ -f "$g" ]] || gunzip -c "$f" > "$g"
+    done
+  done
+  DATA_ARGS="-DTRIDENT_DATA=AUTO -DPCRE2_ROOT=$DEPS/pcre2 -DZLIB_ROOT=$DEPS/zlib -DSTB_ROOT=$ROOT/.carry/stb/include"
+fi
 echo "OpenBLAS: ${BLAS_ARGS:-system}"
+echo "data/: $DATA_ARGS"
 echo "cuDNN: $CUDNN_ARGS"
 echo "NCCL:  $NCCL_ARGS"
 
 echo "== configure (architectures $ARCHS)"
 if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON \
-    -DTRIDENT_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DTRIDENT_MPI=OFF -DTRIDENT_DATA=OFF \
+    -DTRIDENT_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DTRIDENT_MPI=OFF $DATA_ARGS \
     -DTRIDENT_BUILD_BENCHMARKS=ON -DTRIDENT_SANITIZER_TESTS=OFF -DTRIDENT_WERROR=OFF \
     $BLAS_ARGS $CUDNN_ARGS $NCCL_ARGS > "$OUT/configure.log" 2>&1; then
   row configure ok "$(tail -1 "$OUT/configure.log")"
@@ -67,7 +83,9 @@ echo "== build"
 B0=$(date +%s)
 # The benchmarks that need no Google Benchmark: the CUDA op table, and attention when present.
 BENCH_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(cuda_ops_bench|attention_cuda_bench|gpt2_cuda_bench):' | tr -d : | tr '\n' ' ')
-if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests $BENCH_TARGETS > "$OUT/build.log" 2>&1; then
+# The training programs, when data/ is on (the carried PCRE2 and zlib).
+APP_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(train_gpt2|generate):' | tr -d : | tr '\n' ' ')
+if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests $BENCH_TARGETS $APP_TARGETS > "$OUT/build.log" 2>&1; then
   row build ok "$(( $(date +%s) - B0 )) s"
 else
   grep -m 20 -B2 -A6 "error" "$OUT/build.log"; row build FAIL "see build.log"
@@ -90,6 +108,16 @@ run_suite cuda_tests "$BUILD_DIR/tests/cuda_tests" '*'
 run_suite caching_allocator "$BUILD_DIR/tests/core_tests" 'CachingAllocator*'
 # Once more with every launch synchronized: an asynchronous error is pinned to its launch.
 LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" '*'
+
+echo "== training programs on the GPU (scripts/app-cuda-check.sh)"
+if [[ -z "$APP_TARGETS" ]]; then
+  row app_cuda FAIL "train_gpt2 not configured: data/ off (run scripts/prepare-carry.sh, carry .carry)"
+else
+  A0=$(date +%s)
+  timeout 240 scripts/app-cuda-check.sh "$BUILD_DIR" "$OUT"
+  while IFS='|' read -r name status detail; do row "$name" "$status" "$detail"; done < "$OUT/app_cuda.rows"
+  echo "($(( $(date +%s) - A0 )) s)"
+fi
 
 echo "== benchmarks (PyTorch on the same GPU alongside)"
 if [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
@@ -140,5 +168,5 @@ echo
 echo "== summary ($(( $(date +%s) - START )) s, $(head -1 "$OUT/gpu.txt"))"
 printf '%s\n' "${ROWS[@]}" | tee "$OUT/summary.txt"
 # At most 8 files come back from a device call: the secondary logs travel as one archive.
-(cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err 2>/dev/null))
+(cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err app_cuda.log app_cuda.rows 2>/dev/null))
 ! grep -q ' FAIL ' "$OUT/summary.txt"

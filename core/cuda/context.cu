@@ -1,7 +1,10 @@
 // The CUDA side of core/device.h. Built only when TRIDENT_HAVE_CUDA.
 #include <cuda_runtime.h>
 
+#include "core/cuda/check.h"
 #include "core/device.h"
+#include "core/device_info.h"
+#include "core/error.h"
 
 namespace trident {
 
@@ -12,6 +15,14 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+CudaDeviceInfo cuda_device_info(int index) {
+  const int n = cuda_device_count();
+  TRIDENT_CHECK(index >= 0 && index < n, "cuda_device_info: no CUDA device ", index, " (", n, " visible)");
+  cudaDeviceProp p{};
+  TRIDENT_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+  return {p.name, p.major, p.minor, static_cast<int64_t>(p.totalGlobalMem)};
 }
 
 }  // namespace trident

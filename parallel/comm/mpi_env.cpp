@@ -15,7 +15,7 @@ namespace trident::parallel::comm {
 namespace {
 
 std::mutex g_mutex;
-bool g_we_initialized = false;
+[[maybe_unused]] bool g_we_initialized = false;  // used only with MPI (TRIDENT_HAVE_MPI)
 bool g_timed_out = false;
 std::string g_timeout_what;
 
