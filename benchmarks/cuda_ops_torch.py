@@ -29,7 +29,20 @@ def op(name):
         "sum_cols": lambda x: x[0].sum(0),
         "transpose_copy": lambda x: x[0].t().contiguous(),
         "layer_norm": lambda x: torch.nn.functional.layer_norm(x[0], x[0].shape[-1:], x[1], x[2]),
+        "copy": lambda x: x[0].clone(),
     }.get(name)
+
+
+def adamw_step(shapes):
+    """One AdamW step over the given parameter shapes, with PyTorch's fused (or foreach) kernels."""
+    ps = [torch.randn(s, device="cuda").requires_grad_() for s in shapes]
+    for p in ps:
+        p.grad = torch.full_like(p, 1e-3)
+    try:
+        opt = torch.optim.AdamW(ps, lr=6e-4, weight_decay=0.1, fused=True)
+    except (TypeError, RuntimeError):
+        opt = torch.optim.AdamW(ps, lr=6e-4, weight_decay=0.1, foreach=True)
+    return opt.step
 
 
 def time_ms(f):
@@ -51,6 +64,13 @@ def main():
     with torch.no_grad():
         for r in rows:
             f = op(r["name"])
+            if r["name"] == "adamw_gpt2":
+                step = adamw_step(r["shapes"])
+                t = time_ms(step)
+                a, b = r["bytes"] / r["ms"] / 1e6, r["bytes"] / t / 1e6
+                shapes = f"{len(r['shapes'])} tensors"
+                print(f"{r['name']:<16}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} GB/s")
+                continue
             if f is None:
                 print(f"{r['name']:<16}{r['dtype']:<6}(no PyTorch twin)")
                 continue

@@ -65,7 +65,7 @@ void AdamImpl<Options, kDecoupled>::update(size_t group, int64_t, const Tensor& 
 template <typename Options, bool kDecoupled>
 void AdamImpl<Options, kDecoupled>::update_group(size_t group, std::span<const Optimizer::ParamUpdate> items) {
   using ParamUpdate = Optimizer::ParamUpdate;
-  const Options& o = this->options(group);
+  [[maybe_unused]] const Options& o = this->options(group);
   // The step count enters the functor through the bias corrections.
   for (const auto& b : this->batches(items, [](const ParamUpdate& u) { return u.state->step; })) {
     if (b.device.is_cpu()) {

@@ -57,7 +57,7 @@ void LAMB::update(size_t group, int64_t index, const Tensor& param, const Tensor
 }
 
 void LAMB::update_group(size_t group, std::span<const ParamUpdate> items) {
-  const LAMBOptions& o = options(group);
+  [[maybe_unused]] const LAMBOptions& o = options(group);
   if (trust_ratio_.size() < static_cast<size_t>(num_params())) trust_ratio_.resize(static_cast<size_t>(num_params()));
   for (const Batch& b : batches(items, [](const ParamUpdate& u) { return u.state->step; })) {
     if (b.device.is_cpu()) {

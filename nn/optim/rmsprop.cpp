@@ -44,7 +44,7 @@ void RMSProp::update(size_t group, int64_t, const Tensor& param, const Tensor& g
 }
 
 void RMSProp::update_group(size_t group, std::span<const ParamUpdate> items) {
-  const RMSPropOptions& o = options(group);
+  [[maybe_unused]] const RMSPropOptions& o = options(group);
   for (const Batch& b : batches(items)) {
     if (b.device.is_cpu()) {
       for (const ParamUpdate* u : b.items) update(group, u->index, u->param, u->grad, *u->state);
