@@ -14,8 +14,10 @@
 //
 // step() runs under NoGradGuard, skips parameters whose .grad is undefined (their state and
 // step count do not move, as in PyTorch), and updates each parameter in one fused pass over its
-// elements (nn/optim/math.h, nn/optim/cpu_kernels.h). Per-parameter state (moment buffers, the
-// step count) is created on the parameter's first update.
+// elements (nn/optim/math.h, nn/optim/cpu_kernels.h); CUDA parameters of one group, device,
+// dtype and step count are updated together by a few multi-tensor launches, with no host
+// synchronization (NOTE [Optimizer kernels] in nn/optim/cuda_kernels.h). Per-parameter state
+// (moment buffers, the step count) is created on the parameter's first update.
 //
 // NOTE [Optimizer state dict]: state_dict() returns an OptimizerState:
 //   optimizer  the optimizer's name ("SGD", "RMSProp", "Adam", "AdamW", "LAMB");
