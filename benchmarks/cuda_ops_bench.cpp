@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -117,6 +118,34 @@ std::vector<Case> cases() {
                [](const V& x) { return max_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}); }});
   c.push_back({"avg_pool2d_3x3s1", kBF16, {{cn, cc, hw, hw}}, 0, 2 * act,
                [](const V& x) { return avg_pool2d(x[0], {3, 3}, Int2{1, 1}, {1, 1}, false, false); }});
+  // The copy bandwidth the optimizer row is measured against.
+  c.push_back({"copy", kF32, {{n}}, 0, 2 * 4.0 * n, [](const V& x) { return x[0].clone(); }});
+  // One AdamW step over GPT-2 small's 148 parameter tensors (124M f32 elements): the multi-tensor
+  // kernels (NOTE [Multi-tensor launches]). Bytes: p, g, m, v read and p, m, v written.
+  {
+    std::vector<Shape> shapes = {{50257, 768}, {1024, 768}};
+    for (int l = 0; l < 12; ++l) {
+      for (Shape s : std::vector<Shape>{{768}, {768}, {2304, 768}, {2304}, {768, 768}, {768},
+                                        {768}, {768}, {3072, 768}, {3072}, {768, 3072}, {768}})
+        shapes.push_back(s);
+    }
+    shapes.push_back({768});
+    shapes.push_back({768});
+    double elems = 0;
+    for (const Shape& s : shapes) elems += static_cast<double>(shape_numel(s));
+    auto opt = std::make_shared<std::unique_ptr<nn::optim::AdamW>>();
+    c.push_back({"adamw_gpt2", kF32, shapes, 0, 7 * 4.0 * elems, [opt](const V& x) {
+                   if (!*opt) {  // the first call builds the optimizer over the inputs
+                     for (Tensor p : x) {
+                       p.set_requires_grad(true);
+                       p.set_grad(full(p.sizes(), 1e-3, TensorOptions(kF32).device(p.device())));
+                     }
+                     *opt = std::make_unique<nn::optim::AdamW>(x, nn::optim::AdamWOptions{.lr = 6e-4, .weight_decay = 0.1});
+                   }
+                   (*opt)->step();
+                   return Tensor();
+                 }});
+  }
   return c;
 }
 

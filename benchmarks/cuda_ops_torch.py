@@ -34,6 +34,7 @@ def op(name):
         "conv2d_dw3x3_fwdbwd": lambda x: conv_fwdbwd(x, x[0].shape[1]),
         "max_pool2d_3x3s2": lambda x: torch.nn.functional.max_pool2d(x[0], 3, 2, 1),
         "avg_pool2d_3x3s1": lambda x: torch.nn.functional.avg_pool2d(x[0], 3, 1, 1, count_include_pad=False),
+        "copy": lambda x: x[0].clone(),
     }.get(name)
 
 
@@ -43,6 +44,18 @@ def conv_fwdbwd(x, groups):
         a, w = x[0].detach().requires_grad_(), x[1].detach().requires_grad_()
         torch.nn.functional.conv2d(a, w, padding=1, groups=groups).backward(x[2])
         return a.grad
+
+
+def adamw_step(shapes):
+    """One AdamW step over the given parameter shapes, with PyTorch's fused (or foreach) kernels."""
+    ps = [torch.randn(s, device="cuda").requires_grad_() for s in shapes]
+    for p in ps:
+        p.grad = torch.full_like(p, 1e-3)
+    try:
+        opt = torch.optim.AdamW(ps, lr=6e-4, weight_decay=0.1, fused=True)
+    except (TypeError, RuntimeError):
+        opt = torch.optim.AdamW(ps, lr=6e-4, weight_decay=0.1, foreach=True)
+    return opt.step
 
 
 def time_ms(f):
@@ -64,6 +77,13 @@ def main():
     with torch.no_grad():
         for r in rows:
             f = op(r["name"])
+            if r["name"] == "adamw_gpt2":
+                step = adamw_step(r["shapes"])
+                t = time_ms(step)
+                a, b = r["bytes"] / r["ms"] / 1e6, r["bytes"] / t / 1e6
+                shapes = f"{len(r['shapes'])} tensors"
+                print(f"{r['name']:<16}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} GB/s")
+                continue
             if f is None:
                 print(f"{r['name']:<16}{r['dtype']:<6}(no PyTorch twin)")
                 continue

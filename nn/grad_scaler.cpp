@@ -1,10 +1,17 @@
 #include "nn/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "ops/arith.h"
+#include "core/factory.h"
 #include "ops/reduce.h"
+#include "trident_config.h"
+#if TRIDENT_HAVE_CUDA
+#include "nn/optim/cuda_kernels.h"
+#endif
 
 namespace trident::nn {
 
@@ -25,14 +32,45 @@ bool GradScaler::unscale_(optim::Optimizer& opt) {
   NoGradGuard no_grad;
   const double inv = 1.0 / scale_;
   bool finite = true;
+#if TRIDENT_HAVE_CUDA
+  // CUDA gradients: one multi-tensor pass per device and dtype multiplies and checks them all
+  // and raises a per-device flag (NOTE [Multi-tensor launches]).
+  struct DeviceGrads {
+    Device device;
+    Tensor found_inf;
+    std::vector<Tensor> by_dtype[2];  // f32, f64
+  };
+  std::vector<DeviceGrads> cuda_grads;
+#endif
   for (const Tensor& p : opt.parameters()) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
+#if TRIDENT_HAVE_CUDA
+    if (g.device().is_cuda() && g.is_contiguous() && (g.dtype() == DType::F32 || g.dtype() == DType::F64)) {
+      if (g.numel() == 0) continue;
+      auto it = std::find_if(cuda_grads.begin(), cuda_grads.end(), [&](const DeviceGrads& d) { return d.device == g.device(); });
+      if (it == cuda_grads.end()) {
+        it = cuda_grads.insert(cuda_grads.end(), DeviceGrads{g.device(), zeros({}, TensorOptions(DType::F32).device(g.device())), {}});
+      }
+      it->by_dtype[g.dtype() == DType::F64].push_back(g);
+      g.bump_version();  // as mul_ would
+      continue;
+    }
+#endif
     mul_(g, inv);
     // A sum accumulated in f64 cannot overflow on finite f32 values, and any inf or NaN
     // reaches it: one pass tells whether the whole gradient is finite.
     if (finite && !std::isfinite(sum(g).item<double>())) finite = false;
   }
+#if TRIDENT_HAVE_CUDA
+  for (const DeviceGrads& d : cuda_grads)
+    for (const std::vector<Tensor>& list : d.by_dtype)
+      if (!list.empty()) optim::cuda::unscale(list, inv, d.found_inf);
+  // Whether to skip the step is a host decision (the contract returns it): one copy back, which
+  // synchronizes, per device.
+  for (const DeviceGrads& d : cuda_grads)
+    if (d.found_inf.item<float>() != 0.0f) finite = false;
+#endif
   unscaled_ = true;
   found_inf_ = !finite;
   return finite;

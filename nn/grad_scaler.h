@@ -37,7 +37,10 @@ class GradScaler {
   // loss * scale (differentiable); the loss itself when disabled.
   Tensor scale(const Tensor& loss) const;
   // Divides the optimizer's gradients by the scale, in place, once per step, and records
-  // whether any is inf or NaN. Returns true when all are finite.
+  // whether any is inf or NaN. Returns true when all are finite. CUDA gradients (contiguous f32
+  // or f64) are multiplied and checked by one multi-tensor pass per device and dtype that sets a
+  // device flag (nn/optim/cuda_kernels.h); the return value is a host value, so reading the flag
+  // synchronizes once per device per step.
   bool unscale_(optim::Optimizer& opt);
   // As unscale_(opt), for an optimizer that holds one part of the model (a pipeline stage, a
   // tensor-parallel shard): `all_finite` is given whether this part's gradients are all finite

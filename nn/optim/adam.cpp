@@ -21,6 +21,21 @@ void validate_adam(const O& o) {
   TRIDENT_CHECK(o.weight_decay >= 0, n, ": weight_decay must be >= 0, got ", o.weight_decay);
 }
 
+// The per-step scalars in double, as PyTorch computes them in Python floats.
+template <typename Options, bool kDecoupled>
+math::AdamUpdate<double> adam_update(const Options& o, int64_t step) {
+  const double t = static_cast<double>(step);
+  math::AdamUpdate<double> f;
+  f.beta1 = o.beta1;
+  f.beta2 = o.beta2;
+  f.eps = o.eps;
+  f.weight_decay = kDecoupled ? 0.0 : o.weight_decay;
+  f.decay = kDecoupled ? 1.0 - o.lr * o.weight_decay : 1.0;
+  f.step_size = o.lr / (1.0 - std::pow(o.beta1, t));
+  f.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
+  return f;
+}
+
 }  // namespace
 
 void AdamOptions::validate() const { validate_adam(*this); }
@@ -43,18 +58,29 @@ void AdamImpl<Options, kDecoupled>::update(size_t group, int64_t, const Tensor& 
   const Options& o = this->options(group);
   for (size_t k : {kExpAvg, kExpAvgSq}) this->ensure_slot(state, k, param);
   if (o.amsgrad) this->ensure_slot(state, kMaxExpAvgSq, param);
-  // The per-step scalars in double, as PyTorch computes them in Python floats.
-  const double t = static_cast<double>(state.step);
-  math::AdamUpdate<double> f;
-  f.beta1 = o.beta1;
-  f.beta2 = o.beta2;
-  f.eps = o.eps;
-  f.weight_decay = kDecoupled ? 0.0 : o.weight_decay;
-  f.decay = kDecoupled ? 1.0 - o.lr * o.weight_decay : 1.0;
-  f.step_size = o.lr / (1.0 - std::pow(o.beta1, t));
-  f.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
-  TRIDENT_OPTIM_KERNEL(adam)(param, grad, state.slots[kExpAvg], state.slots[kExpAvgSq],
-            o.amsgrad ? state.slots[kMaxExpAvgSq] : Tensor(), f);
+  cpu::adam(param, grad, state.slots[kExpAvg], state.slots[kExpAvgSq], o.amsgrad ? state.slots[kMaxExpAvgSq] : Tensor(),
+            adam_update<Options, kDecoupled>(o, state.step));
+}
+
+template <typename Options, bool kDecoupled>
+void AdamImpl<Options, kDecoupled>::update_group(size_t group, std::span<const Optimizer::ParamUpdate> items) {
+  using ParamUpdate = Optimizer::ParamUpdate;
+  [[maybe_unused]] const Options& o = this->options(group);
+  // The step count enters the functor through the bias corrections.
+  for (const auto& b : this->batches(items, [](const ParamUpdate& u) { return u.state->step; })) {
+    if (b.device.is_cpu()) {
+      for (const ParamUpdate* u : b.items) update(group, u->index, u->param, u->grad, *u->state);
+      continue;
+    }
+#if TRIDENT_HAVE_CUDA
+    for (const ParamUpdate* u : b.items) {
+      for (size_t k : {kExpAvg, kExpAvgSq}) this->ensure_slot(*u->state, k, u->param);
+      if (o.amsgrad) this->ensure_slot(*u->state, kMaxExpAvgSq, u->param);
+    }
+    cuda::adam(b.params(), b.grads(), b.slots(kExpAvg), b.slots(kExpAvgSq),
+               o.amsgrad ? b.slots(kMaxExpAvgSq) : cuda::TensorVec{}, adam_update<Options, kDecoupled>(o, b.key));
+#endif
+  }
 }
 
 template class AdamImpl<AdamOptions, false>;

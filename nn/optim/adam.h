@@ -67,6 +67,7 @@ class AdamImpl : public OptimizerWith<Options> {
   explicit AdamImpl(std::vector<ParamGroup<Options>> groups) : OptimizerWith<Options>(std::move(groups)) {}
   bool slot_used(size_t group, size_t slot) const override;
   void update(size_t group, int64_t index, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_group(size_t group, std::span<const Optimizer::ParamUpdate> items) override;
 };
 }  // namespace detail
 

@@ -5,6 +5,13 @@
 
 #include "autograd/grad_mode.h"
 #include "core/copy.h"
+#include "core/factory.h"
+#include "ops/index.h"
+#include "ops/shape.h"
+#include "trident_config.h"
+#if TRIDENT_HAVE_CUDA
+#include "nn/optim/cuda_kernels.h"
+#endif
 #include "ops/arith.h"
 #include "ops/reduce.h"
 #include "ops/unary.h"
@@ -30,6 +37,21 @@ void scale_by_norm(const std::vector<Tensor>& grads, double max_norm, double tot
   if (coef < 1.0 || std::isnan(coef))
     for (const Tensor& g : grads) mul_(g, coef);
 }
+
+#if TRIDENT_HAVE_CUDA
+// The gradients with elements, when the multi-tensor CUDA path takes them (all contiguous f32 or
+// f64 on one CUDA device, at least one with elements); else empty.
+std::vector<Tensor> multi_tensor_grads(const std::vector<Tensor>& grads) {
+  std::vector<Tensor> out;
+  for (const Tensor& g : grads) {
+    if (!g.device().is_cuda() || !(g.device() == grads[0].device()) || !g.is_contiguous() ||
+        (g.dtype() != DType::F32 && g.dtype() != DType::F64))
+      return {};
+    if (g.numel() > 0) out.push_back(g);
+  }
+  return out;
+}
+#endif
 }  // namespace
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
@@ -38,6 +60,21 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = defined_grads(params, "clip_grad_norm_");
   if (grads.empty()) return 0.0;
+#if TRIDENT_HAVE_CUDA
+  if (norm_type == 2.0) {
+    const std::vector<Tensor> mt = multi_tensor_grads(grads);
+    if (!mt.empty()) {
+      const Tensor norm_and_coef = optim::cuda::grad_norm_and_clip_coef(mt, max_norm);
+      // The caller wants the norm as a double: the one synchronization.
+      const double total = norm_and_coef.to(Device::cpu()).to_vector<double>()[0];
+      TRIDENT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ", norm_type,
+                    " of the gradients is ", total, "; set error_if_nonfinite = false to scale them anyway");
+      optim::cuda::scale_by_clip_coef(mt, norm_and_coef);
+      for (const Tensor& g : mt) g.bump_version();
+      return total;
+    }
+  }
+#endif
   const bool inf = std::isinf(norm_type);
   double total = 0;
   for (const Tensor& g : grads) {
@@ -56,6 +93,23 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
                 " of the gradients is ", total, "; set error_if_nonfinite = false to scale them anyway");
   scale_by_norm(grads, max_norm, total);
   return total;
+}
+
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm) {
+  TRIDENT_CHECK(max_norm >= 0, "clip_grad_norm_on_device_: max_norm must be >= 0, got ", max_norm);
+#if TRIDENT_HAVE_CUDA
+  {
+    NoGradGuard no_grad;
+    const std::vector<Tensor> mt = multi_tensor_grads(defined_grads(params, "clip_grad_norm_on_device_"));
+    if (!mt.empty()) {
+      const Tensor norm_and_coef = optim::cuda::grad_norm_and_clip_coef(mt, max_norm);
+      optim::cuda::scale_by_clip_coef(mt, norm_and_coef);
+      for (const Tensor& g : mt) g.bump_version();
+      return reshape(narrow(norm_and_coef, 0, 0, 1), {});
+    }
+  }
+#endif
+  return full({}, clip_grad_norm_(params, max_norm, 2.0), TensorOptions(DType::F64));
 }
 
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {

@@ -10,6 +10,12 @@
 // Gradients of any floating dtype; each one's norm accumulates in f64 (NOTE [Accumulation]) and
 // is rounded to its dtype, and those are combined in f64.
 // Errors: norm_type not > 0 (inf allowed), max_norm negative or NaN.
+// CUDA: with norm_type 2 and all gradients contiguous f32/f64 on one CUDA device, the norm, the
+// coefficient and the scaling are a few multi-tensor launches (NOTE [Multi-tensor launches]);
+// returning the norm as a double then costs one synchronization (error_if_nonfinite reads it
+// before scaling: still one). clip_grad_norm_on_device_ below makes none. Other CUDA cases
+// (another norm_type, several devices, f16/bf16 gradients) take one norm per gradient, each read
+// on the host.
 //
 // clip_grad_value_: clamps every gradient element into [-clip_value, clip_value] in place.
 // Errors: clip_value negative or NaN.
@@ -25,6 +31,13 @@ namespace trident::nn {
 // Returns the total norm (before clipping).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
+
+// clip_grad_norm_(params, max_norm, 2) without a synchronization: the total norm comes back as
+// an f64 scalar tensor on the gradients' device, and the clip coefficient is computed and
+// applied on the device. Where the multi-tensor path does not apply (CPU gradients, the other
+// cases above) it is clip_grad_norm_'s value in an f64 CPU scalar. With no gradient: a CPU 0.
+// Errors: max_norm negative or NaN.
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm);
 
 // The second half of clip_grad_norm_, for callers that compute the total norm themselves (over
 // tensor-parallel shards or pipeline stages): multiplies every gradient in place by

@@ -2,7 +2,7 @@
 // per update (two for LAMB, whose trust ratio needs norms first), each element updated by the
 // functors of nn/optim/math.h, split across threads for large parameters. All tensors of one
 // call are contiguous with the parameter's shape and dtype; undefined buffers are unused.
-// A CUDA port keeps these signatures (or batches many parameters per launch) and the functors.
+// The CUDA loops (nn/optim/cuda_kernels.h) batch many parameters per launch with the same functors.
 #pragma once
 
 #include "core/tensor.h"

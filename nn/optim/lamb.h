@@ -51,15 +51,25 @@ class LAMB final : public OptimizerWith<LAMBOptions> {
   explicit LAMB(std::vector<ParamGroup<LAMBOptions>> groups);
 
   std::span<const std::string_view> slot_names() const override;
-  // The trust ratio of parameter i's last update (1 before any), for logging and tests.
+  // The trust ratio of parameter i's last update (1 before any), for logging and tests. For a
+  // CUDA parameter the ratio lives on the device (NOTE [Optimizer kernels]): reading it copies
+  // it to the host, which synchronizes.
   double last_trust_ratio(int64_t i) const;
 
  protected:
   bool slot_used(size_t group, size_t slot) const override;
   void update(size_t group, int64_t index, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_group(size_t group, std::span<const ParamUpdate> items) override;
 
  private:
-  std::vector<double> trust_ratio_;  // by state-dict index; not state (recomputed every step)
+  // By state-dict index; not state (recomputed every step). A CUDA parameter's ratio is element
+  // `pos` of the f64 device tensor `device`, which its batch's launch wrote.
+  struct TrustRatio {
+    double host = 1.0;
+    Tensor device;
+    int64_t pos = 0;
+  };
+  std::vector<TrustRatio> trust_ratio_;
 };
 
 }  // namespace trident::nn::optim

@@ -1,5 +1,5 @@
 // Per-element optimizer updates, written once for the CPU loops (nn/optim/cpu_kernels.cpp) and
-// the future CUDA multi-tensor kernels: no exceptions, no containers, and no branches: choices
+// the CUDA multi-tensor kernels (nn/optim/cuda_kernels.cu): no exceptions, no containers, and no branches: choices
 // go through select() (ops/math/select.h), which computes both arms, so the CPU loops vectorize.
 //
 // Each functor is built on the host in double from the group's hyperparameters and the

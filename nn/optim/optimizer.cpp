@@ -1,5 +1,6 @@
 #include "nn/optim/optimizer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -296,8 +297,11 @@ bool Optimizer::ensure_slot(ParamState& state, size_t slot, const Tensor& param)
 void Optimizer::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) validate(g);
+  std::vector<ParamUpdate> items;
+  std::vector<Tensor> keep;  // contiguous copies of non-contiguous gradients, alive until the update ran
   for (size_t g = 0; g < groups_.size(); ++g) {
     const Group& group = groups_[g];
+    items.clear();
     for (size_t j = 0; j < group.params.size(); ++j) {
       const Tensor& p = group.params[j];
       const Tensor& grad = p.grad();
@@ -310,13 +314,60 @@ void Optimizer::step() {
       TRIDENT_CHECK(grad.device() == p.device(), name(), ": parameter ", i, " is on ", p.device(), " but its gradient on ",
                     grad.device());
       // set_grad keeps shape and dtype equal to the parameter's; the kernels need contiguity.
-      const Tensor g_c = grad.is_contiguous() ? grad : grad.contiguous();
-      ParamState& s = state_[static_cast<size_t>(i)];
-      ++s.step;
-      update(g, i, p, g_c, s);
-      p.bump_version();
+      items.push_back(ParamUpdate{i, p, grad.is_contiguous() ? grad : grad.contiguous(), &state_[static_cast<size_t>(i)]});
     }
+    if (items.empty()) continue;
+    for (const ParamUpdate& u : items) ++u.state->step;
+    update_group(g, items);
+    for (const ParamUpdate& u : items) u.param.bump_version();
   }
+}
+
+void Optimizer::update_group(size_t group, std::span<const ParamUpdate> items) {
+  for (const ParamUpdate& u : items) {
+    TRIDENT_CHECK(u.param.device().is_cpu(), name(), ": parameter ", u.index, " is on ", u.param.device(),
+                  "; this optimizer has only CPU kernels");
+    update(group, u.index, u.param, u.grad, *u.state);
+  }
+}
+
+std::vector<Tensor> Optimizer::Batch::params() const {
+  std::vector<Tensor> out;
+  out.reserve(items.size());
+  for (const ParamUpdate* u : items) out.push_back(u->param);
+  return out;
+}
+
+std::vector<Tensor> Optimizer::Batch::grads() const {
+  std::vector<Tensor> out;
+  out.reserve(items.size());
+  for (const ParamUpdate* u : items) out.push_back(u->grad);
+  return out;
+}
+
+std::vector<Tensor> Optimizer::Batch::slots(size_t slot) const {
+  std::vector<Tensor> out;
+  out.reserve(items.size());
+  for (const ParamUpdate* u : items) {
+    TRIDENT_ASSERT(slot < u->state->slots.size() && u->state->slots[slot].defined(), "parameter ", u->index,
+                   " has no buffer ", slot);
+    out.push_back(u->state->slots[slot]);
+  }
+  return out;
+}
+
+std::vector<Optimizer::Batch> Optimizer::batches(std::span<const ParamUpdate> items,
+                                                 const std::function<int64_t(const ParamUpdate&)>& key) {
+  std::vector<Batch> out;
+  for (const ParamUpdate& u : items) {
+    const int64_t k = key ? key(u) : 0;
+    const Device d = u.param.device();
+    const DType dt = u.param.dtype();
+    auto it = std::find_if(out.begin(), out.end(), [&](const Batch& b) { return b.device == d && b.dtype == dt && b.key == k; });
+    if (it == out.end()) it = out.insert(out.end(), Batch{d, dt, k, {}});
+    it->items.push_back(&u);
+  }
+  return out;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -14,8 +14,10 @@
 //
 // step() runs under NoGradGuard, skips parameters whose .grad is undefined (their state and
 // step count do not move, as in PyTorch), and updates each parameter in one fused pass over its
-// elements (nn/optim/math.h, nn/optim/cpu_kernels.h). Per-parameter state (moment buffers, the
-// step count) is created on the parameter's first update.
+// elements (nn/optim/math.h, nn/optim/cpu_kernels.h); CUDA parameters of one group, device,
+// dtype and step count are updated together by a few multi-tensor launches, with no host
+// synchronization (NOTE [Optimizer kernels] in nn/optim/cuda_kernels.h). Per-parameter state
+// (moment buffers, the step count) is created on the parameter's first update.
 //
 // NOTE [Optimizer state dict]: state_dict() returns an OptimizerState:
 //   optimizer  the optimizer's name ("SGD", "RMSProp", "Adam", "AdamW", "LAMB");
@@ -40,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -127,8 +130,40 @@ class Optimizer {
   // Whether the group's hyperparameters need buffer `slot` (momentum_buffer only with momentum).
   virtual bool slot_used(size_t group, size_t slot) const = 0;
   // Updates parameter `index` (state-dict numbering) of `group`, whose gradient `grad` (same
-  // shape and dtype, contiguous) is defined; state.step has already been incremented.
+  // shape and dtype, contiguous) is defined; state.step has already been incremented. Called
+  // for CPU parameters (the CPU loops of nn/optim/cpu_kernels.h).
   virtual void update(size_t group, int64_t index, const Tensor& param, const Tensor& grad, ParamState& state) = 0;
+
+  // One parameter's share of a step, as update_group() receives it.
+  struct ParamUpdate {
+    int64_t index = 0;  // state-dict numbering
+    Tensor param;
+    Tensor grad;                   // defined, contiguous, with param's shape, dtype and device
+    ParamState* state = nullptr;   // its step already incremented
+  };
+  // Updates every parameter of `group` that has a gradient, in one call so that CUDA parameters
+  // can be updated by a few multi-tensor launches (NOTE [Optimizer kernels] in
+  // nn/optim/cuda_kernels.h). The default calls update() for each; it refuses CUDA parameters,
+  // which need an optimizer that overrides it.
+  virtual void update_group(size_t group, std::span<const ParamUpdate> items);
+
+  // Parameters that one multi-tensor call can update together: same device, same dtype, and
+  // the same `key` (whatever else changes the per-element functor: the step count, SGD's
+  // first-step flag).
+  struct Batch {
+    Device device;
+    DType dtype = DType::F32;
+    int64_t key = 0;
+    std::vector<const ParamUpdate*> items;
+
+    std::vector<Tensor> params() const;
+    std::vector<Tensor> grads() const;
+    // Buffer `slot` of every item's state (each must exist).
+    std::vector<Tensor> slots(size_t slot) const;
+  };
+  // Splits items into batches, in order of first appearance; key may be empty (all keys 0).
+  static std::vector<Batch> batches(std::span<const ParamUpdate> items,
+                                    const std::function<int64_t(const ParamUpdate&)>& key = {});
 
   // Creates buffer `slot` (zeros like param) when it does not exist; returns true if it did not.
   static bool ensure_slot(ParamState& state, size_t slot, const Tensor& param);

@@ -39,8 +39,26 @@ void RMSProp::update(size_t group, int64_t, const Tensor& param, const Tensor& g
   for (size_t k = 0; k < std::size(kSlots); ++k)
     if (slot_used(group, k)) ensure_slot(state, k, param);
   const math::RMSPropUpdate<double> f{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum};
-  TRIDENT_OPTIM_KERNEL(rmsprop)(param, grad, state.slots[kSquareAvg], o.centered ? state.slots[kGradAvg] : Tensor(),
+  cpu::rmsprop(param, grad, state.slots[kSquareAvg], o.centered ? state.slots[kGradAvg] : Tensor(),
                o.momentum > 0 ? state.slots[kMomentumBuffer] : Tensor(), f);
+}
+
+void RMSProp::update_group(size_t group, std::span<const ParamUpdate> items) {
+  [[maybe_unused]] const RMSPropOptions& o = options(group);
+  for (const Batch& b : batches(items)) {
+    if (b.device.is_cpu()) {
+      for (const ParamUpdate* u : b.items) update(group, u->index, u->param, u->grad, *u->state);
+      continue;
+    }
+#if TRIDENT_HAVE_CUDA
+    for (const ParamUpdate* u : b.items)
+      for (size_t k = 0; k < std::size(kSlots); ++k)
+        if (slot_used(group, k)) ensure_slot(*u->state, k, u->param);
+    const math::RMSPropUpdate<double> f{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum};
+    cuda::rmsprop(b.params(), b.grads(), b.slots(kSquareAvg), o.centered ? b.slots(kGradAvg) : cuda::TensorVec{},
+                  o.momentum > 0 ? b.slots(kMomentumBuffer) : cuda::TensorVec{}, f);
+#endif
+  }
 }
 
 }  // namespace trident::nn::optim

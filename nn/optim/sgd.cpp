@@ -34,7 +34,27 @@ void SGD::update(size_t group, int64_t, const Tensor& param, const Tensor& grad,
     f.first = ensure_slot(state, 0, param);
     buf = state.slots[0];
   }
-  TRIDENT_OPTIM_KERNEL(sgd)(param, grad, buf, f);
+  cpu::sgd(param, grad, buf, f);
+}
+
+void SGD::update_group(size_t group, std::span<const ParamUpdate> items) {
+  const SGDOptions& o = options(group);
+  // A parameter whose momentum buffer does not exist yet takes d as its buffer (f.first).
+  const auto first = [](const ParamUpdate& u) -> int64_t {
+    return u.state->slots.empty() || !u.state->slots[0].defined();
+  };
+  for (const Batch& b : batches(items, o.momentum != 0 ? first : std::function<int64_t(const ParamUpdate&)>())) {
+    if (b.device.is_cpu()) {
+      for (const ParamUpdate* u : b.items) update(group, u->index, u->param, u->grad, *u->state);
+      continue;
+    }
+#if TRIDENT_HAVE_CUDA
+    const math::SGDUpdate<double> f{o.lr, o.weight_decay, o.momentum, o.dampening, o.nesterov, b.key != 0};
+    if (o.momentum != 0)
+      for (const ParamUpdate* u : b.items) ensure_slot(*u->state, 0, u->param);
+    cuda::sgd(b.params(), b.grads(), o.momentum != 0 ? b.slots(0) : cuda::TensorVec{}, f);
+#endif
+  }
 }
 
 }  // namespace trident::nn::optim

@@ -42,6 +42,7 @@ class SGD final : public OptimizerWith<SGDOptions> {
  protected:
   bool slot_used(size_t group, size_t slot) const override;
   void update(size_t group, int64_t index, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update_group(size_t group, std::span<const ParamUpdate> items) override;
 };
 
 }  // namespace trident::nn::optim
