@@ -15,6 +15,28 @@ namespace trident::cuda {
 namespace attn {
 namespace {
 
+// The two score-sized products of a backward tile, for a warp's 16 rows: s = A1 B1^T and
+// dp = A2 B2^T, where A1, A2 point at the warp's first row of 64 x D row-major tiles and B1, B2 at
+// the other side's 64 x D tiles (row stride D + 8): s[j], dp[j] hold columns 8 j .. 8 j + 7.
+template <typename M, int D>
+__device__ __forceinline__ void two_products(float (&s)[kTile / 8][4], float (&dp)[kTile / 8][4], const uint16_t* a1,
+                                             const uint16_t* b1, const uint16_t* a2, const uint16_t* b2, int g, int t) {
+  constexpr int kLd = D + 8;
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
+#pragma unroll
+  for (int st = 0; st < D / 16; ++st) {
+    uint32_t x[4], y[4];
+    mma::load_a(x, a1 + 16 * st, kLd, g, t);
+    mma::load_a(y, a2 + 16 * st, kLd, g, t);
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j) {
+      mma::mma_bt<M>(s[j], x, b1 + 8 * j * kLd + 16 * st, kLd, g, t);
+      mma::mma_bt<M>(dp[j], y, b2 + 8 * j * kLd + 16 * st, kLd, g, t);
+    }
+  }
+}
+
 // One block per (head b, 64 keys); warp w owns keys k0 + 16 w .. + 15 and walks the query tiles
 // that see any of the block's keys: S^T = K Q^T and dP^T = V dO^T, then dV += P_drop^T dO and
 // dK += dS^T Q (scaled at the end).
@@ -25,7 +47,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                     uint16_t* __restrict__ dv) {
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;
-  constexpr int kSteps = D / 16, kOut = D / 8, kQueryTiles = kTile / 8;
+  constexpr int kOut = D / 8, kQueryTiles = kTile / 8;
   extern __shared__ uint4 smem_mma[];
   __shared__ uint16_t bits[kTile * 4];
   __shared__ float sL[kTile], sDelta[kTile];
@@ -72,19 +94,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 
     // s[j] = keys x queries 8 j .. 8 j + 7 of K Q^T, dp[j] of V dO^T.
     float s[kQueryTiles][4], dp[kQueryTiles][4];
-#pragma unroll
-    for (int j = 0; j < kQueryTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
-#pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      uint32_t ka[4], va[4];
-      mma::load_a(ka, sK + wr * kLd + 16 * st, kLd, g, t);
-      mma::load_a(va, sV + wr * kLd + 16 * st, kLd, g, t);
-#pragma unroll
-      for (int j = 0; j < kQueryTiles; ++j) {
-        mma::mma_bt<M>(s[j], ka, sQ + 8 * j * kLd + 16 * st, kLd, g, t);
-        mma::mma_bt<M>(dp[j], va, sO + 8 * j * kLd + 16 * st, kLd, g, t);
-      }
-    }
+    two_products<M, D>(s, dp, sK + wr * kLd, sQ, sV + wr * kLd, sO, g, t);
     // s becomes P_drop^T, dp becomes dS^T.
 #pragma unroll
     for (int j = 0; j < kQueryTiles; ++j) {
@@ -139,7 +149,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                   uint16_t* __restrict__ dmask) {
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;
-  constexpr int kSteps = D / 16, kOut = D / 8, kKeyTiles = kTile / 8;
+  constexpr int kOut = D / 8, kKeyTiles = kTile / 8;
   extern __shared__ uint4 smem_mma[];
   __shared__ uint16_t bits[kTile * 4];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
@@ -176,20 +186,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     __syncthreads();
 
+    // s[j] = queries x keys 8 j .. 8 j + 7 of Q K^T, dp[j] of dO V^T.
     float s[kKeyTiles][4], dp[kKeyTiles][4];
-#pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
-#pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      uint32_t qa[4], oa[4];
-      mma::load_a(qa, sQ + wr * kLd + 16 * st, kLd, g, t);
-      mma::load_a(oa, sO + wr * kLd + 16 * st, kLd, g, t);
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-        mma::mma_bt<M>(s[j], qa, sK + 8 * j * kLd + 16 * st, kLd, g, t);
-        mma::mma_bt<M>(dp[j], oa, sV + 8 * j * kLd + 16 * st, kLd, g, t);
-      }
-    }
+    two_products<M, D>(s, dp, sQ + wr * kLd, sK, sO + wr * kLd, sV, g, t);
     // s becomes dS.
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {

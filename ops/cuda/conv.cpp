@@ -11,6 +11,7 @@
 #include "core/factory.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/cuda/linalg.h"
+#include "ops/cuda/plan_key.h"
 
 namespace trident::cuda {
 namespace {
@@ -38,19 +39,10 @@ struct ConvPlan {
   std::array<Choice, 3> choice;
 };
 
-struct PlanKey {
-  std::array<int64_t, 19> v{};
-  bool operator==(const PlanKey& o) const { return v == o.v; }
-};
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : k.v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
-  }
-};
+using Key = PlanKey<19>;
+using KeyHash = PlanKeyHash<19>;
 
-using PlanMap = std::unordered_map<PlanKey, std::unique_ptr<ConvPlan>, PlanKeyHash>;
+using PlanMap = std::unordered_map<Key, std::unique_ptr<ConvPlan>, KeyHash>;
 PlanMap& plans() {
   thread_local PlanMap m;
   return m;
@@ -71,7 +63,7 @@ void check_numel(int64_t numel, const char* what, const Conv2dGeometry& g) {
 
 ConvPlan& plan_for(int device, DType dt, const Conv2dGeometry& g) {
   const bool tf32 = dt == DType::F32 && allow_tf32();
-  PlanKey key;
+  Key key;
   key.v = {device, static_cast<int64_t>(dt), tf32, g.N, g.C, g.H, g.W, g.O, g.kH, g.kW,
            g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, g.OH, g.OW};
   std::unique_ptr<ConvPlan>& slot = plans()[key];

@@ -12,6 +12,7 @@
 #include "core/cuda/stream.h"
 #include "core/factory.h"
 #include "ops/shape.h"
+#include "ops/cuda/plan_key.h"
 
 namespace trident::cuda {
 namespace {
@@ -102,17 +103,8 @@ bool batch_stride_of(const Shape& batch, const Shape& strides, int64_t& out) {
   return true;
 }
 
-struct PlanKey {
-  std::array<int64_t, 16> v{};
-  bool operator==(const PlanKey& o) const { return v == o.v; }
-};
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : k.v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
-  }
-};
+using Key = PlanKey<16>;
+using KeyHash = PlanKeyHash<16>;
 
 // Descriptors and the chosen algorithm for one kind of product; built once per thread and key
 // (thread-local, so setting the bias pointer per call needs no lock).
@@ -156,11 +148,11 @@ void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& 
   const uint32_t align_bias = bias != nullptr ? alignment_of(bias) : 256;
 
   const uint32_t align_aux = gelu_aux != nullptr ? alignment_of(gelu_aux) : 0;
-  PlanKey key;
+  Key key;
   key.v = {device, static_cast<int64_t>(dt), tf32, m, n, k, A.ld, B.ld, A.trans, B.trans, batch,
            A.batch_stride, B.batch_stride, (bias != nullptr ? align_bias : 0) | static_cast<int64_t>(align_aux) << 32,
            static_cast<int64_t>(align_a) << 32 | align_b, align_c};
-  thread_local std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  thread_local std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans;
   std::unique_ptr<Plan>& slot = plans[key];
   cublasLtHandle_t handle = handle_for(device);
   if (!slot) {
