@@ -106,8 +106,11 @@ run_suite() {  # name binary filter
 }
 run_suite cuda_tests "$BUILD_DIR/tests/cuda_tests" '*'
 run_suite caching_allocator "$BUILD_DIR/tests/core_tests" 'CachingAllocator*'
-# Once more with every launch synchronized: an asynchronous error is pinned to its launch.
-LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" '*'
+# When something failed: once more with every launch synchronized, so that an asynchronous error
+# is pinned to its launch (BLOCKING_RERUN=1 forces it, 0 skips it).
+if [[ "${BLOCKING_RERUN:-auto}" == 1 || ( "${BLOCKING_RERUN:-auto}" == auto && "${ROWS[*]}" == *" FAIL "* ) ]]; then
+  LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" '*'
+fi
 
 echo "== training programs on the GPU (scripts/app-cuda-check.sh)"
 if [[ -z "$APP_TARGETS" ]]; then
