@@ -360,6 +360,10 @@ TEST(Conv2d, OneByOneOneBySevenSevenByOneAndChannelMultiplierKernels) {
       {{2, 4, 8, 9}, {4, 2, 3, 2}, {{2, 1}, {1, 0}, {1, 2}, 2}, true},
       // Kernel exactly as large as the padded input: a 1x1 output.
       {{1, 2, 3, 3}, {2, 2, 5, 5}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      // Planes of many 24-output blocks (29 and 14 per image): the blocked weight gradient's items
+      // of 4 blocks, and a shorter last item (NOTE [Conv2d blocked im2col]).
+      {{2, 3, 20, 31}, {5, 3, 3, 5}, {{1, 1}, {1, 2}, {1, 1}, 1}, true},
+      {{2, 3, 40, 30}, {4, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
   };
   uint64_t seed = 2000;
   for (const ConvCase& c : cases) {
