@@ -1,12 +1,13 @@
 #include "apps/device.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
 namespace trident::apps {
 
-Device resolve_device(const std::string& value, bool parallel, const std::string& flag) {
+Device resolve_device(const std::string& value, bool model_parallel, const std::string& flag) {
   Device d;
   try {
     d = Device::parse(value);
@@ -25,12 +26,20 @@ Device resolve_device(const std::string& value, bool parallel, const std::string
                 flag, " cpu");
   TRIDENT_CHECK(d.index < n, flag, " ", value, ": there is no CUDA device ", d.index, " (", n, " visible: cuda:0",
                 n > 1 ? " to cuda:" + std::to_string(n - 1) : std::string(), ")");
-  // NOTE [Device in the apps]: the parallel runs communicate over MPI with CPU tensors.
-  TRIDENT_CHECK(!parallel, flag, " ", value,
-                " with --dp/--pp/--tp > 1: the parallel training runs use the CPU communicators (MPI); the NCCL "
-                "communicator is not wired into them yet. Run one process on the GPU, or the parallel run with ",
+  // NOTE [Device in the apps]: data parallelism all-reduces CUDA gradients over NCCL; the
+  // pipeline, tensor-parallel and ZeRO paths still communicate over MPI with CPU tensors.
+  TRIDENT_CHECK(!model_parallel, flag, " ", value,
+                " with --pp/--tp > 1 or --zero: those parallel paths use the CPU communicators (MPI); NCCL is wired "
+                "into plain data parallelism (--dp) only so far. Run --dp alone on GPUs, or this run with ",
                 flag, " cpu");
   return d;
+}
+
+Device rank_device(Device requested, const std::string& value, int world_rank) {
+  if (requested.is_cpu() || value != "cuda") return requested;
+  int local = world_rank;
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(env);
+  return Device::cuda(local % cuda_device_count());
 }
 
 std::string describe_device(Device d) {

@@ -9,8 +9,11 @@
 // and read onto it (the state dict loads copy into the device parameters, the optimizer state is
 // made on its parameters' device). The loss of a step stays on the device and is read once per
 // logged step (the one synchronization the loop asks for; clipping's norm is another). Under
-// --dp/--pp/--tp the apps build the CPU communicators (MPI): nothing selects the NCCL
-// communicator yet, so a parallel run with --device cuda is refused in one line.
+// `mpirun -np N ... --dp N --device cuda` each rank takes one GPU (rank_device) and the
+// gradients' bucketed all-reduces go over an NCCL communicator bootstrapped over the MPI dp group
+// (apps/train_common.cpp), while host numbers (loss counts, the logged loss) stay on MPI. --pp,
+// --tp and --zero still communicate CPU tensors over MPI, so with --device cuda they are refused
+// in one line. (The NCCL path has not run: it needs two GPUs.)
 #pragma once
 
 #include <string>
@@ -23,8 +26,14 @@ namespace trident::apps {
 
 // Parses and checks --device (`flag` names the option in messages). Errors, in one line each:
 // not cpu/cuda/cuda:N; a build without CUDA; no CUDA device found; an ordinal past the visible
-// devices; a CUDA device in a parallel run (`parallel`: dp x pp x tp > 1).
-Device resolve_device(const std::string& value, bool parallel = false, const std::string& flag = "--device");
+// devices; a CUDA device in a run that `model_parallel` says splits the model or the optimizer
+// (--pp or --tp > 1, --zero): data parallelism alone runs on GPUs (NCCL), the rest not yet.
+Device resolve_device(const std::string& value, bool model_parallel = false, const std::string& flag = "--device");
+
+// The GPU of this rank in a multi-process run given `--device cuda` without an index: the
+// launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK, else world_rank) modulo the visible devices,
+// so that `mpirun -np N` on a host of N GPUs puts one rank on each. An explicit cuda:N is kept.
+Device rank_device(Device requested, const std::string& value, int world_rank);
 
 // "cpu", or "cuda:0 (NVIDIA H200, compute capability 9.0, 140 GiB)".
 std::string describe_device(Device d);

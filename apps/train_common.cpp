@@ -36,6 +36,11 @@
 #include "ops/index.h"
 #include "ops/linalg.h"
 #include "parallel/checkpoint.h"
+#include "trident_config.h"
+#if TRIDENT_HAVE_CUDA
+#include "core/cuda/stream.h"
+#include "parallel/comm/nccl_communicator.h"
+#endif
 #include "parallel/data_parallel.h"
 #include "parallel/launch.h"
 #include "parallel/pipeline/grad_norm.h"
@@ -255,7 +260,7 @@ int parse(CLI::App& app, int argc, char** argv) {
 void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
                 " --tp ", o.tp);
-  resolve_device(o.device, o.dp * o.pp * o.tp > 1);  // NOTE [Device in the apps]
+  resolve_device(o.device, o.pp * o.tp > 1 || (o.zero && o.dp > 1));  // NOTE [Device in the apps]
   TRIDENT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                 "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
   TRIDENT_CHECK(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant",
@@ -364,15 +369,27 @@ std::string resolve_resume(const std::string& resume, const std::string& ckpt_di
 
 int train(const TrainOptions& o, TrainTask& task) {
   models::LayeredModel& model = *task.model;
-  // NOTE [Device in the apps]: the model moves before the optimizer (and its state) is made.
-  const Device dev = resolve_device(o.device, o.dp * o.pp * o.tp > 1);
-  if (!dev.is_cpu()) model.to(dev);
-  const models::LayerList& layers = model.layers();
   std::optional<parallel::Mesh> own_mesh;
   if (task.mesh == nullptr) own_mesh.emplace(make_mesh(o));
   const parallel::Mesh& mesh = task.mesh != nullptr ? *task.mesh : *own_mesh;
+  // NOTE [Device in the apps]: one GPU per rank; the model moves before the optimizer (and its
+  // state) is made.
+  const Device dev = rank_device(resolve_device(o.device, o.pp * o.tp > 1 || (o.zero && o.dp > 1)), o.device,
+                                 static_cast<int>(mesh.world_rank()));
+#if TRIDENT_HAVE_CUDA
+  if (dev.is_cuda()) cuda::set_device(static_cast<int>(dev.index));  // NCCL joins the current device
+#endif
+  if (!dev.is_cpu()) model.to(dev);
+  const models::LayerList& layers = model.layers();
   const std::shared_ptr<parallel::comm::Communicator> dp = mesh.group_ptr(parallel::Axis::DP);
   const int64_t dp_size = dp->size();
+  // The gradients' all-reduces: over the dp group itself on the CPU, over an NCCL communicator of
+  // the same ranks (bootstrapped over it) when they live on GPUs. Host numbers (loss counts, the
+  // logged loss) keep going over the dp group.
+  std::shared_ptr<parallel::comm::Communicator> dp_grads = dp;
+#if TRIDENT_HAVE_CUDA
+  if (dev.is_cuda() && dp_size > 1) dp_grads = parallel::comm::make_nccl_communicator(dp, {.name = "dp.nccl", .timeout = std::nullopt});
+#endif
   const std::shared_ptr<parallel::comm::Communicator> tp = mesh.group_ptr(parallel::Axis::TP);
   // NOTE [Pipeline training apps]: this rank's stage of the model; it does the dp averaging too.
   std::unique_ptr<parallel::pipeline::Pipeline> pipe;
@@ -405,7 +422,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   if (o.zero) {
     zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp, make_adamw);
   } else {
-    if (dp_size > 1 && !pipe) ddp = std::make_unique<parallel::DataParallel>(model, dp);
+    if (dp_size > 1 && !pipe) ddp = std::make_unique<parallel::DataParallel>(model, dp_grads);
     plain = make_adamw({decay, no_decay});
   }
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
