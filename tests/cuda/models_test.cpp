@@ -18,6 +18,29 @@ namespace {
 
 const Device kGPU = Device::cuda(0);
 
+// One training step on each device from losses lc (CPU) and lg (GPU) of the same batch: the
+// losses agree within 1e-4 relative (f32 sums in other orders: ~1e-6 per op, a few dozen ops
+// deep), every GPU gradient is on the GPU, both optimizers step.
+void step_both(Tensor lc, Tensor lg, nn::optim::Optimizer& oc, nn::optim::Optimizer& og, const std::vector<Tensor>& gpu_params,
+               int step) {
+  ASSERT_EQ(lg.device(), kGPU);
+  const double a = lc.item<double>(), b = lg.item<double>();
+  EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << "step " << step;
+  lc.backward();
+  lg.backward();
+  for (const Tensor& p : gpu_params) ASSERT_TRUE(!p.grad().defined() || p.grad().device() == kGPU);
+  oc.step();
+  og.step();
+}
+
+// The trained weights agree within 1e-3 relative per parameter: Adam divides by sqrt(v), so an
+// element whose gradient is at rounding level moves by up to lr either way (weights agree to
+// about lr / |w| there, not to f32 precision).
+void expect_same_parameters(const std::vector<Tensor>& pc, const std::vector<Tensor>& pg) {
+  ASSERT_EQ(pc.size(), pg.size());
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+}
+
 TEST(CudaModels, TinyGpt2TrainsOnTheGpuAsOnTheCpu) {
   TRIDENT_REQUIRE_CUDA();
   models::GPT2Config c = models::GPT2Config::preset("tiny");
@@ -40,22 +63,9 @@ TEST(CudaModels, TinyGpt2TrainsOnTheGpuAsOnTheCpu) {
     const Tensor x = randint(0, 61, {4, 32}, DType::I64, &data), y = randint(0, 61, {4, 32}, DType::I64, &data);
     oc.zero_grad();
     og.zero_grad();
-    Tensor lc = cpu.forward(x, y).loss, lg = gpu.forward(x.to(kGPU), y.to(kGPU)).loss;
-    ASSERT_EQ(lg.device(), kGPU);
-    const double a = lc.item<double>(), b = lg.item<double>();
-    // f32 sums in other orders: ~1e-6 relative per op, a few dozen ops deep.
-    EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << "step " << step;
-    lc.backward();
-    lg.backward();
-    for (const Tensor& p : gpu.parameters()) ASSERT_EQ(p.grad().device(), kGPU);
-    oc.step();
-    og.step();
+    step_both(cpu.forward(x, y).loss, gpu.forward(x.to(kGPU), y.to(kGPU)).loss, oc, og, gpu.parameters(), step);
   }
-  const auto pc = cpu.parameters(), pg = gpu.parameters();
-  ASSERT_EQ(pc.size(), pg.size());
-  // Adam divides by sqrt(v): an element whose gradient is at rounding level moves by up to lr
-  // either way, so weights agree to about lr / |w| on those elements, not to f32 precision.
-  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+  expect_same_parameters(cpu.parameters(), gpu.parameters());
 }
 
 // BERT pre-training (both heads, padding masks, mixed segments, MLM labels at a third of the
@@ -99,18 +109,9 @@ TEST(CudaModels, TinyBertPretrainsOnTheGpuAsOnTheCpu) {
     for (const auto& [name, t] : batch.tensors()) on_gpu.set(name, t.to(kGPU));
     oc.zero_grad();
     og.zero_grad();
-    Tensor lc = cpu.forward(batch).loss, lg = gpu.forward(on_gpu).loss;
-    ASSERT_EQ(lg.device(), kGPU);
-    const double a = lc.item<double>(), b = lg.item<double>();
-    EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << "step " << step;
-    lc.backward();
-    lg.backward();
-    oc.step();
-    og.step();
+    step_both(cpu.forward(batch).loss, gpu.forward(on_gpu).loss, oc, og, gpu.parameters(), step);
   }
-  const auto pc = cpu.parameters(), pg = gpu.parameters();
-  ASSERT_EQ(pc.size(), pg.size());
-  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+  expect_same_parameters(cpu.parameters(), gpu.parameters());
 }
 
 // A tiny AmoebaNet-D (stem, normal and reduction cells: 3x3 / 1x7 / 7x1 and separable
@@ -138,19 +139,10 @@ TEST(CudaModels, TinyAmoebaNetTrainsOnTheGpuAsOnTheCpu) {
     const Tensor x = randn({4, 3, 32, 32}, kF32, &data), y = randint(0, 10, {4}, DType::I64, &data);
     oc.zero_grad();
     og.zero_grad();
-    Tensor lc = cross_entropy(cpu.forward(x), y), lg = cross_entropy(gpu.forward(x.to(kGPU)), y.to(kGPU));
-    ASSERT_EQ(lg.device(), kGPU);
-    const double a = lc.item<double>(), b = lg.item<double>();
-    EXPECT_NEAR(b, a, 1e-4 * std::abs(a)) << "step " << step;
-    lc.backward();
-    lg.backward();
-    for (const Tensor& p : gpu.parameters()) ASSERT_EQ(p.grad().device(), kGPU);
-    oc.step();
-    og.step();
+    step_both(cross_entropy(cpu.forward(x), y), cross_entropy(gpu.forward(x.to(kGPU)), y.to(kGPU)), oc, og,
+              gpu.parameters(), step);
   }
-  const auto pc = cpu.parameters(), pg = gpu.parameters();
-  ASSERT_EQ(pc.size(), pg.size());
-  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+  expect_same_parameters(cpu.parameters(), gpu.parameters());
 }
 
 // Greedy generation with the model and its key/value cache on the GPU (apps/generate --device
