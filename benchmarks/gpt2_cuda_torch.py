@@ -12,55 +12,17 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from gpt2_torch_model import GPT
 
 T, V, L, H, C = 1024, 50257, 12, 12, 768
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(C)
-        self.c_attn = nn.Linear(C, 3 * C)
-        self.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.c_fc = nn.Linear(C, 4 * C)
-        self.mlp_proj = nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        b, t, _ = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block() for _ in range(L))
-        self.ln_f = nn.LayerNorm(C)
-        for p in self.parameters():
-            if p.dim() >= 2:
-                nn.init.normal_(p, std=0.02)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for blk in self.h:
-            x = blk(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # tied output layer
-        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
 
 
 def main():
     batch = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     torch.manual_seed(1)
-    model = GPT().cuda()
+    model = GPT(T, V, L, H, C, fused=True).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     x = torch.randint(0, V, (batch, T), device="cuda")
     y = torch.randint(0, V, (batch, T), device="cuda")
