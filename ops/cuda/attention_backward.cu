@@ -77,11 +77,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = 0; c < kCols; ++c) {
         const int il = l + 16 * c;
         const int64_t i = i0 + il;
-        const bool visible = j < p.Tk && i < p.Tq && (!p.causal || j <= i);
-        float x = s[a][c] * p.scale;
-        if (visible && mask.base) x += mask_value<T>(mask, mhead, i, j);
-        const ProbGrad r = prob_grad(visible, x, sL[il], dp[a][c], sDelta[il], p.dropout,
-                                     p.dropout && kept(bits, il, g * kRows + a), p.keep_scale);
+        const ProbGrad r = score_grad<T>(p, mask, mhead, i, j, s[a][c], dp[a][c], sL[il], sDelta[il],
+                                         p.dropout && kept(bits, il, g * kRows + a));
         s[a][c] = r.pd;
         dp[a][c] = r.ds;
       }
@@ -148,11 +145,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = 0; c < kCols; ++c) {
         const int jl = l + 16 * c;
         const int64_t j = k0 + jl;
-        const bool visible = j < p.Tk && i < p.Tq && (!p.causal || j <= i);
-        float x = s[a][c] * p.scale;
-        if (visible && mask.base) x += mask_value<T>(mask, mhead, i, j);
-        const ProbGrad r = prob_grad(visible, x, L[a], dp[a][c], dl[a], p.dropout,
-                                     p.dropout && kept(bits, g * kRows + a, jl), p.keep_scale);
+        const ProbGrad r =
+            score_grad<T>(p, mask, mhead, i, j, s[a][c], dp[a][c], L[a], dl[a], p.dropout && kept(bits, g * kRows + a, jl));
         s[a][c] = r.ds;
         if (dmask && i < p.Tq && j < p.Tk) dmask[(b * p.Tq + i) * p.Tk + j] = static_cast<T>(r.ds);
       }

@@ -165,6 +165,18 @@ __device__ __forceinline__ ProbGrad prob_grad(bool visible, float x, float L, fl
   return {keep ? P * keep_scale : 0.f, P * ((keep ? dp * keep_scale : 0.f) - delta)};
 }
 
+// prob_grad of the score of query i and key j, from raw = q_i . k_j: bounds, the causal
+// triangle, scale and mask applied here (every backward kernel sees scores this way). keep: the
+// dropout bit (ignored without dropout).
+template <typename T>
+__device__ __forceinline__ ProbGrad score_grad(const Params& p, const MaskDesc& mask, int64_t mhead, int64_t i, int64_t j,
+                                               float raw, float dp, float L, float delta, bool keep) {
+  const bool visible = j < p.Tk && i < p.Tq && (!p.causal || j <= i);
+  float x = raw * p.scale;
+  if (visible && mask.base) x += mask_value<T>(mask, mhead, i, j);
+  return prob_grad(visible, x, L, dp, delta, p.dropout, p.dropout && keep, p.keep_scale);
+}
+
 // acc[i][j] += sum_{d < n} A[4g + i][d] * B[l + 16 j][d]: A read by rows (stride lda, a
 // multiple of 4), B by columns (odd stride ldb).
 __device__ __forceinline__ void tile_dot(float (&acc)[kRows][kCols], const float* A, int lda, const float* B, int ldb,

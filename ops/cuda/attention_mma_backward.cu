@@ -102,11 +102,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int e = 0; e < 4; ++e) {
         const int kl = e < 2 ? key_a : key_b, il = 8 * j + 2 * t + (e & 1);
         const int64_t key = k0 + kl, i = i0 + il;
-        const bool visible = key < p.Tk && i < p.Tq && (!p.causal || key <= i);
-        float x = s[j][e] * p.scale;
-        if (visible && mask.base) x += mask_value<T>(mask, mhead, i, key);
         const ProbGrad r =
-            prob_grad(visible, x, sL[il], dp[j][e], sDelta[il], p.dropout, p.dropout && kept(bits, il, kl), p.keep_scale);
+            score_grad<T>(p, mask, mhead, i, key, s[j][e], dp[j][e], sL[il], sDelta[il], p.dropout && kept(bits, il, kl));
         s[j][e] = r.pd;
         dp[j][e] = r.ds;
       }
@@ -196,11 +193,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int e = 0; e < 4; ++e) {
         const int il = wr + g + (e < 2 ? 0 : 8), jl = 8 * j + 2 * t + (e & 1);
         const int64_t i = i0 + il, key = k0 + jl;
-        const bool visible = key < p.Tk && i < p.Tq && (!p.causal || key <= i);
-        float x = s[j][e] * p.scale;
-        if (visible && mask.base) x += mask_value<T>(mask, mhead, i, key);
-        const ProbGrad r = prob_grad(visible, x, e < 2 ? L_a : L_b, dp[j][e], e < 2 ? d_a : d_b, p.dropout,
-                                     p.dropout && kept(bits, il, jl), p.keep_scale);
+        const ProbGrad r = score_grad<T>(p, mask, mhead, i, key, s[j][e], dp[j][e], e < 2 ? L_a : L_b, e < 2 ? d_a : d_b,
+                                         p.dropout && kept(bits, il, jl));
         s[j][e] = r.ds;
         if (dmask && i < p.Tq && key < p.Tk) {
           const T v16 = static_cast<T>(r.ds);
