@@ -4,22 +4,29 @@
 // split by stride phase, as for the depthwise kernels (NOTE [Depthwise planes]): then tap
 // (kh, kw) of output j = oh Wq + ow (outputs numbered at the phase planes' pitch Wq) reads
 // element j + off[tap] of the channel's phase buffer, a fixed offset. Threads take work
-// items, a block of 24 consecutive outputs j of one image and group (and a range of its
-// output channels when there are fewer than 4 blocks per thread): the item copies its im2col
-// tile, the 24 inputs each (channel, tap) row reads (three vector copies per row, K = C/g kH
-// kW rows), and runs the register-blocked micro-kernel of ops/cpu/conv_simd.h over it for
-// every block of 4 output channels, against the weights packed once per call as [group]
-// [block of 4][K][4]; K goes in slices of 256 rows (24 KiB of tile, in L1 while every output
-// block uses it), the blocks' sums accumulating in a small buffer. The results go to the
-// output with the bias, skipping the Wq - OW columns per row that fall between output rows
+// items, a run of up to 4 blocks of 24 consecutive outputs j of one image and group (fewer
+// blocks, then also a range of the output channels, when that leaves fewer than 4 items per
+// thread). K = C/g kH kW goes in equal slices of at most 256 rows; per slice, each block of
+// the item copies its im2col tile slice, the 24 inputs each (channel, tap) row reads (three
+// vector copies per row, prefetching the next block's), and runs the register-blocked
+// micro-kernel of ops/cpu/conv_simd.h over it for every block of 4 output channels, against
+// the weights packed once per call as [group][block of 4][K][4]: the tile slice (24 KiB)
+// stays in L1 while every output block uses it, and the weights' slice in L2 while every
+// block of the item uses it; the blocks' sums accumulate in a small buffer. The results go to
+// the output with the bias, skipping the Wq - OW columns per row that fall between output rows
 // (computed and dropped: the price of a fixed offset per tap, (kW - 1) dw / Wq of the work;
 // a 1 x k kernel runs on transposed planes instead, where it has none: see
-// transpose_if_row_kernel). Unlike im2col of whole images followed by a BLAS GEMM, nothing of
-// size K x OH OW is written to memory and read back, and there is no packing beyond the tile
-// itself. Measured single-threaded (CPU time, min of 3) on 8x128x28x28 -> 128 (2-core Zen 3)
-// against the im2col + OpenBLAS path: 7x1 forward 19 ms instead of 24, 1x7 forward 23.6
-// instead of 24 and forward + backward 60 instead of 73 (the weight gradient still im2col);
-// the micro-kernel alone runs at 48 GMAC/s, in here at about 40.
+// transpose_if_row_kernel, whose outputs are written in the problem's layout and transposed
+// into y by 8 x 8 blocks afterwards). Unlike im2col of whole images followed by a BLAS GEMM,
+// nothing of size K x OH OW is written to memory and read back, and there is no packing
+// beyond the tile itself. Measured single-threaded (CPU time, min of 3) on 8x128x28x28 -> 128
+// (2-core Zen 3) against the im2col + OpenBLAS path: 7x1 forward 19 ms instead of 24, 1x7
+// forward 23.6 instead of 24 and forward + backward 60 instead of 73 (the weight gradient
+// still im2col); the micro-kernel alone runs at 48 GMAC/s, in here at about 40. Items of
+// several blocks, equal slices, the prefetches, the transposed outputs staged and the phase
+// split writing each float once then took the 1x7 forward from 18.1-18.3 ms to 17.1 (min of 5
+// alternating runs, single thread) and 3x3 stride 2 (8x64x56x56 -> 128) from 12.3-12.4 to
+// 12.1-12.2, where the micro-kernel now runs at about 47 GMAC/s.
 // The input gradient of a stride-1 convolution with padding p is the same computation on gy
 // with the kernel flipped and transposed and padding (k - 1) d - p. The weight gradient uses
 // the same tiles, transposed, against gy (see "weight gradient" below).
@@ -110,56 +117,86 @@ void pack_weights(const Problem& p, float* Wp) {
   });
 }
 
-// The phase planes of images [n0, n0 + nb): channel q's phase (a, b) row i holds padded row
-// i sh + a, columns j sw + b. Each channel's buffer is zeroed right before its rows are
-// copied in, while it is in cache.
-void split_phases(const Problem& p, int64_t n0, int64_t nb, float* buf) {
-  parallel_for(0, nb * p.Cin, std::max<int64_t>(1, 16384 / (p.H * p.W)), [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      const float* src = p.x + (n0 * p.Cin + q) * p.H * p.W;
-      float* dst = buf + q * p.Lc;
-      std::fill_n(dst, p.Lc, 0.0f);
-      if (p.transposed) {  // stride 1: x's row h is the problem's column h
-        for (int64_t h = 0; h < p.W; ++h)
-          for (int64_t w = 0; w < p.H; ++w) dst[(w + p.ph) * p.Wq + h + p.pw] = src[h * p.H + w];
-        continue;
-      }
-      for (int64_t h = 0; h < p.H; ++h) {
-        const int64_t r = h + p.ph;
-        for (int64_t b = 0; b < p.sw; ++b) {
-          const int64_t w0 = ((b - p.pw) % p.sw + p.sw) % p.sw;  // first w with (w + pw) % sw == b
-          if (w0 >= p.W) continue;
-          float* d = dst + ((r % p.sh) * p.sw + b) * p.plane + (r / p.sh) * p.Wq + (w0 + p.pw) / p.sw;
-          const float* s = src + h * p.W + w0;
-          const int64_t n = (p.W - w0 + p.sw - 1) / p.sw;
-          if (p.sw == 1) {
-            std::memcpy(d, s, static_cast<size_t>(n) * sizeof(float));
-          } else if (p.sw == 2) {  // a constant stride: vectorized with shuffles
-            for (int64_t i = 0; i < n; ++i) d[i] = s[2 * i];
-          } else {
-            for (int64_t i = 0; i < n; ++i) d[i] = s[i * p.sw];
-          }
+// dst[k] = src[k sw] for k < n: sw = 1 a copy, sw = 2 deinterleaved 8 outputs at a time (two
+// vector loads and one shuffle) where the loads stay inside the n (n - 1) sw + 1 elements read.
+inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) {
+  if (sw == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  int64_t k = 0;
+  if (sw == 2) {
+    const v8i even = {0, 2, 4, 6, 8, 10, 12, 14};
+    for (; 2 * k + 16 <= 2 * n - 1; k += 8) store8(dst + k, __builtin_shuffle(load8(src + 2 * k), load8(src + 2 * k + 8), even));
+  }
+  for (; k < n; ++k) dst[k] = src[k * sw];
+}
+
+// Channel q's phase planes: phase (a, b) row i holds padded row i sh + a, columns j sw + b,
+// zero where that falls in the padding; then kNR zeros of slack. Every float of the Lc is
+// written once (no memset first: the copy is a few percent of a strided convolution).
+TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float* dst) {
+  if (p.transposed) {  // stride 1: x's row h is the problem's column h
+    std::fill_n(dst, p.Lc, 0.0f);
+    for (int64_t h = 0; h < p.W; ++h)
+      for (int64_t w = 0; w < p.H; ++w) dst[(w + p.ph) * p.Wq + h + p.pw] = src[h * p.H + w];
+    return;
+  }
+  for (int64_t a = 0; a < p.sh; ++a)
+    for (int64_t b = 0; b < p.sw; ++b) {
+      float* plane = dst + (a * p.sw + b) * p.plane;
+      // Columns j of the phase with input column j sw + b - pw inside [0, W): [j_lo, j_hi).
+      const int64_t j_lo = std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
+      const int64_t j_hi = std::max(j_lo, std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
+      for (int64_t i = 0; i < p.Hq; ++i) {
+        float* row = plane + i * p.Wq;
+        const int64_t h = i * p.sh + a - p.ph;
+        if (h < 0 || h >= p.H) {
+          std::fill_n(row, p.Wq, 0.0f);
+          continue;
         }
+        std::fill_n(row, j_lo, 0.0f);
+        gather_strided(src + h * p.W + j_lo * p.sw + b - p.pw, row + j_lo, j_hi - j_lo, p.sw);
+        std::fill_n(row + j_hi, p.Wq - j_hi, 0.0f);
       }
     }
+  std::fill_n(dst + p.sh * p.sw * p.plane, kNR, 0.0f);
+}
+
+// The phase planes of images [n0, n0 + nb), one channel after another (split_channel).
+void split_phases(const Problem& p, int64_t n0, int64_t nb, float* buf) {
+  parallel_for(0, nb * p.Cin, std::max<int64_t>(1, 16384 / (p.H * p.W)), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) split_channel(p, p.x + (n0 * p.Cin + q) * p.H * p.W, buf + q * p.Lc);
   });
 }
+
+// Blocks of kNR outputs per forward work item (fewer when that leaves too few items to share
+// out, see run()): the item takes its blocks' tiles one K slice at a time, and each slice of
+// the packed weights (kKc rows x all output blocks, 128 KiB for 128 outputs) serves all of them
+// from L2 instead of being fetched again for every block.
+constexpr int64_t kFwdBlocks = 4;
 
 struct Chunk {
   const Problem* p;
   const float* Wp;
   const float* phases;  // [nb, Cin, Lc]
-  int64_t n0, nb, orr;  // images; output-channel ranges per block
-  int64_t items() const { return nb * p->groups * p->blocks * orr; }
+  // Where image n0 + i, channel oc starts: y + (i Cout + oc) OH OW. The output itself, or when
+  // the problem is transposed the problem-layout planes that run() transposes into it.
+  float* y;
+  int64_t n0, nb;
+  int64_t per_item;  // blocks per item
+  int64_t runs;      // items per (image, group): ceil(blocks / per_item)
+  int64_t orr;       // output-channel ranges per item
+  int64_t items() const { return nb * p->groups * runs * orr; }
 };
 
 // The outputs of the block of kNR starting at j0, in runs of one output row: lanes [lane,
 // lane + len) are outputs out, out + step, ... of the image plane (step 1, or OH' when the
-// problem is transposed: the plane's column).
+// problem is transposed and `plane_layout` is false: the output's column).
 struct Runs {
   int64_t lane[kNR], len[kNR], out[kNR];
   int count = 0;
-  void find(const Problem& p, int64_t j0) {
+  void find(const Problem& p, int64_t j0, bool plane_layout = false) {
     count = 0;
     for (int64_t l = 0; l < kNR && j0 + l < p.flat;) {
       const int64_t j = j0 + l, oh = j / p.Wq, ow = j % p.Wq;
@@ -170,68 +207,94 @@ struct Runs {
       const int64_t n = std::min(p.OW - ow, std::min<int64_t>(kNR - l, p.flat - j));
       lane[count] = l;
       len[count] = n;
-      out[count] = p.transposed ? ow * p.OH + oh : oh * p.OW + ow;
+      out[count] = p.transposed && !plane_layout ? ow * p.OH + oh : oh * p.OW + ow;
       ++count;
       l += n;
     }
   }
 };
 
-// Items [i0, i1) of a chunk; tile is K x kNR floats, out OB x 4 x kNR.
+// Items [i0, i1) of a chunk; tile is kKc x kNR floats, out per_item x OB x kMR x kNR.
 TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
   const Problem& p = *ch.p;
   const int64_t* off = p.off.data();
-  int64_t loaded = -1;
+  const int64_t out_plane = p.OH * p.OW;
   for (int64_t item = i0; item < i1; ++item) {
-    const int64_t unit = item / ch.orr, orr = item % ch.orr;  // unit = (image, group, block)
-    const int64_t jb = unit % p.blocks, gi = (unit / p.blocks) % p.groups, i = unit / (p.blocks * p.groups);
-    const int64_t j0 = jb * kNR;
-    if (unit != loaded) {
-      const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + j0;
-      float* dst = tile;
-      for (int64_t c = 0; c < p.Cg; ++c, base += p.Lc)
-        for (int64_t t = 0; t < p.taps; ++t, dst += kNR)
-          for (int v = 0; v < kNV; ++v) store8(dst + 8 * v, load8(base + off[t] + 8 * v));
-      loaded = unit;
-    }
-    Runs rn;
-    rn.find(p, j0);
-    const int runs = rn.count;
-    const int64_t *run_lane = rn.lane, *run_len = rn.len, *run_out = rn.out;
-    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr;
-    const int64_t out_plane = p.OH * p.OW;
-    // K in slices of kKc tile rows, so the slice stays in L1 while every output block uses it.
-    for (int64_t k0 = 0; k0 < p.K; k0 += kKc) {
-      const int64_t kn = std::min(kKc, p.K - k0);
-      for (int64_t ob = ob0; ob < ob1; ++ob) {
-        const float* up = ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR;
-        float* mp = out + (ob - ob0) * kMR * kNR;
-        if (k0 == 0) {
-          gemm_kernel<kNV, false>(up, tile + k0 * kNR, kn, mp);
-        } else {
-          gemm_kernel<kNV, true>(up, tile + k0 * kNR, kn, mp);
+    const int64_t orr = item % ch.orr, unit = item / ch.orr;  // unit = (image, group, run of blocks)
+    const int64_t run = unit % ch.runs, gi = (unit / ch.runs) % p.groups, i = unit / (ch.runs * p.groups);
+    const int64_t b0 = run * ch.per_item, nblk = std::min(ch.per_item, p.blocks - b0);
+    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
+    const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + b0 * kNR;
+    // K in slices of kKc tile rows: a block's slice stays in L1 while every output block uses
+    // it, the weights' slice in L2 while every block of the item uses it.
+    // Slices of equal size (576 rows: 3 x 192, not 256, 256, 64), so none is a short one
+    // that pays the accumulators' loads and stores for few rows.
+    const int64_t slices = (p.K + kKc - 1) / kKc, kc = (p.K + slices - 1) / slices;
+    for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
+      const int64_t kn = std::min(kc, p.K - k0);
+      for (int64_t bk = 0; bk < nblk; ++bk) {
+        int64_t c = k0 / p.taps, t = k0 % p.taps;
+        const float* src = base + c * p.Lc + bk * kNR;
+        float* dst = tile;
+        for (int64_t k = 0; k < kn; ++k, dst += kNR) {
+          const float* row = src + off[t];
+          for (int v = 0; v < kNV; ++v) store8(dst + 8 * v, load8(row + 8 * v));
+          // The next block reads the next kNR floats of every row, from up to 256 different
+          // phase planes at once: more streams than the hardware prefetchers follow.
+          __builtin_prefetch(row + kNR);
+          __builtin_prefetch(row + 2 * kNR - 1);
+          if (++t == p.taps) {
+            t = 0;
+            src += p.Lc;
+          }
         }
-      }
-    }
-    for (int64_t ob = ob0; ob < ob1; ++ob) {
-      const float* ob_out = out + (ob - ob0) * kMR * kNR;
-      for (int r = 0; r < kMR; ++r) {
-        const int64_t o = ob * kMR + r;
-        if (o >= p.Og) break;
-        const int64_t oc = gi * p.Og + o;
-        const float b = p.bias ? p.bias[oc] : 0.0f;
-        float* yo = p.y + ((ch.n0 + i) * p.Cout + oc) * out_plane;
-        for (int k = 0; k < runs; ++k) {
-          const float* s = ob_out + r * kNR + run_lane[k];
-          float* d = yo + run_out[k];
-          if (!p.transposed) {
-            for (int64_t e = 0; e < run_len[k]; ++e) d[e] = s[e] + b;
+        for (int64_t ob = ob0; ob < ob1; ++ob) {
+          const float* up = ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR;
+          float* mp = out + (bk * nob + ob - ob0) * kMR * kNR;
+          if (k0 == 0) {
+            gemm_kernel<kNV, false>(up, tile, kn, mp);
           } else {
-            for (int64_t e = 0; e < run_len[k]; ++e) d[e * p.OH] = s[e] + b;
+            gemm_kernel<kNV, true>(up, tile, kn, mp);
           }
         }
       }
     }
+    for (int64_t bk = 0; bk < nblk; ++bk) {
+      Runs rn;
+      rn.find(p, (b0 + bk) * kNR, /*plane_layout=*/true);
+      for (int64_t ob = ob0; ob < ob1; ++ob) {
+        const float* ob_out = out + (bk * nob + ob - ob0) * kMR * kNR;
+        for (int r = 0; r < kMR; ++r) {
+          const int64_t o = ob * kMR + r;
+          if (o >= p.Og) break;
+          const int64_t oc = gi * p.Og + o;
+          const float b = p.bias ? p.bias[oc] : 0.0f;
+          float* yo = ch.y + (i * p.Cout + oc) * out_plane;
+          for (int k = 0; k < rn.count; ++k) {
+            const float* s = ob_out + r * kNR + rn.lane[k];
+            float* d = yo + rn.out[k];
+            for (int64_t e = 0; e < rn.len[k]; ++e) d[e] = s[e] + b;
+          }
+        }
+      }
+    }
+  }
+}
+
+// dst[c][r] = src[r][c] for planes [rows, cols] -> [cols, rows]: 8 x 8 blocks through
+// transpose_8x8, the edges one element at a time.
+TRIDENT_CPU_CLONES void transpose_planes(const float* src, float* dst, int64_t planes, int64_t rows, int64_t cols) {
+  const int64_t size = rows * cols, r8 = rows - rows % 8, c8 = cols - cols % 8;
+  for (int64_t q = 0; q < planes; ++q, src += size, dst += size) {
+    for (int64_t r0 = 0; r0 < r8; r0 += 8)
+      for (int64_t c0 = 0; c0 < c8; c0 += 8) {
+        v8f v[8], d[8];
+        for (int e = 0; e < 8; ++e) v[e] = load8(src + (r0 + e) * cols + c0);
+        transpose_8x8(v, d);
+        for (int e = 0; e < 8; ++e) store8(dst + (c0 + e) * rows + r0, d[e]);
+      }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
   }
 }
 
@@ -257,16 +320,32 @@ void run(Problem& p) {
   pack_weights(p, wp.data<float>());
   const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
   Tensor phases = empty({std::min(chunk, p.N) * p.Cin * p.Lc});
+  const int64_t out_plane = p.OH * p.OW;
+  // A transposed problem writes its outputs in its own layout, in runs as for any other, and
+  // the planes are transposed into y afterwards (8 x 8 blocks): writing y directly would be one
+  // scattered scalar store per output (8% of a 1x7 forward pass, measured).
+  Tensor staged = p.transposed ? empty({std::min(chunk, p.N) * p.Cout * out_plane}) : Tensor();
   for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, p.N - n0);
     split_phases(p, n0, nb, phases.data<float>());
-    Chunk ch{&p, wp.data<float>(), phases.data<float>(), n0, nb, 1};
-    // Too few blocks to keep every thread busy for long: split the output channels too.
-    while (nb * p.groups * p.blocks * ch.orr < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
+    float* y = p.transposed ? staged.data<float>() : p.y + n0 * p.Cout * out_plane;
+    Chunk ch{&p, wp.data<float>(), phases.data<float>(), y, n0, nb, kFwdBlocks, 0, 1};
+    // Too few items to keep every thread busy for long: fewer blocks per item, then the
+    // output channels split as well.
+    const auto runs_for = [&](int64_t per_item) { return (p.blocks + per_item - 1) / per_item; };
+    while (ch.per_item > 1 && nb * p.groups * runs_for(ch.per_item) < 4 * threads) ch.per_item /= 2;
+    ch.runs = runs_for(ch.per_item);
+    while (ch.items() < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
-      Tensor ws = empty({p.K * kNR + p.OB * kMR * kNR});
-      blocked_items(ch, ws.data<float>(), ws.data<float>() + p.K * kNR, i0, i1);
+      Tensor ws = empty({kKc * kNR + ch.per_item * p.OB * kMR * kNR});
+      blocked_items(ch, ws.data<float>(), ws.data<float>() + kKc * kNR, i0, i1);
     });
+    if (p.transposed) {
+      float* dst = p.y + n0 * p.Cout * out_plane;
+      parallel_for(0, nb * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
+        transpose_planes(y + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OH, p.OW);
+      });
+    }
   }
 }
 
