@@ -136,10 +136,23 @@ inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) 
 // zero where that falls in the padding; then kNR zeros of slack. Every float of the Lc is
 // written once (no memset first: the copy is a few percent of a strided convolution).
 TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float* dst) {
-  if (p.transposed) {  // stride 1: x's row h is the problem's column h
+  if (p.transposed) {  // x's row h is the problem's column h; rows in sh phases (sw == 1)
     std::fill_n(dst, p.Lc, 0.0f);
+    const auto row = [&](int64_t w) {  // the problem's row w (x's column w), from column pw
+      const int64_t r = w + p.ph;
+      return dst + (r % p.sh) * p.plane + (r / p.sh) * p.Wq + p.pw;
+    };
+    // 8 x 8 blocks through transpose_8x8, the edges one element at a time.
+    const int64_t h8 = p.W - p.W % 8, w8 = p.H - p.H % 8;
+    for (int64_t h0 = 0; h0 < h8; h0 += 8)
+      for (int64_t w0 = 0; w0 < w8; w0 += 8) {
+        v8f v[8], d[8];
+        for (int e = 0; e < 8; ++e) v[e] = load8(src + (h0 + e) * p.H + w0);
+        transpose_8x8(v, d);
+        for (int e = 0; e < 8; ++e) store8(row(w0 + e) + h0, d[e]);
+      }
     for (int64_t h = 0; h < p.W; ++h)
-      for (int64_t w = 0; w < p.H; ++w) dst[(w + p.ph) * p.Wq + h + p.pw] = src[h * p.H + w];
+      for (int64_t w = h < h8 ? w8 : 0; w < p.H; ++w) row(w)[h] = src[h * p.H + w];
     return;
   }
   for (int64_t a = 0; a < p.sh; ++a)
@@ -312,9 +325,256 @@ void transpose_if_row_kernel(Problem& p) {
   p.transposed = true;
 }
 
+// ---- Winograd F(2, 7) for 7 x 1 kernels -------------------------------------------------
+// NOTE [Conv2d Winograd F(2,7)]: AmoebaNet's 1x7 and 7x1 convolutions (stride 1, dilation 1;
+// a 1x7 runs as a 7x1 on transposed planes, transpose_if_row_kernel) compute each pair of
+// vertically adjacent outputs from the 8 inputs above them with the minimal filtering
+// algorithm F(2, 7) (Winograd; Lavin and Gray's notation):
+//     y = A^T [ sum_c (G g_c) (.) (B^T d_c) ]      (g_c the 7 taps of input channel c)
+// over the points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity. Derived here from those points:
+// with V the 8 x 8 matrix evaluating a degree-7 polynomial at them (the point at infinity
+// picking the leading coefficient), E_g (8 x 7) and E_h (8 x 2) the same evaluation of the
+// kernel and of the output pair, the linear convolution of g and h is V^-1 [(E_g g) (.) (E_h
+// h)]; its transpose is the correlation, so A^T = E_h^T, G = E_g and B^T = (V^-1)^T, each row
+// of B^T then scaled to small integers and the matching row of G divided by the same factor:
+//     B^T = [4  0 -21   0  21   0 -4 0]   G = [  1/4     0     0     0     0     0     0]
+//           [0 -4  -4  17  17  -4 -4 0]       [ 1/18  1/18  1/18  1/18  1/18  1/18  1/18]
+//           [0  4  -4 -17  17   4 -4 0]       [ 1/18 -1/18  1/18 -1/18  1/18 -1/18  1/18]
+//           [0  2   1 -10  -5   8  4 0]       [1/360 1/180  1/90  1/45  2/45  4/45  8/45]
+//           [0 -2   1  10  -5  -8  4 0]       [1/360 -1/180 1/90 -1/45  2/45 -4/45  8/45]
+//           [0  4   8  -5 -10   1  2 0]       [16/45  8/45  4/45  2/45  1/45  1/90 1/180]
+//           [0 -4   8   5 -10  -1  2 0]       [16/45 -8/45  4/45 -2/45  1/45 -1/90 1/180]
+//           [0 -4   0  21   0 -21  0 4]       [    0     0     0     0     0     0   1/4]
+//     A^T = [1 1  1 1  1   1    1 0]
+//           [0 1 -1 2 -2 1/2 -1/2 1]
+// The 8 frequencies are independent sums over the channels: per block of 24 output pairs,
+// M[xi] (O x 24) = U[xi] (O x C) V[xi] (C x 24), 8 x 24 multiply-adds per channel and output
+// channel where the direct sum takes 7 x 48: 1.75x fewer. The blocks are those of the blocked
+// path (NOTE [Conv2d blocked im2col]) with the output rows taken two at a time: the padded
+// planes are split into two row phases (even and odd rows), so input e of the pair at (tile
+// row th, column ow), padded row 2 th + e, is element th Wq + ow + off[e] of the channel's
+// phases, a fixed offset again. Per block and channel the 8 inputs of 24 pairs are loaded as
+// 3 vectors each and B^T applied across them (no transposes: the lanes are the pairs); the
+// micro-kernel of ops/cpu/conv_simd.h computes M one frequency at a time against U = G g
+// (computed in f64 once per call, packed [group][xi][block of 4 outputs][C][4]); A^T, the bias
+// and the writes finish the block.
+// Accuracy: as for F(4x4, 3x3) (NOTE [Conv2d Winograd] in ops/cpu/conv_winograd.cpp) an output
+// is off by about (C + 24) u times |A^T| [ sum_c (|G| |g_c|) (.) (|B^T| |d_c|) ], the transforms'
+// growth (rows of |B^T| sum to at most 50) in one dimension where F(4x4, 3x3) has it in two
+// (10 x 10); tests/ops/conv_test.cpp checks that bound on every output and input gradient.
+// Measured (7x1, 2 x C x 28 x 28 -> 64, unit-variance inputs, weights scaled to unit-variance
+// outputs, against f64): rms error 4.8e-7 / 7.8e-7 / 1.0e-6 / 1.5e-6 for C = 16 / 64 / 128 /
+// 256, 2.0 to 2.6 times the direct blocked kernel's, max 1.1e-5 or less (1.2 to 2.6 times).
+// Speed (8x128x28x28 -> 128, single thread, min of 3 alternating runs): 7x1 forward 11.7 ms
+// instead of 18.0 on the blocked kernel, 1x7 12.5 instead of 18.9 (its planes transposed on
+// the way in and out), 1x7 forward + backward 46.6 instead of 57.8.
+// The weight gradient stays on the blocked path.
+
+constexpr int kW7Xi = 8;
+
+// t[0..7] = B^T d for the 8-vector d.
+inline void bt7_times(const v8f* d, v8f* t) {
+  t[0] = (d[0] - d[6]) * 4.0f + (d[4] - d[2]) * 21.0f;
+  t[7] = (d[7] - d[1]) * 4.0f + (d[3] - d[5]) * 21.0f;
+  const v8f a = d[4] * 17.0f - (d[2] + d[6]) * 4.0f, b = d[3] * 17.0f - (d[1] + d[5]) * 4.0f;
+  t[1] = a + b;
+  t[2] = a - b;
+  const v8f c = d[2] - d[4] * 5.0f + d[6] * 4.0f, e = d[1] * 2.0f - d[3] * 10.0f + d[5] * 8.0f;
+  t[3] = c + e;
+  t[4] = c - e;
+  const v8f f = d[2] * 8.0f - d[4] * 10.0f + d[6] * 2.0f, h = d[1] * 4.0f - d[3] * 5.0f + d[5];
+  t[5] = f + h;
+  t[6] = f - h;
+}
+
+// The rows of G, in f64 (the weight transform runs once per call).
+constexpr double kG7[kW7Xi][7] = {
+    {1.0 / 4, 0, 0, 0, 0, 0, 0},
+    {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+    {1.0 / 18, -1.0 / 18, 1.0 / 18, -1.0 / 18, 1.0 / 18, -1.0 / 18, 1.0 / 18},
+    {1.0 / 360, 1.0 / 180, 1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+    {1.0 / 360, -1.0 / 180, 1.0 / 90, -1.0 / 45, 2.0 / 45, -4.0 / 45, 8.0 / 45},
+    {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45, 1.0 / 90, 1.0 / 180},
+    {16.0 / 45, -8.0 / 45, 4.0 / 45, -2.0 / 45, 1.0 / 45, -1.0 / 90, 1.0 / 180},
+    {0, 0, 0, 0, 0, 0, 1.0 / 4},
+};
+
+bool g_winograd7_enabled = true;
+
+bool winograd7_applies(const Problem& p) {
+  return g_winograd7_enabled && p.kH == 7 && p.kW == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 &&
+         p.Cin / p.groups >= 8 && p.Cout / p.groups >= 8 && p.OH >= 2;
+}
+
+// U[gi][xi][ob][c][r] = (G g)[xi] for output ob kMR + r, input c of group gi (zero past Og).
+void winograd7_weights(const Problem& p, float* U) {
+  parallel_for(0, p.groups * p.OB, std::max<int64_t>(1, 4096 / (p.Cg * kMR * 7)), [&](int64_t i0, int64_t i1) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t gi = item / p.OB, ob = item % p.OB;
+      for (int r = 0; r < kMR; ++r) {
+        const int64_t oo = ob * kMR + r;
+        for (int64_t c = 0; c < p.Cg; ++c) {
+          double g[7] = {};
+          if (oo < p.Og) {
+            const float* src = p.w + gi * p.group_stride + oo * p.s_out + c * p.s_in;
+            for (int t = 0; t < 7; ++t) g[t] = src[p.flip ? 6 - t : t];
+          }
+          for (int xi = 0; xi < kW7Xi; ++xi) {
+            double u = 0.0;
+            for (int t = 0; t < 7; ++t) u += kG7[xi][t] * g[t];
+            U[(((gi * kW7Xi + xi) * p.OB + ob) * p.Cg + c) * kMR + r] = static_cast<float>(u);
+          }
+        }
+      }
+    }
+  });
+}
+
+// The tile geometry: q is the problem with its padded planes split into two row phases of TH +
+// 3 rows each (TH = ceil(OH / 2) pairs of output rows); lanes j = th Wq + ow.
+struct Wino7 {
+  Problem q;
+  int64_t TH = 0, flat = 0, blocks = 0;
+  int64_t off[8] = {};
+  explicit Wino7(const Problem& p) : q(p) {
+    TH = (p.OH + 1) / 2;
+    q.sh = 2;
+    q.Hq = TH + 3;
+    q.Wq = p.W + 2 * p.pw;  // = OW: a 7 x 1 kernel drops no columns
+    q.plane = q.Hq * q.Wq;
+    q.Lc = 2 * q.plane + kNR;
+    flat = (TH - 1) * q.Wq + p.OW;
+    blocks = (flat + kNR - 1) / kNR;
+    for (int e = 0; e < 8; ++e) off[e] = (e % 2) * q.plane + (e / 2) * q.Wq;
+  }
+};
+
+struct W7Chunk {
+  const Problem* p;
+  const Wino7* w7;
+  const float* U;
+  const float* phases;  // [nb, Cin, q.Lc]
+  float* y;             // as Chunk::y
+  int64_t nb, orr;
+  int64_t items() const { return nb * p->groups * w7->blocks * orr; }
+};
+
+// Items [i0, i1): V is kW7Xi x kKc x kNR floats, M kW7Xi x OB x kMR x kNR.
+TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
+  const Problem& p = *ch.p;
+  const Wino7& w7 = *ch.w7;
+  const Problem& q = w7.q;
+  const int64_t out_plane = p.OH * p.OW, v_stride = kKc * kNR;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t orr = item % ch.orr, unit = item / ch.orr;
+    const int64_t jb = unit % w7.blocks, gi = (unit / w7.blocks) % p.groups, i = unit / (w7.blocks * p.groups);
+    const int64_t j0 = jb * kNR;
+    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
+    const int64_t m_stride = nob * kMR * kNR;
+    const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * q.Lc + j0;
+    const int64_t slices = (p.Cg + kKc - 1) / kKc, kc = (p.Cg + slices - 1) / slices;
+    for (int64_t c0 = 0; c0 < p.Cg; c0 += kc) {
+      const int64_t cn = std::min(kc, p.Cg - c0);
+      for (int64_t c = 0; c < cn; ++c) {
+        const float* src = base + (c0 + c) * q.Lc;
+        for (int v = 0; v < kNV; ++v) {
+          v8f d[8], t[8];
+          for (int e = 0; e < 8; ++e) d[e] = load8(src + w7.off[e] + 8 * v);
+          bt7_times(d, t);
+          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + xi * v_stride + c * kNR + 8 * v, t[xi]);
+        }
+      }
+      for (int xi = 0; xi < kW7Xi; ++xi)
+        for (int64_t ob = ob0; ob < ob1; ++ob) {
+          const float* up = ch.U + (((gi * kW7Xi + xi) * p.OB + ob) * p.Cg + c0) * kMR;
+          float* mp = M + xi * m_stride + (ob - ob0) * kMR * kNR;
+          if (c0 == 0) {
+            gemm_kernel<kNV, false>(up, V + xi * v_stride, cn, mp);
+          } else {
+            gemm_kernel<kNV, true>(up, V + xi * v_stride, cn, mp);
+          }
+        }
+    }
+    // Lanes in runs of one tile row: [lane, lane + len) are the pairs (th, ow0 ...).
+    int64_t run_lane[kNR], run_len[kNR], run_th[kNR], run_ow[kNR];
+    int runs = 0;
+    for (int64_t l = 0; l < kNR && j0 + l < w7.flat;) {
+      const int64_t j = j0 + l, th = j / q.Wq, ow = j % q.Wq;
+      if (ow >= p.OW) {
+        l += q.Wq - ow;
+        continue;
+      }
+      const int64_t n = std::min(p.OW - ow, std::min<int64_t>(kNR - l, w7.flat - j));
+      run_lane[runs] = l;
+      run_len[runs] = n;
+      run_th[runs] = th;
+      run_ow[runs] = ow;
+      ++runs;
+      l += n;
+    }
+    for (int64_t ob = ob0; ob < ob1; ++ob)
+      for (int r = 0; r < kMR; ++r) {
+        const int64_t o = ob * kMR + r;
+        if (o >= p.Og) break;
+        const int64_t oc = gi * p.Og + o;
+        const v8f b = splat(p.bias ? p.bias[oc] : 0.0f);
+        alignas(32) float y0[kNR], y1[kNR];
+        for (int v = 0; v < kNV; ++v) {
+          v8f m[8];
+          for (int xi = 0; xi < kW7Xi; ++xi) m[xi] = load8(M + xi * m_stride + ((ob - ob0) * kMR + r) * kNR + 8 * v);
+          store8(y0 + 8 * v, m[0] + m[1] + m[2] + m[3] + m[4] + m[5] + m[6] + b);
+          store8(y1 + 8 * v, (m[1] - m[2]) + (m[3] - m[4]) * 2.0f + (m[5] - m[6]) * 0.5f + m[7] + b);
+        }
+        float* yo = ch.y + (i * p.Cout + oc) * out_plane;
+        for (int k = 0; k < runs; ++k) {
+          const int64_t oh = 2 * run_th[k];
+          float* d0 = yo + oh * p.OW + run_ow[k];
+          for (int64_t e = 0; e < run_len[k]; ++e) d0[e] = y0[run_lane[k] + e];
+          if (oh + 1 < p.OH) {
+            float* d1 = d0 + p.OW;
+            for (int64_t e = 0; e < run_len[k]; ++e) d1[e] = y1[run_lane[k] + e];
+          }
+        }
+      }
+  }
+}
+
+void run_winograd7(const Problem& p) {
+  const Wino7 w7(p);
+  const Problem& q = w7.q;
+  const int threads = get_num_threads();
+  Tensor u = empty({p.groups * kW7Xi * p.OB * p.Cg * kMR});
+  winograd7_weights(p, u.data<float>());
+  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * q.Lc), 1, p.N);
+  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * q.Lc});
+  const int64_t out_plane = p.OH * p.OW;
+  Tensor staged = p.transposed ? empty({std::min(chunk, p.N) * p.Cout * out_plane}) : Tensor();
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    split_phases(q, n0, nb, phases.data<float>());
+    float* y = p.transposed ? staged.data<float>() : p.y + n0 * p.Cout * out_plane;
+    W7Chunk ch{&p, &w7, u.data<float>(), phases.data<float>(), y, nb, 1};
+    while (ch.items() < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
+    parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
+      Tensor ws = empty({kW7Xi * kKc * kNR + kW7Xi * p.OB * kMR * kNR});
+      winograd7_items(ch, ws.data<float>(), ws.data<float>() + kW7Xi * kKc * kNR, i0, i1);
+    });
+    if (p.transposed) {
+      float* dst = p.y + n0 * p.Cout * out_plane;
+      parallel_for(0, nb * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
+        transpose_planes(y + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OH, p.OW);
+      });
+    }
+  }
+}
+
 void run(Problem& p) {
   transpose_if_row_kernel(p);
   p.derive();
+  if (winograd7_applies(p)) {
+    run_winograd7(p);
+    return;
+  }
   const int threads = get_num_threads();
   Tensor wp = empty({p.groups * p.OB * p.K * kMR});
   pack_weights(p, wp.data<float>());
@@ -461,6 +721,24 @@ void run_wgrad(Problem& p, const float* gy, float* gw) {
 }
 
 }  // namespace
+
+bool set_conv_winograd7_enabled_for_testing(bool enabled) { return std::exchange(g_winograd7_enabled, enabled); }
+
+bool winograd7_forward_applies(const Conv2dGeometry& g) {
+  Problem p(nullptr, nullptr, nullptr, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);
+  transpose_if_row_kernel(p);
+  p.derive();
+  return winograd7_applies(p);
+}
+
+bool winograd7_backward_input_applies(const Conv2dGeometry& g) {
+  if (!blocked_backward_input_applies(g)) return false;
+  const int64_t qh = (g.kH - 1) * g.dh - g.ph, qw = (g.kW - 1) * g.dw - g.pw;
+  Problem p(nullptr, nullptr, nullptr, g.N, g.O, g.OH, g.OW, g.C, g.H, g.W, g.kH, g.kW, 1, 1, qh, qw, g.dh, g.dw, g.groups);
+  transpose_if_row_kernel(p);
+  p.derive();
+  return winograd7_applies(p);
+}
 
 void blocked_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {
   Problem p(x, nullptr, nullptr, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_winograd.h"
 #include "test_util.h"
 
@@ -177,6 +178,65 @@ Tensor winograd_magnitude(const Tensor& x, const Tensor& w, const Tensor& b, int
   return from_vector<double>(mag, {N, O, OH, OW});
 }
 
+// The bound of NOTE [Conv2d Winograd F(2,7)] for a 7x1 or 1x7 kernel (w [O, Cg, 7, 1] or
+// [O, Cg, 1, 7]): outputs paired along the kernel's axis, output i of pair t bounded by
+// |bias| + sum_xi |A^T[i][xi]| sum_c (|G| |g_c|)[xi] (|B^T| |d_c|)[xi], d_c the 8 inputs of
+// channel c at positions 2t - p ... 2t - p + 7 along that axis (zero outside the input). The
+// matrices are typed in here from the note's table, as absolute values.
+Tensor winograd7_magnitude(const Tensor& x, const Tensor& w, const Tensor& b, int64_t ph, int64_t pw, int64_t groups) {
+  static const double BT[8][8] = {{4, 0, 21, 0, 21, 0, 4, 0},   {0, 4, 4, 17, 17, 4, 4, 0}, {0, 4, 4, 17, 17, 4, 4, 0},
+                                  {0, 2, 1, 10, 5, 8, 4, 0},    {0, 2, 1, 10, 5, 8, 4, 0},  {0, 4, 8, 5, 10, 1, 2, 0},
+                                  {0, 4, 8, 5, 10, 1, 2, 0},    {0, 4, 0, 21, 0, 21, 0, 4}};
+  static const double G[8][7] = {{1.0 / 4, 0, 0, 0, 0, 0, 0},
+                                 {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+                                 {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+                                 {1.0 / 360, 1.0 / 180, 1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {1.0 / 360, 1.0 / 180, 1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45, 1.0 / 90, 1.0 / 180},
+                                 {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45, 1.0 / 90, 1.0 / 180},
+                                 {0, 0, 0, 0, 0, 0, 1.0 / 4}};
+  static const double AT[2][8] = {{1, 1, 1, 1, 1, 1, 1, 0}, {0, 1, 1, 2, 2, 0.5, 0.5, 1}};
+  const bool vertical = w.size(2) == 7;
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), Cg = w.size(1);
+  const int64_t Og = O / groups, OH = H + 2 * ph - (vertical ? 6 : 0), OW = W + 2 * pw - (vertical ? 0 : 6);
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(static_cast<size_t>(O), 0.0);
+  std::vector<double> um(static_cast<size_t>(O * Cg * 8));  // |G| |g| per (output, input) channel pair
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int k = 0; k < 8; ++k) {
+        double s = 0;
+        for (int t = 0; t < 7; ++t) s += G[k][t] * std::fabs(wv[static_cast<size_t>((o * Cg + c) * 7 + t)]);
+        um[static_cast<size_t>((o * Cg + c) * 8 + k)] = s;
+      }
+  std::vector<double> mag(static_cast<size_t>(N * O * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t along = vertical ? oh : ow, t = along / 2, i = along % 2;
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          std::vector<double> vm(static_cast<size_t>(Cg * 8), 0.0);  // |B^T| |d_c|
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int e = 0; e < 8; ++e) {
+              const int64_t h = vertical ? 2 * t - ph + e : oh - ph, ww = vertical ? ow - pw : 2 * t - pw + e;
+              if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+              const double d = std::fabs(xv[static_cast<size_t>(((n * C + gi * Cg + c) * H + h) * W + ww)]);
+              for (int k = 0; k < 8; ++k) vm[static_cast<size_t>(c * 8 + k)] += BT[k][e] * d;
+            }
+          for (int64_t o = gi * Og; o < (gi + 1) * Og; ++o) {
+            double s = std::fabs(bv[static_cast<size_t>(o)]);
+            for (int k = 0; k < 8; ++k) {
+              double sum = 0;
+              for (int64_t c = 0; c < Cg; ++c) sum += um[static_cast<size_t>((o * Cg + c) * 8 + k)] * vm[static_cast<size_t>(c * 8 + k)];
+              s += AT[i][k] * sum;
+            }
+            mag[static_cast<size_t>(((n * O + o) * OH + oh) * OW + ow)] = s;
+          }
+        }
+      }
+  return from_vector<double>(mag, {N, O, OH, OW});
+}
+
 // The same bound for the Winograd weight gradient, d g = G^T [sum over images and tiles of
 // (A gy_tile A^T) (.) (B^T d_tile B)] G (gy_tile the tile's 4x4 output gradient, zero past
 // the output's edge): |G^T| [sum (|A| |gy_tile| |A^T|) (.) (|B^T| |d_tile| |B|)] |G| for every
@@ -234,15 +294,16 @@ Tensor winograd_weight_magnitude(const Tensor& x, const Tensor& gy, int64_t ph, 
 // w [O, C/g, 3, 3] -> w' [C, O/g, 3, 3], w'[g C/g + c][o] = w[g O/g + o][c] rotated by 180
 // degrees: the kernel of the input gradient as a convolution of gy.
 Tensor flipped_transposed(const Tensor& w, int64_t groups) {
-  const int64_t O = w.size(0), Cg = w.size(1), Og = O / groups;
+  const int64_t O = w.size(0), Cg = w.size(1), Og = O / groups, taps = w.size(2) * w.size(3);
   const std::vector<double> wv = w.to_vector<double>();
   std::vector<double> out(wv.size());
   for (int64_t gi = 0; gi < groups; ++gi)
     for (int64_t o = 0; o < Og; ++o)
       for (int64_t c = 0; c < Cg; ++c)
-        for (int k = 0; k < 9; ++k)
-          out[static_cast<size_t>(((gi * Cg + c) * Og + o) * 9 + k)] = wv[static_cast<size_t>(((gi * Og + o) * Cg + c) * 9 + 8 - k)];
-  return from_vector<double>(out, {groups * Cg, Og, 3, 3});
+        for (int64_t k = 0; k < taps; ++k)
+          out[static_cast<size_t>(((gi * Cg + c) * Og + o) * taps + k)] =
+              wv[static_cast<size_t>(((gi * Og + o) * Cg + c) * taps + taps - 1 - k)];
+  return from_vector<double>(out, {groups * Cg, Og, w.size(2), w.size(3)});
 }
 
 // Forward in f64 and f32 and all three f64 gradients against the reference.
@@ -293,13 +354,24 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
     EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd_weight_magnitude(xd, gyd, ph, pw, groups), tiles + 24, kU32))
         << what << " (f32 Winograd d weight)";
   } else {
-    EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+    if (cpu::winograd7_forward_applies(geo)) {
+      EXPECT_TRUE(within_rounding(out32, ref32.out, winograd7_magnitude(xd, wd, bd, ph, pw, groups),
+                                  static_cast<double>(c.w[1] + 24), kU32))
+          << what << " (f32 Winograd F(2,7))";
+    } else {
+      EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+    }
     EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 d weight)";
   }
   if (cpu::winograd_backward_input_applies(geo)) {
     const Tensor mag = winograd_magnitude(gyd, flipped_transposed(wd, groups), Tensor(), 2 - ph, 2 - pw, groups);
     EXPECT_TRUE(within_rounding(x32l.grad(), ref32.gx, mag, static_cast<double>(c.w[0] / groups + 24), kU32))
         << what << " (f32 Winograd d input)";
+  } else if (cpu::winograd7_backward_input_applies(geo)) {
+    // The input gradient's padding is (k - 1) - p along the kernel and 0 across it.
+    const Tensor mag = winograd7_magnitude(gyd, flipped_transposed(wd, groups), Tensor(), c.w[2] - 1 - ph, c.w[3] - 1 - pw, groups);
+    EXPECT_TRUE(within_rounding(x32l.grad(), ref32.gx, mag, static_cast<double>(c.w[0] / groups + 24), kU32))
+        << what << " (f32 Winograd F(2,7) d input)";
   } else {
     const double gx_terms = static_cast<double>(c.w[0] / groups * c.w[2] * c.w[3]);
     EXPECT_TRUE(within_rounding(x32l.grad(), ref32.gx, mags32.gx, gx_terms, kU32)) << what << " (f32 d input)";
@@ -456,6 +528,47 @@ TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
     }
   }
   set_num_threads(before);
+}
+
+TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
+  // NOTE [Conv2d Winograd F(2,7)]: f32 7x1 and 1x7 kernels, stride 1, dilation 1, >= 8 input and
+  // output channels per group, forward and input gradient. The cases cover "same" and no
+  // padding, unequal padding (the input gradient's is 6 - p), an odd output length (the last
+  // pair's second row dropped), the shortest output (2), padding across the kernel (a 7x1 with
+  // column padding), groups, output channels not a multiple of 4, more than 256 input channels
+  // (two channel slices), many blocks per image, batch 1; with 1 and 3 threads (3 splits the
+  // output channels of the small cases).
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 13, 11}, {20, 16, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, true},
+      {{2, 16, 11, 13}, {20, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+      {{1, 9, 12, 9}, {12, 9, 7, 1}, {{1, 1}, {0, 0}, {1, 1}, 1}, false},
+      {{3, 8, 10, 17}, {8, 8, 1, 7}, {{1, 1}, {0, 2}, {1, 1}, 1}, false},
+      {{2, 16, 9, 9}, {18, 8, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 2}, true},
+      {{1, 300, 8, 4}, {8, 300, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, true},
+      {{2, 8, 10, 6}, {8, 8, 7, 1}, {{1, 1}, {3, 1}, {1, 1}, 1}, true},
+      {{1, 8, 8, 5}, {9, 8, 7, 1}, {{1, 1}, {0, 0}, {1, 1}, 1}, true},
+      {{2, 8, 28, 28}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+  };
+  const int before = get_num_threads();
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    uint64_t seed = 6500;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), ", ", threads, " threads"));
+      ASSERT_TRUE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p)));
+      check_against_reference(c, seed++);
+    }
+  }
+  set_num_threads(before);
+  // The direct blocked kernel that F(2,7) replaces for these shapes still runs them right.
+  const bool was = cpu::set_conv_winograd7_enabled_for_testing(false);
+  for (size_t k : {0, 1, 5}) {
+    const ConvCase& c = cases[k];
+    SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), ", F(2,7) off"));
+    EXPECT_FALSE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p)));
+    check_against_reference(c, 6600 + k);
+  }
+  cpu::set_conv_winograd7_enabled_for_testing(was);
 }
 
 TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
