@@ -39,10 +39,10 @@ namespace trident::cpu {
 //   it replaces: 8x64x56x56->64 forward 10 ms instead of 25, forward + backward 32 instead
 //   of 70.
 // - f32 7x1 and 1x7 (AmoebaNet's factorized 7x7), stride 1, dilation 1, at least 8 input and
-//   output channels per group: Winograd F(2, 7) along the kernel for the forward pass and the
+//   output channels per group: Winograd F(2, 7) along the kernel for the forward pass, the
 //   input gradient (NOTE [Conv2d Winograd F(2,7)] in ops/cpu/conv_blocked.cpp, which runs it
-//   inside the blocked path below): 1.75x fewer multiply-adds, about 2x the direct kernel's
-//   rounding error. The weight gradient stays blocked.
+//   inside the blocked path below), and its adjoint for the weight gradient: 1.75x fewer
+//   multiply-adds, about 2x the direct kernel's rounding error.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
 //   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
 // - Other f32 forward passes and weight gradients, and input gradients of other stride-1

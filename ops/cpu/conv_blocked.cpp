@@ -367,8 +367,8 @@ void transpose_if_row_kernel(Problem& p) {
 // 256, 2.0 to 2.6 times the direct blocked kernel's, max 1.1e-5 or less (1.2 to 2.6 times).
 // Speed (8x128x28x28 -> 128, single thread, min of 3 alternating runs): 7x1 forward 11.7 ms
 // instead of 18.0 on the blocked kernel, 1x7 12.5 instead of 18.9 (its planes transposed on
-// the way in and out), 1x7 forward + backward 46.6 instead of 57.8.
-// The weight gradient stays on the blocked path.
+// the way in and out), 1x7 forward + backward 42.4 instead of 58.2 with the weight gradient
+// below (46.6 with the blocked one).
 
 constexpr int kW7Xi = 8;
 
@@ -681,9 +681,133 @@ TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, 
   }
 }
 
+// ---- the F(2, 7) weight gradient ---------------------------------------------------------
+// The adjoint of NOTE [Conv2d Winograd F(2,7)]: dU[xi] (O x C) = sum over pairs of Z[xi] V[xi]^T,
+// Z = A gy_pair (the 8 frequencies of each output pair's gradient: A = (A^T)^T), V = B^T d as in
+// the forward pass, then dg = G^T dU: 8 products of O x C over the pairs where the direct sum
+// takes 7 over the outputs, 1.75x fewer again. An item is a run of up to kWgradBlocks blocks of
+// 24 pairs of one image and group (L lanes): it gathers the two rows of gy of its pairs and
+// forms Zp[xi][output block][L][4]; then, 24 input channels at a time, it transforms their
+// inputs (V[xi][channel][L]), transposes them to [xi][L][24] (8 x 8 blocks), and the
+// micro-kernel adds the 4 x 24 blocks of dU[xi] with the L lanes as the reduction. Threads
+// sum their items into their own dU, [group][xi][output block][channel block][4][24], added in
+// item order afterwards; the last step is G^T in f64. The error bound, checked on every weight
+// in tests/ops/conv_test.cpp: about (pairs + 24) u times G^T [sum (|A| |gy|) (.) (|B^T| |d|)].
+TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7, const float* phases, const float* gy, int64_t n0,
+                                              int64_t runs, float* Zp, float* V, float* Vt, float* dU, int64_t i0, int64_t i1) {
+  const Problem& q = w7.q;
+  constexpr int64_t kLanes = kWgradBlocks * kNR;
+  const int64_t CB = (p.Cg + kNR - 1) / kNR, out_plane = p.OH * p.OW;
+  const int64_t z_xi = p.OB * kLanes * kMR;  // floats per frequency of Zp
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t run = item % runs, gi = (item / runs) % p.groups, i = item / (runs * p.groups);
+    const int64_t b0 = run * kWgradBlocks, nblk = std::min(kWgradBlocks, w7.blocks - b0), L = nblk * kNR, j0 = b0 * kNR;
+    // Zp: the pairs' two gradient rows, then A applied lane by lane (zero where no output).
+    std::fill_n(Zp, kW7Xi * z_xi, 0.0f);
+    const float* gimg = gy + ((n0 + i) * p.Cout + gi * p.Og) * out_plane;
+    for (int64_t l = 0; l < L && j0 + l < w7.flat; ++l) {
+      const int64_t j = j0 + l, th = j / q.Wq, ow = j % q.Wq;
+      if (ow >= p.OW) continue;
+      const int64_t oh = 2 * th;
+      const bool second = oh + 1 < p.OH;
+      const int64_t at0 = p.transposed ? ow * p.OH + oh : oh * p.OW + ow;
+      const int64_t at1 = p.transposed ? at0 + 1 : at0 + p.OW;
+      for (int64_t o = 0; o < p.Og; ++o) {
+        const float g0 = gimg[o * out_plane + at0], g1 = second ? gimg[o * out_plane + at1] : 0.0f;
+        const float z[kW7Xi] = {g0, g0 + g1, g0 - g1, g0 + 2.0f * g1, g0 - 2.0f * g1, g0 + 0.5f * g1, g0 - 0.5f * g1, g1};
+        float* dst = Zp + ((o / kMR) * kLanes + l) * kMR + o % kMR;
+        for (int xi = 0; xi < kW7Xi; ++xi) dst[xi * z_xi] = z[xi];
+      }
+    }
+    const float* base = phases + (i * p.Cin + gi * p.Cg) * q.Lc + j0;
+    for (int64_t cb = 0; cb < CB; ++cb) {
+      // V[xi][c][lane] for the block's 24 channels (zero past Cg), then Vt[xi][lane][c].
+      for (int64_t c = 0; c < kNR; ++c) {
+        const int64_t ch = cb * kNR + c;
+        for (int64_t v = 0; v < L / 8; ++v) {
+          v8f t[8];
+          if (ch < p.Cg) {
+            v8f d[8];
+            const float* src = base + ch * q.Lc + 8 * v;
+            for (int e = 0; e < 8; ++e) d[e] = load8(src + w7.off[e]);
+            bt7_times(d, t);
+          } else {
+            for (int xi = 0; xi < kW7Xi; ++xi) t[xi] = splat(0.0f);
+          }
+          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + (xi * kNR + c) * kLanes + 8 * v, t[xi]);
+        }
+      }
+      for (int xi = 0; xi < kW7Xi; ++xi)
+        for (int64_t c0 = 0; c0 < kNR; c0 += 8)
+          for (int64_t l0 = 0; l0 < L; l0 += 8) {
+            v8f a[8], d[8];
+            for (int e = 0; e < 8; ++e) a[e] = load8(V + (xi * kNR + c0 + e) * kLanes + l0);
+            transpose_8x8(a, d);
+            for (int e = 0; e < 8; ++e) store8(Vt + (xi * kLanes + l0 + e) * kNR + c0, d[e]);
+          }
+      for (int xi = 0; xi < kW7Xi; ++xi)
+        for (int64_t ob = 0; ob < p.OB; ++ob)
+          gemm_kernel<kNV, true>(Zp + xi * z_xi + ob * kLanes * kMR, Vt + xi * kLanes * kNR, L,
+                                 dU + (((gi * kW7Xi + xi) * p.OB + ob) * CB + cb) * kMR * kNR);
+    }
+  }
+}
+
+void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
+  const Wino7 w7(p);
+  const Problem& q = w7.q;
+  constexpr int64_t kLanes = kWgradBlocks * kNR;
+  const int64_t CB = (p.Cg + kNR - 1) / kNR, du_size = p.groups * kW7Xi * p.OB * CB * kMR * kNR;
+  const int64_t runs = (w7.blocks + kWgradBlocks - 1) / kWgradBlocks;
+  const int64_t zp = kW7Xi * p.OB * kLanes * kMR, v = kW7Xi * kNR * kLanes, vt = kW7Xi * kLanes * kNR;
+  Tensor total = zeros({du_size}, kF32);
+  float* tot = total.data<float>();
+  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * q.Lc), 1, p.N);
+  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * q.Lc});
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    split_phases(q, n0, nb, phases.data<float>());
+    std::mutex mu;
+    std::vector<std::pair<int64_t, Tensor>> partials;
+    parallel_for(0, nb * p.groups * runs, 1, [&](int64_t i0, int64_t i1) {
+      Tensor ws = empty({zp + v + vt + du_size});
+      float* b = ws.data<float>();
+      std::fill_n(b + zp + v + vt, du_size, 0.0f);
+      winograd7_wgrad_items(p, w7, phases.data<float>(), gy, n0, runs, b, b + zp, b + zp + v, b + zp + v + vt, i0, i1);
+      std::lock_guard<std::mutex> lock(mu);
+      partials.emplace_back(i0, ws);
+    });
+    std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [first, ws] : partials) {
+      const float* part = ws.template data<float>() + zp + v + vt;
+      for (int64_t e = 0; e < du_size; ++e) tot[e] += part[e];
+    }
+  }
+  // gw[gi Og + o][c][t] = sum_xi G[xi][t] dU[gi][xi][o][c], in f64.
+  parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 512 / p.Cg), [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t gi = row / p.Og, o = row % p.Og, ob = o / kMR, r = o % kMR;
+      for (int64_t c = 0; c < p.Cg; ++c) {
+        double du[kW7Xi];
+        for (int xi = 0; xi < kW7Xi; ++xi)
+          du[xi] = tot[((((gi * kW7Xi + xi) * p.OB + ob) * CB + c / kNR) * kMR + r) * kNR + c % kNR];
+        for (int t = 0; t < 7; ++t) {
+          double s = 0.0;
+          for (int xi = 0; xi < kW7Xi; ++xi) s += kG7[xi][t] * du[xi];
+          gw[(row * p.Cg + c) * 7 + t] = static_cast<float>(s);
+        }
+      }
+    }
+  });
+}
+
 void run_wgrad(Problem& p, const float* gy, float* gw) {
   transpose_if_row_kernel(p);
   p.derive();
+  if (winograd7_applies(p)) {
+    run_winograd7_wgrad(p, gy, gw);
+    return;
+  }
   const int64_t KB = (p.K + kNR - 1) / kNR, dw_size = p.groups * p.OB * KB * kMR * kNR;
   const int64_t runs = (p.blocks + kWgradBlocks - 1) / kWgradBlocks, lanes = kWgradBlocks * kNR;
   Tensor total = zeros({dw_size}, kF32);

@@ -20,9 +20,10 @@ void blocked_backward_input(const float* gy, const float* w, float* gx, const Co
 // gw [O, C/g, kH, kW] (overwritten), summed over the batch, from gy and x.
 void blocked_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g);
 
-// Whether the f32 forward pass / input gradient of this geometry runs as Winograd F(2, 7)
-// (NOTE [Conv2d Winograd F(2,7)]: 1x7 and 7x1 kernels, stride 1, dilation 1, at least 8 input
-// and output channels per group), inside blocked_forward / blocked_backward_input.
+// Whether the f32 forward pass and weight gradient / the input gradient of this geometry run as
+// Winograd F(2, 7) (NOTE [Conv2d Winograd F(2,7)]: 1x7 and 7x1 kernels, stride 1, dilation 1,
+// at least 8 input and output channels per group), inside blocked_forward /
+// blocked_backward_weight / blocked_backward_input.
 bool winograd7_forward_applies(const Conv2dGeometry& g);
 bool winograd7_backward_input_applies(const Conv2dGeometry& g);
 // Turns F(2, 7) off (false) or on for the tests that compare it with the direct blocked

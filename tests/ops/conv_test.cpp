@@ -237,6 +237,58 @@ Tensor winograd7_magnitude(const Tensor& x, const Tensor& w, const Tensor& b, in
   return from_vector<double>(mag, {N, O, OH, OW});
 }
 
+// The same for the F(2,7) weight gradient: dg[o][c][k] is bounded by sum_xi |G[xi][k]| sum over
+// images and output pairs of (|A| |gy_pair|)[xi] (|B^T| |d_pair|)[xi] (|A| = |A^T|^T), a sum
+// whose inner dimension is the pairs: the error is at most about (pairs + 24) u times it.
+Tensor winograd7_weight_magnitude(const Tensor& x, const Tensor& gy, const Shape& wshape, int64_t ph, int64_t pw, int64_t groups) {
+  static const double BT[8][8] = {{4, 0, 21, 0, 21, 0, 4, 0},   {0, 4, 4, 17, 17, 4, 4, 0}, {0, 4, 4, 17, 17, 4, 4, 0},
+                                  {0, 2, 1, 10, 5, 8, 4, 0},    {0, 2, 1, 10, 5, 8, 4, 0},  {0, 4, 8, 5, 10, 1, 2, 0},
+                                  {0, 4, 8, 5, 10, 1, 2, 0},    {0, 4, 0, 21, 0, 21, 0, 4}};
+  static const double G[8][7] = {{1.0 / 4, 0, 0, 0, 0, 0, 0},
+                                 {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+                                 {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+                                 {1.0 / 360, 1.0 / 180, 1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {1.0 / 360, 1.0 / 180, 1.0 / 90, 1.0 / 45, 2.0 / 45, 4.0 / 45, 8.0 / 45},
+                                 {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45, 1.0 / 90, 1.0 / 180},
+                                 {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45, 1.0 / 90, 1.0 / 180},
+                                 {0, 0, 0, 0, 0, 0, 1.0 / 4}};
+  static const double AT[2][8] = {{1, 1, 1, 1, 1, 1, 1, 0}, {0, 1, 1, 2, 2, 0.5, 0.5, 1}};
+  const bool vertical = wshape[2] == 7;
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = gy.size(1), OH = gy.size(2), OW = gy.size(3);
+  const int64_t Cg = C / groups, Og = O / groups, pairs_along = ((vertical ? OH : OW) + 1) / 2, across = vertical ? OW : OH;
+  const std::vector<double> xv = x.to_vector<double>(), gv = gy.to_vector<double>();
+  std::vector<double> P(static_cast<size_t>(O * Cg * 8), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t t = 0; t < pairs_along; ++t)
+      for (int64_t a = 0; a < across; ++a) {
+        std::vector<double> vm(static_cast<size_t>(C * 8), 0.0), zm(static_cast<size_t>(O * 8), 0.0);
+        for (int64_t c = 0; c < C; ++c)
+          for (int e = 0; e < 8; ++e) {
+            const int64_t h = vertical ? 2 * t - ph + e : a - ph, ww = vertical ? a - pw : 2 * t - pw + e;
+            if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+            const double d = std::fabs(xv[static_cast<size_t>(((n * C + c) * H + h) * W + ww)]);
+            for (int k = 0; k < 8; ++k) vm[static_cast<size_t>(c * 8 + k)] += BT[k][e] * d;
+          }
+        for (int64_t o = 0; o < O; ++o)
+          for (int i = 0; i < 2 && 2 * t + i < (vertical ? OH : OW); ++i) {
+            const int64_t oh = vertical ? 2 * t + i : a, ow = vertical ? a : 2 * t + i;
+            const double g = std::fabs(gv[static_cast<size_t>(((n * O + o) * OH + oh) * OW + ow)]);
+            for (int k = 0; k < 8; ++k) zm[static_cast<size_t>(o * 8 + k)] += AT[i][k] * g;
+          }
+        for (int64_t o = 0; o < O; ++o) {
+          const int64_t gi = o / Og;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int k = 0; k < 8; ++k)
+              P[static_cast<size_t>((o * Cg + c) * 8 + k)] += zm[static_cast<size_t>(o * 8 + k)] * vm[static_cast<size_t>((gi * Cg + c) * 8 + k)];
+        }
+      }
+  std::vector<double> mag(static_cast<size_t>(O * Cg * 7), 0.0);
+  for (int64_t oc = 0; oc < O * Cg; ++oc)
+    for (int t = 0; t < 7; ++t)
+      for (int k = 0; k < 8; ++k) mag[static_cast<size_t>(oc * 7 + t)] += G[k][t] * P[static_cast<size_t>(oc * 8 + k)];
+  return from_vector<double>(mag, wshape);
+}
+
 // The same bound for the Winograd weight gradient, d g = G^T [sum over images and tiles of
 // (A gy_tile A^T) (.) (B^T d_tile B)] G (gy_tile the tile's 4x4 output gradient, zero past
 // the output's edge): |G^T| [sum (|A| |gy_tile| |A^T|) (.) (|B^T| |d_tile| |B|)] |G| for every
@@ -358,10 +410,14 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
       EXPECT_TRUE(within_rounding(out32, ref32.out, winograd7_magnitude(xd, wd, bd, ph, pw, groups),
                                   static_cast<double>(c.w[1] + 24), kU32))
           << what << " (f32 Winograd F(2,7))";
+      const bool vertical = c.w[2] == 7;
+      const double pairs = static_cast<double>(c.x[0] * ((vertical ? geo.OH : geo.OW) + 1) / 2 * (vertical ? geo.OW : geo.OH));
+      EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd7_weight_magnitude(xd, gyd, c.w, ph, pw, groups), pairs + 24, kU32))
+          << what << " (f32 Winograd F(2,7) d weight)";
     } else {
       EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
+      EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 d weight)";
     }
-    EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 d weight)";
   }
   if (cpu::winograd_backward_input_applies(geo)) {
     const Tensor mag = winograd_magnitude(gyd, flipped_transposed(wd, groups), Tensor(), 2 - ph, 2 - pw, groups);
@@ -532,7 +588,7 @@ TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
 
 TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
   // NOTE [Conv2d Winograd F(2,7)]: f32 7x1 and 1x7 kernels, stride 1, dilation 1, >= 8 input and
-  // output channels per group, forward and input gradient. The cases cover "same" and no
+  // output channels per group, forward, input gradient and weight gradient. The cases cover "same" and no
   // padding, unequal padding (the input gradient's is 6 - p), an odd output length (the last
   // pair's second row dropped), the shortest output (2), padding across the kernel (a 7x1 with
   // column padding), groups, output channels not a multiple of 4, more than 256 input channels
