@@ -224,8 +224,8 @@ Tensor host_buffer(const Tensor& t) {
 
 // Waits for the copies queued on the current stream of dev, when dev is a CUDA device. copy_
 // between the host and a device synchronizes today (NOTE [Cross-device copies]); this keeps
-// staging correct should those copies become asynchronous, for the price of a query on an idle
-// stream.
+// staging correct should those copies become asynchronous, for the price of synchronizing an
+// idle stream.
 void sync_copies(Device dev) {
 #if TRIDENT_HAVE_CUDA
   if (dev.is_cuda()) cuda::current_stream(dev).synchronize();
