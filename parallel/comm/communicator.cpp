@@ -1,5 +1,6 @@
 #include "parallel/comm/communicator.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
@@ -11,6 +12,12 @@
 #include "parallel/comm/local_communicator.h"
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/comm/mpi_env.h"
+#include "trident_config.h"
+
+#if TRIDENT_HAVE_CUDA
+#include "core/cuda/allocator.h"
+#include "core/cuda/stream.h"
+#endif
 
 namespace trident::parallel::comm {
 
@@ -72,6 +79,30 @@ std::string CommStats::str() const {
 std::string CommState::where() const {
   return detail::str("group '", name, "' (", backend_name(backend), ", rank ", rank, " of ", size, ", world rank ",
                      world_rank, ")");
+}
+
+namespace {
+
+// -1: not read from the environment yet; else 0 or 1.
+std::atomic<int> g_host_staging_test_mode{-1};
+
+}  // namespace
+
+void set_host_staging_test_mode(bool on) { g_host_staging_test_mode.store(on ? 1 : 0); }
+
+bool host_staging_test_mode() {
+  int v = g_host_staging_test_mode.load();
+  if (v < 0) {
+    const char* e = std::getenv("TRIDENT_COMM_STAGE_HOST");
+    const std::string s = e ? e : "";
+    TRIDENT_CHECK(s.empty() || s == "0" || s == "1", "TRIDENT_COMM_STAGE_HOST must be 1 (stage CPU tensors through ",
+                  "host buffers, for tests) or 0, got \"", s, "\"");
+    v = s == "1" ? 1 : 0;
+    int expected = -1;
+    g_host_staging_test_mode.compare_exchange_strong(expected, v);
+    v = g_host_staging_test_mode.load();
+  }
+  return v == 1;
 }
 
 Seconds default_timeout() {
@@ -148,10 +179,15 @@ void Communicator::check_tensor(std::string_view op, const char* arg, const Tens
     TRIDENT_CHECK(t.device().is_cuda(), op, " on ", state_->where(), ": ", arg, " is on ", t.device(),
                   "; the NCCL backend carries CUDA tensors");
   } else {
-    TRIDENT_CHECK(t.device().is_cpu(), op, " on ", state_->where(), ": ", arg, " is on ", t.device(), "; the ",
-                  backend_name(backend()),
-                  " backend carries CPU tensors (CUDA tensors need the NCCL backend, NOTE [NCCL backend])");
+    // CUDA tensors are staged through pinned host memory (NOTE [Host staging]).
+    TRIDENT_CHECK(t.device().is_cpu() || t.device().is_cuda(), op, " on ", state_->where(), ": ", arg, " is on ",
+                  t.device(), "; the ", backend_name(backend()), " backend carries CPU and CUDA tensors");
   }
+}
+
+bool Communicator::host_staged(const Tensor& t) const {
+  if (backend() == Backend::NCCL) return false;
+  return t.device().is_cuda() || host_staging_test_mode();
 }
 
 namespace {
@@ -171,6 +207,37 @@ Tensor contiguous_buffer(const Tensor& t, bool copy_values) {
   Tensor c = empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()));
   if (copy_values) copy_(c, t);
   return c;
+}
+
+// NOTE [Host staging]: a contiguous host buffer for t: pinned for a CUDA tensor, plain memory for
+// a CPU tensor under the testing hook.
+Tensor host_buffer(const Tensor& t) {
+  if (t.device().is_cuda()) {
+#if TRIDENT_HAVE_CUDA
+    return cuda::empty_pinned(t.sizes(), t.dtype());
+#else
+    TRIDENT_FAIL("a tensor on ", t.device(), " in a build of Trident without CUDA");
+#endif
+  }
+  return empty(t.sizes(), t.dtype());
+}
+
+// Waits for the copies queued on the current stream of dev, when dev is a CUDA device. copy_
+// between the host and a device synchronizes today (NOTE [Cross-device copies]); this keeps
+// staging correct should those copies become asynchronous, for the price of synchronizing an
+// idle stream.
+void sync_copies(Device dev) {
+#if TRIDENT_HAVE_CUDA
+  if (dev.is_cuda()) cuda::current_stream(dev).synchronize();
+#else
+  (void)dev;
+#endif
+}
+
+// dst (a host buffer) = src's values, complete before the backend reads dst.
+void stage_in(const Tensor& dst, const Tensor& src) {
+  copy_(dst, src);
+  sync_copies(src.device());
 }
 
 // The byte ranges of two tensors' storage spans overlap.
@@ -197,6 +264,9 @@ void finish_into(Work::Impl& impl, const Tensor& user, const Tensor& staged) {
     if (prev) prev();
     if (staged.storage() != user.storage()) {
       copy_(user, staged);
+      // A pinned buffer is released right after this (Work::Impl::progress clears keep_alive):
+      // the copy must have read it by then (NOTE [Host staging]).
+      sync_copies(user.device());
     } else {
       user.bump_version();  // written in place by the transport (NOTE [Version counter])
     }
@@ -222,6 +292,13 @@ std::vector<int64_t> check_counts(std::string_view op, const CommState& s, std::
 }
 
 }  // namespace
+
+Tensor Communicator::buffer_for(const Tensor& t, bool copy_values) const {
+  if (!host_staged(t)) return contiguous_buffer(t, copy_values);
+  Tensor h = host_buffer(t);
+  if (copy_values) stage_in(h, t);
+  return h;
+}
 
 Work Communicator::launch(std::shared_ptr<Work::Impl> impl, std::string description) {
   TRIDENT_ASSERT(impl != nullptr, "a backend returned no work for ", description);
@@ -254,7 +331,7 @@ Work Communicator::all_reduce(const Tensor& tensor, ReduceOp op) {
   check_tensor(name, "tensor", tensor);
   check_reducible(name, *state_, tensor.dtype(), op);
   NoGradGuard no_grad;
-  const Tensor buf = contiguous_buffer(tensor, true);
+  const Tensor buf = buffer_for(tensor, true);
   OpCounters& c = state_->stats[CommOp::AllReduce];
   ++c.calls;
   c.bytes += static_cast<int64_t>(tensor.nbytes());
@@ -289,15 +366,23 @@ Work Communicator::gather_impl(const Tensor& output, const Tensor& input, std::v
                   input.numel() * size(), " elements, not ", output.numel());
   }
   NoGradGuard no_grad;
-  const Tensor out = contiguous_buffer(output, false);
-  Tensor in = contiguous_buffer(input, true);
-  // In place means exactly this rank's slot of the output; any other overlap is copied first.
+  // In place means exactly this rank's slot of a contiguous output; any other overlap is copied
+  // first.
   int64_t displ = 0;
   for (int r = 0; r < rank(); ++r) displ += counts[static_cast<size_t>(r)];
-  // (contiguous_buffer keeps the user's storage unless it had to stage a copy.)
-  const bool in_place = out.storage() == output.storage() && in.storage() == input.storage() &&
-                        input.storage() == output.storage() && input.storage_offset() == output.storage_offset() + displ;
-  if (!in_place && overlaps(in, out)) in = in.clone();
+  const bool in_place = output.is_contiguous() && input.is_contiguous() && input.storage() == output.storage() &&
+                        input.storage_offset() == output.storage_offset() + displ;
+  const Tensor out = buffer_for(output, false);
+  Tensor in;
+  if (in_place) {
+    // The same slot of the output's buffer: the user's input itself when out is the user's
+    // output, else the slot of the staged output, given the input's values (NOTE [Host staging]).
+    in = out.as_strided(input.sizes(), contiguous_strides(input.sizes()), out.storage_offset() + displ);
+    if (out.storage() != output.storage()) stage_in(in, input);
+  } else {
+    in = buffer_for(input, true);
+    if (overlaps(in, out)) in = in.clone();
+  }
   OpCounters& c = state_->stats[CommOp::AllGather];
   ++c.calls;
   c.bytes += static_cast<int64_t>(output.nbytes());
@@ -337,10 +422,11 @@ Work Communicator::scatter_impl(const Tensor& output, const Tensor& input, std::
                   output.numel() * size(), " elements, not ", input.numel());
   }
   NoGradGuard no_grad;
-  const Tensor in = contiguous_buffer(input, true);
-  Tensor out = contiguous_buffer(output, false);
+  const Tensor in = buffer_for(input, true);
+  Tensor out = buffer_for(output, false);
   // MPI's in-place reduce-scatter puts the result at the start of the buffer, not in this
-  // rank's slot; an output inside the input is therefore received into its own buffer.
+  // rank's slot; an output inside the input is therefore received into its own buffer. (Staged
+  // buffers never overlap: each argument gets its own.)
   if (overlaps(in, out)) out = empty(output.sizes(), TensorOptions(output.dtype()).device(output.device()));
   OpCounters& c = state_->stats[CommOp::ReduceScatter];
   ++c.calls;
@@ -359,7 +445,7 @@ Work Communicator::broadcast(const Tensor& tensor, int root) {
   check_tensor(name, "tensor", tensor);
   TRIDENT_CHECK(root >= 0 && root < size(), name, " on ", state_->where(), ": root ", root, " is not a rank of the group");
   NoGradGuard no_grad;
-  const Tensor buf = contiguous_buffer(tensor, rank() == root);
+  const Tensor buf = buffer_for(tensor, rank() == root);
   OpCounters& c = state_->stats[CommOp::Broadcast];
   ++c.calls;
   c.bytes += static_cast<int64_t>(tensor.nbytes());
@@ -394,7 +480,7 @@ Work Communicator::batch_send_recv(const std::vector<P2POp>& ops) {
     check_tensor(name, is_send ? "a sent tensor" : "a received tensor", op.tensor);
     TRIDENT_CHECK(op.peer >= 0 && op.peer < size() && op.peer != rank(), name, " on ", state_->where(), ": peer ",
                   op.peer, " of transfer ", i, " is ", op.peer == rank() ? "this rank itself" : "not a rank of the group");
-    Tensor buf = contiguous_buffer(op.tensor, is_send);
+    Tensor buf = buffer_for(op.tensor, is_send);
     if (!is_send) outputs.emplace_back(op.tensor, buf);
     staged.push_back({op.kind, buf, op.peer});
     OpCounters& c = state_->stats[is_send ? CommOp::Send : CommOp::Recv];

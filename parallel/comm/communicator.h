@@ -1,9 +1,10 @@
 // Communicator: a group of ranks and the collective and point-to-point operations among them.
 //
 // Every operation is asynchronous: it starts the transfer and returns a Work (work.h, NOTE [Work
-// and timeouts]) to wait() on or test(). Tensors are on the CPU for the MPI and local backends;
-// any shape; contiguous or not (a non-contiguous tensor is staged through a contiguous copy,
-// which the Work copies back on completion). Reductions: f32, f64, f16, bf16, i32, i64, u8
+// and timeouts]) to wait() on or test(). Tensors are on the CPU or a CUDA device for the MPI and
+// local backends (CUDA tensors go through pinned host memory, NOTE [Host staging]) and on a CUDA
+// device for NCCL; any shape; contiguous or not (a non-contiguous tensor is staged through a
+// contiguous copy, which the Work copies back on completion). Reductions: f32, f64, f16, bf16, i32, i64, u8
 // (Average only for floating types; f16 and bf16 accumulate in f32, NOTE [Half reductions] in
 // mpi_communicator.cpp); bool can be moved (all_gather, broadcast, send, receive) but not
 // reduced. Ranks are numbered within the group, 0 .. size() - 1; world_rank(r) translates.
@@ -27,8 +28,7 @@
 // transfers counts one call per send and per receive in it.
 //
 // NOTE [NCCL backend]: the backend for CUDA tensors, parallel/comm/nccl_communicator.{h,cpp},
-// compiled when TRIDENT_HAVE_CUDA (it compiles, but cannot run until the CUDA tensor backend of
-// another issue exists), implementing the do_* functions below with one ncclComm_t per group:
+// compiled when TRIDENT_HAVE_CUDA (it compiles; no test has run it on a GPU yet), implementing the do_* functions below with one ncclComm_t per group:
 //   - created by make_nccl_communicator(bootstrap, options): rank 0 of the MPI
 //     bootstrap group calls ncclGetUniqueId and broadcasts it over that group, every rank calls
 //     ncclCommInitRank (a mesh creates the tp/pp/dp NCCL groups from its MPI groups the same way);
@@ -41,8 +41,31 @@
 //   - the timeout: poll() also checks ncclCommGetAsyncError, and a missed deadline calls
 //     ncclCommAbort (Work::Impl::on_timeout), after which the communicator is aborted exactly as
 //     the MPI one is.
-// CUDA tensors given to the MPI backend will be staged through pinned host memory when MPI is
-// not CUDA-aware (a check in Communicator::check_tensor, today an error naming the device).
+// CUDA tensors given to the MPI (or Local) backend are staged through pinned host memory by the
+// base Communicator, always, CUDA-aware MPI or not (NOTE [Host staging]); NCCL is the GPU path.
+//
+// NOTE [Host staging]: the MPI and Local backends move bytes the host reads and writes, so the
+// base Communicator hands them host buffers for CUDA tensor arguments (all_reduce, all_gather,
+// reduce_scatter, even or not, broadcast, send, recv, batch_send_recv):
+//   - every CUDA argument gets its own contiguous page-locked buffer (cuda::empty_pinned; if
+//     pinning fails the allocator's error propagates: there is no silent fallback to pageable
+//     memory); an input's values are copied in, and the device's current stream is synchronized
+//     before the backend sees the buffer, so MPI never reads bytes the GPU has not written;
+//   - the backend runs on the host buffers exactly as on CPU tensors;
+//   - on completion (before wait() returns or test() reports true) the result is copied into the
+//     user's tensor, a view or a non-contiguous tensor alike, and the stream is synchronized
+//     before the pinned buffer is released, so the copy never reads freed or reused memory;
+//   - aliasing: an all_gather whose input is this rank's slot of its (contiguous) output stages
+//     the output once and makes the staged input that slot of it (still in place for the
+//     backend); every other overlap gets separate buffers, as on the CPU path;
+//   - arguments on different devices in one call (a CPU input, a CUDA output) work: each is
+//     staged or not on its own;
+//   - counters count the user's bytes (NOTE [Communication counters]), staging or not.
+// Device pointers are never given to MPI, even when it is CUDA-aware (OpenMPI's
+// MPIX_Query_cuda_support): that path cannot be tested here, and NCCL is the GPU path.
+// For tests without a GPU, set_host_staging_test_mode(true) (or TRIDENT_COMM_STAGE_HOST=1 in the
+// environment) stages CPU tensors the same way through separate pageable host buffers: the same
+// code path; only the allocation and the copies (host to host) differ.
 #pragma once
 
 #include <array>
@@ -62,8 +85,8 @@ namespace trident::parallel::comm {
 enum class ReduceOp : uint8_t { Sum, Average, Max };
 std::string_view reduce_op_name(ReduceOp op);
 
-// Local: a world of one process, no MPI. MPI: CPU tensors over MPI. NCCL: CUDA tensors (NOTE
-// [NCCL backend]; built with CUDA).
+// Local: a world of one process, no MPI. MPI: host memory over MPI (CUDA tensors staged, NOTE
+// [Host staging]). NCCL: CUDA tensors (NOTE [NCCL backend]; built with CUDA).
 enum class Backend : uint8_t { Local, MPI, NCCL };
 std::string_view backend_name(Backend b);
 
@@ -119,6 +142,14 @@ struct CommOptions {
   std::string name;                // for errors and counters: "world", "tp", ...
   std::optional<Seconds> timeout;  // default: NOTE [Communicator timeout]
 };
+
+// The testing hook of NOTE [Host staging]: while on, the MPI and Local backends stage CPU tensors
+// through separate host buffers as they stage CUDA tensors through pinned ones. Process-wide;
+// read when an operation is launched (a Work in flight keeps the buffers it was given). Its
+// initial value is TRIDENT_COMM_STAGE_HOST ("1" on; unset, empty or "0" off; anything else an
+// error naming the value), read on first use.
+void set_host_staging_test_mode(bool on);
+bool host_staging_test_mode();
 
 // The timeout a new communicator gets: TRIDENT_COMM_TIMEOUT (seconds, > 0) or 300 s. An invalid
 // value is an error naming it.
@@ -217,6 +248,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  private:
   void check_usable(std::string_view op) const;
   void check_tensor(std::string_view op, const char* arg, const Tensor& t) const;
+  // Whether t goes through a host buffer (NOTE [Host staging]).
+  bool host_staged(const Tensor& t) const;
+  // The contiguous buffer the backend gets for t: t itself, a contiguous copy on t's device, or a
+  // host buffer (NOTE [Host staging]); holding t's values when copy_values.
+  Tensor buffer_for(const Tensor& t, bool copy_values) const;
   // Finishes a launch: fills description and deadline, registers it in flight, reaps finished
   // ones.
   Work launch(std::shared_ptr<Work::Impl> impl, std::string description);

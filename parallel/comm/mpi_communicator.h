@@ -1,4 +1,5 @@
-// The MPI backend: CPU tensors over MPI, with non-blocking MPI calls (MPI_Iallreduce,
+// The MPI backend: host memory over MPI (CUDA tensors reach it staged through pinned buffers by
+// the base Communicator, NOTE [Host staging]), with non-blocking MPI calls (MPI_Iallreduce,
 // MPI_Iallgather(v), MPI_Ireduce_scatter(_block), MPI_Ibcast, MPI_Ibarrier, MPI_Isend/Irecv)
 // whose requests Work::wait() and test() drive with MPI_Testall, so that a wait can time out
 // (NOTE [Work and timeouts]). OpenMPI progresses non-blocking collectives only inside MPI calls:

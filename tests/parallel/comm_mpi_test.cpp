@@ -3,6 +3,7 @@
 // (bf16 holds integers up to 256 exactly), so results are compared for equality.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <numeric>
 
 #include "test_util.h"
@@ -150,6 +151,13 @@ TEST(CommMpi, WorldIsTheMpiWorld) {
   EXPECT_EQ(w->world_rank(), w->rank());
   EXPECT_EQ(w->name(), "world");
   EXPECT_EQ(Communicator::world().get(), w.get()) << "one world per process";
+}
+
+TEST(CommMpi, HostStagingTestModeFollowsTheEnvironment) {
+  // ctest runs this program twice, the second time with TRIDENT_COMM_STAGE_HOST=1: every test
+  // then goes through NOTE [Host staging].
+  const char* v = std::getenv("TRIDENT_COMM_STAGE_HOST");
+  EXPECT_EQ(host_staging_test_mode(), v != nullptr && std::string(v) == "1");
 }
 
 TEST(CommMpi, CollectivesOnTheWorld) {

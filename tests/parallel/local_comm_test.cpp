@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/comm/local_communicator.h"
+#include "parallel/staged_collectives.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -40,6 +41,22 @@ TEST(LocalComm, CollectivesOnOneRank) {
   auto s = c->split(3, 0, "child");
   EXPECT_EQ(s->name(), "child");
   EXPECT_EQ(s->size(), 1);
+}
+
+TEST(LocalComm, HostStagingTestModeOnOneRank) {
+  // NOTE [Host staging] on the Local backend, with the testing hook: CPU tensors go through host
+  // buffers as CUDA tensors go through pinned ones.
+  const bool previous = host_staging_test_mode();
+  set_host_staging_test_mode(true);
+  auto c = make_local_communicator({"staged", std::nullopt});
+  trident::testing::staging::run_all_layouts(*c, kCPU, {kF32, kBF16, kI64});
+  trident::testing::staging::run_in_place(*c, kCPU, kF32);
+  trident::testing::staging::run_written_on_completion(*c, kCPU);
+  set_host_staging_test_mode(previous);
+  // Without the hook the same checks hold on the direct path.
+  auto d = make_local_communicator({"direct", std::nullopt});
+  trident::testing::staging::run_all_layouts(*d, kCPU, {kF32});
+  trident::testing::staging::run_in_place(*d, kCPU, kF32);
 }
 
 TEST(LocalComm, TimeoutFromTheEnvironmentIsValidated) {
