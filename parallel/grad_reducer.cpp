@@ -48,8 +48,10 @@ GradReducer::GradReducer(std::vector<std::vector<Tensor>> groups, std::shared_pt
       TRIDENT_CHECK(p.is_leaf() && p.requires_grad(), "data parallelism: parameter ", params.size(), " (shape ",
                     p.sizes(), ") must be a leaf that requires grad");
       TRIDENT_CHECK(is_floating(p.dtype()), "data parallelism: parameter ", params.size(), " has dtype ", p.dtype());
-      TRIDENT_CHECK(p.device().is_cpu() || st.comm->backend() == comm::Backend::NCCL, "data parallelism: parameter ",
-                    params.size(), " is on ", p.device(), " but the dp group's backend carries CPU tensors");
+      // MPI and Local carry CPU tensors and stage CUDA ones through pinned memory (NOTE [Host
+      // staging]); NCCL carries CUDA tensors only.
+      TRIDENT_CHECK(p.device().is_cuda() || st.comm->backend() != comm::Backend::NCCL, "data parallelism: parameter ",
+                    params.size(), " is on ", p.device(), " but the dp group's backend (NCCL) carries CUDA tensors");
       TRIDENT_CHECK(seen.insert(p.impl()).second, "data parallelism: parameter ", params.size(), " (shape ", p.sizes(),
                     ") is listed twice");
       params.push_back({p, g});
