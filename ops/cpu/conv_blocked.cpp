@@ -203,27 +203,33 @@ struct Chunk {
   int64_t items() const { return nb * p->groups * runs * orr; }
 };
 
-// The outputs of the block of kNR starting at j0, in runs of one output row: lanes [lane,
-// lane + len) are outputs out, out + step, ... of the image plane (step 1, or OH' when the
-// problem is transposed and `plane_layout` is false: the output's column).
+// The lanes of the block of kNR starting at j0 (lanes numbered at pitch Wq, flat of them, OW
+// of each row real), in runs of one row: lanes [lane, lane + len) are row `row`, columns col,
+// col + 1, ... The blocked path's rows are output rows; F(2, 7)'s are pairs of them.
 struct Runs {
-  int64_t lane[kNR], len[kNR], out[kNR];
+  int64_t lane[kNR], len[kNR], row[kNR], col[kNR];
   int count = 0;
-  void find(const Problem& p, int64_t j0, bool plane_layout = false) {
+  void find(int64_t flat, int64_t Wq, int64_t OW, int64_t j0) {
     count = 0;
-    for (int64_t l = 0; l < kNR && j0 + l < p.flat;) {
-      const int64_t j = j0 + l, oh = j / p.Wq, ow = j % p.Wq;
-      if (ow >= p.OW) {
-        l += p.Wq - ow;
+    for (int64_t l = 0; l < kNR && j0 + l < flat;) {
+      const int64_t j = j0 + l, r = j / Wq, c = j % Wq;
+      if (c >= OW) {
+        l += Wq - c;
         continue;
       }
-      const int64_t n = std::min(p.OW - ow, std::min<int64_t>(kNR - l, p.flat - j));
+      const int64_t n = std::min(OW - c, std::min<int64_t>(kNR - l, flat - j));
       lane[count] = l;
       len[count] = n;
-      out[count] = p.transposed && !plane_layout ? ow * p.OH + oh : oh * p.OW + ow;
+      row[count] = r;
+      col[count] = c;
       ++count;
       l += n;
     }
+  }
+  // Where run k starts in an output plane of the problem: its own layout (plane_layout), or
+  // the output's (transposed: the run goes down a column, OH' apart).
+  int64_t out(const Problem& p, int k, bool plane_layout) const {
+    return p.transposed && !plane_layout ? col[k] * p.OH + row[k] : row[k] * p.OW + col[k];
   }
 };
 
@@ -274,7 +280,7 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
     }
     for (int64_t bk = 0; bk < nblk; ++bk) {
       Runs rn;
-      rn.find(p, (b0 + bk) * kNR, /*plane_layout=*/true);
+      rn.find(p.flat, p.Wq, p.OW, (b0 + bk) * kNR);
       for (int64_t ob = ob0; ob < ob1; ++ob) {
         const float* ob_out = out + (bk * nob + ob - ob0) * kMR * kNR;
         for (int r = 0; r < kMR; ++r) {
@@ -285,7 +291,7 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
           float* yo = ch.y + (i * p.Cout + oc) * out_plane;
           for (int k = 0; k < rn.count; ++k) {
             const float* s = ob_out + r * kNR + rn.lane[k];
-            float* d = yo + rn.out[k];
+            float* d = yo + rn.out(p, k, /*plane_layout=*/true);
             for (int64_t e = 0; e < rn.len[k]; ++e) d[e] = s[e] + b;
           }
         }
@@ -323,6 +329,32 @@ void transpose_if_row_kernel(Problem& p) {
   std::swap(p.ph, p.pw);
   std::swap(p.dh, p.dw);
   p.transposed = true;
+}
+
+// The chunks of images of a forward-type pass (those whose copies fit conv_copy_budget_bytes()):
+// for each, the input's phase planes with the geometry of `split` (p's own, or F(2, 7)'s two
+// row phases), then items(n0, nb, phases, y) with y where image n0's outputs go, then, for a
+// transposed problem, its staged outputs transposed into p.y: writing y directly would be one
+// scattered scalar store per output (8% of a 1x7 forward pass, measured).
+template <typename Items>
+void forward_chunks(const Problem& p, const Problem& split, Items items) {
+  const int64_t chunk =
+      std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * split.Lc), 1, p.N);
+  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * split.Lc});
+  const int64_t out_plane = p.OH * p.OW;
+  Tensor staged = p.transposed ? empty({std::min(chunk, p.N) * p.Cout * out_plane}) : Tensor();
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    split_phases(split, n0, nb, phases.data<float>());
+    float* y = p.transposed ? staged.data<float>() : p.y + n0 * p.Cout * out_plane;
+    items(n0, nb, phases.data<float>(), y);
+    if (p.transposed) {
+      float* dst = p.y + n0 * p.Cout * out_plane;
+      parallel_for(0, nb * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
+        transpose_planes(y + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OH, p.OW);
+      });
+    }
+  }
 }
 
 // ---- Winograd F(2, 7) for 7 x 1 kernels -------------------------------------------------
@@ -495,23 +527,8 @@ TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, i
           }
         }
     }
-    // Lanes in runs of one tile row: [lane, lane + len) are the pairs (th, ow0 ...).
-    int64_t run_lane[kNR], run_len[kNR], run_th[kNR], run_ow[kNR];
-    int runs = 0;
-    for (int64_t l = 0; l < kNR && j0 + l < w7.flat;) {
-      const int64_t j = j0 + l, th = j / q.Wq, ow = j % q.Wq;
-      if (ow >= p.OW) {
-        l += q.Wq - ow;
-        continue;
-      }
-      const int64_t n = std::min(p.OW - ow, std::min<int64_t>(kNR - l, w7.flat - j));
-      run_lane[runs] = l;
-      run_len[runs] = n;
-      run_th[runs] = th;
-      run_ow[runs] = ow;
-      ++runs;
-      l += n;
-    }
+    Runs rn;  // rows: pairs of output rows
+    rn.find(w7.flat, q.Wq, p.OW, j0);
     for (int64_t ob = ob0; ob < ob1; ++ob)
       for (int r = 0; r < kMR; ++r) {
         const int64_t o = ob * kMR + r;
@@ -526,13 +543,13 @@ TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, i
           store8(y1 + 8 * v, (m[1] - m[2]) + (m[3] - m[4]) * 2.0f + (m[5] - m[6]) * 0.5f + m[7] + b);
         }
         float* yo = ch.y + (i * p.Cout + oc) * out_plane;
-        for (int k = 0; k < runs; ++k) {
-          const int64_t oh = 2 * run_th[k];
-          float* d0 = yo + oh * p.OW + run_ow[k];
-          for (int64_t e = 0; e < run_len[k]; ++e) d0[e] = y0[run_lane[k] + e];
+        for (int k = 0; k < rn.count; ++k) {
+          const int64_t oh = 2 * rn.row[k];
+          float* d0 = yo + oh * p.OW + rn.col[k];
+          for (int64_t e = 0; e < rn.len[k]; ++e) d0[e] = y0[rn.lane[k] + e];
           if (oh + 1 < p.OH) {
             float* d1 = d0 + p.OW;
-            for (int64_t e = 0; e < run_len[k]; ++e) d1[e] = y1[run_lane[k] + e];
+            for (int64_t e = 0; e < rn.len[k]; ++e) d1[e] = y1[rn.lane[k] + e];
           }
         }
       }
@@ -541,31 +558,17 @@ TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, i
 
 void run_winograd7(const Problem& p) {
   const Wino7 w7(p);
-  const Problem& q = w7.q;
   const int threads = get_num_threads();
   Tensor u = empty({p.groups * kW7Xi * p.OB * p.Cg * kMR});
   winograd7_weights(p, u.data<float>());
-  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * q.Lc), 1, p.N);
-  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * q.Lc});
-  const int64_t out_plane = p.OH * p.OW;
-  Tensor staged = p.transposed ? empty({std::min(chunk, p.N) * p.Cout * out_plane}) : Tensor();
-  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, p.N - n0);
-    split_phases(q, n0, nb, phases.data<float>());
-    float* y = p.transposed ? staged.data<float>() : p.y + n0 * p.Cout * out_plane;
-    W7Chunk ch{&p, &w7, u.data<float>(), phases.data<float>(), y, nb, 1};
+  forward_chunks(p, w7.q, [&](int64_t, int64_t nb, const float* phases, float* y) {
+    W7Chunk ch{&p, &w7, u.data<float>(), phases, y, nb, 1};
     while (ch.items() < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
       Tensor ws = empty({kW7Xi * kKc * kNR + kW7Xi * p.OB * kMR * kNR});
       winograd7_items(ch, ws.data<float>(), ws.data<float>() + kW7Xi * kKc * kNR, i0, i1);
     });
-    if (p.transposed) {
-      float* dst = p.y + n0 * p.Cout * out_plane;
-      parallel_for(0, nb * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
-        transpose_planes(y + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OH, p.OW);
-      });
-    }
-  }
+  });
 }
 
 void run(Problem& p) {
@@ -578,18 +581,8 @@ void run(Problem& p) {
   const int threads = get_num_threads();
   Tensor wp = empty({p.groups * p.OB * p.K * kMR});
   pack_weights(p, wp.data<float>());
-  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
-  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * p.Lc});
-  const int64_t out_plane = p.OH * p.OW;
-  // A transposed problem writes its outputs in its own layout, in runs as for any other, and
-  // the planes are transposed into y afterwards (8 x 8 blocks): writing y directly would be one
-  // scattered scalar store per output (8% of a 1x7 forward pass, measured).
-  Tensor staged = p.transposed ? empty({std::min(chunk, p.N) * p.Cout * out_plane}) : Tensor();
-  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, p.N - n0);
-    split_phases(p, n0, nb, phases.data<float>());
-    float* y = p.transposed ? staged.data<float>() : p.y + n0 * p.Cout * out_plane;
-    Chunk ch{&p, wp.data<float>(), phases.data<float>(), y, n0, nb, kFwdBlocks, 0, 1};
+  forward_chunks(p, p, [&](int64_t n0, int64_t nb, const float* phases, float* y) {
+    Chunk ch{&p, wp.data<float>(), phases, y, n0, nb, kFwdBlocks, 0, 1};
     // Too few items to keep every thread busy for long: fewer blocks per item, then the
     // output channels split as well.
     const auto runs_for = [&](int64_t per_item) { return (p.blocks + per_item - 1) / per_item; };
@@ -600,13 +593,7 @@ void run(Problem& p) {
       Tensor ws = empty({kKc * kNR + ch.per_item * p.OB * kMR * kNR});
       blocked_items(ch, ws.data<float>(), ws.data<float>() + kKc * kNR, i0, i1);
     });
-    if (p.transposed) {
-      float* dst = p.y + n0 * p.Cout * out_plane;
-      parallel_for(0, nb * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
-        transpose_planes(y + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OH, p.OW);
-      });
-    }
-  }
+  });
 }
 
 // ---- weight gradient ----------------------------------------------------------------------
@@ -645,12 +632,12 @@ TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, 
     const float* gimg = ch.gy + ((ch.n0 + i) * p.Cout + gi * p.Og) * out_plane;
     for (int64_t bk = 0; bk < nblk; ++bk) {
       Runs rn;
-      rn.find(p, j0 + bk * kNR);
+      rn.find(p.flat, p.Wq, p.OW, j0 + bk * kNR);
       for (int64_t o = 0; o < p.Og; ++o) {
         float* dst = gyP + (o / kMR) * kLanes * kMR + bk * kNR * kMR + o % kMR;
         const float* src = gimg + o * out_plane;
         for (int k = 0; k < rn.count; ++k)
-          for (int64_t e = 0; e < rn.len[k]; ++e) dst[(rn.lane[k] + e) * kMR] = src[rn.out[k] + e * step];
+          for (int64_t e = 0; e < rn.len[k]; ++e) dst[(rn.lane[k] + e) * kMR] = src[rn.out(p, k, false) + e * step];
       }
     }
     // The tile transposed, 8 rows at a time through 8x8 transposes (the rows of a tile block
@@ -678,6 +665,36 @@ TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, 
       for (int64_t ob = 0; ob < p.OB; ++ob)
         gemm_kernel<kNV, true>(gyP + ob * kLanes * kMR, tileT + kb * kLanes * kNR, L,
                                dW + ((gi * p.OB + ob) * ch.KB + kb) * kMR * kNR);
+  }
+}
+
+// The chunks of images of a weight gradient: per chunk the input's phase planes (geometry
+// `split`), then its nb x units_per_image work items on the threads, each thread's range run as
+// items(ws, n0, phases, i0, i1) on its own zeroed workspace of ws_floats floats whose last
+// sum_floats are its partial sum; the partial sums are added into tot in the order of their
+// first item, so the result does not depend on thread timing.
+template <typename Items>
+void wgrad_chunks(const Problem& p, const Problem& split, int64_t units_per_image, int64_t ws_floats, int64_t sum_floats,
+                  float* tot, Items items) {
+  const int64_t chunk =
+      std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * split.Lc), 1, p.N);
+  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * split.Lc});
+  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, p.N - n0);
+    split_phases(split, n0, nb, phases.data<float>());
+    std::mutex mu;
+    std::vector<std::pair<int64_t, Tensor>> partials;
+    parallel_for(0, nb * units_per_image, 1, [&](int64_t i0, int64_t i1) {
+      Tensor ws = zeros({ws_floats}, kF32);
+      items(ws.data<float>(), n0, phases.data<float>(), i0, i1);
+      std::lock_guard<std::mutex> lock(mu);
+      partials.emplace_back(i0, ws);
+    });
+    std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [first, ws] : partials) {
+      const float* part = ws.template data<float>() + ws_floats - sum_floats;
+      for (int64_t e = 0; e < sum_floats; ++e) tot[e] += part[e];
+    }
   }
 }
 
@@ -755,34 +772,16 @@ TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7,
 
 void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
   const Wino7 w7(p);
-  const Problem& q = w7.q;
   constexpr int64_t kLanes = kWgradBlocks * kNR;
   const int64_t CB = (p.Cg + kNR - 1) / kNR, du_size = p.groups * kW7Xi * p.OB * CB * kMR * kNR;
   const int64_t runs = (w7.blocks + kWgradBlocks - 1) / kWgradBlocks;
   const int64_t zp = kW7Xi * p.OB * kLanes * kMR, v = kW7Xi * kNR * kLanes, vt = kW7Xi * kLanes * kNR;
   Tensor total = zeros({du_size}, kF32);
   float* tot = total.data<float>();
-  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * q.Lc), 1, p.N);
-  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * q.Lc});
-  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, p.N - n0);
-    split_phases(q, n0, nb, phases.data<float>());
-    std::mutex mu;
-    std::vector<std::pair<int64_t, Tensor>> partials;
-    parallel_for(0, nb * p.groups * runs, 1, [&](int64_t i0, int64_t i1) {
-      Tensor ws = empty({zp + v + vt + du_size});
-      float* b = ws.data<float>();
-      std::fill_n(b + zp + v + vt, du_size, 0.0f);
-      winograd7_wgrad_items(p, w7, phases.data<float>(), gy, n0, runs, b, b + zp, b + zp + v, b + zp + v + vt, i0, i1);
-      std::lock_guard<std::mutex> lock(mu);
-      partials.emplace_back(i0, ws);
-    });
-    std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [first, ws] : partials) {
-      const float* part = ws.template data<float>() + zp + v + vt;
-      for (int64_t e = 0; e < du_size; ++e) tot[e] += part[e];
-    }
-  }
+  wgrad_chunks(p, w7.q, p.groups * runs, zp + v + vt + du_size, du_size, tot,
+               [&](float* b, int64_t n0, const float* phases, int64_t i0, int64_t i1) {
+                 winograd7_wgrad_items(p, w7, phases, gy, n0, runs, b, b + zp, b + zp + v, b + zp + v + vt, i0, i1);
+               });
   // gw[gi Og + o][c][t] = sum_xi G[xi][t] dU[gi][xi][o][c], in f64.
   parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 512 / p.Cg), [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) {
@@ -812,29 +811,13 @@ void run_wgrad(Problem& p, const float* gy, float* gw) {
   const int64_t runs = (p.blocks + kWgradBlocks - 1) / kWgradBlocks, lanes = kWgradBlocks * kNR;
   Tensor total = zeros({dw_size}, kF32);
   float* tot = total.data<float>();
-  const int64_t chunk = std::clamp<int64_t>(conv_copy_budget_bytes() / static_cast<int64_t>(sizeof(float) * p.Cin * p.Lc), 1, p.N);
-  Tensor phases = empty({std::min(chunk, p.N) * p.Cin * p.Lc});
-  for (int64_t n0 = 0; n0 < p.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, p.N - n0);
-    split_phases(p, n0, nb, phases.data<float>());
-    const WgradChunk ch{&p, phases.data<float>(), gy, n0, KB, runs};
-    std::mutex mu;
-    std::vector<std::pair<int64_t, Tensor>> partials;
-    parallel_for(0, nb * p.groups * runs, 1, [&](int64_t i0, int64_t i1) {
-      Tensor ws = zeros({KB * kNR * lanes + p.OB * lanes * kMR + dw_size}, kF32);  // tile rows past K stay zero
-      float* tileT = ws.data<float>();
-      blocked_wgrad_items(ch, tileT, tileT + KB * kNR * lanes, tileT + KB * kNR * lanes + p.OB * lanes * kMR, i0, i1);
-      std::lock_guard<std::mutex> lock(mu);
-      partials.emplace_back(i0, ws);
-    });
-    // The threads' sums in the order of their first item, so the result does not depend on
-    // thread timing.
-    std::sort(partials.begin(), partials.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [first, ws] : partials) {
-      const float* part = ws.template data<float>() + KB * kNR * lanes + p.OB * lanes * kMR;
-      for (int64_t e = 0; e < dw_size; ++e) tot[e] += part[e];
-    }
-  }
+  // The workspace's zeros matter: tile rows past K stay zero.
+  const int64_t tile = KB * kNR * lanes, gyp = p.OB * lanes * kMR;
+  wgrad_chunks(p, p, p.groups * runs, tile + gyp + dw_size, dw_size, tot,
+               [&](float* b, int64_t n0, const float* phases, int64_t i0, int64_t i1) {
+                 const WgradChunk ch{&p, phases, gy, n0, KB, runs};
+                 blocked_wgrad_items(ch, b, b + tile, b + tile + gyp, i0, i1);
+               });
   // gw[gi Og + o][k] from the [group][output block][k / 24][4][24] layout.
   parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 4096 / p.K), [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) {

@@ -517,11 +517,28 @@ TEST(Conv2d, LargeGemmsRunOnBlasThreadsAndAgree) {
   check_against_reference({{3, 16, 100, 100}, {16, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, 3004);
 }
 
+namespace {
+// check(case, seed) for every case with 1 and then 3 threads (3 splits the output channels of
+// small cases), seeds counting from `seed` in each pass.
+template <typename Check>
+void on_one_and_three_threads(const std::vector<ConvCase>& cases, uint64_t seed, Check check) {
+  const int before = get_num_threads();
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    uint64_t s = seed;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), ", ", threads, " threads"));
+      check(c, s++);
+    }
+  }
+  set_num_threads(before);
+}
+}  // namespace
+
 TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
   // NOTE [Conv2d threads]: with one thread every GEMM convolution runs in chunks with batched
   // columns (or per-sample pointwise GEMMs); with several, small GEMMs run as parallel
   // (sample, group) units. Each TEST is its own process, so the thread count can be changed.
-  const int before = get_num_threads();
   const std::vector<ConvCase> cases = {
       // 16 x 100 x 144 per unit: just under OpenBLAS's threading size, so with 3 threads the
       // 8 (sample, group) units spread over them (and their weight gradients are summed).
@@ -531,15 +548,7 @@ TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
       {{2, 16, 32, 40}, {8, 16, 1, 1}, {}, false},  // pointwise
       {{3, 4, 9, 9}, {8, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 4}, true},  // depthwise: no BLAS either way
   };
-  for (int threads : {1, 3}) {
-    set_num_threads(threads);
-    uint64_t seed = 3500;
-    for (const ConvCase& c : cases) {
-      SCOPED_TRACE(detail::str(threads, " threads, ", describe(c.p, c.x, c.w)));
-      check_against_reference(c, seed++);
-    }
-  }
-  set_num_threads(before);
+  on_one_and_three_threads(cases, 3500, check_against_reference);
 }
 
 namespace {
@@ -552,6 +561,7 @@ void check_winograd_f32(const ConvCase& c, uint64_t seed) {
   ASSERT_TRUE(cpu::winograd_backward_input_applies(geo)) << describe(c.p, c.x, c.w);
   check_against_reference(c, seed);
 }
+
 }  // namespace
 
 TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
@@ -574,22 +584,13 @@ TEST(Conv2d, WinogradF32MatchesNestedLoopsWithinItsBound) {
       {{2, 12, 9, 9}, {16, 12, 3, 3}, {{1, 1}, {0, 1}, {1, 1}, 1}, true},
       {{5, 8, 4, 4}, {8, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  // 5 images of one tile each
   };
-  const int before = get_num_threads();
-  for (int threads : {1, 3}) {
-    set_num_threads(threads);
-    uint64_t seed = 6000;
-    for (const ConvCase& c : cases) {
-      SCOPED_TRACE(detail::str(threads, " threads"));
-      check_winograd_f32(c, seed++);
-    }
-  }
-  set_num_threads(before);
+  on_one_and_three_threads(cases, 6000, check_winograd_f32);
 }
 
 TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
-  // NOTE [Conv2d Winograd F(2,7)]: f32 7x1 and 1x7 kernels, stride 1, dilation 1, >= 8 input and
-  // output channels per group, forward, input gradient and weight gradient. The cases cover "same" and no
-  // padding, unequal padding (the input gradient's is 6 - p), an odd output length (the last
+  // NOTE [Conv2d Winograd F(2,7)]: f32 7x1 and 1x7 kernels, stride 1, dilation 1, >= 8 input
+  // and output channels per group, forward, input gradient and weight gradient. The cases cover
+  // "same" and no padding, unequal padding (the input gradient's is 6 - p), an odd output length (the last
   // pair's second row dropped), the shortest output (2), padding across the kernel (a 7x1 with
   // column padding), groups, output channels not a multiple of 4, more than 256 input channels
   // (two channel slices), many blocks per image, batch 1; with 1 and 3 threads (3 splits the
@@ -605,17 +606,10 @@ TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
       {{1, 8, 8, 5}, {9, 8, 7, 1}, {{1, 1}, {0, 0}, {1, 1}, 1}, true},
       {{2, 8, 28, 28}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
   };
-  const int before = get_num_threads();
-  for (int threads : {1, 3}) {
-    set_num_threads(threads);
-    uint64_t seed = 6500;
-    for (const ConvCase& c : cases) {
-      SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), ", ", threads, " threads"));
-      ASSERT_TRUE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p)));
-      check_against_reference(c, seed++);
-    }
-  }
-  set_num_threads(before);
+  on_one_and_three_threads(cases, 6500, [](const ConvCase& c, uint64_t seed) {
+    ASSERT_TRUE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p)));
+    check_against_reference(c, seed);
+  });
   // The direct blocked kernel that F(2,7) replaces for these shapes still runs them right.
   const bool was = cpu::set_conv_winograd7_enabled_for_testing(false);
   for (size_t k : {0, 1, 5}) {
