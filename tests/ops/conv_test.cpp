@@ -655,25 +655,18 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
 TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {
   // The Winograd and blocked im2col kernels copy the padded input of at most 32 MiB worth of
   // images at a time; with the budget at one byte every image is its own chunk (and the
-  // Winograd weight gradient accumulates across chunks), on 1 and 3 threads.
+  // Winograd and blocked weight gradients accumulate across chunks), on 1 and 3 threads.
   const std::vector<ConvCase> cases = {
       {{3, 8, 10, 9}, {12, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},   // Winograd, all three passes
       {{2, 8, 98, 100}, {8, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},  // 625 tiles: two weight-gradient slices per image
       {{3, 6, 11, 10}, {8, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},   // blocked forward, strided
       {{3, 4, 9, 12}, {6, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},    // blocked forward and input gradient
+      {{3, 8, 9, 12}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},    // F(2,7), all three passes (transposed)
+      {{3, 8, 11, 6}, {9, 8, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, false},   // F(2,7), all three passes
   };
-  const int before = get_num_threads();
-  for (int threads : {1, 3}) {
-    set_num_threads(threads);
-    cpu::set_conv_copy_budget_bytes_for_testing(1);
-    uint64_t seed = 7500;
-    for (const ConvCase& c : cases) {
-      SCOPED_TRACE(detail::str(threads, " threads, ", describe(c.p, c.x, c.w)));
-      check_against_reference(c, seed++);
-    }
-    cpu::set_conv_copy_budget_bytes_for_testing(0);
-  }
-  set_num_threads(before);
+  cpu::set_conv_copy_budget_bytes_for_testing(1);
+  on_one_and_three_threads(cases, 7500, check_against_reference);
+  cpu::set_conv_copy_budget_bytes_for_testing(0);
 }
 
 TEST(Conv2d, KnownValues) {
