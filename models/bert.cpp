@@ -200,7 +200,7 @@ BertResidualOutput::BertResidualOutput(const BertConfig& c, int64_t in, const ch
 }
 
 Tensor BertResidualOutput::forward(const Tensor& h, const Tensor& residual) {
-  return LayerNorm->forward(add(dropout->forward(dense->forward(h)), residual));
+  return LayerNorm->forward_add(dropout->forward(dense->forward(h)), residual).out;
 }
 
 BertAttention::BertAttention(const BertConfig& c, Generator* gen) : nn::Module("BertAttention") {

@@ -195,8 +195,9 @@ GPT2Block::GPT2Block(const GPT2Config& c, Generator* gen) : Layer("GPT2Block") {
 }
 
 Tensor GPT2Block::forward(const Tensor& x, GPT2KVCache* cache, int64_t layer) {
-  const Tensor h = add(x, attn->forward(ln_1->forward(x), cache, layer));
-  return add(h, mlp->forward(ln_2->forward(h)));
+  // h = x + attn(ln_1(x)) and ln_2(h) in one op (NOTE [Fused residual layer norm]).
+  const AddLayerNorm h = ln_2->forward_add(x, attn->forward(ln_1->forward(x), cache, layer));
+  return add(h.sum, mlp->forward(h.out));
 }
 
 Activations GPT2Block::forward(const Activations& x, const Batch&) {

@@ -22,6 +22,10 @@ LayerNorm::LayerNorm(Shape shape, double e, bool affine, DType dtype)
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, normalized_shape, weight, bias, eps); }
 
+AddLayerNorm LayerNorm::forward_add(const Tensor& x, const Tensor& residual) {
+  return add_layer_norm(x, residual, normalized_shape, weight, bias, eps);
+}
+
 std::string LayerNorm::extra_repr() const {
   return detail::str(normalized_shape, ", eps=", eps, ", elementwise_affine=", weight.defined() ? "true" : "false");
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "nn/module.h"
+#include "ops/norm.h"
 
 namespace trident::nn {
 
@@ -10,6 +11,9 @@ class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, DType dtype = DType::F32);
   Tensor forward(const Tensor& x) override;
+  // {x + residual, forward(x + residual)} as one op (add_layer_norm, NOTE [Fused residual layer
+  // norm] in ops/norm.h): for the residual stream of a pre-LayerNorm transformer.
+  virtual AddLayerNorm forward_add(const Tensor& x, const Tensor& residual);
   Shape normalized_shape;
   double eps;
   Tensor weight, bias;

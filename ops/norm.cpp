@@ -2,6 +2,7 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/norm.h"
@@ -32,15 +33,12 @@ Tensor param_grad(const Tensor& g, bool need, const Shape& shape, DType dtype) {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
-  if (autocast::is_enabled()) {  // NOTE [Autocast]
-    autocast::Suspend off;
-    return layer_norm(autocast::widen(x), normalized_shape, autocast::widen(weight), autocast::widen(bias), eps);
-  }
-  const char* op = "layer_norm";
-  check_defined(op, x);
-  check_device(op, x);
-  check_floating(op, x);
+namespace {
+
+// The rows and columns layer_norm(x, normalized_shape, weight, bias) normalizes, after checking
+// them.
+std::pair<int64_t, int64_t> layer_norm_rows_cols(const char* op, const Tensor& x, const Shape& normalized_shape,
+                                                 const Tensor& weight, const Tensor& bias) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   TRIDENT_CHECK(k >= 1, op, ": normalized_shape must have at least one dim, got ", normalized_shape);
   bool fits = x.dim() >= k;
@@ -51,21 +49,79 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   check_param(op, "bias", bias, normalized_shape, x, "normalized_shape");
   const int64_t cols = shape_numel(normalized_shape);
   const int64_t rows = cols == 0 ? shape_numel(Shape(x.sizes().begin(), x.sizes().end() - k)) : x.numel() / cols;
+  return {rows, cols};
+}
+
+// The backward of layer norm from its saved row statistics: (dx, dweight, dbias), each undefined
+// where not needed.
+autograd::BackwardFn layer_norm_backward_fn(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor mean,
+                                            Tensor rstd, int64_t rows, int64_t cols, bool need_dx,
+                                            const Shape& normalized_shape) {
+  const Tensor w = weight.defined() ? weight.detach() : Tensor();
+  return [sx = SavedTensor(x), sw = SavedTensor(w), mean = std::move(mean), rstd = std::move(rstd), rows, cols, need_dx,
+          need_dw = weight.defined() && weight.requires_grad(), need_db = bias.defined() && bias.requires_grad(),
+          ns = normalized_shape, dt = x.dtype()](const TensorList& g) {
+    cpu::NormGrads r = TRIDENT_KERNEL(layer_norm_backward)(g.back(), sx.unpack(), mean, rstd,
+                                                           sw.defined() ? sw.unpack() : Tensor(), rows, cols, need_dx,
+                                                           need_dw, need_db);
+    return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, ns, dt), param_grad(r.db, need_db, ns, dt)};
+  };
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    return layer_norm(autocast::widen(x), normalized_shape, autocast::widen(weight), autocast::widen(bias), eps);
+  }
+  const char* op = "layer_norm";
+  check_defined(op, x);
+  check_device(op, x);
+  check_floating(op, x);
+  const auto [rows, cols] = layer_norm_rows_cols(op, x, normalized_shape, weight, bias);
   const Tensor w = weight.defined() ? weight.detach() : Tensor(), b = bias.defined() ? bias.detach() : Tensor();
   cpu::LayerNormForward f = TRIDENT_KERNEL(layer_norm)(x.detach(), rows, cols, w, b, eps);
   Tensor out = f.y.to(x.dtype());
   if (autograd::any_requires_grad({x, weight, bias})) {
     // Saved: x, weight, and the mean and rstd of each row (two numbers per row).
     autograd::record("LayerNormBackward", {x, weight, bias}, out,
-                     [sx = SavedTensor(x), sw = SavedTensor(w), mean = f.mean, rstd = f.rstd, rows, cols,
-                      need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
-                      need_db = bias.defined() && bias.requires_grad(), ns = normalized_shape, dt = x.dtype()](
-                         const TensorList& g) {
-                       cpu::NormGrads r = TRIDENT_KERNEL(layer_norm_backward)(g[0], sx.unpack(), mean, rstd,
-                                                                   sw.defined() ? sw.unpack() : Tensor(), rows, cols,
-                                                                   need_dx, need_dw, need_db);
-                       return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, ns, dt),
-                                         param_grad(r.db, need_db, ns, dt)};
+                     layer_norm_backward_fn(x, weight, bias, f.mean, f.rstd, rows, cols, x.requires_grad(),
+                                            normalized_shape));
+  }
+  return out;
+}
+
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape, const Tensor& weight,
+                            const Tensor& bias, double eps) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]: as layer_norm, in f32
+    autocast::Suspend off;
+    return add_layer_norm(autocast::widen(x), autocast::widen(residual), normalized_shape, autocast::widen(weight),
+                          autocast::widen(bias), eps);
+  }
+  const char* op = "add_layer_norm";
+  check_defined(op, x);
+  check_defined(op, residual, "residual");
+  check_device(op, x);
+  check_floating(op, x);
+  check_same_device(op, x, residual);
+  check_same_dtype(op, x, residual);
+  TRIDENT_CHECK(x.sizes() == residual.sizes(), op, ": the input of shape ", x.sizes(), " and the residual of shape ",
+                residual.sizes(), " must have the same shape (no broadcasting)");
+  const auto [rows, cols] = layer_norm_rows_cols(op, x, normalized_shape, weight, bias);
+  const Tensor w = weight.defined() ? weight.detach() : Tensor(), b = bias.defined() ? bias.detach() : Tensor();
+  cpu::AddLayerNormForward f = TRIDENT_KERNEL(add_layer_norm)(x.detach(), residual.detach(), rows, cols, w, b, eps);
+  AddLayerNorm out{reshape(f.sum, x.sizes()), f.y.to(x.dtype())};
+  if (autograd::any_requires_grad({x, residual, weight, bias})) {
+    // d sum = g_sum + layer norm's dx of g_out; x and residual both get d sum. Saved: the sum
+    // (layer norm's input), weight, and two numbers per row.
+    autograd::BackwardFn ln = layer_norm_backward_fn(out.sum, weight, bias, f.mean, f.rstd, rows, cols, true,
+                                                     normalized_shape);
+    autograd::record("AddLayerNormBackward", {x, residual, weight, bias}, {out.sum, out.out},
+                     [ln = std::move(ln), need_x = x.requires_grad(), need_r = residual.requires_grad()](const TensorList& g) {
+                       TensorList r = ln(g);  // uses g.back(), the gradient of the normalized output
+                       const Tensor d = add(g[0], r[0]);
+                       return TensorList{need_x ? d : Tensor(), need_r ? d : Tensor(), r[1], r[2]};
                      });
   }
   return out;

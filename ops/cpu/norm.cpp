@@ -6,6 +6,7 @@
 #include "core/copy.h"
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "ops/cpu/arith.h"
 #include "ops/cpu/isa.h"
 #include "ops/cpu/rows.h"
 #include "ops/math/norm.h"
@@ -166,6 +167,16 @@ LayerNormForward layer_norm(const Tensor& x_in, int64_t rows, int64_t cols, cons
     parallel_for(0, rows, rows_grain(cols), [&](int64_t b0, int64_t e0) { ln_forward_range(p, b0, e0); });
   });
   return out;
+}
+
+// The sum first (the add kernel: rounded to x's dtype), then layer norm of it: the result of
+// add then layer_norm, exactly. On the CPU the fusion is only the op's single autograd node; the
+// pass it saves is a GPU's (ops/cuda/norm.cu).
+AddLayerNormForward add_layer_norm(const Tensor& x, const Tensor& residual, int64_t rows, int64_t cols,
+                                   const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor sum = binary(BinaryOp::Add, x, residual);
+  LayerNormForward f = layer_norm(sum, rows, cols, weight, bias, eps);
+  return {sum, f.y, f.mean, f.rstd};
 }
 
 NormGrads layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& mean, const Tensor& rstd,

@@ -21,6 +21,16 @@ LayerNormForward layer_norm(const Tensor& x, int64_t rows, int64_t cols, const T
 NormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                               const Tensor& weight, int64_t rows, int64_t cols, bool need_dx, bool need_dw, bool need_db);
 
+// ---- residual add + layer norm (NOTE [Fused residual layer norm] in ops/norm.h) ----
+struct AddLayerNormForward {
+  Tensor sum;         // x + residual in x's dtype (rounded to it, as add rounds)
+  Tensor y;           // layer_norm(sum), in the compute dtype (the CUDA kernel: x's dtype)
+  Tensor mean, rstd;  // [rows], saved for backward
+};
+// x and residual: same shape, dtype and device, rows * cols elements.
+AddLayerNormForward add_layer_norm(const Tensor& x, const Tensor& residual, int64_t rows, int64_t cols,
+                                   const Tensor& weight, const Tensor& bias, double eps);
+
 // ---- batch norm: x viewed as [n, channels, spatial] ----
 struct BatchNormForward {
   Tensor y;           // x's shape

@@ -53,9 +53,12 @@ Tensor f32_contiguous(const Tensor& t) { return t.to(DType::F32).contiguous(); }
 // ============================================================================================
 
 // Forward of rows of n: mean, then the variance around it (two passes, as on the CPU; the row
-// stays in L1/L2 between them), then y. w and b may be null (1 and 0).
+// stays in L1/L2 between them), then y. w and b may be null (1 and 0). With a residual r (else
+// null), the row is first x + r rounded to T, written to sum and read back from there by the
+// later passes (each thread rereads only what it wrote itself).
 template <typename T>
-__global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
+__global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ r,
+                                                            T* __restrict__ sum, const T* __restrict__ w,
                                                             const T* __restrict__ b, T* __restrict__ y,
                                                             float* __restrict__ mean, float* __restrict__ rstd,
                                                             int64_t rows, int64_t n, int tpr, float eps) {
@@ -68,8 +71,18 @@ __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* __restrict_
     const bool active = row < rows;  // uniform over a row's threads: the shuffles stay full-warp
     const T* xr = x + (active ? row : 0) * n;
     float s = 0.0f;
-    if (active)
+    if (active && r != nullptr) {
+      const T* rr = r + row * n;
+      T* sr = sum + row * n;
+      for (int64_t j = t; j < n; j += tpr) {
+        const T v = static_cast<T>(static_cast<float>(xr[j]) + static_cast<float>(rr[j]));
+        sr[j] = v;
+        s += static_cast<float>(v);
+      }
+      xr = sr;
+    } else if (active) {
       for (int64_t j = t; j < n; j += tpr) s += static_cast<float>(xr[j]);
+    }
     const float mu = row_sum(s, tpr, smem) / static_cast<float>(n);
     float v = 0.0f;
     if (active)
@@ -338,12 +351,15 @@ void check_dtype(const char* op, DType dt) {
 
 // ---- layer norm ----
 
-LayerNormForward layer_norm(const Tensor& x_in, int64_t rows, int64_t cols, const Tensor& weight, const Tensor& bias,
-                            double eps) {
+namespace {
+
+// layer_norm and add_layer_norm: y (and sum, when residual is defined) for rows of cols.
+LayerNormForward layer_norm_rows(const Tensor& x_in, const Tensor& residual_in, const Tensor& sum, int64_t rows,
+                                 int64_t cols, const Tensor& weight, const Tensor& bias, double eps) {
   const Device dev = x_in.device();
   const DType dt = x_in.dtype();
-  check_dtype("layer_norm", dt);
   const Tensor x = x_in.detach().contiguous();
+  const Tensor r = residual_in.defined() ? residual_in.detach().contiguous() : Tensor();
   const Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   LayerNormForward out;
@@ -361,11 +377,32 @@ LayerNormForward layer_norm(const Tensor& x_in, int64_t rows, int64_t cols, cons
   const int blocks = grid_size((rows + kBlock / tpr - 1) / (kBlock / tpr), 1);
   TRIDENT_DISPATCH_CUDA_FLOATING(dt, "layer_norm", [&] {
     layer_norm_kernel<scalar_t><<<blocks, kBlock, 0, current_stream(dev.index).handle()>>>(
-        ptr<scalar_t>(x), ptr<scalar_t>(w), ptr<scalar_t>(b), mut_ptr<scalar_t>(out.y), mut_ptr<float>(out.mean),
-        mut_ptr<float>(out.rstd), rows, cols, tpr, static_cast<float>(eps));
+        ptr<scalar_t>(x), ptr<scalar_t>(r), mut_ptr<scalar_t>(sum), ptr<scalar_t>(w), ptr<scalar_t>(b),
+        mut_ptr<scalar_t>(out.y), mut_ptr<float>(out.mean), mut_ptr<float>(out.rstd), rows, cols, tpr,
+        static_cast<float>(eps));
   });
   TRIDENT_CUDA_KERNEL_CHECK();
   return out;
+}
+
+}  // namespace
+
+LayerNormForward layer_norm(const Tensor& x, int64_t rows, int64_t cols, const Tensor& weight, const Tensor& bias,
+                            double eps) {
+  check_dtype("layer_norm", x.dtype());
+  return layer_norm_rows(x, Tensor(), Tensor(), rows, cols, weight, bias, eps);
+}
+
+AddLayerNormForward add_layer_norm(const Tensor& x, const Tensor& residual, int64_t rows, int64_t cols,
+                                   const Tensor& weight, const Tensor& bias, double eps) {
+  check_dtype("add_layer_norm", x.dtype());
+  Tensor sum = empty_on(x.sizes(), x.dtype(), x.device());
+  if (cols == 0) {  // nothing to add; layer norm's NaN statistics
+    LayerNormForward f = layer_norm_rows(x, Tensor(), Tensor(), rows, cols, weight, bias, eps);
+    return {sum, f.y, f.mean, f.rstd};
+  }
+  LayerNormForward f = layer_norm_rows(x, residual, sum, rows, cols, weight, bias, eps);
+  return {sum, f.y, f.mean, f.rstd};
 }
 
 NormGrads layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& mean_in, const Tensor& rstd_in,

@@ -20,6 +20,7 @@
 
 namespace trident::cuda {
 
+using cpu::AddLayerNormForward;
 using cpu::BatchNormForward;
 using cpu::LayerNormForward;
 using cpu::NormGrads;
@@ -28,6 +29,11 @@ LayerNormForward layer_norm(const Tensor& x, int64_t rows, int64_t cols, const T
                             double eps);
 NormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                               const Tensor& weight, int64_t rows, int64_t cols, bool need_dx, bool need_dw, bool need_db);
+// One kernel: each row's x + residual is rounded to the dtype, written to sum and normalized from
+// there (the row read back from L1/L2, not from memory), so the residual stream is read once and
+// written once instead of the add's read-read-write and layer norm's read.
+AddLayerNormForward add_layer_norm(const Tensor& x, const Tensor& residual, int64_t rows, int64_t cols,
+                                   const Tensor& weight, const Tensor& bias, double eps);
 
 BatchNormForward batch_norm(const Tensor& x, int64_t n, int64_t channels, int64_t spatial, const Tensor& running_mean,
                             const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,

@@ -35,6 +35,10 @@ Tensor SequenceParallelLayerNorm::forward(const Tensor& x) {
   return layer_norm(x, normalized_shape, copy_to_region(weight, group_), copy_to_region(bias, group_), eps);
 }
 
+AddLayerNorm SequenceParallelLayerNorm::forward_add(const Tensor& x, const Tensor& residual) {
+  return add_layer_norm(x, residual, normalized_shape, copy_to_region(weight, group_), copy_to_region(bias, group_), eps);
+}
+
 std::string SequenceParallelLayerNorm::extra_repr() const {
   return nn::LayerNorm::extra_repr() + ", sequence_parallel=true, tp=" + std::to_string(group_->size());
 }

@@ -55,6 +55,7 @@ class SequenceParallelLayerNorm : public nn::LayerNorm {
  public:
   SequenceParallelLayerNorm(int64_t features, double eps, DType dtype, CommPtr group);
   Tensor forward(const Tensor& x) override;
+  AddLayerNorm forward_add(const Tensor& x, const Tensor& residual) override;
 
  protected:
   std::string extra_repr() const override;

@@ -132,6 +132,19 @@ std::vector<OpCase> op_table() {
                  [cols](const V& x) { return layer_norm(x[0], {cols}); }});
   }
   t.push_back({"layer_norm_weight_only", {{3, 7, 65}, {65}}, [](const V& x) { return layer_norm(x[0], {65}, x[1]); }});
+  // Residual add + layer norm (one kernel on CUDA): both outputs in the result, so both and all
+  // four inputs' gradients are compared; warp and block rows; a transposed residual.
+  for (int64_t cols : {33, 768, 5000}) {
+    const int64_t rows = cols >= 768 ? 5 : 37;
+    t.push_back({"add_layer_norm_" + std::to_string(cols), {{rows, cols}, {rows, cols}, {cols}, {cols}}, [cols](const V& x) {
+                   const AddLayerNorm o = add_layer_norm(x[0], x[1], {cols}, x[2], x[3]);
+                   return add(mul(o.sum, 0.7), o.out);
+                 }});
+  }
+  t.push_back({"add_layer_norm_plain_transposed_residual", {{40, 33}, {33, 40}}, [](const V& x) {
+                 const AddLayerNorm o = add_layer_norm(x[0], transpose(x[1], 0, 1), {33});
+                 return add(mul(o.sum, 0.7), o.out);
+               }});
   t.push_back({"layer_norm_transposed", {{40, 33}, {40}, {40}},
                [](const V& x) { return layer_norm(transpose(x[0], 0, 1), {40}, x[1], x[2]); }});
   t.push_back({"layer_norm_two_dims", {{4, 6, 10}, {6, 10}, {6, 10}},

@@ -115,6 +115,74 @@ TEST(LayerNormGradcheck, AffineAndNot) {
   EXPECT_EQ(ew.grad().to_vector<double>(), (std::vector<double>{0, 0, 0, 0}));
 }
 
+TEST(AddLayerNorm, HandComputedRow) {
+  // x + r = [1, 2, 3, 6]: mean 3, biased variance (4 + 1 + 0 + 9) / 4 = 3.5, eps 0.
+  const Tensor x = from_vector<double>({0.5, 2, 4, 1}, {1, 4}), r = from_vector<double>({0.5, 0, -1, 5}, {1, 4});
+  const AddLayerNorm o = add_layer_norm(x, r, {4}, from_vector<double>({1, 2, 1, 1}), from_vector<double>({0, 0, 1, 0}), 0.0);
+  EXPECT_EQ(o.sum.to_vector<double>(), (std::vector<double>{1, 2, 3, 6}));
+  const double s = std::sqrt(3.5);
+  EXPECT_TRUE(all_close(o.out, from_vector<double>({-2 / s, -2 / s, 1.0, 3 / s}, {1, 4}), 1e-15, 1e-15));
+}
+
+TEST(AddLayerNorm, EqualsAddThenLayerNormExactly) {
+  // The sum is rounded to the dtype before it is normalized (f16 / bf16 included), so both
+  // results equal add then layer_norm bit for bit, forward and backward; transposed inputs.
+  Generator gen(77);
+  for (DType dt : {kF32, kF64, kF16, kBF16}) {
+    const Tensor x0 = randn({6, 40}, dt, &gen), r0 = t(contiguous(t(randn({6, 40}, dt, &gen))));
+    const Tensor w0 = randn({40}, dt, &gen), b0 = randn({40}, dt, &gen);
+    const Tensor gs = randn({6, 40}, dt, &gen), go = randn({6, 40}, dt, &gen);
+    Tensor x = x0.clone().set_requires_grad(), r = r0.clone().set_requires_grad(), w = w0.clone().set_requires_grad(),
+           b = b0.clone().set_requires_grad();
+    const AddLayerNorm o = add_layer_norm(x, r, {40}, w, b);
+    EXPECT_EQ(o.sum.dtype(), dt);
+    EXPECT_EQ(o.out.dtype(), dt);
+    add(sum(mul(o.sum, gs)), sum(mul(o.out, go))).backward();
+    Tensor x2 = x0.clone().set_requires_grad(), r2 = r0.clone().set_requires_grad(), w2 = w0.clone().set_requires_grad(),
+           b2 = b0.clone().set_requires_grad();
+    const Tensor s2 = add(x2, r2), o2 = layer_norm(s2, {40}, w2, b2);
+    add(sum(mul(s2, gs)), sum(mul(o2, go))).backward();
+    EXPECT_TRUE(all_close(o.sum, s2, 0, 0)) << dt;
+    EXPECT_TRUE(all_close(o.out, o2, 0, 0)) << dt;
+    EXPECT_TRUE(all_close(x.grad(), x2.grad(), 0, 0)) << dt;
+    EXPECT_TRUE(all_close(r.grad(), r2.grad(), 0, 0)) << dt;
+    EXPECT_TRUE(all_close(w.grad(), w2.grad(), 0, 0)) << dt;
+    EXPECT_TRUE(all_close(b.grad(), b2.grad(), 0, 0)) << dt;
+  }
+}
+
+TEST(AddLayerNormGradcheck, BothOutputsAndEachInput) {
+  // The loss uses both outputs (weighted differently), so x and residual get d sum + the layer
+  // norm gradient; without affine, with only some inputs requiring grad, two normalized dims.
+  const auto both = [](const AddLayerNorm& o) { return add(mul(o.sum, 0.7), o.out); };
+  const Tensor w = rand_leaf({5}, 51), b = rand_leaf({5}, 52);
+  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return both(add_layer_norm(in[0], in[1], {5}, in[2], in[3])); },
+                                {rand_leaf({3, 5}, 53), rand_leaf_transposed({3, 5}, 54), w, b})));
+  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return both(add_layer_norm(in[0], in[1], {5})); },
+                                {rand_leaf({2, 3, 5}, 55), rand_leaf({2, 3, 5}, 56)})));
+  const Tensor fixed = rand_leaf({4, 2, 3}, 57).detach();
+  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return both(add_layer_norm(in[0], fixed, {2, 3}, in[1])); },
+                                {rand_leaf({4, 2, 3}, 58), rand_leaf({2, 3}, 59)})));
+  // Only the normalized output used: the sum's gradient is zero, not missing.
+  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return add_layer_norm(in[0], in[1], {5}, w, b).out; },
+                                {rand_leaf({3, 5}, 60), rand_leaf({3, 5}, 61)})));
+}
+
+TEST(AddLayerNorm, Errors) {
+  std::string m = error_message([] { add_layer_norm(zeros({2, 4}), zeros({1, 4}), {4}); });
+  EXPECT_NE(m.find("add_layer_norm: the input of shape [2, 4] and the residual of shape [1, 4] must have the same shape"),
+            std::string::npos)
+      << m;
+  m = error_message([] { add_layer_norm(zeros({2, 4}), zeros({2, 4}, kF64), {4}); });
+  EXPECT_NE(m.find("add_layer_norm"), std::string::npos) << m;
+  m = error_message([] { add_layer_norm(zeros({2, 4}), zeros({2, 4}), {3}); });
+  EXPECT_NE(m.find("add_layer_norm: normalized_shape [3] does not match the last dims of the input of shape [2, 4]"),
+            std::string::npos)
+      << m;
+  m = error_message([] { add_layer_norm(zeros({2, 4}), Tensor(), {4}); });
+  EXPECT_NE(m.find("add_layer_norm"), std::string::npos) << m;
+}
+
 TEST(BatchNorm, TrainingMatchesPyTorchAndUpdatesRunningStats) {
   // PyTorch 1.13: F.batch_norm(x [3, 2, 4], rm, rv, w, b, training=True, momentum=0.3, eps=1e-4),
   // backward with kBnG; then the running statistics, and again after a second batch 2x + 1.
