@@ -87,6 +87,10 @@ std::vector<Case> cases() {
   }
   c.push_back({"layer_norm", kBF16, {{8192, 768}, {768}, {768}}, 0, 2 * 2.0 * 8192 * 768,
                [](const V& x) { return layer_norm(x[0], {768}, x[1], x[2]); }});
+  // GPT-2's h = x + attn_out; ln_2(h) (NOTE [Fused residual layer norm]): x and the residual
+  // read, the sum and the normalized output written. PyTorch's peer is add then layer_norm.
+  c.push_back({"add_layer_norm", kBF16, {{8192, 768}, {8192, 768}, {768}, {768}}, 0, 4 * 2.0 * 8192 * 768,
+               [](const V& x) { return add_layer_norm(x[0], x[1], {768}, x[2], x[3]).out; }});
   c.push_back({"transpose_copy", kBF16, {{8192, 8192}}, 0, 2 * 2.0 * 8192 * 8192,
                [](const V& x) { return transpose(x[0], 0, 1).contiguous(); }});
   // Convolution (cuDNN) at ResNet/AmoebaNet sizes: 3x3 64 -> 64 on 56 x 56, batch 32, forward

@@ -29,6 +29,7 @@ def op(name):
         "sum_cols": lambda x: x[0].sum(0),
         "transpose_copy": lambda x: x[0].t().contiguous(),
         "layer_norm": lambda x: torch.nn.functional.layer_norm(x[0], x[0].shape[-1:], x[1], x[2]),
+        "add_layer_norm": lambda x: torch.nn.functional.layer_norm(x[0] + x[1], x[0].shape[-1:], x[2], x[3]),
         "conv2d_3x3": lambda x: torch.nn.functional.conv2d(x[0], x[1], padding=1),
         "conv2d_3x3_fwdbwd": lambda x: conv_fwdbwd(x, 1),
         "conv2d_dw3x3_fwdbwd": lambda x: conv_fwdbwd(x, x[0].shape[1]),
