@@ -1,7 +1,8 @@
 // The CUDA fused attention (ops/cuda/attention.h) against the CPU kernels run in f64 on the same
 // (rounded) inputs: output, lse, dq, dk, dv (and dmask) for f32, f16 and bf16; head dims 32, 64,
 // 80, 128 and unequal q/v dims; lengths that are not multiples of the 64-row tile, Tq != Tk,
-// causal, additive and boolean padding masks, dropout with the CPU's keep mask; then
+// causal, additive and boolean padding masks, dropout with the CPU's keep mask, operands with
+// padded rows and k/v shared by every head; then
 // scaled_dot_product_attention end to end on CUDA tensors. f16/bf16 with head dims 64 and 128
 // take the tensor-core kernels, and run once more with them off. Every device allocation is poisoned
 // with NaN, so an output element a kernel forgets to write fails. Skips without a GPU.
@@ -61,8 +62,9 @@ struct Case {
   bool causal = false;
   MaskKind mask = MaskKind::None;
   double dropout = 0.0;
-  bool strided = false;     // q, k, v as column slices of wider rows (row stride > D)
+  int pad = 0;              // q, k, v, dout as column slices of rows `pad` elements wider (row stride > D)
   bool want_dmask = false;  // additive masks only
+  bool shared_kv = false;   // k and v one [1, Tk, d] expanded to every head (batch stride 0)
 };
 
 std::vector<Case> cases() {
@@ -79,8 +81,19 @@ std::vector<Case> cases() {
       {"dropout_causal_d64", 2, 200, 200, 64, 64, true, MaskKind::None, 0.1},
       {"dropout_padding_d128", 2, 130, 300, 128, 128, false, MaskKind::Padding, 0.1},
       {"dropout_additive_dmask_d32", 2, 65, 66, 32, 32, false, MaskKind::Additive, 0.1, false, true},
-      {"strided_dv_differs", 2, 100, 90, 64, 32, false, MaskKind::None, 0.0, true},
+      {"strided_dv_differs", 2, 100, 90, 64, 32, false, MaskKind::None, 0.0, 5},
       {"dv_wider_than_d", 2, 70, 70, 32, 128, true},
+      // Cases for the tensor-core kernels' own paths (f16/bf16): rows 8 elements wider stay
+      // 16-byte aligned, so the kernels read them through their row strides (dout included);
+      // causal with fewer queries than keys (key tiles no query sees); dropout with dmask in the
+      // dQ kernel; a single partial key tile; k and v shared by every head (batch stride 0).
+      {"strided_aligned_d64", 3, 100, 130, 64, 64, false, MaskKind::Additive, 0.0, 8},
+      {"strided_aligned_causal_dropout_d128", 2, 90, 90, 128, 128, true, MaskKind::None, 0.1, 8},
+      {"causal_fewer_queries_d64", 2, 130, 200, 64, 64, true},
+      {"dropout_additive_dmask_d64", 2, 65, 66, 64, 64, false, MaskKind::Additive, 0.1, 0, true},
+      {"dropout_additive_dmask_causal_d128", 2, 140, 100, 128, 128, true, MaskKind::Additive, 0.1, 0, true},
+      {"five_keys_d128", 2, 150, 5, 128, 128, false, MaskKind::AdditiveBroadcast},
+      {"shared_kv_d64", 3, 70, 90, 64, 64, true, MaskKind::None, 0.0, 0, false, true},
   };
 }
 
@@ -106,13 +119,17 @@ Tensor mask_storage(const Case& c, DType dt, Generator& g) {
 
 void check_case(const Case& c, DType dt, uint64_t seed) {
   Generator g(seed);
-  // Operands as [BH, T, d] views of [BH, T, d + 5] rows when strided; the same values and layout
-  // on both sides.
-  const auto draw = [&](int64_t t, int64_t d) { return randn({c.BH, t, c.strided ? d + 5 : d}, kF64, &g).to(dt); };
-  const auto view = [&](const Tensor& base, int64_t d) { return c.strided ? narrow(base, 2, 0, d) : base; };
-  const Tensor qb = draw(c.Tq, c.D), kb = draw(c.Tk, c.D), vb = draw(c.Tk, c.Dv);
+  // Operands as [BH, T, d] views of [BH, T, d + pad] rows when padded (k and v: of one head
+  // expanded to all when shared); the same values and layout on both sides.
+  const auto draw = [&](int64_t bh, int64_t t, int64_t d) { return randn({bh, t, d + c.pad}, kF64, &g).to(dt); };
+  const auto view = [&](const Tensor& base, int64_t d) {
+    const Tensor x = c.pad ? narrow(base, 2, 0, d) : base;
+    return x.size(0) == c.BH ? x : expand(x, {c.BH, x.size(1), x.size(2)});
+  };
+  const int64_t kv_heads = c.shared_kv ? 1 : c.BH;
+  const Tensor qb = draw(c.BH, c.Tq, c.D), kb = draw(kv_heads, c.Tk, c.D), vb = draw(kv_heads, c.Tk, c.Dv);
   const Tensor ms = mask_storage(c, dt, g);
-  const Tensor dout = randn({c.BH, c.Tq, c.Dv}, kF64, &g).to(dt);
+  const Tensor doutb = draw(c.BH, c.Tq, c.Dv);
   const Shape scores{c.BH, c.Tq, c.Tk};
   cpu::AttentionParams p;
   p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
@@ -126,12 +143,18 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   const Tensor mask = ms.defined() ? expand(f64(ms), scores) : Tensor();
   Tensor lse_ref;
   const Tensor out_ref = cpu::attention_forward(q, k, v, mask, p, lse_ref);
-  const cpu::AttentionGrads g_ref = cpu::attention_backward(f64(dout), q, k, v, mask, out_ref, lse_ref, p, c.want_dmask);
+  const cpu::AttentionGrads g_ref =
+      cpu::attention_backward(f64(view(doutb, c.Dv)), q, k, v, mask, out_ref, lse_ref, p, c.want_dmask);
 
   const Tensor qd = view(qb.to(kGPU), c.D), kd = view(kb.to(kGPU), c.D), vd = view(vb.to(kGPU), c.Dv);
+  const Tensor doutd = view(doutb.to(kGPU), c.Dv);
   const Tensor md = ms.defined() ? expand(ms.to(kGPU), scores) : Tensor();
-  if (c.strided) {
-    ASSERT_EQ(qd.stride(1), c.D + 5);
+  if (c.pad) {
+    ASSERT_EQ(qd.stride(1), c.D + c.pad);
+    ASSERT_EQ(doutd.stride(1), c.Dv + c.pad);
+  }
+  if (c.shared_kv) {
+    ASSERT_EQ(kd.stride(0), 0);
   }
   Tensor lse;
   const Tensor out = cuda::attention_forward(qd, kd, vd, md, p, lse);
@@ -142,7 +165,7 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   EXPECT_LE(rel_error(out, out_ref), tolerance(dt, false)) << "out";
   EXPECT_LE(rel_error(lse, lse_ref), kLseTolerance) << "lse";
 
-  const cpu::AttentionGrads gd = cuda::attention_backward(dout.to(kGPU), qd, kd, vd, md, out, lse, p, c.want_dmask);
+  const cpu::AttentionGrads gd = cuda::attention_backward(doutd, qd, kd, vd, md, out, lse, p, c.want_dmask);
   EXPECT_LE(rel_error(gd.dq, g_ref.dq), tolerance(dt, true)) << "dq";
   EXPECT_LE(rel_error(gd.dk, g_ref.dk), tolerance(dt, true)) << "dk";
   EXPECT_LE(rel_error(gd.dv, g_ref.dv), tolerance(dt, true)) << "dv";
