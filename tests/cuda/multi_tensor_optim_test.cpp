@@ -76,9 +76,9 @@ void set_grads(Twin& t, DType dt, Generator& g) {
 // `steps` updates of both optimizers on the same gradients; the largest relative error over
 // the parameters and every state buffer.
 double cpu_vs_gpu(const MakeOpt& make, DType dt, int steps, std::unique_ptr<nn::optim::Optimizer>* out_cpu = nullptr,
-                  std::unique_ptr<nn::optim::Optimizer>* out_gpu = nullptr) {
+                  std::unique_ptr<nn::optim::Optimizer>* out_gpu = nullptr,
+                  const std::vector<Shape>& shapes = assorted_shapes()) {
   Generator g(11);
-  const std::vector<Shape> shapes = assorted_shapes();
   Twin t = make_params(shapes, dt, g);
   auto oc = make(t.cpu), og = make(t.gpu);
   for (int s = 0; s < steps; ++s) {
@@ -181,6 +181,120 @@ TEST_F(CudaMultiTensor, ATensorSplitAcrossLaunchesIsUpdatedWhole) {
   EXPECT_EQ(multi_tensor_launches() - before, 2);
   // p - lr * g: contracted or not, the results differ by at most half an ulp of lr * g (6e-8).
   for (size_t i = 0; i < shapes.size(); ++i) EXPECT_LE(rel_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)), 1e-7) << i;
+}
+
+// The per-chunk partial sums (LAMB's norms, clip_grad_norm_'s squares) of tensors split across
+// launches: 1 + 301 + 40 chunks, so the first launch (kMultiTensorMaxBlocks blocks) ends inside
+// the third tensor, whose chunk_base and partials must continue in the second launch, for LAMB's
+// moments (4 lists) and apply (3 lists) passes and for the gradient norm (1 list).
+TEST_F(CudaMultiTensor, LambAndClipOverTensorsSplitAcrossLaunchesMatchTheCpu) {
+  using namespace nn::optim;
+  static_assert(kMultiTensorChunk == 65536 && kMultiTensorMaxBlocks == 320, "the split below assumes these");
+  const std::vector<Shape> shapes = {{1000}, {300 * 65536 + 5}, {40 * 65536}};
+  std::unique_ptr<Optimizer> oc, og;
+  const MakeOpt make = [](std::vector<Tensor> p) {
+    return std::make_unique<LAMB>(p, LAMBOptions{.lr = 1e-2, .weight_decay = 1e-2});
+  };
+  // Sums of 2e7 squares in f64 in two orders: 1e-16 relative each; the rest as in the test above.
+  EXPECT_LE(cpu_vs_gpu(make, kF32, 2, &oc, &og, shapes), 1e-6);
+  auto& lc = dynamic_cast<LAMB&>(*oc);
+  auto& lg = dynamic_cast<LAMB&>(*og);
+  for (int64_t i = 0; i < lc.num_params(); ++i) {
+    const double c = lc.last_trust_ratio(i), gv = lg.last_trust_ratio(i);
+    EXPECT_NEAR(gv, c, 1e-6 * std::fabs(c)) << "parameter " << i;
+  }
+  Generator g(5);
+  Twin t = make_params(shapes, kF32, g);
+  set_grads(t, kF32, g);
+  const double nc = nn::clip_grad_norm_(t.cpu, 1.0);
+  const int64_t before = multi_tensor_launches();
+  const double ng = nn::clip_grad_norm_(t.gpu, 1.0);
+  // The norm's pass and the scaling pass, two launches each.
+  EXPECT_EQ(multi_tensor_launches() - before, 4);
+  EXPECT_NEAR(ng, nc, 1e-7 * nc);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    EXPECT_LE(rel_error(t.gpu[i].grad().to(kCPU).to(kF64), t.cpu[i].grad().to(kF64)), 1e-6) << i;
+}
+
+// LAMB's trust ratio is 1 when either norm is 0 (math::lamb_trust_ratio): a zero parameter of
+// two chunks (||p|| = 0), and at step 1 without weight decay a zero gradient (m = v = 0, so
+// r = 0 and ||r|| = 0); the device's per-chunk norms must give exactly 1 there, as the CPU.
+TEST_F(CudaMultiTensor, LambZeroNormsGiveTrustRatioOne) {
+  using namespace nn::optim;
+  Generator g(21);
+  std::vector<Tensor> init = {zeros({70000}, kF32), randn({70000}, kF32, &g), randn({333}, kF32, &g)};
+  std::vector<Tensor> grads = {randn({70000}, kF32, &g), zeros({70000}, kF32), randn({333}, kF32, &g)};
+  std::vector<Tensor> pc, pg;
+  for (size_t i = 0; i < init.size(); ++i) {
+    pc.push_back(init[i].clone().set_requires_grad(true));
+    pg.push_back(init[i].to(kGPU).set_requires_grad(true));
+    pc.back().set_grad(grads[i].clone());
+    pg.back().set_grad(grads[i].to(kGPU));
+  }
+  const LAMBOptions o{.lr = 1e-2, .weight_decay = 0.0};
+  LAMB oc(pc, o), og(pg, o);
+  oc.step();
+  og.step();
+  EXPECT_EQ(oc.last_trust_ratio(0), 1.0);
+  EXPECT_EQ(og.last_trust_ratio(0), 1.0) << "zero parameter";
+  EXPECT_EQ(oc.last_trust_ratio(1), 1.0);
+  EXPECT_EQ(og.last_trust_ratio(1), 1.0) << "zero update";
+  EXPECT_NE(og.last_trust_ratio(2), 1.0);
+  EXPECT_NEAR(og.last_trust_ratio(2), oc.last_trust_ratio(2), 1e-6 * oc.last_trust_ratio(2));
+  for (size_t i = 0; i < init.size(); ++i)
+    EXPECT_LE(rel_error(pg[i].to(kCPU).to(kF64), pc[i].to(kF64)), 1e-6) << "parameter " << i;
+}
+
+// Parameters of one group at different step counts (a parameter without a gradient in a step
+// keeps its count; batches are keyed by it, NOTE [Optimizer kernels]) and SGD momentum buffers
+// created in different steps (the first-step flag): the device follows the CPU parameter by
+// parameter.
+TEST_F(CudaMultiTensor, ParametersAtDifferentStepCountsMatchTheCpu) {
+  using namespace nn::optim;
+  const std::vector<std::pair<std::string, MakeOpt>> cases = {
+      {"adam", [](std::vector<Tensor> p) { return std::make_unique<Adam>(p, AdamOptions{.lr = 1e-2}); }},
+      {"adamw_amsgrad",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<AdamW>(p, AdamWOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true});
+       }},
+      {"sgd_momentum",
+       [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, SGDOptions{.lr = 0.1, .momentum = 0.9}); }},
+      {"lamb", [](std::vector<Tensor> p) { return std::make_unique<LAMB>(p, LAMBOptions{.lr = 1e-2}); }},
+  };
+  const std::vector<Shape> shapes = {{7}, {100}, {3, 5}, {65537}, {1}, {40}};
+  for (const auto& [name, make] : cases) {
+    Generator g(31);
+    Twin t = make_params(shapes, kF32, g);
+    auto oc = make(t.cpu), og = make(t.gpu);
+    for (int s = 0; s < 4; ++s) {
+      set_grads(t, kF32, g);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        // Step 0: only the even parameters; step 2: all but parameter 1; else all.
+        if ((s == 0 && i % 2 == 1) || (s == 2 && i == 1)) {
+          t.cpu[i].zero_grad(true);
+          t.gpu[i].zero_grad(true);
+        }
+      }
+      oc->step();
+      og->step();
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const int64_t k = static_cast<int64_t>(i);
+      EXPECT_EQ(og->state(k).step, oc->state(k).step) << name << " parameter " << i;
+      EXPECT_LE(rel_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)), 1e-6) << name << " parameter " << i;
+      const auto& sc = oc->state(k).slots;
+      const auto& sg = og->state(k).slots;
+      ASSERT_EQ(sc.size(), sg.size()) << name << " parameter " << i;
+      for (size_t j = 0; j < sc.size(); ++j) {
+        EXPECT_EQ(sc[j].defined(), sg[j].defined()) << name << " parameter " << i << " slot " << j;
+        if (sc[j].defined() && sg[j].defined()) {
+          EXPECT_LE(rel_error(sg[j].to(kCPU).to(kF64), sc[j].to(kF64)), 1e-6) << name << " parameter " << i << " slot " << j;
+        }
+      }
+    }
+    EXPECT_EQ(oc->state(0).step, 4);
+    EXPECT_EQ(oc->state(1).step, 2);
+  }
 }
 
 TEST_F(CudaMultiTensor, AStepCostsOneLaunchPerFilledStruct) {

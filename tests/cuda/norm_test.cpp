@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/allocator.h"
+#include "ops/cuda/norm.h"
 #include "cuda/cuda_test_util.h"
 #include "test_util.h"
 
@@ -195,6 +196,47 @@ TEST_F(CudaNorm, LayerNormEmptyRowsAndZeroWidth) {
   EXPECT_EQ(y.sizes(), (Shape{3, 0}));
   sum(y).backward();
   EXPECT_EQ(w.grad().sizes(), (Shape{0}));
+}
+
+// The fused residual kernel (NOTE [Fused residual layer norm] in ops/norm.h) against the two
+// separate device ops it replaces: its sum must be add's bits (x + r in f32, rounded once to the
+// dtype) and its output, mean and rstd layer_norm's bits on that sum (the same per-thread order
+// of the same rounded values). Covers both row widths (warp rows below 1024 columns, block rows
+// from 1024), rows that leave the last block's warps without a row (37, 1001), many rows, one
+// column, empty rows and zero columns.
+TEST_F(CudaNorm, AddLayerNormIsAddThenLayerNormBitForBit) {
+  struct Case {
+    int64_t rows, cols;
+  };
+  const std::vector<Case> cases = {{37, 33}, {37, 1}, {1001, 1023}, {3, 1024}, {5, 5000}, {9, 64}, {0, 16}, {4, 0}};
+  uint64_t seed = 300;
+  for (DType dt : {kF32, kF16, kBF16}) {
+    for (const Case& c : cases) {
+      for (bool affine : {true, false}) {
+        SCOPED_TRACE(detail::str(dtype_name(dt), " rows ", c.rows, " cols ", c.cols, affine ? " affine" : " plain"));
+        const Tensor x = randn_dt({c.rows, c.cols}, dt, seed++, 3.0, 1.0).to(kGPU);
+        const Tensor r = randn_dt({c.rows, c.cols}, dt, seed++).to(kGPU);
+        const Tensor w = affine ? randn_dt({c.cols}, dt, seed++).to(kGPU) : Tensor();
+        const Tensor b = affine ? randn_dt({c.cols}, dt, seed++).to(kGPU) : Tensor();
+        const cuda::AddLayerNormForward f = cuda::add_layer_norm(x, r, c.rows, c.cols, w, b, 1e-5);
+        const Tensor s = add(x, r);
+        const cuda::LayerNormForward ln = cuda::layer_norm(s, c.rows, c.cols, w, b, 1e-5);
+        EXPECT_EQ(f.sum.dtype(), dt);
+        EXPECT_EQ(f.y.dtype(), dt);
+        EXPECT_EQ(f.sum.numel(), c.rows * c.cols);
+        EXPECT_EQ(f.mean.numel(), c.rows);
+        EXPECT_TRUE(bitwise_equal(f.sum, s)) << "sum";
+        EXPECT_TRUE(bitwise_equal(f.y, ln.y)) << "y";
+        if (c.cols == 0) {  // no elements: NaN statistics, as layer_norm's
+          for (double v : f.mean.to(kCPU).to_vector<double>()) EXPECT_TRUE(std::isnan(v));
+          for (double v : f.rstd.to(kCPU).to_vector<double>()) EXPECT_TRUE(std::isnan(v));
+        } else {
+          EXPECT_TRUE(bitwise_equal(f.mean, ln.mean)) << "mean";
+          EXPECT_TRUE(bitwise_equal(f.rstd, ln.rstd)) << "rstd";
+        }
+      }
+    }
+  }
 }
 
 TEST_F(CudaNorm, ErrorsNameTheOpTheDtypeAndTheDevices) {
