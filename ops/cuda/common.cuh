@@ -6,6 +6,13 @@
 // and dtype takes the op as a run-time value (a switch that every thread takes the same way, so
 // it costs nothing next to the memory traffic) instead of one template per op: that keeps the
 // CUDA compile of the project short on a 2-core machine.
+//
+// NOTE [Restrict and read-only loads]: `const T* __restrict__` lets nvcc load through the
+// read-only (non-coherent) path, `ld.global.nc`, whose data may be stale for memory the same
+// kernel writes. A kernel that writes a buffer and reads it back (add_layer_norm's sum row), or
+// whose contract lets an input alias an output (in-place ops), must not reach that buffer
+// through a `__restrict__` pointer. Checkable without a GPU: `nvcc -ptx` and look for
+// `ld.global.nc` on such buffers (a review found one this way in ops/cuda/norm.cu).
 #pragma once
 
 #include "core/cuda/loops.cuh"

@@ -56,10 +56,11 @@ Tensor f32_contiguous(const Tensor& t) { return t.to(DType::F32).contiguous(); }
 // stays in L1/L2 between them), then y. w and b may be null (1 and 0). With a residual r (else
 // null), the row is first x + r rounded to T, written to sum and read back from there by the
 // later passes (each thread rereads only what it wrote itself).
-// x and sum are deliberately not __restrict__: the later passes read through one pointer that is
-// x's row or sum's, and with x a const __restrict__ pointer nvcc compiled every such read as
-// ld.global.nc (the read-only, non-coherent path, whose data must not be written during the
-// kernel) although on the residual path it reads what this kernel has just stored to sum.
+// x and sum are deliberately not __restrict__ (NOTE [Restrict and read-only loads] in
+// common.cuh): the later passes read through one pointer that is x's row or sum's, and with x a
+// const __restrict__ pointer nvcc compiled every such read as ld.global.nc (the read-only,
+// non-coherent path, whose data must not be written during the kernel) although on the residual
+// path it reads what this kernel has just stored to sum.
 template <typename T>
 __global__ void __launch_bounds__(kBlock) layer_norm_kernel(const T* x, const T* __restrict__ r,
                                                             T* sum, const T* __restrict__ w,
