@@ -255,7 +255,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (nbatch > 1 && batch_stride_of(batch, batch_strides(b), sb) && sb == 0 && a.stride(-1) == 1 &&
       batch_stride_of(batch, batch_strides(a), sa) && sa == m * a.stride(-2) && a.stride(-2) >= k) {
     Operand A, B;
-    Tensor b2 = reshape(b_in, {k, n});  // the one matrix every batch shares
+    // The one matrix every batch shares: b's first batch entry. Not reshape(b_in, ...): b_in
+    // may itself be an expanded view ([4, k, n] with batch stride 0), whose numel is not k * n.
+    Tensor b2 = b.as_strided({k, n}, {b.stride(-2), b.stride(-1)}, b.storage_offset());
     if (!as_transposed(k, n, b2.stride(0), b2.stride(1), A)) {
       b2 = b2.contiguous();
       as_transposed(k, n, b2.stride(0), b2.stride(1), A);

@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(kReduceThreads) ce_forward_kernel(const T* __r
         if (v > mt) {
           st = st * expf(mt - v) + 1.0f;
           mt = v;
-        } else {
+        } else if (v != -INFINITY) {
+          // A -inf logit (a masked class) adds e^-inf = 0; while mt is still -inf, e^(v - mt)
+          // would be e^NaN and poison the row. NaN logits still reach here and propagate.
           st += expf(v - mt);
         }
         if (smoothing) swx += static_cast<double>(w ? w[c] : 1.0f) * static_cast<double>(v);

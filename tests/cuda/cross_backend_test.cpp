@@ -105,6 +105,10 @@ std::vector<OpCase> op_table() {
   t.push_back({"matmul_transposed", {{70, 33}, {17, 70}},
                [](const V& x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }});
   t.push_back({"bmm", {{3, 9, 40}, {3, 40, 12}}, [](const V& x) { return bmm(x[0], x[1]); }});
+  // Odd batch strides (369 and 533 elements): batch i > 0 of an f16/bf16 operand starts only
+  // 2-byte aligned although the base pointer is 256-byte aligned; cuBLASLt must see that through
+  // the layout's strided-batch offset.
+  t.push_back({"bmm_odd_batch_strides", {{3, 9, 41}, {3, 41, 13}}, [](const V& x) { return bmm(x[0], x[1]); }});
   t.push_back({"matmul_broadcast_batch", {{2, 1, 5, 8}, {3, 8, 6}}, [](const V& x) { return matmul(x[0], x[1]); }});
   t.push_back({"matmul_shared_rhs", {{4, 7, 24}, {24, 10}}, [](const V& x) { return matmul(x[0], x[1]); }});
   t.push_back({"matmul_vector", {{5, 24}, {24}}, [](const V& x) { return matmul(x[0], x[1]); }});

@@ -79,6 +79,52 @@ TEST_F(CudaLinalg, CachedPlansTakeEachCallsPointers) {
   }
 }
 
+TEST_F(CudaLinalg, ExpandedSharedRightOperand) {
+  // b is a view expanded over the batch (stride 0, numel 4 * k * n in shape terms): the shared
+  // right operand of the folded GEMM is b's first batch entry, not reshape(b, {k, n}).
+  for (DType dt : {kF32, kF16, kBF16}) {
+    const Tensor a = rand_in({4, 7, 24}, dt, 16), b = rand_in({24, 10}, dt, 17);
+    const Tensor ref = matmul(a.to(kF64), b.to(kF64));
+    const Tensor got = matmul(a.to(kGPU), expand(b.to(kGPU), {4, 24, 10})).to(kCPU);
+    EXPECT_LE(rel_error(got, ref), trident::testing::tolerance(dt, false)) << dt;
+    // Transposed and expanded: the shared matrix is read with op T.
+    const Tensor bt = rand_in({10, 24}, dt, 18);
+    const Tensor reft = matmul(a.to(kF64), transpose(bt.to(kF64), 0, 1));
+    const Tensor gott = matmul(a.to(kGPU), expand(transpose(bt.to(kGPU), 0, 1), {4, 24, 10})).to(kCPU);
+    EXPECT_LE(rel_error(gott, reft), trident::testing::tolerance(dt, false)) << dt;
+  }
+}
+
+TEST_F(CudaLinalg, FusedGeluPlansTakeEachCallsAuxAndBias) {
+  // linear_gelu's cached plan reused by two calls of one shape: each call's pre-activation (the
+  // epilogue's aux output) must land in its own buffer, so both backward passes match the CPU.
+  // A misaligned bias (one element in) gets its own plan.
+  for (DType dt : {kF16, kBF16}) {
+    const Tensor w = rand_in({24, 48}, dt, 19);
+    const Tensor bias_big = rand_in({25}, dt, 20);
+    std::vector<Tensor> xs_gpu, xs_cpu, ws_gpu, ws_cpu;
+    std::vector<Tensor> ys_gpu, ys_cpu;
+    for (int i = 0; i < 3; ++i) {
+      const Tensor x = rand_in({9, 48}, dt, 21 + static_cast<uint64_t>(i));
+      const Tensor b = i == 2 ? slice(bias_big, 0, 1, 25) : slice(bias_big, 0, 0, 24);
+      Tensor xg = x.to(kGPU).set_requires_grad(), wg = w.to(kGPU).set_requires_grad();
+      Tensor xc = x.to(kF64).set_requires_grad(), wc = w.to(kF64).set_requires_grad();
+      ys_gpu.push_back(linear_gelu(xg, wg, b.to(kGPU), GeluApproximation::Tanh));
+      ys_cpu.push_back(linear_gelu(xc, wc, b.to(kF64), GeluApproximation::Tanh));
+      xs_gpu.push_back(xg), xs_cpu.push_back(xc), ws_gpu.push_back(wg), ws_cpu.push_back(wc);
+    }
+    const double tol = trident::testing::tolerance(dt, true);
+    for (size_t i = 0; i < ys_gpu.size(); ++i) {  // backward only after every forward ran
+      const Tensor gy = rand_in(ys_cpu[i].sizes(), dt, 30 + i);
+      sum(mul(ys_gpu[i], gy.to(kGPU))).backward();
+      sum(mul(ys_cpu[i], gy.to(kF64))).backward();
+      EXPECT_LE(rel_error(ys_gpu[i].to(kCPU), ys_cpu[i].detach()), tol) << dt << " call " << i;
+      EXPECT_LE(rel_error(xs_gpu[i].grad().to(kCPU), xs_cpu[i].grad()), tol) << dt << " dx, call " << i;
+      EXPECT_LE(rel_error(ws_gpu[i].grad().to(kCPU), ws_cpu[i].grad()), tol) << dt << " dw, call " << i;
+    }
+  }
+}
+
 TEST_F(CudaLinalg, EmptyAndZeroInner) {
   const TensorOptions o = TensorOptions(kF32).device(kGPU);
   EXPECT_EQ(matmul(empty({0, 4}, o), empty({4, 3}, o)).sizes(), (Shape{0, 3}));

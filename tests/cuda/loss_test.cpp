@@ -115,6 +115,37 @@ TEST_P(CudaLoss, CrossEntropyMatchesTheCpu) {
   }
 }
 
+TEST_P(CudaLoss, CrossEntropyWithMaskedLogitsMatchesTheCpu) {
+  // -inf logits (masked classes, e.g. a vocabulary padded to a multiple of 64): they add e^-inf = 0
+  // to the sum on the CPU; the online max/sum must not turn a -inf seen before any finite logit
+  // into NaN. The first 300 classes are masked, so each thread of a block (or warp, or a thread
+  // per position) starts on -inf; targets are never masked classes.
+  const DType dt = GetParam();
+  struct Case {
+    Shape logits;
+    int64_t classes;
+  };
+  const std::vector<Case> cases = {{{6, 50304}, 50304}, {{9, 700}, 700}, {{3, 400, 5}, 400}};
+  uint64_t seed = 300;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("logits " + shape_str(c.logits));
+    Generator g(seed++);
+    Shape ts{c.logits[0]};
+    if (c.logits.size() == 3) ts.push_back(c.logits[2]);
+    Shape ms{c.classes};
+    if (c.logits.size() == 3) ms.push_back(1);
+    const Tensor masked = lt(reshape(arange(0, static_cast<double>(c.classes), 1.0, kF64), ms), 300.0);
+    const Tensor x = masked_fill(mul(randn(c.logits, kF64, &g), 3.0), masked, -INFINITY).to(dt);
+    const Tensor t = where(lt(rand(ts, kF64, &g), 0.15), full(ts, -100.0, kI64), randint(300, c.classes, ts, kI64, &g));
+    Tensor xr = x.to(kF64).detach().set_requires_grad(), xd = x.to(kGPU).detach().set_requires_grad();
+    CrossEntropyOptions none;
+    none.reduction = Reduction::None;
+    const Tensor ref = cross_entropy(xr, t, none);
+    const Tensor got = cross_entropy(xd, t.to(kGPU), none);
+    compare(got, ref, {xd}, {xr}, dt, g);
+  }
+}
+
 TEST_P(CudaLoss, CrossEntropyWithEveryTargetIgnoredIsNanWithZeroGradient) {
   const DType dt = GetParam();
   Generator g(200);
