@@ -139,7 +139,9 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 // C[m, n] (column-major, ldc = m, batch stride m * n) = op(A)[m, k] op(B)[k, n] (+ bias[m] per
 // row of C), on the current stream of `device`. With gelu_aux (batch 1, m a multiple of 8), C
 // gets GELU (tanh form) of that, and gelu_aux [m, n] (column-major, ld m) the value before it.
-void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& A, const Operand& B, void* C,
+// Returns false, computing nothing, when cuBLASLt has no algorithm for the GELU epilogue at these
+// alignments (the caller then runs linear and gelu); without the epilogue that is an error.
+bool gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& A, const Operand& B, void* C,
           int64_t batch, const void* bias, void* gelu_aux = nullptr) {
   const cudaDataType_t type = cuda_type(dt);
   const bool tf32 = dt == DType::F32 && g_allow_tf32.load(std::memory_order_relaxed);
@@ -197,6 +199,10 @@ void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& 
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c, plan->c,
                                                               pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (gelu_aux != nullptr && !(st == CUBLAS_STATUS_SUCCESS && found > 0)) {
+      plans.erase(key);  // asked again next time: the heuristic is cheap next to a failure
+      return false;
+    }
     TRIDENT_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "matmul (CUDA): cuBLASLt has no algorithm for ", dt, " [", m,
                   " x ", k, "] @ [", k, " x ", n, "] (column-major, batch ", batch, ", lda ", A.ld, ", ldb ", B.ld,
                   ", transposed ", A.trans, "/", B.trans, "): status ", static_cast<int>(st));
@@ -219,6 +225,7 @@ void gemm(int device, DType dt, int64_t m, int64_t n, int64_t k, const Operand& 
   TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle, slot->desc, &alpha, A.ptr, slot->a, B.ptr, slot->b, &beta, C, slot->c, C,
                                       slot->c, &slot->algo, ws.data_ptr(), kWorkspaceBytes,
                                       current_stream(device).handle()));
+  return true;
 }
 
 }  // namespace
@@ -294,7 +301,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 namespace {
 
-// linear, and with `pre` (not null) the fused GELU: *pre gets the value before GELU.
+// linear, and with `pre` (not null) the fused GELU: *pre gets the value before GELU; an
+// undefined result when cuBLASLt has no fused-GELU algorithm for these operands (gemm).
 Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor* pre) {
   const int64_t in = w.size(1), out_f = w.size(0);
   Shape out_shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -324,8 +332,9 @@ Tensor linear_impl(const Tensor& x, const Tensor& w, const Tensor& b, Tensor* pr
   B.ptr = x2.data_ptr();
   Tensor bias = b.defined() ? b.contiguous() : Tensor();
   if (pre != nullptr) *pre = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
-  gemm(device, x.dtype(), out_f, rows, in, A, B, out.data_ptr(), 1, bias.defined() ? bias.data_ptr() : nullptr,
-       pre != nullptr ? pre->data_ptr() : nullptr);
+  if (!gemm(device, x.dtype(), out_f, rows, in, A, B, out.data_ptr(), 1, bias.defined() ? bias.data_ptr() : nullptr,
+            pre != nullptr ? pre->data_ptr() : nullptr))
+    return Tensor();
   return out;
 }
 
@@ -339,7 +348,7 @@ bool linear_gelu_tanh(const Tensor& x, const Tensor& w, const Tensor& b, Tensor&
   // f32 keeps the two kernels: the fusion is for the half-precision training path.
   if (x.dtype() == DType::F32 || w.size(0) % 8 != 0 || w.size(1) == 0 || x.numel() == 0) return false;
   out = linear_impl(x, w, b, &pre);
-  return true;
+  return out.defined();
 }
 
 }  // namespace trident::cuda
