@@ -666,7 +666,9 @@ int train(const TrainOptions& o, TrainTask& task) {
         } else if (tp->size() > 1) {
           parallel::tp::clip_grad_norm_(model, o.grad_clip, *tp);
         } else {
-          nn::clip_grad_norm_(model.parameters(), o.grad_clip);
+          // The norm is not read here: on a GPU it stays there (no synchronization per step);
+          // the same kernels as clip_grad_norm_, so the same gradients.
+          nn::clip_grad_norm_on_device_(model.parameters(), o.grad_clip);
         }
       }
       scaler.step(*plain);
