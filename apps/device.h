@@ -8,7 +8,9 @@
 // Checkpoints are written from the device (the safetensors writer copies each tensor to the host)
 // and read onto it (the state dict loads copy into the device parameters, the optimizer state is
 // made on its parameters' device). The loss of a step stays on the device and is read once per
-// logged step (the one synchronization the loop asks for; clipping's norm is another). Under
+// logged step (the one read the loop asks for; gradient clipping keeps its norm on the device,
+// fp16's overflow check reads one flag per step, and each batch's upload from pageable host
+// memory waits for the stream, NOTE [Cross-device copies]). Under
 // `mpirun -np N ... --dp N --device cuda` each rank takes one GPU (rank_device) and the
 // gradients' bucketed all-reduces go over an NCCL communicator bootstrapped over the MPI dp group
 // (apps/train_common.cpp), while host numbers (loss counts, the logged loss) stay on MPI. --pp,

@@ -27,7 +27,7 @@ done
 expect_fail "--device must be cpu, cuda or cuda:N, got 'tpu'" "$bin/generate" --ckpt "$dir/none" --device tpu
 
 if [ "$have_cuda" = ON ] && nvidia-smi -L >/dev/null 2>&1; then
-  echo "a GPU is present: the refusals of --device cuda are not tested here (scripts/app_cuda_check.sh runs it)"
+  echo "a GPU is present: the refusals of --device cuda are not tested here (scripts/app-cuda-check.sh runs it)"
   exit 0
 fi
 if [ "$have_cuda" = ON ]; then

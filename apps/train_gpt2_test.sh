@@ -29,6 +29,19 @@ grep -q '^validation perplexity: ' "$dir/straight.txt"
 echo '{"steps": 2, "batch": 2, "log_every": 1, "model": "{\"n_layer\": 1, \"n_embd\": 16, \"n_head\": 2, \"n_positions\": 16, \"vocab_size\": 500}"}' >"$dir/c.json"
 "$exe" --config "$dir/c.json" --train "$dir/tiny_train_*.bin" --steps 3 --threads 1 >"$dir/cfg.txt"
 grep -q '^step      3/3 ' "$dir/cfg.txt" || { cat "$dir/cfg.txt"; echo "--steps 3 did not override the config's 2"; exit 1; }
+# --precision bf16: the validation loss is computed in f32 (inside the autocast scope), not
+# rounded to bf16. One batch, so a loss rounded to bf16 would be logged as such: its f32 bits
+# would end in 16 zeros (an f32 loss does so by chance once in 65536).
+run --steps 1 --warmup 0 --eval-batches 1 --precision bf16 --metrics "$dir/bf16.jsonl" >/dev/null
+python3 - "$dir/bf16.jsonl" <<'PY'
+import json, struct, sys
+vals = [json.loads(l)["val_loss"] for l in open(sys.argv[1]) if "val_loss" in l]
+assert len(vals) == 2, vals
+for v in vals:
+    bits = struct.unpack("<I", struct.pack("<f", v))[0]
+    assert bits & 0xFFFF, f"validation loss {v!r} under bf16 is rounded to bf16 (computed outside autocast?)"
+print("bf16 validation losses in f32:", vals)
+PY
 # Bad input: one line on stderr, non-zero exit.
 expect_fail() {
   local want="$1"; shift

@@ -12,6 +12,15 @@
 
 namespace trident::nn {
 
+namespace {
+// num_batches_tracked += 1. The counter is an i64 buffer, and the CUDA arithmetic ops take
+// floating tensors only (add_(counter, 1.0) fails on a GPU), so the one is added by add_into_
+// (core/copy.h), which adds integers on either device, without a synchronization.
+void count_batch(const Tensor& counter) {
+  add_into_(counter, ones({}, TensorOptions(counter.dtype()).device(counter.device())));
+}
+}  // namespace
+
 LayerNorm::LayerNorm(Shape shape, double e, bool affine, DType dtype)
     : UnaryModule("LayerNorm"), normalized_shape(std::move(shape)), eps(e) {
   if (affine) {
@@ -65,7 +74,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   }
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard no_grad;
-    add_(num_batches_tracked, 1.0);
+    count_batch(num_batches_tracked);
   }
   return batch_norm(x, use_batch_stats && !is_training() ? Tensor() : running_mean,
                     use_batch_stats && !is_training() ? Tensor() : running_var, weight, bias, use_batch_stats, momentum, eps);
@@ -89,7 +98,7 @@ void BatchNorm2d::commit_deferred() {
   const Shape cshape{num_features};
   copy_(running_mean, from_vector<double>(rm, cshape));  // converts to their dtype
   copy_(running_var, from_vector<double>(rv, cshape));
-  if (num_batches_tracked.defined()) add_(num_batches_tracked, 1.0);
+  if (num_batches_tracked.defined()) count_batch(num_batches_tracked);
   deferred_sum_ = deferred_sq_sum_ = Tensor();
   deferred_count_ = 0;
 }

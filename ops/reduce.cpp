@@ -146,10 +146,11 @@ ValuesIndices extreme_dim(bool is_max, const char* name, const Tensor& x, int64_
     autograd::record(is_max ? "MaxBackward" : "MinBackward", {x}, values,
                      [si = SavedTensor(indices), in = x.sizes(), dims, keepdim](const TensorList& g) {
                        if (in.empty()) return TensorList{g[0]};  // a 0-dim input is its own max
+                       // The zeros on the gradient's device: scatter_add takes one device.
                        const auto nd = static_cast<int64_t>(in.size());
                        const Tensor idx = unsqueeze_reduced(si.unpack(), dims, nd, keepdim);
                        const Tensor gk = unsqueeze_reduced(g[0], dims, nd, keepdim);
-                       return TensorList{scatter_add(zeros(in, g[0].dtype()), dims[0], idx, gk)};
+                       return TensorList{scatter_add(zeros(in, TensorOptions(g[0].dtype()).device(g[0].device())), dims[0], idx, gk)};
                      });
   }
   return {values, indices};

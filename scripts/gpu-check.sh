@@ -5,7 +5,11 @@
 # and ninja: cuDNN and NCCL are found where they are (Python packages included), and the rest
 # comes from .carry/ (scripts/prepare-carry.sh, run beforehand on a Debian machine).
 #   scripts/gpu-check.sh                   # build for the GPU it finds, run the tests
-#   ARCHS=90 JOBS=16 scripts/gpu-check.sh
+#   ARCHS=90 JOBS=16 BUDGET=540 scripts/gpu-check.sh
+# BUDGET (seconds, default 540: a device call runs at most 600) bounds the whole check: every
+# step's timeout is cut to what is left of it (less 30 s kept for the summary), a step that would
+# get under 30 s is skipped with a SKIP row, and a TERM or INT still prints the table. The exit
+# status is non-zero when a row is FAIL or SKIP.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -14,8 +18,43 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 mkdir -p "$OUT"
 START=$(date +%s)
+BUDGET="${BUDGET:-540}"
 declare -a ROWS=()
 row() { ROWS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
+# The timeout for a step of at most $1 seconds within BUDGET (30 s kept for the summary); 0 when
+# under 30 s would be left, and then the caller skips the step.
+tmo() {
+  local left=$(( BUDGET - 30 - ($(date +%s) - START) ))
+  if (( left < 30 )); then echo 0; elif (( left < $1 )); then echo "$left"; else echo "$1"; fi
+}
+skip() { row "$1" SKIP "not run: BUDGET=$BUDGET s spent"; }
+SUMMARY_DONE=0
+summary() {
+  (( SUMMARY_DONE )) && return
+  SUMMARY_DONE=1
+  # At most 8 files come back from a device call: the secondary logs travel as one archive
+  # (before the table, so that the table is the last thing printed).
+  local logs
+  logs=$(cd "$OUT" && ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err app_cuda.log app_cuda.rows 2>/dev/null)
+  # shellcheck disable=SC2086
+  [[ -n "$logs" ]] && (cd "$OUT" && tar czf logs.tar.gz --remove-files $logs)
+  echo
+  echo "== summary ($(( $(date +%s) - START )) s of BUDGET=$BUDGET, $(head -1 "$OUT/gpu.txt" 2>/dev/null))"
+  printf '%s\n' "${ROWS[@]}" | tee "$OUT/summary.txt"
+}
+# The long steps run in the background and are waited for, so that a TERM or INT interrupts the
+# wait at once (bash runs a trap only after a foreground child ends): the trap stops the step and
+# still prints the table.
+CHILD=""
+exec 3>&1  # the script's own output: a trap runs inside a step's redirection to its log
+bg() { "$@" & CHILD=$!; wait "$CHILD"; local rc=$?; CHILD=""; return "$rc"; }
+on_signal() {
+  [[ -n "$CHILD" ]] && kill -TERM "$CHILD" 2>/dev/null
+  row interrupted FAIL "gpu-check.sh got a signal after $(( $(date +%s) - START )) s"
+  summary >&3 2>&3
+  exit 1
+}
+trap on_signal TERM INT
 
 echo "== GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
@@ -84,19 +123,29 @@ B0=$(date +%s)
 # The benchmarks that need no Google Benchmark: the CUDA op table, and attention when present.
 BENCH_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(cuda_ops_bench|attention_cuda_bench|gpt2_cuda_bench):' | tr -d : | tr '\n' ' ')
 # The training programs, when data/ is on (the carried PCRE2 and zlib).
-APP_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(train_gpt2|generate):' | tr -d : | tr '\n' ' ')
-if ninja -C "$BUILD_DIR" -j "$JOBS" cuda_tests core_tests $BENCH_TARGETS $APP_TARGETS > "$OUT/build.log" 2>&1; then
+APP_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(train_gpt2|generate|train_imagenet):' | tr -d : | tr '\n' ' ')
+# -k 0: a target that fails to compile (a benchmark, say) does not keep the others from being
+# built and run; the steps below find what is missing.
+T=$(tmo 420)
+if (( T == 0 )); then
+  skip build
+elif bg timeout "$T" ninja -C "$BUILD_DIR" -j "$JOBS" -k 0 cuda_tests core_tests $BENCH_TARGETS $APP_TARGETS > "$OUT/build.log" 2>&1; then
   row build ok "$(( $(date +%s) - B0 )) s"
 else
-  grep -m 20 -B2 -A6 "error" "$OUT/build.log"; row build FAIL "see build.log"
+  rc=$?
+  grep -m 20 -B2 -A6 "error" "$OUT/build.log"
+  row build FAIL "$([[ $rc == 124 ]] && echo "timed out after $T s" || echo "rc $rc"): see build.log"
 fi
 
 echo "== tests"
 run_suite() {  # name binary filter
   local log="$OUT/$1.log"
   if [[ ! -x "$2" ]]; then row "$1" FAIL "not built"; return; fi
-  TRIDENT_CUDA_LAUNCH_BLOCKING="${LAUNCH_BLOCKING:-0}" timeout 300 "$2" --gtest_filter="$3" --gtest_brief=0 > "$log" 2>&1
+  local t; t=$(tmo 300)
+  (( t > 0 )) || { skip "$1"; return; }
+  TRIDENT_CUDA_LAUNCH_BLOCKING="${LAUNCH_BLOCKING:-0}" bg timeout "$t" "$2" --gtest_filter="$3" --gtest_brief=0 > "$log" 2>&1
   local rc=$?
+  [[ $rc == 124 ]] && echo "$1: timed out after $t s" | tee -a "$log"
   local passed skipped failed
   passed=$(grep -c '^\[       OK \]' "$log")
   skipped=$(grep -c '^\[  SKIPPED \]' "$log")
@@ -115,16 +164,28 @@ fi
 echo "== training programs on the GPU (scripts/app-cuda-check.sh)"
 if [[ -z "$APP_TARGETS" ]]; then
   row app_cuda FAIL "train_gpt2 not configured: data/ off (run scripts/prepare-carry.sh, carry .carry)"
+elif T=$(tmo 300) && (( T == 0 )); then
+  skip app_cuda
 else
   A0=$(date +%s)
-  timeout 240 scripts/app-cuda-check.sh "$BUILD_DIR" "$OUT"
-  while IFS='|' read -r name status detail; do row "$name" "$status" "$detail"; done < "$OUT/app_cuda.rows"
+  # The script stops starting runs 15 s before APP_DEADLINE and writes its rows; the timeout
+  # (10 s later) is only the backstop.
+  APP_DEADLINE=$(( A0 + T - 10 )) bg timeout "$T" scripts/app-cuda-check.sh "$BUILD_DIR" "$OUT"
+  rc=$?
+  if [[ -s "$OUT/app_cuda.rows" ]]; then
+    while IFS='|' read -r name status detail; do row "$name" "$status" "$detail"; done < "$OUT/app_cuda.rows"
+  fi
+  if [[ $rc == 124 || ! -s "$OUT/app_cuda.rows" ]]; then
+    row app_cuda FAIL "app-cuda-check.sh rc $rc$([[ $rc == 124 ]] && echo ", timed out after $T s"): see app_cuda.log"
+  fi
   echo "($(( $(date +%s) - A0 )) s)"
 fi
 
 echo "== benchmarks (PyTorch on the same GPU alongside)"
-if [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
-  if timeout 240 "$BUILD_DIR/benchmarks/cuda_ops_bench" > "$OUT/cuda_ops_bench.jsonl" 2> "$OUT/bench.err" &&
+if [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]] && T=$(tmo 240) && (( T == 0 )); then
+  skip cuda_ops_bench
+elif [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
+  if bg timeout "$T" "$BUILD_DIR/benchmarks/cuda_ops_bench" > "$OUT/cuda_ops_bench.jsonl" 2> "$OUT/bench.err" &&
      python3 benchmarks/cuda_ops_torch.py "$OUT/cuda_ops_bench.jsonl" > "$OUT/bench.txt" 2>> "$OUT/bench.err"; then
     cat "$OUT/bench.txt"; row cuda_ops_bench ok "bench.txt ($(grep -c . "$OUT/cuda_ops_bench.jsonl") cases)"
   else
@@ -136,22 +197,32 @@ if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
   # PyTorch's fused attention on the same shapes.
   ATT_OK=1
   for shape in "--seq 1024 --batch 8" "--seq 4096 --batch 2"; do
+    T=$(tmo 120)
+    (( T > 0 )) || { ATT_OK=2; break; }
     # shellcheck disable=SC2086
-    timeout 120 "$BUILD_DIR/benchmarks/attention_cuda_bench" $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || ATT_OK=0
+    bg timeout "$T" "$BUILD_DIR/benchmarks/attention_cuda_bench" $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || ATT_OK=0
+    T=$(tmo 120)
+    (( T > 0 )) || { ATT_OK=2; break; }
     # shellcheck disable=SC2086
-    timeout 120 python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || true
+    bg timeout "$T" python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || true
   done
-  if [[ $ATT_OK == 1 ]]; then
+  if [[ $ATT_OK == 2 ]]; then
+    skip attention_cuda_bench
+  elif [[ $ATT_OK == 1 ]]; then
     row attention_cuda_bench ok "bench.txt"; grep -A8 "scaled_dot_product_attention" "$OUT/bench.txt" | tail -24
   else
     row attention_cuda_bench FAIL "see bench.err"
   fi
 fi
 
-if [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
-  # GPT-2 124M, bf16, context 1024, batch 8: Trident, then the same model in PyTorch.
-  if timeout 180 "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
-     timeout 180 python3 benchmarks/gpt2_cuda_torch.py 8 10 >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
+if [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]] && T=$(tmo 180) && (( T == 0 )); then
+  skip gpt2_cuda_bench
+elif [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
+  # GPT-2 124M, bf16, context 1024, batch 8: Trident, then the same model in PyTorch (each with
+  # half of what is left, at most 180 s).
+  T=$(( $(tmo 360) / 2 ))
+  if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
+     bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
     python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"
 import json, sys
 tri, tor = (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{"))
@@ -167,9 +238,5 @@ PY
   fi
 fi
 
-echo
-echo "== summary ($(( $(date +%s) - START )) s, $(head -1 "$OUT/gpu.txt"))"
-printf '%s\n' "${ROWS[@]}" | tee "$OUT/summary.txt"
-# At most 8 files come back from a device call: the secondary logs travel as one archive.
-(cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err app_cuda.log app_cuda.rows 2>/dev/null))
-! grep -q ' FAIL ' "$OUT/summary.txt"
+summary
+! grep -qE ' (FAIL|SKIP) ' "$OUT/summary.txt"

@@ -78,6 +78,9 @@ std::vector<OpCase> op_table() {
   t.push_back({"amax_dim1", {m}, [](const V& x) { return amax(x[0], {1}); }});
   t.push_back({"amin_dim0", {m}, [](const V& x) { return amin(x[0], {0}); }});
   t.push_back({"max_all", {m}, [](const V& x) { return max(x[0]); }});
+  // max(x, dim)'s values: the backward scatters into zeros that must be on the device.
+  t.push_back({"max_dim1_values", {m}, [](const V& x) { return max(x[0], 1).values; }});
+  t.push_back({"min_dim0_keepdim", {m}, [](const V& x) { return min(x[0], 0, true).values; }});
   t.push_back({"argmax_dim1", {m}, [](const V& x) { return argmax(x[0], 1); }, Domain::Any, false});
   t.push_back({"argmin_all", {{4000}}, [](const V& x) { return argmin(x[0]); }, Domain::Any, false});
   t.push_back({"var_dim1", {m}, [](const V& x) { return var(x[0], {1}); }});

@@ -143,6 +143,18 @@ TEST(CudaModels, TinyAmoebaNetTrainsOnTheGpuAsOnTheCpu) {
               gpu.parameters(), step);
   }
   expect_same_parameters(cpu.parameters(), gpu.parameters());
+  // The batch norms' buffers moved with the model and were updated there: running statistics as
+  // the CPU's, and num_batches_tracked (i64) counting the 3 training forwards.
+  const auto bc = cpu.named_buffers(), bg = gpu.named_buffers();
+  ASSERT_EQ(bc.size(), bg.size());
+  ASSERT_FALSE(bg.empty());
+  for (size_t i = 0; i < bg.size(); ++i) {
+    ASSERT_EQ(bg[i].second.device(), kGPU) << bg[i].first;
+    if (bg[i].second.dtype() == DType::I64)
+      EXPECT_EQ(bg[i].second.item<int64_t>(), 3) << bg[i].first;
+    else
+      EXPECT_LE(rel_error(bg[i].second.to(kCPU), bc[i].second), 1e-3) << bg[i].first;
+  }
 }
 
 // Greedy generation with the model and its key/value cache on the GPU (apps/generate --device

@@ -104,6 +104,31 @@ TEST_F(CudaNorm, BatchNormTrainingUpdatesRunningStatsAsTheCpu) {
   }
 }
 
+// nn::BatchNorm2d moved to the GPU (as AmoebaNet's are by train_imagenet --device cuda) trains
+// as on the CPU: its i64 num_batches_tracked buffer counts the training forwards on the device
+// (an add the CUDA arithmetic ops, floating only, cannot do), the running statistics follow the
+// CPU module's, and an evaluation forward uses them. (Deferred batch norm, NOTE [Deferred batch
+// norm], sums in f64, which the CUDA reductions refuse: pipelines run on the CPU only so far.)
+TEST_F(CudaNorm, BatchNorm2dModuleCountsBatchesAndTracksStatsOnTheGpu) {
+  nn::BatchNorm2d cpu(5), gpu(5);
+  gpu.to(kGPU);
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn_dt({4, 5, 3, 7}, kF32, 300 + static_cast<uint64_t>(i), 2.0, 0.5);
+    EXPECT_TRUE(close(gpu.forward(x.to(kGPU)), cpu.forward(x), tol(kF32))) << "forward " << i;
+  }
+  ASSERT_EQ(gpu.num_batches_tracked.device(), kGPU);
+  EXPECT_EQ(gpu.num_batches_tracked.dtype(), DType::I64);
+  EXPECT_EQ(gpu.num_batches_tracked.item<int64_t>(), 3);
+  EXPECT_EQ(cpu.num_batches_tracked.item<int64_t>(), 3);
+  EXPECT_TRUE(close(gpu.running_mean, cpu.running_mean, tol(kF32)));
+  EXPECT_TRUE(close(gpu.running_var, cpu.running_var, tol(kF32)));
+  cpu.eval();
+  gpu.eval();
+  const Tensor x = randn_dt({2, 5, 3, 3}, kF32, 320);
+  EXPECT_TRUE(close(gpu.forward(x.to(kGPU)), cpu.forward(x), tol(kF32)));
+  EXPECT_EQ(gpu.num_batches_tracked.item<int64_t>(), 3) << "an evaluation forward counts no batch";
+}
+
 TEST_F(CudaNorm, BatchNormWithoutRunningStatsAndEmptyBatch) {
   // No running statistics: batch statistics in both modes' wrapper paths; an empty batch gives
   // an empty result and leaves the running statistics alone (m = 0).
