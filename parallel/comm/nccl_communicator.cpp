@@ -78,6 +78,12 @@ struct NcclWork final : Work::Impl {
     if (done_event) cudaEventDestroy(done_event);
   }
   bool poll() override {
+    // After ncclCommAbort nothing can be assumed about the completion or the correctness of the
+    // operations that were enqueued (NCCL's error-handling contract): their events still fire
+    // once the aborted kernels exit, which must not read as success (nor may a timed-out Work's
+    // second wait() return normally).
+    TRIDENT_CHECK(!handle->aborted, description, ": its NCCL communicator was aborted (ncclCommAbort after a ",
+                  "timeout, NOTE [Work and timeouts]) before it was seen to complete; its results are undefined");
     const cudaError_t e = cudaEventQuery(done_event);
     if (e == cudaSuccess) return true;
     TRIDENT_CHECK(e == cudaErrorNotReady, description, ": CUDA reports ", cudaGetErrorString(e));
