@@ -499,15 +499,20 @@ Work Communicator::batch_send_recv(const std::vector<P2POp>& ops) {
 std::shared_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
   check_usable("split");
   TRIDENT_CHECK(color >= 0, "split of ", state_->where(), " into '", name, "': color must be >= 0, got ", color);
-  // Exchange (color, key) through an operation that can time out (MPI_Comm_split cannot).
-  Tensor mine = from_vector<int64_t>({color, key}, {2});
-  Tensor all = empty({2 * static_cast<int64_t>(size())}, DType::I64);
-  all_gather(all, mine).wait();
   std::vector<int> colors, keys;
-  const std::vector<int64_t> v = all.to_vector<int64_t>();
-  for (int r = 0; r < size(); ++r) {
-    colors.push_back(static_cast<int>(v[2 * static_cast<size_t>(r)]));
-    keys.push_back(static_cast<int>(v[2 * static_cast<size_t>(r) + 1]));
+  // An NCCL group carries CUDA tensors only, so it cannot all-gather these host tensors; its
+  // do_split ignores colors and keys and splits its bootstrap group (MPI or Local), whose own
+  // split() makes this same checked exchange (NOTE [NCCL backend]).
+  if (backend() != Backend::NCCL) {
+    // Exchange (color, key) through an operation that can time out (MPI_Comm_split cannot).
+    Tensor mine = from_vector<int64_t>({color, key}, {2});
+    Tensor all = empty({2 * static_cast<int64_t>(size())}, DType::I64);
+    all_gather(all, mine).wait();
+    const std::vector<int64_t> v = all.to_vector<int64_t>();
+    for (int r = 0; r < size(); ++r) {
+      colors.push_back(static_cast<int>(v[2 * static_cast<size_t>(r)]));
+      keys.push_back(static_cast<int>(v[2 * static_cast<size_t>(r) + 1]));
+    }
   }
   auto child = do_split(color, key, colors, keys, name);
   child->state_->timeout = state_->timeout;

@@ -239,7 +239,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual std::shared_ptr<Work::Impl> do_broadcast(const Tensor& tensor, int root) = 0;
   virtual std::shared_ptr<Work::Impl> do_barrier() = 0;
   virtual std::shared_ptr<Work::Impl> do_send_recv(const std::vector<P2POp>& ops) = 0;
-  // Called by split() after the checked exchange; colors[r], keys[r] of every rank.
+  // Called by split() after the checked exchange; colors[r], keys[r] of every rank (empty for
+  // NCCL, whose split is its bootstrap group's, exchange included).
   virtual std::shared_ptr<Communicator> do_split(int color, int key, const std::vector<int>& colors,
                                                  const std::vector<int>& keys, const std::string& name) = 0;
 

@@ -78,6 +78,12 @@ struct NcclWork final : Work::Impl {
     if (done_event) cudaEventDestroy(done_event);
   }
   bool poll() override {
+    // After ncclCommAbort nothing can be assumed about the completion or the correctness of the
+    // operations that were enqueued (NCCL's error-handling contract): their events still fire
+    // once the aborted kernels exit, which must not read as success (nor may a timed-out Work's
+    // second wait() return normally).
+    TRIDENT_CHECK(!handle->aborted, description, ": its NCCL communicator was aborted (ncclCommAbort after a ",
+                  "timeout, NOTE [Work and timeouts]) before it was seen to complete; its results are undefined");
     const cudaError_t e = cudaEventQuery(done_event);
     if (e == cudaSuccess) return true;
     TRIDENT_CHECK(e == cudaErrorNotReady, description, ": CUDA reports ", cudaGetErrorString(e));
@@ -223,6 +229,14 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work::Impl> enqueue(const char* what, std::vector<Tensor> keep, F&& issue) {
     const std::string where = std::string(what) + " on " + state()->where();
     TRIDENT_CHECK(handle_->comm != nullptr, where, ": the NCCL communicator was aborted");
+    // The communicator belongs to the device current when it was created: a tensor elsewhere
+    // would hand NCCL another GPU's pointer, and with another device current the events below
+    // would be made on that device (and the legacy default stream, handle nullptr, would be
+    // that device's), so the NCCL stream would not wait for this device's compute stream.
+    for (const Tensor& t : keep)
+      TRIDENT_CHECK(t.device() == Device::cuda(device_), where, ": a tensor is on ", t.device(), ", but this NCCL ",
+                    "communicator was created on cuda:", device_, " (the device current then)");
+    cuda::DeviceGuard device_guard(device_);
     cudaEvent_t ready = nullptr;
     TRIDENT_CUDA_CALL(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), where);
     TRIDENT_CUDA_CALL(cudaEventRecord(ready, cuda::current_stream(device_).handle()), where);
