@@ -168,24 +168,40 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!cuda_is_available()) {
+    std::fprintf(stderr, "cuda_ops_bench: no CUDA device\n");
+    return 1;
+  }
   autograd::NoGradGuard no_grad;
   Generator g(0);
+  // A case that throws is reported on stderr and the next one runs: one broken op (cuDNN missing,
+  // say) must not hide the measurements of the others. Any failure makes the exit status 1.
+  int failed = 0;
+  std::vector<Case> all;
   try {
-  for (const Case& c : cases()) {
-    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-    if (c.name == "matmul_tf32") set_matmul_allow_tf32(true);
-    std::vector<Tensor> in;
-    for (const Shape& s : c.shapes) in.push_back(randn(s, TensorOptions(c.dtype).device(Device::cuda(0)), &g));
-    const double ms = time_ms([&] { (void)c.fn(in); }, iters);
-    set_matmul_allow_tf32(false);
-    std::printf("{\"name\": \"%s\", \"dtype\": \"%s\", \"shapes\": %s, \"ms\": %.5f, \"flops\": %.6g, \"bytes\": %.6g}\n",
-                c.name.c_str(), std::string(dtype_name(c.dtype)).c_str(), shape_json(c.shapes).c_str(), ms, c.flops,
-                c.bytes);
-    std::fflush(stdout);
-  }
+    all = cases();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_ops_bench: %s\n", e.what());
     return 1;
   }
-  return 0;
+  for (const Case& c : all) {
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    try {
+      if (c.name == "matmul_tf32") set_matmul_allow_tf32(true);
+      std::vector<Tensor> in;
+      for (const Shape& s : c.shapes) in.push_back(randn(s, TensorOptions(c.dtype).device(Device::cuda(0)), &g));
+      const double ms = time_ms([&] { (void)c.fn(in); }, iters);
+      set_matmul_allow_tf32(false);
+      std::printf("{\"name\": \"%s\", \"dtype\": \"%s\", \"shapes\": %s, \"ms\": %.5f, \"flops\": %.6g, \"bytes\": %.6g}\n",
+                  c.name.c_str(), std::string(dtype_name(c.dtype)).c_str(), shape_json(c.shapes).c_str(), ms, c.flops,
+                  c.bytes);
+      std::fflush(stdout);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cuda_ops_bench: %s %s: %s\n", c.name.c_str(), std::string(dtype_name(c.dtype)).c_str(),
+                   e.what());
+      ++failed;
+      set_matmul_allow_tf32(false);
+    }
+  }
+  return failed ? 1 : 0;
 }
