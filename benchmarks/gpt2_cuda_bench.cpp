@@ -10,6 +10,7 @@
 // bf16.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -57,8 +58,13 @@ int main(int argc, char** argv) {
     const double n = static_cast<double>(model.num_parameters());
     const double tokens_per_s = static_cast<double>(B * T) / (med / 1e3);
     const double flops_per_token = 6.0 * n + 12.0 * c.n_layer * c.n_embd * T;
-    std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %.4f, \"parameters\": %lld, \"last_loss\": %.4f}\n",
-                tokens_per_s, med, tokens_per_s * flops_per_token / 989e12, static_cast<long long>(n), loss);
+    // printf spells a NaN "nan" and an infinity "inf", which no JSON reader takes; Python's json
+    // reads NaN and Infinity (and then the summary in scripts/gpu-check.sh fails the row on them).
+    char loss_text[32];
+    if (std::isfinite(loss)) std::snprintf(loss_text, sizeof loss_text, "%.4f", loss);
+    else std::snprintf(loss_text, sizeof loss_text, "%s", std::isnan(loss) ? "NaN" : loss > 0 ? "Infinity" : "-Infinity");
+    std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %.4f, \"parameters\": %lld, \"last_loss\": %s}\n",
+                tokens_per_s, med, tokens_per_s * flops_per_token / 989e12, static_cast<long long>(n), loss_text);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt2_cuda_bench: %s\n", e.what());
     return 1;

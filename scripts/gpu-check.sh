@@ -233,16 +233,21 @@ elif [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
   T=$(( $(tmo 360) / 2 ))
   if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
      bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
-    python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"
-import json, sys
+    # The row is ok only when the table could be made (two JSON objects, finite losses).
+    if python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"; then
+import json, math, sys
 tri, tor = (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{"))
 print("GPT-2 124M training, bf16, batch 8 x 1024 tokens (median step)")
-print(f"{'':10}{'tokens/s':>12}{'step ms':>10}{'MFU':>8}")
+print(f"{'':10}{'tokens/s':>12}{'step ms':>10}{'MFU':>8}{'loss':>8}")
 for name, r in (("Trident", tri), ("PyTorch", tor)):
-    print(f"{name:10}{r['tokens_per_s']:12.0f}{r['step_ms']:10.1f}{100 * r['mfu']:7.1f}%")
+    print(f"{name:10}{r['tokens_per_s']:12.0f}{r['step_ms']:10.1f}{100 * r['mfu']:7.1f}%{r['last_loss']:8.3f}")
 print(f"ratio (Trident / PyTorch tokens/s): {tri['tokens_per_s'] / tor['tokens_per_s']:.2f}")
+sys.exit(0 if all(math.isfinite(r["last_loss"]) for r in (tri, tor)) else 1)
 PY
-    row gpt2_cuda_bench ok "bench.txt"
+      row gpt2_cuda_bench ok "bench.txt"
+    else
+      row gpt2_cuda_bench FAIL "gpt2.jsonl: not two results, or a loss not finite"
+    fi
   else
     row gpt2_cuda_bench FAIL "see bench.err"
   fi
