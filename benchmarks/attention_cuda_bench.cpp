@@ -75,16 +75,22 @@ int main(int argc, char** argv) {
   std::printf("scaled_dot_product_attention, bf16, causal, B=%lld H=%lld T=%lld, %d iterations\n",
               static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T), iters);
   std::printf("%-13s %5s %12s %12s %14s %16s\n", "kernel", "D", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s");
-  for (bool tensor_cores : {true, false}) {
-    cuda::set_attention_tensor_cores(tensor_cores);
-    for (int64_t D : {64, 128}) {
-      const Timing t = run(B, H, T, D, iters);
-      const double fwd_flops = 4.0 * B * H * T * T * D / 2.0;  // causal: half the scores
-      const double all_flops = fwd_flops * 3.5;                // backward = 2.5 x forward
-      std::printf("%-13s %5lld %12.3f %12.2f %14.3f %16.2f\n", tensor_cores ? "tensor cores" : "f32 FMA",
-                  static_cast<long long>(D), t.fwd_ms, fwd_flops / (t.fwd_ms * 1e-3) / 1e12, t.fwdbwd_ms,
-                  all_flops / (t.fwdbwd_ms * 1e-3) / 1e12);
+  try {
+    for (bool tensor_cores : {true, false}) {
+      cuda::set_attention_tensor_cores(tensor_cores);
+      for (int64_t D : {64, 128}) {
+        const Timing t = run(B, H, T, D, iters);
+        const double fwd_flops = 4.0 * B * H * T * T * D / 2.0;  // causal: half the scores
+        const double all_flops = fwd_flops * 3.5;                // backward = 2.5 x forward
+        std::printf("%-13s %5lld %12.3f %12.2f %14.3f %16.2f\n", tensor_cores ? "tensor cores" : "f32 FMA",
+                    static_cast<long long>(D), t.fwd_ms, fwd_flops / (t.fwd_ms * 1e-3) / 1e12, t.fwdbwd_ms,
+                    all_flops / (t.fwdbwd_ms * 1e-3) / 1e12);
+        std::fflush(stdout);  // rows already measured survive a timeout's kill (stdout is a file)
+      }
     }
+  } catch (const std::exception& e) {  // an Error, not std::terminate's abort (and its core file)
+    std::fprintf(stderr, "attention_cuda_bench: %s\n", e.what());
+    return 1;
   }
   cuda::set_attention_tensor_cores(true);
   return 0;
