@@ -4,6 +4,7 @@ with CUDA events; prints rows in the same format.
   python3 benchmarks/attention_cuda_torch.py [--iters N] [--batch B] [--heads H] [--seq T]
 """
 import argparse
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,8 @@ def run(B, H, T, D, iters):
 
 
 def main():
+    # Line-buffered: the rows printed so far survive a kill by gpu-check's timeout (stdout is a file).
+    sys.stdout.reconfigure(line_buffering=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--batch", type=int, default=8)

@@ -73,6 +73,8 @@ def time_ms(f):
 
 
 def main():
+    # Line-buffered: the rows printed so far survive a kill by gpu-check's timeout (stdout is a file).
+    sys.stdout.reconfigure(line_buffering=True)
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
     print(f"{'op':<16}{'dtype':<6}{'shapes':<34}{'trident ms':>11}{'torch ms':>10}{'ratio':>7}  throughput (trident / torch)")
     with torch.no_grad():
