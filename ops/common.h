@@ -58,6 +58,18 @@ inline void check_floating(const char* op, const Tensor& t) {
   TRIDENT_CHECK(is_floating(t.dtype()), op, ": expected a floating-point tensor, got ", t.dtype());
 }
 
+// The usual checks of a floating-point op of two tensors (matmul, linear, mse_loss,
+// add_layer_norm): both defined (named a_name and b_name in the error), one dtype and device, a
+// device the family runs on, a floating dtype.
+inline void check_floating_pair(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  check_defined(op, a, a_name);
+  check_defined(op, b, b_name);
+  check_same_dtype(op, a, b);
+  check_same_device(op, a, b);
+  check_device(op, a);
+  check_floating(op, a);
+}
+
 // In-place ops refuse to rewrite a tensor autograd may need (NOTE [In-place and autograd]).
 inline void check_inplace(const char* op, const Tensor& self, const Tensor& other = Tensor()) {
   if (!autograd::GradMode::is_enabled()) return;

@@ -35,12 +35,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 }
 
 void check_matmul(const char* op, const Tensor& a, const Tensor& b) {
-  check_defined(op, a, "first operand");
-  check_defined(op, b, "second operand");
-  check_same_dtype(op, a, b);
-  check_same_device(op, a, b);
-  check_device(op, a);
-  check_floating(op, a);
+  check_floating_pair(op, a, "first operand", b, "second operand");
   TRIDENT_CHECK(a.dim() >= 1 && b.dim() >= 1, op, ": both operands need at least 1 dim, got shapes ", a.sizes(), " and ",
                 b.sizes());
   const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
@@ -86,12 +81,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 namespace {
 
 void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
-  check_defined(op, x, "input");
-  check_defined(op, w, "weight");
-  check_same_dtype(op, x, w);
-  check_same_device(op, x, w);
-  check_device(op, x);
-  check_floating(op, x);
+  check_floating_pair(op, x, "input", w, "weight");
   TRIDENT_CHECK(w.dim() == 2, op, ": weight must be [out_features, in_features], got shape ", w.sizes());
   TRIDENT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), op, ": input shape ", x.sizes(), " does not end in in_features = ",
                 w.size(1), " of weight shape ", w.sizes());

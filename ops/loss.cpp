@@ -161,12 +161,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     return mse_loss(autocast::widen(input), autocast::widen(target), reduction);
   }
   const char* op = "mse_loss";
-  check_defined(op, input, "input");
-  check_defined(op, target, "target");
-  check_same_dtype(op, input, target);
-  check_same_device(op, input, target);
-  check_device(op, input);
-  check_floating(op, input);
+  check_floating_pair(op, input, "input", target, "target");
   const Shape shape = broadcast_shapes(input.sizes(), target.sizes(), op);
   const int64_t n = shape_numel(shape);
   Tensor out;

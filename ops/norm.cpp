@@ -100,12 +100,7 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Shape
                           autocast::widen(bias), eps);
   }
   const char* op = "add_layer_norm";
-  check_defined(op, x);
-  check_defined(op, residual, "residual");
-  check_device(op, x);
-  check_floating(op, x);
-  check_same_device(op, x, residual);
-  check_same_dtype(op, x, residual);
+  check_floating_pair(op, x, "input", residual, "residual");
   TRIDENT_CHECK(x.sizes() == residual.sizes(), op, ": the input of shape ", x.sizes(), " and the residual of shape ",
                 residual.sizes(), " must have the same shape (no broadcasting)");
   const auto [rows, cols] = layer_norm_rows_cols(op, x, normalized_shape, weight, bias);
