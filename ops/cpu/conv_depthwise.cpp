@@ -277,21 +277,18 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n = p / g.C, c = p % g.C;
     const float* x = a.x + p * HW;
-    // The next plane comes from memory while this one is computed.
-    if (p + 1 < p1)
-      for (int64_t i = 0; i < HW; i += 16) __builtin_prefetch(x + HW + i);
+    // No software prefetch of the next plane: the planes are read in order, which the
+    // hardware prefetchers follow, and a burst of 200 prefetches per plane measured 10-15%
+    // slower (3x3 and 5x5 stride 2, one thread).
     if (g.sw == 1) {
       for (int64_t k = 0; k < ncopies; ++k) {
         float* dst = phases.data() + copies[k].dst;
         const float* src = x + copies[k].src;
         for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[i];
       }
-    } else if (g.sw == 2) {  // a constant stride: vectorized with shuffles
-      for (int64_t k = 0; k < ncopies; ++k) {
-        float* dst = phases.data() + copies[k].dst;
-        const float* src = x + copies[k].src;
-        for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[2 * i];
-      }
+    } else if (g.sw == 2) {  // both column phases of an input row in one pass (deinterleave2)
+      for (int64_t k = 0; k + 1 < ncopies; k += 2)
+        deinterleave2(x + copies[k].src, g.W, phases.data() + copies[k].dst, phases.data() + copies[k + 1].dst);
     } else {
       for (int64_t k = 0; k < ncopies; ++k) {
         float* dst = phases.data() + copies[k].dst;
@@ -423,13 +420,15 @@ void forward_planes(const float* x, const float* w, const float* bias, float* y,
     const int64_t Hr = std::max(L.Hq, (g.OH + R - 1) / R * R + max_da);
     const int64_t Wr = std::max(L.Wq, (g.OW + 8 * V - 1) / (8 * V) * (8 * V) + max_db);
     std::vector<DwCopy> copies;
+    // Per input row, sw entries in the order of their first column w0 = 0, 1, ... (which goes to
+    // column phase (w0 + pw) % sw), empty where w0 >= W: with sw == 2 entry pairs are a row's
+    // even and odd columns.
     for (int64_t h = 0; h < g.H; ++h) {
       const int64_t r = h + g.ph;
-      for (int64_t b = 0; b < g.sw; ++b) {
-        const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;  // first w with (w + pw) % sw == b
-        if (w0 >= g.W) continue;
+      for (int64_t w0 = 0; w0 < g.sw; ++w0) {
+        const int64_t b = (w0 + g.pw) % g.sw;
         copies.push_back({((r % g.sh) * g.sw + b) * Hr * Wr + (r / g.sh) * Wr + (w0 + g.pw) / g.sw, h * g.W + w0,
-                          (g.W - w0 + g.sw - 1) / g.sw});
+                          w0 < g.W ? (g.W - w0 + g.sw - 1) / g.sw : 0});
       }
     }
     const DwForwardArgs a{x, w, bias, y, &g, &taps, &copies, Hr, Wr, R, V};

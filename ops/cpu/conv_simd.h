@@ -27,6 +27,19 @@ inline v8f load8(const float* p) {
 inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
 inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
 
+// even[i] = src[2 i], odd[i] = src[2 i + 1] for the n elements of src: 16 at a time with two
+// loads, two shuffles and two stores.
+inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) {
+  const v8i ev = {0, 2, 4, 6, 8, 10, 12, 14}, od = {1, 3, 5, 7, 9, 11, 13, 15};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v8f a = load8(src + i), b = load8(src + i + 8);
+    store8(even + i / 2, __builtin_shuffle(a, b, ev));
+    store8(odd + i / 2, __builtin_shuffle(a, b, od));
+  }
+  for (; i < n; ++i) (i % 2 == 0 ? even : odd)[i / 2] = src[i];
+}
+
 // d[j][q] = v[q][j]: the 8x8 transpose (unpack, shuffle and 128-bit permute steps).
 inline void transpose_8x8(const v8f* v, v8f* d) {
   const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};

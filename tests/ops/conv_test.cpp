@@ -644,6 +644,15 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{1, 2, 30, 30}, {2, 1, 9, 9}, {{1, 1}, {4, 4}, {1, 1}, 2}, true},    // 9 rows: the flat kernel
       {{1, 2, 30, 30}, {2, 1, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 2}, true},    // dilated: the flat kernel
       {{1, 2, 40, 40}, {2, 1, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 2}, false},   // 9 taps, stride 2: 5-row phases
+      // Column stride 2 splits each input row into its even and odd columns in one pass
+      // (deinterleave2, 16 columns at a time, then one by one): one column (no odd ones),
+      // fewer than 16, 16 + 1, even and odd left padding, row stride 1; stride 3 the general copy.
+      {{1, 2, 9, 1}, {2, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
+      {{2, 2, 11, 5}, {2, 1, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 2}, true},
+      {{1, 2, 12, 17}, {2, 1, 5, 5}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 10, 32}, {2, 1, 3, 3}, {{1, 2}, {1, 0}, {1, 1}, 2}, false},
+      {{1, 2, 16, 10}, {2, 1, 3, 3}, {{2, 1}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 14, 14}, {2, 1, 3, 3}, {{3, 3}, {1, 1}, {1, 1}, 2}, true},
   };
   uint64_t seed = 7000;
   for (const ConvCase& c : cases) {
