@@ -551,6 +551,22 @@ TEST(Conv2d, EveryThreadScheduleMatchesNestedLoops) {
   on_one_and_three_threads(cases, 3500, check_against_reference);
 }
 
+TEST(Conv2d, StridedInputGradientsSumByPhaseMatchNestedLoops) {
+  // col2im with a stride sums into the plane split by stride phase and interleaves it into d
+  // input at the end (col2im_phases in ops/cpu/conv.cpp): odd widths under column stride 2
+  // with even and odd padding, groups, stride 3, strides differing per axis with dilation, and
+  // a 1x1 stride 2 kernel whose odd rows and columns receive nothing; on 1 and 3 threads
+  // (batched columns and parallel units).
+  const std::vector<ConvCase> cases = {
+      {{2, 3, 9, 11}, {4, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 4, 10, 9}, {4, 2, 3, 2}, {{2, 2}, {0, 1}, {1, 1}, 2}, true},
+      {{1, 3, 13, 14}, {2, 3, 5, 3}, {{3, 3}, {2, 1}, {1, 1}, 1}, false},
+      {{1, 3, 12, 13}, {2, 3, 3, 3}, {{1, 2}, {1, 0}, {2, 2}, 1}, true},
+      {{2, 2, 8, 8}, {3, 2, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
+  };
+  on_one_and_three_threads(cases, 8200, check_against_reference);
+}
+
 namespace {
 // A case that takes the Winograd paths in f32 (forward, input and weight gradients), checked
 // by check_against_reference within the Winograd bounds (winograd_magnitude,
