@@ -646,7 +646,7 @@ TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, 
           for (; e + 8 <= rn.len[k]; e += 8) {
             const v8f v[4] = {load8(s + e), load8(s + out_plane + e), load8(s + 2 * out_plane + e), load8(s + 3 * out_plane + e)};
             v8f t[4];
-            transpose_4x8(v, t);
+            columns_of_4x8(v, t);
             for (int q = 0; q < 4; ++q) store8(d + e * kMR + 8 * q, t[q]);
           }
           for (; e < rn.len[k]; ++e)

@@ -40,12 +40,16 @@ inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) 
   for (; i < n; ++i) (i % 2 == 0 ? even : odd)[i / 2] = src[i];
 }
 
+// Shuffle masks of the transposes below: interleave the low / high pairs of two vectors'
+// 128-bit halves (unpack), take 64-bit pairs (shuffle), join 128-bit halves (permute).
+constexpr v8i kUnpackLo = {0, 8, 1, 9, 4, 12, 5, 13}, kUnpackHi = {2, 10, 3, 11, 6, 14, 7, 15};
+constexpr v8i kPairs02 = {0, 1, 8, 9, 4, 5, 12, 13}, kPairs13 = {2, 3, 10, 11, 6, 7, 14, 15};
+constexpr v8i kHalves02 = {0, 1, 2, 3, 8, 9, 10, 11}, kHalves13 = {4, 5, 6, 7, 12, 13, 14, 15};
+
 // The 4 x 8 matrix v (4 rows of 8) stored column by column: d, 32 floats, holds v[0][j],
 // v[1][j], v[2][j], v[3][j] for j = 0, 1, ..., 7 (d[q] columns 2q and 2q + 1).
-inline void transpose_4x8(const v8f* v, v8f* d) {
-  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i p20 = {0, 1, 2, 3, 8, 9, 10, 11}, p31 = {4, 5, 6, 7, 12, 13, 14, 15};
+inline void columns_of_4x8(const v8f* v, v8f* d) {
+  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13, p20 = kHalves02, p31 = kHalves13;
   const v8f t0 = __builtin_shuffle(v[0], v[1], lo), t1 = __builtin_shuffle(v[0], v[1], hi);
   const v8f t2 = __builtin_shuffle(v[2], v[3], lo), t3 = __builtin_shuffle(v[2], v[3], hi);
   const v8f u0 = __builtin_shuffle(t0, t2, s44), u1 = __builtin_shuffle(t0, t2, sEE);  // columns 0 | 4, 1 | 5
@@ -58,9 +62,7 @@ inline void transpose_4x8(const v8f* v, v8f* d) {
 
 // d[j][q] = v[q][j]: the 8x8 transpose (unpack, shuffle and 128-bit permute steps).
 inline void transpose_8x8(const v8f* v, v8f* d) {
-  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i p20 = {0, 1, 2, 3, 8, 9, 10, 11}, p31 = {4, 5, 6, 7, 12, 13, 14, 15};
+  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13, p20 = kHalves02, p31 = kHalves13;
   v8f t[8], u[8];
   for (int i = 0; i < 4; ++i) {
     t[2 * i] = __builtin_shuffle(v[2 * i], v[2 * i + 1], lo);

@@ -133,9 +133,7 @@ inline void gt_times(const v8f* m, v8f* o) {
 // Columns 0..5 of the 8x8 matrix whose rows are v[0..7]: d[j][q] = v[q][j] (unpack, shuffle
 // and 128-bit permute steps, 22 shuffles in all).
 inline void transpose_8x6(const v8f* v, v8f* d) {
-  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i p20 = {0, 1, 2, 3, 8, 9, 10, 11}, p31 = {4, 5, 6, 7, 12, 13, 14, 15};
+  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13, p20 = kHalves02, p31 = kHalves13;
   const v8f t0 = __builtin_shuffle(v[0], v[1], lo), t1 = __builtin_shuffle(v[0], v[1], hi);
   const v8f t2 = __builtin_shuffle(v[2], v[3], lo), t3 = __builtin_shuffle(v[2], v[3], hi);
   const v8f t4 = __builtin_shuffle(v[4], v[5], lo), t5 = __builtin_shuffle(v[4], v[5], hi);
@@ -155,8 +153,7 @@ inline void transpose_8x6(const v8f* v, v8f* d) {
 // The inverse direction for 4 columns: r[k] holds lane q = k's row (y[0..3][q]) in its low
 // half and lane q = k + 4's in its high half.
 inline void transpose_4x8(const v8f* y, v8f* r) {
-  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-  const v8i s44 = {0, 1, 8, 9, 4, 5, 12, 13}, sEE = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13;
   const v8f a = __builtin_shuffle(y[0], y[1], lo), b = __builtin_shuffle(y[0], y[1], hi);
   const v8f c = __builtin_shuffle(y[2], y[3], lo), d = __builtin_shuffle(y[2], y[3], hi);
   r[0] = __builtin_shuffle(a, c, s44);
