@@ -33,7 +33,7 @@ void set_attention_tensor_cores(bool on);
 bool attention_tensor_cores();
 // Whether the tensor-core kernels take these operands ([BH, T, D] each): f16 or bf16, D = Dv =
 // 64 or 128, rows 16-byte aligned with unit inner stride, a device of compute capability 8.0+,
-// and attention_tensor_cores(). The backward pass also needs dout aligned so.
+// and attention_tensor_cores(). The backward pass copies a dout that is not aligned so.
 bool attention_mma_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 
 }  // namespace trident::cuda

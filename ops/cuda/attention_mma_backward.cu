@@ -245,14 +245,20 @@ void launch_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, c
 
 bool attention_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const attn::MaskDesc& mask,
                             const attn::Params& p, const float* lse, const float* delta, cpu::AttentionGrads& g) {
-  if (!attention_mma_supported(q, k, v) || !attn::aligned16(dout) || dout.dtype() != q.dtype()) return false;
+  if (!attention_mma_supported(q, k, v) || dout.dtype() != q.dtype()) return false;
+  // The gradient of out often has a layout the 16-byte loads cannot take: sum(out)'s is a ones
+  // tensor expanded with stride 0 everywhere, a slice's has padded or odd rows. A fresh
+  // contiguous copy (rows of D = 64 or 128 elements, allocations 512-byte aligned) costs one pass
+  // over dout, far less than the FMA kernels this would otherwise fall back to.
+  const Tensor d = attn::aligned16(dout) ? dout : dout.detach().clone();
+  TRIDENT_ASSERT(attn::aligned16(d), "attention backward: dout copy of shape ", d.sizes(), " is not 16-byte aligned");
   const int64_t D = q.size(2);
   if (q.dtype() == DType::BF16) {
-    if (D == 64) attn::launch_mma_backward<BFloat16, 64>(dout, q, k, v, mask, p, lse, delta, g);
-    else attn::launch_mma_backward<BFloat16, 128>(dout, q, k, v, mask, p, lse, delta, g);
+    if (D == 64) attn::launch_mma_backward<BFloat16, 64>(d, q, k, v, mask, p, lse, delta, g);
+    else attn::launch_mma_backward<BFloat16, 128>(d, q, k, v, mask, p, lse, delta, g);
   } else {
-    if (D == 64) attn::launch_mma_backward<Half, 64>(dout, q, k, v, mask, p, lse, delta, g);
-    else attn::launch_mma_backward<Half, 128>(dout, q, k, v, mask, p, lse, delta, g);
+    if (D == 64) attn::launch_mma_backward<Half, 64>(d, q, k, v, mask, p, lse, delta, g);
+    else attn::launch_mma_backward<Half, 128>(d, q, k, v, mask, p, lse, delta, g);
   }
   return true;
 }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/allocator.h"
@@ -270,6 +271,86 @@ TEST(CudaAttentionDeterminism, BackwardIsBitwiseRepeatable) {
   EXPECT_EQ(a.dq.to(kCPU).to_vector<float>(), b.dq.to(kCPU).to_vector<float>());
   EXPECT_EQ(a.dk.to(kCPU).to_vector<float>(), b.dk.to(kCPU).to_vector<float>());
   EXPECT_EQ(a.dv.to(kCPU).to_vector<float>(), b.dv.to(kCPU).to_vector<float>());
+}
+
+// A gradient of out whose layout the tensor-core loads cannot take (stride 0 everywhere as
+// sum(out) gives, stride 0 along the head dim, transposed, rows of an odd width) is copied
+// first, so it takes the same kernels as its contiguous copy: the same bits (the backward is
+// deterministic; the tensor-core and FMA kernels round differently, so a silent fall back to
+// FMA for f16/bf16 shows), and the CPU's gradients within the usual tolerance.
+TEST(CudaAttentionStridedDout, TakesTheSameKernelsAsItsContiguousCopy) {
+  TRIDENT_REQUIRE_CUDA();
+  const int64_t BH = 3, Tq = 100, Tk = 90;
+  for (DType dt : {DType::F16, kBF16, kF32}) {
+    for (int64_t D : {64, 128}) {
+      Generator g(static_cast<uint64_t>(D) + static_cast<uint64_t>(dt));
+      const auto r = [&](const Shape& s) { return randn(s, kF64, &g).to(dt); };
+      const Tensor q = r({BH, Tq, D}), k = r({BH, Tk, D}), v = r({BH, Tk, D});
+      // On the device in their odd layouts (a transfer makes a contiguous copy).
+      const Tensor row_scale = r({BH, Tq, 1}).to(kGPU), dout_t = r({BH, D, Tq}).to(kGPU),
+                   dout_wide = r({BH, Tq, D + 3}).to(kGPU);
+      const std::vector<std::pair<std::string, Tensor>> douts = {
+          {"ones expanded", expand(ones({1, 1, 1}, TensorOptions(dt).device(kGPU)), {BH, Tq, D})},
+          {"stride 0 along the head dim", expand(row_scale, {BH, Tq, D})},
+          {"transposed", transpose(dout_t, 1, 2)},
+          {"rows of D + 3", narrow(dout_wide, 2, 0, D)},
+      };
+      cpu::AttentionParams p;
+      p.scale = 1.0 / std::sqrt(static_cast<double>(D));
+      p.causal = true;
+      Tensor lse_ref;
+      const Tensor out_ref = cpu::attention_forward(q.to(kF64), k.to(kF64), v.to(kF64), Tensor(), p, lse_ref);
+      const Tensor qd = q.to(kGPU), kd = k.to(kGPU), vd = v.to(kGPU);
+      Tensor lse;
+      const Tensor out = cuda::attention_forward(qd, kd, vd, Tensor(), p, lse);
+      for (const auto& [name, doutd] : douts) {
+        SCOPED_TRACE(name + " in " + std::string(dtype_name(dt)) + ", D " + std::to_string(D));
+        ASSERT_TRUE(doutd.stride(2) != 1 || doutd.stride(1) == D + 3) << "not the odd layout";
+        const cpu::AttentionGrads ref =
+            cpu::attention_backward(doutd.to(kCPU).to(kF64), q.to(kF64), k.to(kF64), v.to(kF64), Tensor(), out_ref, lse_ref, p, false);
+        const cpu::AttentionGrads got = cuda::attention_backward(doutd, qd, kd, vd, Tensor(), out, lse, p, false);
+        const cpu::AttentionGrads same = cuda::attention_backward(doutd.contiguous(), qd, kd, vd, Tensor(), out, lse, p, false);
+        EXPECT_LE(rel_error(got.dq, ref.dq), tolerance(dt, true)) << "dq";
+        EXPECT_LE(rel_error(got.dk, ref.dk), tolerance(dt, true)) << "dk";
+        EXPECT_LE(rel_error(got.dv, ref.dv), tolerance(dt, true)) << "dv";
+        EXPECT_EQ(got.dq.to(kCPU).to_vector<float>(), same.dq.to(kCPU).to_vector<float>()) << "dq";
+        EXPECT_EQ(got.dk.to(kCPU).to_vector<float>(), same.dk.to(kCPU).to_vector<float>()) << "dk";
+        EXPECT_EQ(got.dv.to(kCPU).to_vector<float>(), same.dv.to(kCPU).to_vector<float>()) << "dv";
+      }
+    }
+  }
+}
+
+// End to end: sum(out).backward() (its gradient is a ones scalar expanded, stride 0) gives the
+// same bits as backward from a contiguous ones gradient, and the CPU's values.
+TEST(CudaAttentionStridedDout, SumOfTheOutputMatchesAContiguousGradient) {
+  TRIDENT_REQUIRE_CUDA();
+  Generator g(4242);
+  const int64_t B = 2, H = 3, T = 77, D = 64;
+  const Tensor q = randn({B, H, T, D}, kF64, &g).to(kBF16), k = randn({B, H, T, D}, kF64, &g).to(kBF16),
+               v = randn({B, H, T, D}, kF64, &g).to(kBF16);
+  const auto run = [&](Device dev, DType compute, bool through_sum) {
+    const auto leaf = [&](const Tensor& x) { return x.to(compute).to(dev).detach().set_requires_grad(); };
+    Tensor qq = leaf(q), kk = leaf(k), vv = leaf(v);
+    AttentionOptions o;
+    o.is_causal = true;
+    const Tensor out = scaled_dot_product_attention(qq, kk, vv, o);
+    if (through_sum) {
+      sum(out).backward();
+    } else {
+      out.backward(ones(out.sizes(), TensorOptions(compute).device(dev)));
+    }
+    return std::vector<Tensor>{qq.grad(), kk.grad(), vv.grad()};
+  };
+  const std::vector<Tensor> ref = run(kCPU, kF64, true);
+  const std::vector<Tensor> got = run(kGPU, kBF16, true);
+  const std::vector<Tensor> same = run(kGPU, kBF16, false);
+  const char* names[] = {"dq", "dk", "dv"};
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(got[i].defined() && same[i].defined()) << names[i];
+    EXPECT_LE(rel_error(got[i], ref[i]), tolerance(kBF16, true)) << names[i];
+    EXPECT_EQ(got[i].to(kCPU).to_vector<float>(), same[i].to(kCPU).to_vector<float>()) << names[i];
+  }
 }
 
 // The public op on CUDA tensors [B, H, T, D]: forward and gradients of q, k, v (and of an
