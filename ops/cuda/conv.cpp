@@ -1,5 +1,6 @@
 #include "ops/cuda/conv.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <climits>
@@ -9,6 +10,7 @@
 
 #include "core/cuda/stream.h"
 #include "core/factory.h"
+#include "ops/cuda/conv_algo.h"
 #include "ops/cuda/cudnn_util.h"
 #include "ops/cuda/linalg.h"
 #include "ops/cuda/plan_key.h"
@@ -22,7 +24,7 @@ std::atomic<int64_t> g_queries{0};
 
 enum class Pass { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
-// An algorithm of one pass and the math type it was ranked with.
+// An algorithm of one pass and the math type it runs under (set on the descriptor before each call).
 struct Choice {
   int algo = -1;  // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t; -1 until chosen
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -34,8 +36,7 @@ struct ConvPlan {
   TensorDescriptor x, y;
   FilterDescriptor w;
   ConvolutionDescriptor conv;
-  cudnnMathType_t requested = CUDNN_DEFAULT_MATH;
-  bool fma_only = false;  // f32 without TF32
+  ConvPrecision precision = ConvPrecision::Half;
   std::array<Choice, 3> choice;
 };
 
@@ -82,9 +83,8 @@ ConvPlan& plan_for(int device, DType dt, const Conv2dGeometry& g) {
       to_int(g.sw, "stride", g), to_int(g.dh, "dilation", g), to_int(g.dw, "dilation", g), CUDNN_CROSS_CORRELATION,
       CUDNN_DATA_FLOAT));
   TRIDENT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv.get(), to_int(g.groups, "groups", g)));
-  p->fma_only = dt == DType::F32 && !tf32;
-  // DEFAULT math lets cuDNN use TF32 tensor cores for f32 on Ampere and later.
-  p->requested = p->fma_only ? CUDNN_FMA_MATH : (dt == DType::F32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH);
+  // DEFAULT math lets cuDNN use TF32 tensor cores for f32 on Ampere and later; FMA does not.
+  p->precision = dt != DType::F32 ? ConvPrecision::Half : tf32 ? ConvPrecision::F32Tf32 : ConvPrecision::F32Strict;
   // The geometry ops/conv.cpp computed is the one cuDNN computes.
   int n = 0, c = 0, h = 0, w = 0;
   TRIDENT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->conv.get(), p->x.get(), p->w.get(), &n, &c, &h, &w));
@@ -94,74 +94,96 @@ ConvPlan& plan_for(int device, DType dt, const Conv2dGeometry& g) {
   return *slot;
 }
 
-// The first candidate (cuDNN ranks them) that is supported, fits the workspace limit, has an
-// allowed math type and, when `deterministic`, is deterministic; failing that, the first without
-// the determinism requirement; failing that, nothing (algo -1).
+static_assert(static_cast<int>(ConvMath::Default) == CUDNN_DEFAULT_MATH &&
+              static_cast<int>(ConvMath::TensorOp) == CUDNN_TENSOR_OP_MATH &&
+              static_cast<int>(ConvMath::TensorOpAllowConversion) == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+              static_cast<int>(ConvMath::Fma) == CUDNN_FMA_MATH,
+              "ConvMath mirrors cudnnMathType_t");
+
 template <typename Perf>
-Choice pick(const std::vector<Perf>& perf, int count, bool fma_only, bool deterministic) {
-  for (int round = deterministic ? 0 : 1; round < 2; ++round) {
-    for (int i = 0; i < count; ++i) {
-      const Perf& r = perf[static_cast<size_t>(i)];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes) continue;
-      if (fma_only && r.mathType != CUDNN_FMA_MATH) continue;
-      if (round == 0 && r.determinism != CUDNN_DETERMINISTIC) continue;
-      return Choice{static_cast<int>(r.algo), r.mathType, r.memory};
-    }
+std::vector<ConvAlgoCandidate> candidates(const std::vector<Perf>& perf, int count) {
+  std::vector<ConvAlgoCandidate> out;
+  for (int i = 0; i < count && i < static_cast<int>(perf.size()); ++i) {
+    const Perf& r = perf[static_cast<size_t>(i)];
+    out.push_back({static_cast<int>(r.algo), r.status == CUDNN_STATUS_SUCCESS, static_cast<ConvMath>(r.mathType),
+                   r.determinism == CUDNN_DETERMINISTIC, r.memory});
   }
-  return Choice{};
+  return out;
+}
+
+// cuDNN's workspace for `algo` of `pass` under the math type now set on p.conv; false when cuDNN
+// does not take that pair.
+bool workspace_size(cudnnHandle_t h, ConvPlan& p, Pass pass, int algo, size_t* ws) {
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  switch (pass) {
+    case Pass::Forward:
+      st = cudnnGetConvolutionForwardWorkspaceSize(h, p.x.get(), p.w.get(), p.conv.get(), p.y.get(),
+                                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws);
+      break;
+    case Pass::BackwardData:
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(),
+                                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws);
+      break;
+    case Pass::BackwardFilter:
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x.get(), p.y.get(), p.conv.get(), p.w.get(),
+                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws);
+      break;
+  }
+  return st == CUDNN_STATUS_SUCCESS;
 }
 
 const Choice& choose(cudnnHandle_t h, ConvPlan& p, Pass pass) {
   Choice& c = p.choice[static_cast<size_t>(pass)];
   if (c.algo >= 0) return c;
   g_queries.fetch_add(1, std::memory_order_relaxed);
-  TRIDENT_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), p.requested));
+  const cudnnMathType_t requested = static_cast<cudnnMathType_t>(requested_math(p.precision));
+  TRIDENT_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), requested));
   int count = 0;
+  std::vector<ConvAlgoCandidate> cands;
+  int general = 0;  // always supported, under any math type
   switch (pass) {
     case Pass::Forward: {
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
       TRIDENT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.get(), p.w.get(), p.conv.get(), p.y.get(),
                                                                  static_cast<int>(perf.size()), &count, perf.data()));
-      c = pick(perf, count, p.fma_only, false);
-      if (c.algo < 0) c = Choice{CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, p.requested, 0};
+      cands = candidates(perf, count);
+      general = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
       break;
     }
     case Pass::BackwardData: {
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
       TRIDENT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(),
                                                                       static_cast<int>(perf.size()), &count, perf.data()));
-      c = pick(perf, count, p.fma_only, true);
-      if (c.algo < 0) c = Choice{CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, p.requested, 0};
+      cands = candidates(perf, count);
+      general = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
       break;
     }
     case Pass::BackwardFilter: {
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
       TRIDENT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           h, p.x.get(), p.y.get(), p.conv.get(), p.w.get(), static_cast<int>(perf.size()), &count, perf.data()));
-      c = pick(perf, count, p.fma_only, true);
-      if (c.algo < 0) c = Choice{CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, p.requested, 0};
+      cands = candidates(perf, count);
+      general = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
       break;
     }
   }
-  // The workspace of the algorithm under its math type (the heuristic's figure for a candidate;
-  // asked again so the fallback has one too).
-  TRIDENT_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), c.math));
-  size_t ws = 0;
-  switch (pass) {
-    case Pass::Forward:
-      TRIDENT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p.x.get(), p.w.get(), p.conv.get(), p.y.get(),
-                                                                  static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &ws));
-      break;
-    case Pass::BackwardData:
-      TRIDENT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          h, p.w.get(), p.y.get(), p.conv.get(), p.x.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &ws));
-      break;
-    case Pass::BackwardFilter:
-      TRIDENT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          h, p.x.get(), p.y.get(), p.conv.get(), p.w.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), &ws));
-      break;
+  // Both backward passes prefer deterministic algorithms (NOTE [cuDNN convolutions]). The first
+  // try whose (algorithm, math) cuDNN sizes a workspace for, within the limit, is kept; its math
+  // type is what every call sets on the descriptor before running.
+  for (const ConvAlgoTry& t : rank_conv_algorithms(cands, p.precision, pass != Pass::Forward, kMaxWorkspaceBytes)) {
+    TRIDENT_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), static_cast<cudnnMathType_t>(t.math)));
+    size_t ws = 0;
+    if (!workspace_size(h, p, pass, t.algo, &ws) || ws > kMaxWorkspaceBytes) continue;
+    c = Choice{t.algo, static_cast<cudnnMathType_t>(t.math), std::max(t.workspace, ws)};
+    return c;
   }
-  c.workspace = std::max(c.workspace, ws);
+  // No candidate cuDNN returned is usable: the general algorithm under the requested math.
+  TRIDENT_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.get(), requested));
+  size_t ws = 0;
+  TRIDENT_CHECK(workspace_size(h, p, pass, general, &ws), "conv2d (CUDA): cuDNN returned no usable algorithm for pass ",
+                static_cast<int>(pass), " and refuses its general algorithm ", general, " under math type ",
+                static_cast<int>(requested));
+  c = Choice{general, requested, ws};
   return c;
 }
 

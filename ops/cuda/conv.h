@@ -7,8 +7,9 @@
 // NOTE [cuDNN convolutions]: forward, input gradient and weight gradient are cuDNN's legacy
 // convolution calls (cudnnConvolutionForward / BackwardData / BackwardFilter, still in cuDNN 9)
 // with compute type f32 for every dtype. Math: f16 and bf16 run on tensor cores; f32 runs on FMA
-// units (CUDNN_FMA_MATH, every candidate algorithm of another math type is skipped) unless TF32 is
-// allowed by cuda::set_allow_tf32 (ops/cuda/linalg.h, the switch matmul uses). Bias add and bias
+// units (CUDNN_FMA_MATH) unless TF32 is allowed by cuda::set_allow_tf32 (ops/cuda/linalg.h, the
+// switch matmul uses), and then may use TF32 tensor cores (CUDNN_DEFAULT_MATH), never a
+// down-conversion to 16 bits (CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION). Bias add and bias
 // gradient are small kernels of ours (conv_bias.cu): a grid-stride add, and one block per output
 // channel summing in f32 in a fixed order.
 //
@@ -16,14 +17,24 @@
 // (device, dtype, math, input and weight shapes, stride, padding, dilation, groups, pass) and
 // cached per thread with the descriptors. Heuristics, not cudnnFind*: Find times every algorithm
 // on the device, which synchronizes inside an op and needs exclusive use of the GPU to give stable
-// answers; the heuristics cost microseconds and choose the same algorithm on every run. The first
-// candidate that cuDNN reports as supported and whose workspace fits kMaxWorkspaceBytes (512 MiB)
-// is taken; both backward passes prefer the best-ranked *deterministic* candidate, so training
-// repeats bit for bit (their non-deterministic algorithms accumulate with atomics). That costs
-// little: the fast implicit-GEMM tensor-core algorithms are deterministic; the ones skipped are
-// mostly the atomics-based ALGO_0 variants. When no candidate qualifies, a general algorithm is
-// used (forward IMPLICIT_GEMM, backward ALGO_1). The workspace is a tensor from the caching
-// allocator on the current stream, freed after the call (the next op on the stream reuses it).
+// answers; the heuristics cost microseconds and choose the same algorithm on every run. The
+// heuristics are asked with the precision's math type on the descriptor (FMA, DEFAULT or
+// TENSOR_OP), but each candidate carries the math type cuDNN ranked it under, which need not be
+// that one: cuDNN lists tensor-op and default versions of the same algorithm, so the reported
+// math is a property of the candidate, not an echo of the request. A filter that kept only
+// candidates reporting the requested math could drop every fast one and leave the general
+// algorithm. So (rank_conv_algorithms, ops/cuda/conv_algo.h, tested on made-up lists): the
+// candidates that cuDNN reports as supported and whose workspace fits kMaxWorkspaceBytes (512 MiB)
+// are tried in cuDNN's order, those whose math the precision allows first, under their own math;
+// then the others under the requested math (the descriptor's math type, not the report, is what
+// keeps f32 off TF32). The first pair cuDNN sizes a workspace for is kept, and its math type is
+// set on the descriptor before every call. Both backward passes prefer the best-ranked
+// *deterministic* candidates, so training repeats bit for bit (their non-deterministic algorithms
+// accumulate with atomics). That costs little: the fast implicit-GEMM tensor-core algorithms are
+// deterministic; the ones skipped are mostly the atomics-based ALGO_0 variants. Only when cuDNN
+// returns no usable candidate is a general algorithm used (forward IMPLICIT_GEMM, backward
+// ALGO_1). The workspace is a tensor from the caching allocator on the current stream, freed
+// after the call (the next op on the stream reuses it).
 #pragma once
 
 #include "core/tensor.h"
