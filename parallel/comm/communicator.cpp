@@ -155,7 +155,16 @@ Communicator::Communicator(std::shared_ptr<CommState> state, std::vector<int> wo
                  " entries for a group of ", state_->size);
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // Each Work::Impl holds its CommState (impl->comm), and the state holds the operations still in
+  // flight: a reference cycle that would keep the state, the impls, their buffers and the
+  // backend's handles (an NCCL communicator, NOTE [NCCL non-blocking]) alive for good once the
+  // communicator is gone, even after they completed (the list is reaped only at the next launch).
+  // The backends' destructors complete what is in flight, or keep it deliberately (an operation
+  // that never completed: NOTE [Work and timeouts]); here the list lets go. A Work the user still
+  // holds keeps its impl and the state alive until it is dropped, with no cycle.
+  state_->in_flight.clear();
+}
 
 int Communicator::world_rank(int r) const {
   TRIDENT_CHECK(r >= 0 && r < size(), "rank ", r, " is outside ", state_->where());

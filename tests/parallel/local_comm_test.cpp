@@ -59,6 +59,36 @@ TEST(LocalComm, HostStagingTestModeOnOneRank) {
   trident::testing::staging::run_in_place(*d, kCPU, kF32);
 }
 
+TEST(LocalComm, ADestroyedCommunicatorFreesItsStateAndItsLastOperations) {
+  // The operations in flight (the last one stays listed until the next launch reaps it) hold the
+  // communicator's state and the state held them: a cycle that leaked the state, the buffers and a
+  // backend's handle (an NCCL communicator) for good. Freed now when the communicator goes.
+  std::weak_ptr<CommState> state;
+  std::weak_ptr<Work::Impl> impl;
+  Tensor t = from_vector<float>({1, 2, 3});
+  {
+    auto c = make_local_communicator({"short-lived", std::nullopt});
+    Work w = c->all_reduce(t);
+    w.wait();
+    state = w.impl()->comm;
+    impl = w.impl();
+  }
+  EXPECT_TRUE(state.expired());
+  EXPECT_TRUE(impl.expired());
+  // A Work the user keeps stays usable after its communicator is gone, and then lets go too.
+  {
+    auto c = make_local_communicator({"outlived", std::nullopt});
+    Work kept = c->broadcast(t, 0);
+    state = kept.impl()->comm;
+    c.reset();
+    EXPECT_FALSE(state.expired());
+    kept.wait();
+    EXPECT_TRUE(kept.completed());
+    EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  }
+  EXPECT_TRUE(state.expired());
+}
+
 TEST(LocalComm, TimeoutFromTheEnvironmentIsValidated) {
   setenv("TRIDENT_COMM_TIMEOUT", "2.5", 1);
   EXPECT_EQ(default_timeout().count(), 2.5);
