@@ -31,7 +31,9 @@
 // compiled when TRIDENT_HAVE_CUDA (it compiles; no test has run it on a GPU yet), implementing the do_* functions below with one ncclComm_t per group:
 //   - created by make_nccl_communicator(bootstrap, options): rank 0 of the MPI
 //     bootstrap group calls ncclGetUniqueId and broadcasts it over that group, every rank calls
-//     ncclCommInitRank (a mesh creates the tp/pp/dp NCCL groups from its MPI groups the same way);
+//     ncclCommInitRankConfig, non-blocking and polled with the communicator's timeout (NOTE [NCCL
+//     non-blocking] in nccl_communicator.cpp; a mesh creates the tp/pp/dp NCCL groups from its MPI
+//     groups the same way);
 //   - operations run on the communicator's own stream, after an event recorded on the current
 //     compute stream (so inputs are ready) and record a completion event; Work::Impl::poll() is
 //     cudaEventQuery and wait() polls it (so that it can time out); making the compute stream

@@ -3,7 +3,11 @@
 //
 // One ncclComm_t per group, created from a bootstrap communicator of the same ranks (MPI, or
 // Local for a single process): rank 0 calls ncclGetUniqueId and broadcasts the id over the
-// bootstrap group; every rank then calls ncclCommInitRank on its current CUDA device. split()
+// bootstrap group; every rank then creates its non-blocking communicator on its current CUDA device
+// (ncclCommInitRankConfig, polled with the communicator's timeout: NOTE [NCCL non-blocking] in
+// the .cpp, so a rank that never joins makes the others throw CommTimeout instead of hanging).
+// Destroying the communicator waits for its operations, then ncclCommFinalize + ncclCommDestroy
+// (ncclCommAbort after a timeout or an error). split()
 // splits the bootstrap and builds the child's NCCL communicator the same way, so a mesh built on
 // an NCCL world gets NCCL tp/pp/dp groups.
 // Operations run on the communicator's own CUDA stream, after an event recorded on the device's
@@ -14,6 +18,7 @@
 // uneven ones are a group of ncclBroadcast / ncclReduce calls, one per rank.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "parallel/comm/communicator.h"
@@ -23,5 +28,9 @@ namespace trident::parallel::comm {
 // Collective over `bootstrap`: an NCCL communicator of the same ranks, named options.name.
 std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator> bootstrap,
                                                      const CommOptions& options);
+
+// NCCL communicators (ncclComm_t) of this process created and not yet destroyed or aborted: for
+// tests and leak checks (a destroyed NcclCommunicator must bring it back down).
+int64_t live_nccl_communicators();
 
 }  // namespace trident::parallel::comm

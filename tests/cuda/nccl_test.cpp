@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "core/cuda/stream.h"
@@ -38,6 +39,56 @@ std::vector<double> iota_values(int64_t n, DType d) {
   for (int64_t i = 0; i < n; ++i) v.push_back(d == kBool ? (i != 0 ? 1.0 : 0.0) : static_cast<double>(i));
   return v;
 }
+
+// Threads of this process (NCCL starts proxy and service threads per communicator; a leaked
+// communicator keeps them).
+int64_t thread_count() {
+  int64_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+struct DoneWork final : Work::Impl {
+  bool poll() override { return true; }
+};
+
+// A bootstrap that claims a group of two of which this process is rank 0 while no rank 1 exists:
+// rank 0's unique id "reaches" everyone (it is the root), and NCCL's init then waits for a rank
+// that never comes: the init timeout of NOTE [NCCL non-blocking], provoked on one GPU.
+class LonelyBootstrap final : public Communicator {
+ public:
+  LonelyBootstrap() : Communicator(make_state(), {0, 1}) {}
+
+ protected:
+  std::shared_ptr<Work::Impl> do_all_reduce(const Tensor&, ReduceOp) override { return unused(); }
+  std::shared_ptr<Work::Impl> do_all_gather(const Tensor&, const Tensor&, const std::vector<int64_t>&) override {
+    return unused();
+  }
+  std::shared_ptr<Work::Impl> do_reduce_scatter(const Tensor&, const Tensor&, const std::vector<int64_t>&,
+                                                ReduceOp) override {
+    return unused();
+  }
+  std::shared_ptr<Work::Impl> do_broadcast(const Tensor&, int root) override {
+    EXPECT_EQ(root, 0);
+    return std::make_shared<DoneWork>();  // the root keeps its own bytes
+  }
+  std::shared_ptr<Work::Impl> do_barrier() override { return unused(); }
+  std::shared_ptr<Work::Impl> do_send_recv(const std::vector<P2POp>&) override { return unused(); }
+  std::shared_ptr<Communicator> do_split(int, int, const std::vector<int>&, const std::vector<int>&,
+                                         const std::string&) override {
+    TRIDENT_FAIL("LonelyBootstrap cannot split");
+  }
+
+ private:
+  static std::shared_ptr<CommState> make_state() {
+    auto s = std::make_shared<CommState>();
+    s->name = "lonely";
+    s->backend = Backend::Local;
+    s->size = 2;
+    return s;
+  }
+  static std::shared_ptr<Work::Impl> unused() { TRIDENT_FAIL("LonelyBootstrap only broadcasts the unique id"); }
+};
 
 }  // namespace
 
@@ -186,4 +237,102 @@ TEST(NcclOneRank, ATimedOutOperationAbortsTheCommunicatorForGood) {
   cuda::synchronize(0);
   EXPECT_THROW(w.wait(), Error);
   EXPECT_FALSE(w.completed());
+}
+
+// ---- NOTE [NCCL non-blocking]: creation and destruction ----
+
+TEST(NcclOneRank, ManyCommunicatorsCreatedAndDestroyedDoNotLeak) {
+  // Each destroyed communicator must release its ncclComm_t (finalize + destroy), its stream and
+  // NCCL's threads: before the Work/state cycle was broken none was ever destroyed.
+  TRIDENT_REQUIRE_CUDA();
+  const int64_t live0 = live_nccl_communicators();
+  { nccl_of_one("warm-up")->all_reduce(iota(8, kF32)).wait(); }
+  EXPECT_EQ(live_nccl_communicators(), live0);
+  const int64_t threads0 = thread_count();
+  for (int i = 0; i < 25; ++i) {
+    auto c = nccl_of_one("loop" + std::to_string(i));
+    EXPECT_EQ(live_nccl_communicators(), live0 + 1);
+    Tensor t = iota(33, kF32);
+    if (i % 2 == 0) {
+      c->all_reduce(t).wait();
+    } else {
+      (void)c->all_reduce(t);  // dropped unwaited: the destructor waits for it
+    }
+  }
+  EXPECT_EQ(live_nccl_communicators(), live0);
+  EXPECT_LE(thread_count(), threads0 + 2) << "threads of destroyed NCCL communicators are still running";
+}
+
+TEST(NcclOneRank, DestroyingWaitsForAnOperationInFlight) {
+  // The compute stream is held 0.4 s by a host function; the all-reduce queued behind it is in
+  // flight when the communicator goes: its destructor waits for it (within the timeout), then
+  // finalizes and destroys, and the result is there.
+  TRIDENT_REQUIRE_CUDA();
+  const int64_t live0 = live_nccl_communicators();
+  auto c = nccl_of_one();
+  Tensor t = iota(64, kF32);
+  auto sleep_host = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); };
+  ASSERT_EQ(cudaLaunchHostFunc(cuda::current_stream(0).handle(), sleep_host, nullptr), cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  (void)c->all_reduce(t);
+  c.reset();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.3) << "the communicator was destroyed before its operation completed";
+  EXPECT_EQ(live_nccl_communicators(), live0);
+  EXPECT_EQ(t.to_vector<double>(), iota_values(64, kF32));
+}
+
+TEST(NcclOneRank, AWorkOutlivesItsCommunicator) {
+  TRIDENT_REQUIRE_CUDA();
+  auto c = nccl_of_one();
+  Tensor t = iota(16, kBF16);
+  Work w = c->all_reduce(t, ReduceOp::Average);
+  c.reset();  // waits for w's operation, destroys the NCCL communicator
+  w.wait();   // completed: returns at once
+  EXPECT_TRUE(w.completed());
+  EXPECT_EQ(t.to_vector<double>(), iota_values(16, kBF16));
+}
+
+TEST(NcclOneRank, DestroyingAfterATimeoutAbortsWithoutWaiting) {
+  // After a timeout the destructor must neither wait for the stuck operation nor finalize (which
+  // would wait for it too): ncclCommAbort, at once.
+  TRIDENT_REQUIRE_CUDA();
+  const int64_t live0 = live_nccl_communicators();
+  auto c = nccl_of_one();
+  c->set_timeout(Seconds(0.2));
+  Tensor t = iota(64, kF32);
+  auto sleep_host = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); };
+  ASSERT_EQ(cudaLaunchHostFunc(cuda::current_stream(0).handle(), sleep_host, nullptr), cudaSuccess);
+  Work w = c->all_reduce(t);
+  EXPECT_THROW(w.wait(), CommTimeout);
+  const auto start = std::chrono::steady_clock::now();
+  c.reset();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 1.0) << "the destructor of an aborted communicator waited for its stuck operation";
+  EXPECT_EQ(live_nccl_communicators(), live0);
+  cuda::synchronize(0);
+}
+
+TEST(NcclOneRank, InitTimesOutWhenARankNeverJoins) {
+  // NCCL's init of a group of two whose rank 1 never comes (LonelyBootstrap): without the
+  // non-blocking init this hangs forever in ncclCommInitRank. With it: CommTimeout after the
+  // timeout, naming the step, the group, the rank, the device and the timeout, and the
+  // half-made communicator aborted. (An operation that waits in its issue for a peer to connect
+  // cannot be provoked with one rank: that needs two GPUs.)
+  TRIDENT_REQUIRE_CUDA();
+  cuda::set_device(0);
+  const int64_t live0 = live_nccl_communicators();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    make_nccl_communicator(std::make_shared<LonelyBootstrap>(), {"lonely.nccl", Seconds(0.5)});
+    ADD_FAILURE() << "the init of a group whose rank 1 never joins returned";
+  } catch (const CommTimeout& e) {
+    const std::string m = e.message();
+    for (const char* part : {"ncclCommInitRank", "group 'lonely.nccl'", "rank 0 of 2", "cuda:0", "timed out after 0.5 s",
+                             "did not create its NCCL communicator", "ncclCommAbort"})
+      EXPECT_NE(m.find(part), std::string::npos) << "missing '" << part << "' in: " << m;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 10.0);
+  EXPECT_EQ(live_nccl_communicators(), live0);
 }
