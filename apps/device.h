@@ -32,9 +32,41 @@ namespace trident::apps {
 // (--pp or --tp > 1, --zero): data parallelism alone runs on GPUs (NCCL), the rest not yet.
 Device resolve_device(const std::string& value, bool model_parallel = false, const std::string& flag = "--device");
 
-// The GPU of this rank in a multi-process run given `--device cuda` without an index: the
-// launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK, else world_rank) modulo the visible devices,
-// so that `mpirun -np N` on a host of N GPUs puts one rank on each. An explicit cuda:N is kept.
+// NOTE [Rank to GPU]: which GPU a rank of a multi-process run takes.
+//   - `--device cuda` (no index): the GPU (local rank) mod (visible GPUs), the local rank being
+//     this process's rank among the ranks on its node (node_local_rank), so `mpirun -np N` on
+//     nodes of N GPUs puts one rank on each GPU of each node. More ranks on a node than visible
+//     GPUs (when more than one is visible) is an error: two ranks of an NCCL group on one GPU are
+//     not supported by NCCL (it refuses or hangs).
+//   - `--device cuda:N`: kept as it is when this rank is alone on its node, or when each rank
+//     sees a single GPU (CUDA_VISIBLE_DEVICES set per rank, the other way to give each rank its
+//     own GPU). With several ranks on the node sharing a view of several GPUs it is an error, not
+//     an offset: every rank would take the same GPU N, which is almost certainly a mistake, and
+//     silently moving ranks to other GPUs would run on GPUs the user did not name.
+//   - one visible GPU shared by several ranks on the node (-np 2 on a one-GPU machine, no
+//     CUDA_VISIBLE_DEVICES) cannot be told apart from per-rank visibility here; NCCL reports the
+//     duplicate GPU itself.
+struct LocalRank {
+  int rank = 0;
+  int size = 0;        // ranks on this node; 0 when the source does not say
+  std::string source;  // "MPI_COMM_TYPE_SHARED", "OMPI_COMM_WORLD_LOCAL_RANK", ..., for messages
+};
+
+// The launcher's environment: OMPI_COMM_WORLD_LOCAL_RANK (+ _LOCAL_SIZE, OpenMPI), MPI_LOCALRANKID
+// (+ MPI_LOCALNRANKS, MPICH/Intel MPI), SLURM_LOCALID (srun; size unknown), in that order; else
+// {world_rank, 0, "world rank"}. A value that is not a non-negative integer is an error naming it.
+LocalRank local_rank_from_env(int world_rank);
+// MPI's node-local rank (MPI_COMM_TYPE_SHARED) when MPI is initialized (a collective: every rank
+// calls it), else local_rank_from_env.
+LocalRank node_local_rank(int world_rank);
+
+// The pure mapping of NOTE [Rank to GPU] (no CUDA call): `requested` as resolve_device returned
+// it, `has_index` whether the flag named an index, `device_count` the GPUs this process sees.
+Device map_rank_device(Device requested, bool has_index, const LocalRank& local, int device_count,
+                       const std::string& flag = "--device");
+
+// NOTE [Rank to GPU] for this process: node_local_rank, the visible GPUs, map_rank_device.
+// `value` is the flag's text ("cuda" or "cuda:N").
 Device rank_device(Device requested, const std::string& value, int world_rank);
 
 // "cpu", or "cuda:0 (NVIDIA H200, compute capability 9.0, 140 GiB)".

@@ -95,6 +95,27 @@ void ensure_mpi_initialized() {
 #endif
 }
 
+bool mpi_node_local_rank(int& local_rank, int& local_size) {
+#if TRIDENT_HAVE_MPI
+  if (!mpi_initialized()) return false;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS ||
+      node == MPI_COMM_NULL)
+    return false;
+  int r = 0, n = 0;
+  const bool ok = MPI_Comm_rank(node, &r) == MPI_SUCCESS && MPI_Comm_size(node, &n) == MPI_SUCCESS;
+  MPI_Comm_free(&node);
+  if (!ok) return false;
+  local_rank = r;
+  local_size = n;
+  return true;
+#else
+  (void)local_rank;
+  (void)local_size;
+  return false;
+#endif
+}
+
 void note_comm_timeout(const std::string& description) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_timed_out) g_timeout_what = description;

@@ -26,6 +26,11 @@ int launcher_world_size();
 // exit handler of NOTE [Ending after a timeout]. Throws if this build has no MPI.
 void ensure_mpi_initialized();
 bool mpi_initialized();
+// This process's rank among the MPI processes of MPI_COMM_WORLD on its node, and their number
+// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED, portable across MPI implementations and
+// launchers), when MPI is initialized: true and both set; false (nothing set) otherwise. A
+// collective over MPI_COMM_WORLD: every rank must call it.
+bool mpi_node_local_rank(int& local_rank, int& local_size);
 // Records a timeout (work.cpp calls it): this process will end the job at exit.
 void note_comm_timeout(const std::string& description);
 bool comm_timed_out();

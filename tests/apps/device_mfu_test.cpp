@@ -2,6 +2,12 @@
 // and the FLOP accounting and peak table against hand-computed numbers.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "apps/device.h"
 #include "apps/mfu.h"
 #include "core/factory.h"
@@ -23,6 +29,109 @@ TEST(AppsDevice, CudaWithoutAGpuSaysWhy) {
   const char* why = cuda_built() ? "no CUDA device found" : "built without CUDA";
   testing::expect_error([] { resolve_device("cuda"); }, {"--device cuda: ", why, "use --device cpu"});
   testing::expect_error([] { resolve_device("cuda:2", true); }, {"--device cuda:2: ", why});
+}
+
+// NOTE [Rank to GPU]: the mapping, without a GPU (device counts are given).
+TEST(AppsDevice, RankToGpuWithoutAnIndexTakesTheLocalRankModTheGpus) {
+  const Device cuda = Device::cuda(0);  // what resolve_device returns for "cuda"
+  EXPECT_EQ(map_rank_device(kCPU, false, {3, 4, "test"}, 8), kCPU);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(map_rank_device(cuda, false, {r, 8, "test"}, 8), Device::cuda(r));
+  EXPECT_EQ(map_rank_device(cuda, false, {2, 4, "test"}, 8), Device::cuda(2));  // fewer ranks than GPUs
+  // The local rank, not the world rank: rank 5 of the job is local rank 1 on the second node.
+  EXPECT_EQ(map_rank_device(cuda, false, {1, 4, "test"}, 4), Device::cuda(1));
+  // Size unknown (srun's SLURM_LOCALID, or the world rank): modulo the GPUs.
+  EXPECT_EQ(map_rank_device(cuda, false, {5, 0, "SLURM_LOCALID"}, 4), Device::cuda(1));
+  // One GPU visible per rank (CUDA_VISIBLE_DEVICES per rank): cuda:0 for everyone.
+  EXPECT_EQ(map_rank_device(cuda, false, {3, 4, "test"}, 1), Device::cuda(0));
+  testing::expect_error([&] { map_rank_device(cuda, false, {5, 8, "MPI_COMM_TYPE_SHARED"}, 4); },
+                        {"--device cuda with 8 ranks on this node", "local rank 5", "MPI_COMM_TYPE_SHARED",
+                         "4 visible GPUs", "share a GPU", "at most 4 ranks per node"});
+}
+
+TEST(AppsDevice, RankToGpuAnExplicitIndexWithSeveralRanksOnTheNodeIsRefused) {
+  // The suspect: `--device cuda:1 --dp 4` under mpirun put every rank on cuda:1.
+  testing::expect_error([] { map_rank_device(Device::cuda(1), true, {2, 4, "OMPI_COMM_WORLD_LOCAL_RANK"}, 8); },
+                        {"--device cuda:1 with 4 ranks on this node", "local rank 2", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "every one of them on cuda:1", "Use --device cuda", "CUDA_VISIBLE_DEVICES"});
+  // Kept: alone on the node (also across nodes: one rank per node), size unknown, or one GPU per rank.
+  EXPECT_EQ(map_rank_device(Device::cuda(1), true, {0, 1, "test"}, 8), Device::cuda(1));
+  EXPECT_EQ(map_rank_device(Device::cuda(1), true, {3, 0, "world rank"}, 8), Device::cuda(1));
+  EXPECT_EQ(map_rank_device(Device::cuda(0), true, {3, 4, "test"}, 1), Device::cuda(0));
+}
+
+// Sets environment variables for one test and restores them after.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* name : kVars) {
+      const char* v = std::getenv(name);
+      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : vars) setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name, value->c_str(), 1);
+      } else {
+        unsetenv(name);
+      }
+    }
+  }
+
+ private:
+  static constexpr const char* kVars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALRANKID",
+                                          "MPI_LOCALNRANKS", "SLURM_LOCALID"};
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+TEST(AppsDevice, LocalRankFromTheLaunchersEnvironment) {
+  {
+    ScopedEnv env({});
+    const LocalRank l = local_rank_from_env(6);
+    EXPECT_EQ(l.rank, 6);
+    EXPECT_EQ(l.size, 0);
+    EXPECT_EQ(l.source, "world rank");
+  }
+  {
+    ScopedEnv env({{"SLURM_LOCALID", "2"}});
+    const LocalRank l = local_rank_from_env(6);
+    EXPECT_EQ(l.rank, 2);
+    EXPECT_EQ(l.size, 0);
+    EXPECT_EQ(l.source, "SLURM_LOCALID");
+  }
+  {
+    ScopedEnv env({{"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "4"}, {"SLURM_LOCALID", "2"}});
+    const LocalRank l = local_rank_from_env(6);  // MPICH's before SLURM's
+    EXPECT_EQ(l.rank, 1);
+    EXPECT_EQ(l.size, 4);
+    EXPECT_EQ(l.source, "MPI_LOCALRANKID");
+  }
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}, {"MPI_LOCALRANKID", "1"}});
+    const LocalRank l = local_rank_from_env(6);  // OpenMPI's first
+    EXPECT_EQ(l.rank, 3);
+    EXPECT_EQ(l.size, 8);
+    EXPECT_EQ(l.source, "OMPI_COMM_WORLD_LOCAL_RANK");
+  }
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_LOCAL_RANK", "x1"}});
+    testing::expect_error([] { local_rank_from_env(0); },
+                          {"OMPI_COMM_WORLD_LOCAL_RANK must be a non-negative integer, got \"x1\""});
+  }
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_LOCAL_RANK", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+    testing::expect_error([] { local_rank_from_env(0); },
+                          {"OMPI_COMM_WORLD_LOCAL_RANK=4 is not below OMPI_COMM_WORLD_LOCAL_SIZE=4"});
+  }
+  // Without MPI initialized (a plain test process), node_local_rank is the environment's.
+  {
+    ScopedEnv env({{"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}});
+    const LocalRank l = node_local_rank(0);
+    EXPECT_EQ(l.rank, 1);
+    EXPECT_EQ(l.source, "MPI_LOCALRANKID");
+  }
 }
 
 TEST(AppsDevice, ToDeviceKeepsHostTensors) {
