@@ -1,6 +1,15 @@
 #include "apps/mfu.h"
 
 #include <array>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/device_info.h"
+#include "core/error.h"
 
 namespace trident::apps {
 
@@ -9,45 +18,141 @@ double transformer_flops_per_token(int64_t parameters, int64_t layers, int64_t c
          12.0 * static_cast<double>(layers) * static_cast<double>(context) * static_cast<double>(width);
 }
 
+// ---- Peak FLOP/s ----
+
 namespace {
 
 struct Entry {
-  const char* match;  // a substring of the runtime's device name; the first match wins
+  const char* model;    // a word of the runtime's device name, e.g. "H100"
+  const char* variant;  // another word it must have ("PCIe"), or nullptr; the first match wins
   int cc_major, cc_minor;
   PeakFlops peak;
 };
 
-// Dense peak FLOP/s (no sparsity), from NVIDIA's data sheets:
-//   H100 and H200 SXM: "NVIDIA H100 Tensor Core GPU" and "NVIDIA H200 Tensor Core GPU" data sheets
-//     (BF16/FP16 1979 TFLOP/s with sparsity, so 989.4 dense; TF32 494.7 dense; FP32 66.9).
-//   H100 PCIe: the same H100 data sheet, PCIe column (BF16 756.5 dense, TF32 378, FP32 51.2).
-//   H100 NVL and H200 NVL: their data-sheet columns (BF16 835.5 dense, TF32 417.5, FP32 60).
-//   A100 (SXM4 and PCIe, 40 and 80 GB): "NVIDIA A100 Tensor Core GPU" data sheet (BF16 312,
-//     TF32 156, FP32 19.5).
-//   L40S: "NVIDIA L40S" data sheet (BF16 362.05 dense, TF32 183, FP32 91.6).
-// More specific names come first ("H100 PCIe" before "H100").
+// Dense peak FLOP/s (no 2:4 sparsity) from NVIDIA's data sheets; where a sheet gives only the
+// sparse tensor-core number (marked * there), half of it. SMs: the full product's count.
+//   A100 (SXM4 and PCIe, 40 and 80 GB), "NVIDIA A100 Tensor Core GPU" data sheet: BF16/FP16 312,
+//     TF32 156, FP32 19.5; 108 SMs.
+//   H100 SXM, "NVIDIA H100 Tensor Core GPU" data sheet: BF16/FP16 1979*, TF32 989*, FP32 67
+//     (989.4, 494.7 and 66.9 unrounded, at 132 SMs and the 1830 MHz tensor-core boost clock the
+//     H100 white paper's table uses); PCIe column: BF16 1513*, TF32 756*, FP32 51 (51.2); 114 SMs;
+//     NVL column (per GPU): BF16 1671*, TF32 835*, FP32 60; 132 SMs.
+//   H200 SXM and NVL, "NVIDIA H200 Tensor Core GPU" data sheet: SXM as the H100 SXM (the same
+//     GH100 chip and clocks), NVL BF16 1671*, TF32 835*, FP32 60; 132 SMs. GH200 (the Grace
+//     Hopper superchip's GPU), "NVIDIA GH200 Grace Hopper Superchip" data sheet: as the H100 SXM.
+//   L40S, "NVIDIA L40S" data sheet: BF16/FP16 362.05 (733*), TF32 183 (366*), FP32 91.6; 142 SMs.
+//   L4, "NVIDIA L4 Tensor Core GPU" data sheet: BF16/FP16 242*, TF32 120*, FP32 30.3; 58 SMs.
+// Not here (so no MFU without TRIDENT_PEAK_TFLOPS): other GPUs, including the H800, H20 and L40
+// whose numbers differ.
 constexpr double T = 1e12;
-const std::array<Entry, 7> kTable{{
-    {"H100 PCIe", 9, 0, {"H100 PCIe", 756.5 * T, 378.0 * T, 51.2 * T}},
-    {"H100 NVL", 9, 0, {"H100 NVL", 835.5 * T, 417.5 * T, 60.0 * T}},
-    {"H200 NVL", 9, 0, {"H200 NVL", 835.5 * T, 417.5 * T, 60.0 * T}},
-    {"H100", 9, 0, {"H100/H200 SXM", 989.4 * T, 494.7 * T, 66.9 * T}},
-    {"H200", 9, 0, {"H100/H200 SXM", 989.4 * T, 494.7 * T, 66.9 * T}},
-    {"A100", 8, 0, {"A100", 312.0 * T, 156.0 * T, 19.5 * T}},
-    {"L40S", 8, 9, {"L40S", 362.05 * T, 183.0 * T, 91.6 * T}},
+const std::array<Entry, 9> kTable{{
+    {"A100", nullptr, 8, 0, {"A100", 108, 312.0 * T, 156.0 * T, 19.5 * T}},
+    {"H100", "PCIe", 9, 0, {"H100 PCIe", 114, 756.5 * T, 378.0 * T, 51.2 * T}},
+    {"H100", "NVL", 9, 0, {"H100 NVL", 132, 835.5 * T, 417.5 * T, 60.0 * T}},
+    {"H100", nullptr, 9, 0, {"H100 SXM", 132, 989.4 * T, 494.7 * T, 66.9 * T}},
+    {"H200", "NVL", 9, 0, {"H200 NVL", 132, 835.5 * T, 417.5 * T, 60.0 * T}},
+    {"H200", nullptr, 9, 0, {"H200 SXM", 132, 989.4 * T, 494.7 * T, 66.9 * T}},
+    {"GH200", nullptr, 9, 0, {"GH200", 132, 989.4 * T, 494.7 * T, 66.9 * T}},
+    {"L40S", nullptr, 8, 9, {"L40S", 142, 362.05 * T, 183.0 * T, 91.6 * T}},
+    {"L4", nullptr, 8, 9, {"L4", 58, 121.0 * T, 60.0 * T, 30.3 * T}},
 }};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> words(const std::string& name) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char c : name) {
+    if (c == ' ' || c == '-') {
+      if (!w.empty()) out.push_back(lower(w));
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  if (!w.empty()) out.push_back(lower(w));
+  return out;
+}
+
+bool has_word(const std::vector<std::string>& ws, const char* word) {
+  const std::string w = lower(word);
+  for (const std::string& x : ws)
+    if (x == w) return true;
+  return false;
+}
+
+std::string tflops_text(double flops) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", flops / T);
+  return buf;
+}
 
 }  // namespace
 
 std::optional<PeakFlops> peak_flops(const std::string& device_name, int cc_major, int cc_minor) {
-  for (const Entry& e : kTable)
-    if (device_name.find(e.match) != std::string::npos && cc_major == e.cc_major && cc_minor == e.cc_minor) return e.peak;
+  const std::vector<std::string> ws = words(device_name);
+  for (const Entry& e : kTable) {
+    if (has_word(ws, e.model) && (e.variant == nullptr || has_word(ws, e.variant)))
+      return cc_major == e.cc_major && cc_minor == e.cc_minor ? std::optional<PeakFlops>(e.peak) : std::nullopt;
+  }
   return std::nullopt;
 }
 
 double peak_for(const PeakFlops& p, const std::string& precision, bool tf32) {
   if (precision == "bf16" || precision == "fp16") return p.bf16;
   return tf32 ? p.tf32 : p.fp32;
+}
+
+std::string peak_math(const std::string& precision, bool tf32) {
+  if (precision == "bf16" || precision == "fp16") return "bf16/fp16";
+  return tf32 ? "TF32" : "FP32";
+}
+
+Peak resolve_peak(const GpuDescription& gpu, const std::string& precision, bool tf32, double override_tflops,
+                  const std::string& override_from) {
+  const std::string math = peak_math(precision, tf32);
+  if (override_tflops > 0) return {override_tflops * T, tflops_text(override_tflops * T) + " TFLOP/s from " + override_from};
+  const std::optional<PeakFlops> p = peak_flops(gpu.name, gpu.cc_major, gpu.cc_minor);
+  if (!p) return {0, std::string(kMfuUnknown) + ": '" + gpu.name + "' is not in apps/mfu.cpp's table"};
+  double flops = peak_for(*p, precision, tf32);
+  std::string source = tflops_text(flops) + " TFLOP/s, dense " + math + " of the " + p->gpu + " (NVIDIA data sheet)";
+  // A MIG instance (or a cut-down part under a known name) has fewer SMs: its share of the chip.
+  if (gpu.sms > 0 && gpu.sms < p->sms) {
+    flops *= static_cast<double>(gpu.sms) / static_cast<double>(p->sms);
+    source = tflops_text(flops) + " TFLOP/s, dense " + math + " of the " + p->gpu + " (NVIDIA data sheet) scaled to the " +
+             std::to_string(gpu.sms) + " of its " + std::to_string(p->sms) + " SMs visible";
+  }
+  source += "; device '" + gpu.name + "', " + std::to_string(gpu.sms) + " SMs, " + std::to_string(gpu.clock_khz / 1000) +
+            " MHz max clock";
+  return {flops, source};
+}
+
+double parse_peak_tflops(const char* text, const std::string& what) {
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text, &end);
+  TRIDENT_CHECK(end != text && *end == '\0' && errno == 0 && std::isfinite(v) && v > 0, what,
+                " must be a positive number of TFLOP/s (the GPU's dense peak for the run's precision), got '", text, "'");
+  return v;
+}
+
+Peak device_peak(int index, const std::string& precision, bool tf32, double flag_tflops) {
+  const CudaDeviceInfo info = cuda_device_info(index);
+  const GpuDescription gpu{info.name, info.major, info.minor, info.multiprocessors, info.clock_khz};
+  if (flag_tflops > 0) return resolve_peak(gpu, precision, tf32, flag_tflops, "--peak-tflops");
+  const double env = parse_peak_tflops(std::getenv("TRIDENT_PEAK_TFLOPS"), "TRIDENT_PEAK_TFLOPS");
+  return resolve_peak(gpu, precision, tf32, env, "TRIDENT_PEAK_TFLOPS");
+}
+
+std::string mfu_text(double flops_per_s, const Peak& peak) {
+  if (!peak.known()) return kMfuUnknown;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * flops_per_s / peak.flops);
+  return buf;
 }
 
 }  // namespace trident::apps

@@ -163,6 +163,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--device", o.device, "cpu, cuda or cuda:N (NOTE [Device in the apps]: one process per GPU)")
       ->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, bf16 or fp16 (autocast with f32 master weights)")->capture_default_str();
+  app.add_option("--peak-tflops", o.peak_tflops,
+                 "the GPU's dense peak TFLOP/s for the MFU (0: TRIDENT_PEAK_TFLOPS, else apps/mfu.cpp's table)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--batch", o.batch, "examples per micro-batch")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
   app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->capture_default_str();
@@ -572,18 +576,11 @@ int train(const TrainOptions& o, TrainTask& task) {
         static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(),
         static_cast<long long>(o.micro_batches), static_cast<long long>(per_step / o.micro_batches), o.pp_schedule.c_str(),
         o.remat.c_str());
-  // NOTE [MFU]: the GPU's peak for this precision, when it is in the table.
-  double peak = 0;
+  // NOTE [MFU]: the GPU's peak for this precision: --peak-tflops, TRIDENT_PEAK_TFLOPS, the table.
+  Peak peak;
   if (!dev.is_cpu()) {
-    const CudaDeviceInfo info = cuda_device_info(dev.index);
-    const std::optional<PeakFlops> p = peak_flops(info.name, info.major, info.minor);
-    const bool tf32 = matmul_allow_tf32();
-    if (p) peak = peak_for(*p, o.precision, tf32);
-    say("device: %s; %s\n", describe_device(dev).c_str(),
-        p ? ("MFU against " + p->gpu + "'s " + std::to_string(static_cast<int64_t>(peak / 1e12)) + " TFLOP/s of dense " +
-             (o.precision != "fp32" ? "bf16/fp16" : tf32 ? "TF32" : "FP32"))
-                .c_str()
-          : "no MFU (this GPU is not in apps/mfu.cpp's table)");
+    peak = device_peak(dev.index, o.precision, matmul_allow_tf32(), o.peak_tflops);
+    say("device: %s; MFU against %s\n", describe_device(dev).c_str(), peak.source.c_str());
   }
   const auto t0 = Clock::now();
   auto last_t = t0;
@@ -703,13 +700,13 @@ int train(const TrainOptions& o, TrainTask& task) {
       const double elapsed = std::chrono::duration<double>(now - t0).count();
       double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
       if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
-      // NOTE [MFU]: on a GPU of the table, with the app's model FLOPs per token.
-      const double mfu = peak > 0 && task.flops_per_token > 0 ? tps * task.flops_per_token / peak : 0.0;
-      char mfu_str[32] = "";
-      if (mfu > 0) std::snprintf(mfu_str, sizeof mfu_str, " | MFU %.1f%%", 100 * mfu);
+      // NOTE [MFU]: on a GPU, with the app's model FLOPs per token; "n/a" when the peak is unknown.
+      const bool count_mfu = !dev.is_cpu() && task.flops_per_token > 0;
+      const double mfu = count_mfu && peak.known() ? tps * task.flops_per_token / peak.flops : 0.0;
+      const std::string mfu_str = count_mfu ? " | MFU " + (peak.known() ? mfu_text(tps * task.flops_per_token, peak) : std::string("n/a")) : "";
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
       say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s%s | ETA %s%s", tty ? "\r" : "",
-          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, mfu_str,
+          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, mfu_str.c_str(),
           format_duration(eta).c_str(), tty ? "   " : "\n");
       std::fflush(stdout);
       json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}};

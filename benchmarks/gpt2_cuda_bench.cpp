@@ -3,11 +3,12 @@
 // twin is benchmarks/gpt2_cuda_torch.py; scripts/gpu-check.sh runs both and prints them together.
 //
 //   gpt2_cuda_bench [batch] [steps] [preset]
-//     -> {"tokens_per_s", "step_ms", "mfu", "parameters", "last_loss"}
+//     -> {"tokens_per_s", "step_ms", "mfu", "peak_tflops", "peak", "parameters", "last_loss"}
 // The median step time of `steps` timed steps after 3 warm-up steps, each step ended by reading
-// the loss (a synchronization). MFU counts 6 N + 12 L C T flops per token (N parameters, L layers,
-// width C, context T: the PaLM paper's accounting) against the H100/H200's 989 TFLOP/s of dense
-// bf16.
+// the loss (a synchronization). MFU: the model FLOPs of apps/mfu.h (NOTE [MFU]) against this GPU's
+// dense bf16 peak (apps::device_peak: TRIDENT_PEAK_TFLOPS, else the data-sheet table); "mfu" and
+// "peak_tflops" are null when the GPU is not in the table, and "peak" says which peak was used
+// (scripts/gpu-check.sh passes peak_tflops to the PyTorch twin, so both use the same).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/mfu.h"
 #include "trident.h"
 
 using namespace trident;
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
     c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
     const int64_t T = c.n_positions, V = c.vocab_size;
     const Device gpu = Device::cuda(0);
+    const apps::Peak peak = apps::device_peak(0, "bf16", false);  // before the run: a bad TRIDENT_PEAK_TFLOPS fails fast
     Generator g(1);
     GPT2LMHeadModel model(c, &g);
     model.to(gpu);
@@ -57,14 +60,25 @@ int main(int argc, char** argv) {
     const double med = ms[ms.size() / 2];
     const double n = static_cast<double>(model.num_parameters());
     const double tokens_per_s = static_cast<double>(B * T) / (med / 1e3);
-    const double flops_per_token = 6.0 * n + 12.0 * c.n_layer * c.n_embd * T;
+    const double flops_per_token = apps::transformer_flops_per_token(model.num_parameters(), c.n_layer, T, c.n_embd);
+    // JSON: a number, or null when the peak is unknown; the source as a string (its quotes and
+    // backslashes, if any, made harmless).
+    char mfu_text[32] = "null", peak_text[32] = "null";
+    if (peak.known()) {
+      std::snprintf(mfu_text, sizeof mfu_text, "%.4f", tokens_per_s * flops_per_token / peak.flops);
+      std::snprintf(peak_text, sizeof peak_text, "%.3f", peak.flops / 1e12);
+    }
+    std::string source;
+    for (char ch : peak.source) source += ch == '"' || ch == '\\' ? '\'' : ch;
     // printf spells a NaN "nan" and an infinity "inf", which no JSON reader takes; Python's json
     // reads NaN and Infinity (and then the summary in scripts/gpu-check.sh fails the row on them).
     char loss_text[32];
     if (std::isfinite(loss)) std::snprintf(loss_text, sizeof loss_text, "%.4f", loss);
     else std::snprintf(loss_text, sizeof loss_text, "%s", std::isnan(loss) ? "NaN" : loss > 0 ? "Infinity" : "-Infinity");
-    std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %.4f, \"parameters\": %lld, \"last_loss\": %s}\n",
-                tokens_per_s, med, tokens_per_s * flops_per_token / 989e12, static_cast<long long>(n), loss_text);
+    std::printf(
+        "{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %s, \"peak_tflops\": %s, \"peak\": \"%s\", \"parameters\": %lld, "
+        "\"last_loss\": %s}\n",
+        tokens_per_s, med, mfu_text, peak_text, source.c_str(), static_cast<long long>(n), loss_text);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt2_cuda_bench: %s\n", e.what());
     return 1;

@@ -3,12 +3,14 @@
 124M (12 layers, 12 heads, width 768, vocabulary 50257, context 1024), batch 8, bf16 autocast
 with f32 master weights, fused attention (F.scaled_dot_product_attention), AdamW (fused), no
 dropout, random tokens. Prints JSON like the C++ program: the median step time of STEPS steps after
-3 warm-up steps, each ended by reading the loss.
+3 warm-up steps, each ended by reading the loss. MFU counts the FLOPs of apps/mfu.h's NOTE [MFU]
+for GPT-2 against --peak-tflops, the peak the C++ benchmark used (its "peak_tflops": gpu-check.sh
+passes it), so that both sides divide by the same number; without it "mfu" is null.
 
-    python3 benchmarks/gpt2_cuda_torch.py [BATCH] [STEPS]
+    python3 benchmarks/gpt2_cuda_torch.py [BATCH] [STEPS] [--peak-tflops P]
 """
+import argparse
 import json
-import sys
 import time
 
 import torch
@@ -19,8 +21,12 @@ T, V, L, H, C = 1024, 50257, 12, 12, 768
 
 
 def main():
-    batch = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    ap = argparse.ArgumentParser()
+    ap.add_argument("batch", type=int, nargs="?", default=8)
+    ap.add_argument("steps", type=int, nargs="?", default=10)
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense peak TFLOP/s for MFU (0: none)")
+    a = ap.parse_args()
+    batch, steps = a.batch, a.steps
     torch.manual_seed(1)
     model = GPT(T, V, L, H, C, fused=True).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
@@ -41,8 +47,10 @@ def main():
     med = times[len(times) // 2]
     n = sum(p.numel() for p in model.parameters())
     tps = batch * T / med
-    print(json.dumps({"tokens_per_s": tps, "step_ms": med * 1e3, "mfu": tps * (6 * n + 12 * L * C * T) / 989e12,
-                      "parameters": n, "last_loss": last}))
+    flops_per_token = 6 * n + 12 * L * C * T
+    mfu = tps * flops_per_token / (a.peak_tflops * 1e12) if a.peak_tflops > 0 else None
+    print(json.dumps({"tokens_per_s": tps, "step_ms": med * 1e3, "mfu": mfu,
+                      "peak_tflops": a.peak_tflops if a.peak_tflops > 0 else None, "parameters": n, "last_loss": last}))
 
 
 if __name__ == "__main__":

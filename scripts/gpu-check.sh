@@ -233,18 +233,22 @@ if [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]] && T=$(tmo 180) && (( T == 0
   skip gpt2_cuda_bench
 elif [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
   # GPT-2 124M, bf16, context 1024, batch 8: Trident, then the same model in PyTorch (each with
-  # half of what is left, at most 180 s).
+  # half of what is left, at most 180 s). The twin divides by the peak Trident's run used (its
+  # "peak_tflops": TRIDENT_PEAK_TFLOPS, else apps/mfu.cpp's table; NOTE [MFU]).
   T=$(( $(tmo 360) / 2 ))
   if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
-     bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
+     PEAK=$(python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).readline()); print(r.get("peak_tflops") or 0)' "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err") &&
+     bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 --peak-tflops "$PEAK" >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
     # The row is ok only when the table could be made (two JSON objects, finite losses).
     if python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"; then
 import json, math, sys
 tri, tor = (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{"))
 print("GPT-2 124M training, bf16, batch 8 x 1024 tokens (median step)")
+print(f"MFU peak: {tri.get('peak', 'not reported')}")
 print(f"{'':10}{'tokens/s':>12}{'step ms':>10}{'MFU':>8}{'loss':>8}")
 for name, r in (("Trident", tri), ("PyTorch", tor)):
-    print(f"{name:10}{r['tokens_per_s']:12.0f}{r['step_ms']:10.1f}{100 * r['mfu']:7.1f}%{r['last_loss']:8.3f}")
+    mfu = f"{100 * r['mfu']:7.1f}%" if r.get("mfu") is not None else "     n/a"
+    print(f"{name:10}{r['tokens_per_s']:12.0f}{r['step_ms']:10.1f}{mfu}{r['last_loss']:8.3f}")
 print(f"ratio (Trident / PyTorch tokens/s): {tri['tokens_per_s'] / tor['tokens_per_s']:.2f}")
 sys.exit(0 if all(math.isfinite(r["last_loss"]) for r in (tri, tor)) else 1)
 PY

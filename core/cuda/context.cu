@@ -22,7 +22,10 @@ CudaDeviceInfo cuda_device_info(int index) {
   TRIDENT_CHECK(index >= 0 && index < n, "cuda_device_info: no CUDA device ", index, " (", n, " visible)");
   cudaDeviceProp p{};
   TRIDENT_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
-  return {p.name, p.major, p.minor, static_cast<int64_t>(p.totalGlobalMem)};
+  // CUDA 13 dropped cudaDeviceProp::clockRate: the attribute gives it.
+  int clock_khz = 0;
+  TRIDENT_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index));
+  return {p.name, p.major, p.minor, static_cast<int64_t>(p.totalGlobalMem), p.multiProcessorCount, clock_khz};
 }
 
 }  // namespace trident

@@ -146,21 +146,79 @@ TEST(AppsMfu, FlopsPerTokenIsSixNPlusTwelveLTd) {
   EXPECT_DOUBLE_EQ(transformer_flops_per_token(124439808, 12, 1024, 768), 746638848.0 + 113246208.0);
 }
 
-TEST(AppsMfu, PeakTableByNameAndComputeCapability) {
+TEST(AppsMfu, PeakTableByTheRuntimesDeviceNames) {
+  // Names as cudaGetDeviceProperties reports them; numbers from the data sheets (mfu.cpp), by hand:
+  // the sparse tensor-core numbers halved.
   const auto h200 = peak_flops("NVIDIA H200", 9, 0);
   ASSERT_TRUE(h200.has_value());
+  EXPECT_EQ(h200->gpu, "H200 SXM");
   EXPECT_DOUBLE_EQ(peak_for(*h200, "bf16", false), 989.4e12);
   EXPECT_DOUBLE_EQ(peak_for(*h200, "fp16", false), 989.4e12);
   EXPECT_DOUBLE_EQ(peak_for(*h200, "fp32", true), 494.7e12);
   EXPECT_DOUBLE_EQ(peak_for(*h200, "fp32", false), 66.9e12);
+  const auto h100 = peak_flops("NVIDIA H100 80GB HBM3", 9, 0);  // the SXM part
+  ASSERT_TRUE(h100.has_value());
+  EXPECT_EQ(h100->gpu, "H100 SXM");
+  EXPECT_DOUBLE_EQ(h100->bf16, 989.4e12);
+  EXPECT_EQ(h100->sms, 132);
   const auto pcie = peak_flops("NVIDIA H100 PCIe", 9, 0);  // not the SXM part's number
   ASSERT_TRUE(pcie.has_value());
   EXPECT_DOUBLE_EQ(pcie->bf16, 756.5e12);
-  const auto a100 = peak_flops("NVIDIA A100-SXM4-80GB", 8, 0);
-  ASSERT_TRUE(a100.has_value());
-  EXPECT_DOUBLE_EQ(a100->bf16, 312e12);
-  EXPECT_FALSE(peak_flops("NVIDIA GeForce RTX 4090", 8, 9).has_value());
+  EXPECT_EQ(pcie->sms, 114);
+  ASSERT_TRUE(peak_flops("NVIDIA H100 NVL", 9, 0).has_value());
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 NVL", 9, 0)->bf16, 835.5e12);
+  ASSERT_TRUE(peak_flops("NVIDIA H200 NVL", 9, 0).has_value());
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200 NVL", 9, 0)->tf32, 417.5e12);
+  for (const char* a100 : {"NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"}) {
+    const auto p = peak_flops(a100, 8, 0);
+    ASSERT_TRUE(p.has_value()) << a100;
+    EXPECT_DOUBLE_EQ(p->bf16, 312e12) << a100;
+    EXPECT_DOUBLE_EQ(p->tf32, 156e12) << a100;
+  }
+  ASSERT_TRUE(peak_flops("NVIDIA L4", 8, 9).has_value());
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA L4", 8, 9)->bf16, 121e12);
+  ASSERT_TRUE(peak_flops("NVIDIA L40S", 8, 9).has_value());
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA L40S", 8, 9)->bf16, 362.05e12);
+  // Whole words: an L40 is neither an L4 nor an L40S, an A10G no A100, an H800 or H20 no H100/H200.
+  for (const char* other : {"NVIDIA L40", "NVIDIA A10G", "NVIDIA H800", "NVIDIA H20", "NVIDIA GeForce RTX 4090", ""})
+    EXPECT_FALSE(peak_flops(other, 8, 9).has_value() || peak_flops(other, 9, 0).has_value()) << other;
   EXPECT_FALSE(peak_flops("NVIDIA H200", 10, 0).has_value());  // a name with another architecture
+}
+
+TEST(AppsMfu, ResolvePeakSaysWhichPeakAndScalesToAMigInstance) {
+  const GpuDescription h200{"NVIDIA H200", 9, 0, 132, 1980000};
+  const Peak full = resolve_peak(h200, "bf16", false);
+  EXPECT_DOUBLE_EQ(full.flops, 989.4e12);
+  for (const char* part : {"989.4 TFLOP/s", "dense bf16/fp16", "H200 SXM", "NVIDIA data sheet", "132 SMs", "1980 MHz"})
+    EXPECT_NE(full.source.find(part), std::string::npos) << part << " in " << full.source;
+  EXPECT_DOUBLE_EQ(resolve_peak(h200, "fp32", true).flops, 494.7e12);
+  EXPECT_NE(resolve_peak(h200, "fp32", true).source.find("dense TF32"), std::string::npos);
+  EXPECT_DOUBLE_EQ(resolve_peak(h200, "fp32", false).flops, 66.9e12);
+  // A MIG 1g instance: 16 of the 132 SMs, 989.4 x 16 / 132 = 119.927... TFLOP/s by hand.
+  const Peak mig = resolve_peak({"NVIDIA H200 MIG 1g.18gb", 9, 0, 16, 1980000}, "bf16", false);
+  EXPECT_NEAR(mig.flops, 119.9273e12, 1e8);
+  EXPECT_NE(mig.source.find("16 of its 132 SMs"), std::string::npos) << mig.source;
+  // The override wins over the table and says where it came from.
+  const Peak over = resolve_peak(h200, "bf16", false, 500, "TRIDENT_PEAK_TFLOPS");
+  EXPECT_DOUBLE_EQ(over.flops, 500e12);
+  EXPECT_NE(over.source.find("500.0 TFLOP/s from TRIDENT_PEAK_TFLOPS"), std::string::npos) << over.source;
+  // An unknown GPU: no peak, and the MFU says so instead of a number.
+  const Peak unknown = resolve_peak({"NVIDIA GeForce RTX 4090", 8, 9, 128, 2520000}, "bf16", false);
+  EXPECT_FALSE(unknown.known());
+  EXPECT_EQ(mfu_text(1e15, unknown), "n/a (unknown peak; set TRIDENT_PEAK_TFLOPS)");
+  EXPECT_NE(unknown.source.find("NVIDIA GeForce RTX 4090"), std::string::npos);
+  EXPECT_EQ(mfu_text(494.7e12, full), "50.0%");
+  const Peak known_by_override = resolve_peak({"NVIDIA GeForce RTX 4090", 8, 9, 128, 2520000}, "bf16", false, 165.2, "--peak-tflops");
+  EXPECT_DOUBLE_EQ(known_by_override.flops, 165.2e12);
+}
+
+TEST(AppsMfu, ParsesThePeakOverride) {
+  EXPECT_EQ(parse_peak_tflops(nullptr, "TRIDENT_PEAK_TFLOPS"), 0.0);
+  EXPECT_EQ(parse_peak_tflops("", "TRIDENT_PEAK_TFLOPS"), 0.0);
+  EXPECT_DOUBLE_EQ(parse_peak_tflops("989.4", "TRIDENT_PEAK_TFLOPS"), 989.4);
+  for (const char* bad : {"0", "-3", "fast", "989x", "inf", "nan"})
+    testing::expect_error([&] { parse_peak_tflops(bad, "TRIDENT_PEAK_TFLOPS"); },
+                          {"TRIDENT_PEAK_TFLOPS must be a positive number of TFLOP/s", "got '" + std::string(bad) + "'"});
 }
 
 }  // namespace
