@@ -10,12 +10,63 @@
 
 #include "core/device_info.h"
 #include "core/error.h"
+#include "models/bert.h"
+#include "models/gpt2.h"
 
 namespace trident::apps {
 
-double transformer_flops_per_token(int64_t parameters, int64_t layers, int64_t context, int64_t width) {
-  return 6.0 * static_cast<double>(parameters) +
-         12.0 * static_cast<double>(layers) * static_cast<double>(context) * static_cast<double>(width);
+// ---- Model FLOPs ----
+
+double training_flops(const FlopModel& m, int64_t sequences, int64_t positions, int64_t predictions) {
+  TRIDENT_CHECK(sequences >= 0 && positions >= 0 && predictions >= 0 && predictions <= sequences * positions,
+                "training_flops: sequences ", sequences, ", positions ", positions, " and predictions ", predictions,
+                " must be >= 0, predictions at most sequences x positions");
+  const double S = static_cast<double>(sequences), T = static_cast<double>(positions);
+  const double params = static_cast<double>(m.per_position) * S * T + static_cast<double>(m.per_sequence) * S +
+                        static_cast<double>(m.per_prediction) * static_cast<double>(predictions);
+  const double attention = 12.0 * static_cast<double>(m.layers) * T * static_cast<double>(m.width) * S * T;
+  return 6.0 * params + attention;
+}
+
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+FlopModel gpt2_flop_model(const models::GPT2LMHeadModel& model) {
+  FlopModel m;
+  m.layers = model.config().n_layer;
+  m.width = model.config().n_embd;
+  for (const auto& [name, p] : model.named_parameters()) {
+    // wpe is looked up; wte is looked up too, but it is also the output layer, run at every position.
+    if (name == "transformer.wpe.weight")
+      m.not_counted += p.numel();
+    else if (starts_with(name, "transformer."))
+      m.per_position += p.numel();
+    else
+      TRIDENT_FAIL("gpt2_flop_model: parameter '", name, "' is not in NOTE [MFU]'s classification");
+  }
+  return m;
+}
+
+FlopModel bert_flop_model(const models::BertForPreTraining& model) {
+  FlopModel m;
+  m.layers = model.config().num_hidden_layers;
+  m.width = model.config().hidden_size;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (starts_with(name, "bert.encoder.") || starts_with(name, "bert.embeddings.LayerNorm."))
+      m.per_position += p.numel();
+    else if (starts_with(name, "bert.pooler.") || starts_with(name, "cls.seq_relationship."))
+      m.per_sequence += p.numel();
+    else if (starts_with(name, "cls.predictions.") || name == "bert.embeddings.word_embeddings.weight")
+      m.per_prediction += p.numel();  // the transform, the decoder's bias, the tied decoder
+    else if (starts_with(name, "bert.embeddings.position_embeddings.") || starts_with(name, "bert.embeddings.token_type_embeddings."))
+      m.not_counted += p.numel();
+    else
+      TRIDENT_FAIL("bert_flop_model: parameter '", name, "' is not in NOTE [MFU]'s classification");
+  }
+  return m;
 }
 
 // ---- Peak FLOP/s ----

@@ -32,10 +32,34 @@
 #include <optional>
 #include <string>
 
+namespace trident::models {
+class GPT2LMHeadModel;
+class BertForPreTraining;
+}  // namespace trident::models
+
 namespace trident::apps {
 
-// 6 N + 12 L T d per token (NOTE [MFU]).
-double transformer_flops_per_token(int64_t parameters, int64_t layers, int64_t context, int64_t width);
+// ---- Model FLOPs ----
+
+// A transformer's parameters by where their products run (NOTE [MFU]).
+struct FlopModel {
+  int64_t layers = 0, width = 0;    // for the attention term 12 L T d
+  int64_t per_position = 0;         // every position's products go through them
+  int64_t per_sequence = 0;         // once per sequence (BERT's pooler and NSP head)
+  int64_t per_prediction = 0;       // at the predicted positions only (BERT's MLM head, its tied decoder)
+  int64_t not_counted = 0;          // looked up, never multiplied (position and segment embeddings)
+};
+
+// Model FLOPs of one training step (forward and backward) over `sequences` sequences of
+// `positions` positions (padding included: it is computed), `predictions` of them predicted:
+//   6 (per_position S T + per_sequence S + per_prediction M) + 12 L T d S T.
+// Errors: a negative count, or predictions > S T.
+double training_flops(const FlopModel& m, int64_t sequences, int64_t positions, int64_t predictions);
+
+// The models' parameters classified by their names (models/gpt2.h, models/bert.h); a parameter
+// of an unknown name is an error (a model change must say where its products run).
+FlopModel gpt2_flop_model(const models::GPT2LMHeadModel& model);
+FlopModel bert_flop_model(const models::BertForPreTraining& model);
 
 // ---- Peak FLOP/s ----
 

@@ -95,10 +95,16 @@ int main(int argc, char** argv) {
                    {"next_sentence_label", ex.at(4)}};
     };
     task.tokens = [](const Batch& b) { return static_cast<int64_t>(b.at("attention_mask").to_vector<int64_t>().size()); };
-    // NOTE [MFU]: 6 N + 12 L T d over every position of the shards' sequences (padding included,
-    // as tokens/s counts them).
-    task.flops_per_token =
-        apps::transformer_flops_per_token(model.num_parameters(), config.num_hidden_layers, seq_len, config.hidden_size);
+    // NOTE [MFU]: the encoder over every position of the sequences (padding included, as tokens/s
+    // counts them), the pooler and NSP head once per sequence, the MLM head (its tied decoder
+    // included) at the masked positions only, as BertForPreTraining runs them. GPU runs only (the
+    // only ones with an MFU; the model is whole there: no --tp or --pp).
+    if (o.device != "cpu")
+      task.flops = [&model, fm = apps::bert_flop_model(model)](const Batch& b) {
+        const Tensor& ids = b.at("input_ids");
+        const auto masked = static_cast<int64_t>(model.loss_counts(b).at(0));
+        return apps::training_flops(fm, ids.size(0), ids.size(1), masked);
+      };
     task.eval = [&model](const Activations& out, const Batch& b) {
       const std::vector<double> n = model.loss_counts(b);
       const auto [mlm, nsp] = model.loss_terms(out, b);

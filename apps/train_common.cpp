@@ -585,6 +585,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   const auto t0 = Clock::now();
   auto last_t = t0;
   int64_t tokens_since = 0, skipped = 0;
+  double flops_since = 0;  // NOTE [MFU]: model FLOPs since the last logged step (GPU runs)
   double first_loss = NAN, last_loss = NAN;
   std::map<std::string, double> after = before;
   int64_t end = total;  // the last step run (earlier under --time-limit)
@@ -692,6 +693,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       last_loss = loss;
     }
     tokens_since += task.tokens(batch) * dp_size;
+    if (!dev.is_cpu() && task.flops) flops_since += task.flops(batch) * static_cast<double>(dp_size);
 
     if (log_now) {
       const auto now = Clock::now();
@@ -701,9 +703,10 @@ int train(const TrainOptions& o, TrainTask& task) {
       double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
       if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
       // NOTE [MFU]: on a GPU, with the app's model FLOPs per token; "n/a" when the peak is unknown.
-      const bool count_mfu = !dev.is_cpu() && task.flops_per_token > 0;
-      const double mfu = count_mfu && peak.known() ? tps * task.flops_per_token / peak.flops : 0.0;
-      const std::string mfu_str = count_mfu ? " | MFU " + (peak.known() ? mfu_text(tps * task.flops_per_token, peak) : std::string("n/a")) : "";
+      const bool count_mfu = !dev.is_cpu() && task.flops;
+      const double flops_per_s = dt > 0 ? flops_since / dt : 0.0;
+      const double mfu = count_mfu && peak.known() ? flops_per_s / peak.flops : 0.0;
+      const std::string mfu_str = count_mfu ? " | MFU " + (peak.known() ? mfu_text(flops_per_s, peak) : std::string("n/a")) : "";
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
       say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s%s | ETA %s%s", tty ? "\r" : "",
           static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, mfu_str.c_str(),
@@ -714,6 +717,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       record(rec);
       last_t = now;
       tokens_since = 0;
+      flops_since = 0;
     }
     if (o.eval_every > 0 && step % o.eval_every == 0 && step != end) {
       if (tty) say("\n");

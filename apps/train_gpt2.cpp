@@ -85,8 +85,14 @@ int main(int argc, char** argv) {
     task.val = val;
     task.to_batch = [](const data::Example& ex) { return Batch{{"input_ids", ex.at(0)}, {"targets", ex.at(1)}}; };
     task.tokens = [](const Batch& b) { return b.at("input_ids").numel(); };
-    // NOTE [MFU]: 6 N + 12 L T d, T the training windows' length.
-    task.flops_per_token = apps::transformer_flops_per_token(model.num_parameters(), config.n_layer, seq_len, config.n_embd);
+    // NOTE [MFU]: every position of the windows goes through every parameter but wpe's (the
+    // output layer included), plus attention over the window's length. GPU runs only (the only
+    // ones with an MFU; the model is whole there: no --tp or --pp).
+    if (o.device != "cpu")
+      task.flops = [fm = apps::gpt2_flop_model(model)](const Batch& b) {
+        const Tensor& ids = b.at("input_ids");
+        return apps::training_flops(fm, ids.size(0), ids.size(1), 0);
+      };
     task.eval = [&model](const Activations& out, const Batch& b) {
       const double n = model.loss_counts(b).at(0);
       return std::map<std::string, std::pair<double, double>>{{"val_loss", {model.loss(out, b).item<double>() * n, n}}};

@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
     const double med = ms[ms.size() / 2];
     const double n = static_cast<double>(model.num_parameters());
     const double tokens_per_s = static_cast<double>(B * T) / (med / 1e3);
-    const double flops_per_token = apps::transformer_flops_per_token(model.num_parameters(), c.n_layer, T, c.n_embd);
+    // NOTE [MFU]: one sequence of T positions, every position predicted (the output layer counted in gpt2_flop_model).
+    const double flops_per_token = apps::training_flops(apps::gpt2_flop_model(model), 1, T, 0) / static_cast<double>(T);
     // JSON: a number, or null when the peak is unknown; the source as a string (its quotes and
     // backslashes, if any, made harmless).
     char mfu_text[32] = "null", peak_text[32] = "null";

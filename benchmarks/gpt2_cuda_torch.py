@@ -47,7 +47,9 @@ def main():
     med = times[len(times) // 2]
     n = sum(p.numel() for p in model.parameters())
     tps = batch * T / med
-    flops_per_token = 6 * n + 12 * L * C * T
+    # NOTE [MFU] (apps/mfu.h): 6 FLOPs per parameter whose products every position runs (all but
+    # wpe, a lookup; wte is the tied output layer) plus 12 L T C for attention, as gpt2_cuda_bench.
+    flops_per_token = 6 * (n - model.wpe.weight.numel()) + 12 * L * C * T
     mfu = tps * flops_per_token / (a.peak_tflops * 1e12) if a.peak_tflops > 0 else None
     print(json.dumps({"tokens_per_s": tps, "step_ms": med * 1e3, "mfu": mfu,
                       "peak_tflops": a.peak_tflops if a.peak_tflops > 0 else None, "parameters": n, "last_loss": last}))

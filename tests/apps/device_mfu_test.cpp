@@ -1,5 +1,5 @@
 // apps/device.h (--device) and apps/mfu.h (NOTE [MFU]): the parsing and refusals that need no GPU,
-// and the FLOP accounting and peak table against hand-computed numbers.
+// and the FLOP accounting (NOTE [MFU]) and peak table against hand-computed numbers.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +11,8 @@
 #include "apps/device.h"
 #include "apps/mfu.h"
 #include "core/factory.h"
+#include "models/bert.h"
+#include "models/gpt2.h"
 #include "test_util.h"
 
 namespace trident::apps {
@@ -141,9 +143,55 @@ TEST(AppsDevice, ToDeviceKeepsHostTensors) {
   EXPECT_TRUE(c.at("input_ids").is_same(ids));
 }
 
-TEST(AppsMfu, FlopsPerTokenIsSixNPlusTwelveLTd) {
-  // GPT-2 124M at context 1024: 6 x 124439808 + 12 x 12 x 1024 x 768, by hand.
-  EXPECT_DOUBLE_EQ(transformer_flops_per_token(124439808, 12, 1024, 768), 746638848.0 + 113246208.0);
+TEST(AppsMfu, TrainingFlopsCountsEachClassWhereItRuns) {
+  // 6 (P S T + Q S + R M) + 12 L T d S T with P = 100, Q = 10, R = 50, L = 2, d = 8, S = 3, T = 5,
+  // M = 4: 6 (1500 + 30 + 200) + 12 x 2 x 5 x 8 x 15 = 10380 + 14400, by hand.
+  const FlopModel m{.layers = 2, .width = 8, .per_position = 100, .per_sequence = 10, .per_prediction = 50};
+  EXPECT_DOUBLE_EQ(training_flops(m, 3, 5, 4), 24780.0);
+  EXPECT_DOUBLE_EQ(training_flops(m, 0, 5, 0), 0.0);
+  testing::expect_error([&] { training_flops(m, 3, 5, 16); }, {"predictions 16", "at most sequences x positions"});
+  testing::expect_error([&] { training_flops(m, -1, 5, 0); }, {"sequences -1"});
+}
+
+TEST(AppsMfu, Gpt2FlopsLeaveOutOnlyThePositionTable) {
+  // GPT-2, 1 layer, width 4, vocabulary 10, context 6. Parameters by hand: wte 10 x 4 = 40 (the
+  // tied output layer: at every position), wpe 6 x 4 = 24 (a lookup: not counted), the block
+  // ln_1 8 + c_attn 4 x 12 + 12 = 60 + c_proj 16 + 4 = 20 + ln_2 8 + c_fc 4 x 16 + 16 = 80 +
+  // mlp.c_proj 16 x 4 + 4 = 68 = 244, ln_f 8: 292 at every position, 316 in all.
+  models::GPT2Config c;
+  c.n_layer = 1, c.n_head = 1, c.n_embd = 4, c.vocab_size = 10, c.n_positions = 6;
+  Generator g(1);
+  const models::GPT2LMHeadModel model(c, &g);
+  ASSERT_EQ(model.num_parameters(), 316);
+  const FlopModel m = gpt2_flop_model(model);
+  EXPECT_EQ(m.per_position, 292);
+  EXPECT_EQ(m.not_counted, 24);
+  EXPECT_EQ(m.per_sequence + m.per_prediction, 0);
+  // 2 windows of 6: 6 x 292 x 12 + 12 x 1 x 6 x 4 x 12 = 21024 + 3456.
+  EXPECT_DOUBLE_EQ(training_flops(m, 2, 6, 0), 24480.0);
+}
+
+TEST(AppsMfu, BertFlopsCountTheMlmHeadAtTheMaskedPositionsOnly) {
+  // BERT, 1 layer, width 4, intermediate 8, vocabulary 10, 6 positions, 2 segments. Parameters by
+  // hand: word embeddings 40 (the tied decoder: at the masked positions), position 24 and segment
+  // 8 embeddings (lookups), the embeddings' LayerNorm 8 and the layer (q, k, v 3 x 20, attention
+  // output 20, LayerNorm 8, intermediate 4 x 8 + 8 = 40, output 8 x 4 + 4 = 36, LayerNorm 8: 172)
+  // at every position: 180; the pooler 20 and the NSP head 2 x 4 + 2 = 10 once per sequence: 30;
+  // the MLM transform 20 + its LayerNorm 8 + the decoder bias 10 + the decoder 40: 78. 320 in all.
+  models::BertConfig c;
+  c.vocab_size = 10, c.hidden_size = 4, c.num_hidden_layers = 1, c.num_attention_heads = 1;
+  c.intermediate_size = 8, c.max_position_embeddings = 6, c.type_vocab_size = 2;
+  Generator g(1);
+  const models::BertForPreTraining model(c, &g);
+  ASSERT_EQ(model.num_parameters(), 320);
+  const FlopModel m = bert_flop_model(model);
+  EXPECT_EQ(m.per_position, 180);
+  EXPECT_EQ(m.per_sequence, 30);
+  EXPECT_EQ(m.per_prediction, 78);
+  EXPECT_EQ(m.not_counted, 32);
+  // 2 sequences of 6, 3 masked: 6 (180 x 12 + 30 x 2 + 78 x 3) + 12 x 1 x 6 x 4 x 12
+  // = 14724 + 3456 (6 N + 12 L T d per position, the old count, gave 26496).
+  EXPECT_DOUBLE_EQ(training_flops(m, 2, 6, 3), 18180.0);
 }
 
 TEST(AppsMfu, PeakTableByTheRuntimesDeviceNames) {
