@@ -2,6 +2,7 @@
 
 #include "apps/device.h"
 #include "apps/mfu.h"
+#include "apps/throughput.h"
 
 #include <unistd.h>
 
@@ -584,8 +585,10 @@ int train(const TrainOptions& o, TrainTask& task) {
   }
   const auto t0 = Clock::now();
   auto last_t = t0;
-  int64_t tokens_since = 0, skipped = 0;
-  double flops_since = 0;  // NOTE [MFU]: model FLOPs since the last logged step (GPU runs)
+  int64_t skipped = 0;
+  // Tokens and model FLOPs (NOTE [MFU]; GPU runs) since the last logged step, over the time spent
+  // training (NOTE [Throughput accounting]).
+  ThroughputMeter meter;
   double first_loss = NAN, last_loss = NAN;
   std::map<std::string, double> after = before;
   int64_t end = total;  // the last step run (earlier under --time-limit)
@@ -676,8 +679,12 @@ int train(const TrainOptions& o, TrainTask& task) {
     const double lr = opt.lr(0);
     scheduler.step();
     const bool log_now = step % o.log_every == 0 || step == end;
+    const bool eval_now = o.eval_every > 0 && step % o.eval_every == 0 && step != end;
+    const bool ckpt_now = !o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end);
     bool read = pipe != nullptr;
-    if (!pipe && (dev.is_cpu() || log_now || step == start + 1)) {
+    // Before an evaluation or a checkpoint too: the read waits for the step's work on the GPU, so
+    // that the pause timed below holds none of it (NOTE [Throughput accounting]).
+    if (!pipe && (dev.is_cpu() || log_now || step == start + 1 || eval_now || ckpt_now)) {
       // One copy to the host for all micro-batches (a synchronization on a GPU), summed in f64 in
       // micro-batch order.
       const std::vector<double> v = stack(micro_losses).to_vector<double>();
@@ -692,19 +699,20 @@ int train(const TrainOptions& o, TrainTask& task) {
       if (std::isnan(first_loss)) first_loss = loss;
       last_loss = loss;
     }
-    tokens_since += task.tokens(batch) * dp_size;
-    if (!dev.is_cpu() && task.flops) flops_since += task.flops(batch) * static_cast<double>(dp_size);
+    meter.add(static_cast<double>(task.tokens(batch) * dp_size),
+              !dev.is_cpu() && task.flops ? task.flops(batch) * static_cast<double>(dp_size) : 0.0);
 
     if (log_now) {
       const auto now = Clock::now();
-      const double dt = std::chrono::duration<double>(now - last_t).count();
-      const double tps = dt > 0 ? static_cast<double>(tokens_since) / dt : 0.0;
+      // NOTE [Throughput accounting]: the interval's rates over its training time (evaluations
+      // and checkpoints taken out); the ETA over the wall clock.
+      const ThroughputMeter::Rates rates = meter.take(std::chrono::duration<double>(now - last_t).count());
+      const double tps = rates.tokens_per_s, flops_per_s = rates.flops_per_s;
       const double elapsed = std::chrono::duration<double>(now - t0).count();
-      double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(total - step);
+      double eta = eta_seconds(elapsed, step - start, total - step);
       if (o.time_limit > 0) eta = std::min(eta, std::max(0.0, o.time_limit - elapsed));
-      // NOTE [MFU]: on a GPU, with the app's model FLOPs per token; "n/a" when the peak is unknown.
+      // NOTE [MFU]: on a GPU, with the app's model FLOPs; "n/a" when the peak is unknown.
       const bool count_mfu = !dev.is_cpu() && task.flops;
-      const double flops_per_s = dt > 0 ? flops_since / dt : 0.0;
       const double mfu = count_mfu && peak.known() ? flops_per_s / peak.flops : 0.0;
       const std::string mfu_str = count_mfu ? " | MFU " + (peak.known() ? mfu_text(flops_per_s, peak) : std::string("n/a")) : "";
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
@@ -716,14 +724,14 @@ int train(const TrainOptions& o, TrainTask& task) {
       if (mfu > 0) rec["mfu"] = mfu;
       record(rec);
       last_t = now;
-      tokens_since = 0;
-      flops_since = 0;
     }
-    if (o.eval_every > 0 && step % o.eval_every == 0 && step != end) {
+    // The evaluation and the checkpoint are timed and taken out of the interval's throughput.
+    const auto pause_start = Clock::now();
+    if (eval_now) {
       if (tty) say("\n");
       print_eval("validation", step, evaluate(step));
     }
-    if (!o.ckpt_dir.empty() && ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || step == end)) {
+    if (ckpt_now) {
       json saved = extra;
       if (mp_parts != nullptr) {
         saved["tp"] = tp->size();
@@ -734,6 +742,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       parallel::save_training_checkpoint(o.ckpt_dir + "/step-" + std::to_string(step), *dp, parts,
                                          {step, json(loader.position()), saved}, zero.get(), mp_parts);
     }
+    if (eval_now || ckpt_now) meter.exclude(std::chrono::duration<double>(Clock::now() - pause_start).count());
   }
   if (tty && end > start) say("\n");
   if (end < total) say("stopped at step %lld: --time-limit %.0f s reached\n", static_cast<long long>(end), o.time_limit);

@@ -1,5 +1,6 @@
 // apps/device.h (--device) and apps/mfu.h (NOTE [MFU]): the parsing and refusals that need no GPU,
-// and the FLOP accounting (NOTE [MFU]) and peak table against hand-computed numbers.
+// the FLOP accounting (NOTE [MFU]) and peak table against hand-computed numbers, and the progress
+// line's throughput accounting (NOTE [Throughput accounting]).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 
 #include "apps/device.h"
 #include "apps/mfu.h"
+#include "apps/throughput.h"
 #include "core/factory.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
@@ -267,6 +269,40 @@ TEST(AppsMfu, ParsesThePeakOverride) {
   for (const char* bad : {"0", "-3", "fast", "989x", "inf", "nan"})
     testing::expect_error([&] { parse_peak_tflops(bad, "TRIDENT_PEAK_TFLOPS"); },
                           {"TRIDENT_PEAK_TFLOPS must be a positive number of TFLOP/s", "got '" + std::string(bad) + "'"});
+}
+
+TEST(AppsThroughput, EvaluationAndCheckpointTimeIsTakenOutOfTheInterval) {
+  ThroughputMeter m;
+  // 10 s of wall clock holding 4 s of evaluation and 1 s of checkpoint: 6000 tokens and 3e12
+  // FLOPs over the 5 s of training are 1200 tokens/s and 6e11 FLOP/s (not 600 and 3e11).
+  m.add(4000, 2e12);
+  m.exclude(4.0);
+  m.add(2000, 1e12);
+  m.exclude(1.0);
+  const ThroughputMeter::Rates r = m.take(10.0);
+  EXPECT_DOUBLE_EQ(r.train_seconds, 5.0);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 1200.0);
+  EXPECT_DOUBLE_EQ(r.flops_per_s, 6e11);
+  // The next interval starts from nothing: no pause, 500 tokens in 2 s.
+  m.add(500, 0);
+  const ThroughputMeter::Rates next = m.take(2.0);
+  EXPECT_DOUBLE_EQ(next.tokens_per_s, 250.0);
+  EXPECT_DOUBLE_EQ(next.flops_per_s, 0.0);
+  // An interval that was all pause (clock rounding can make the pause a hair longer): no rate, no
+  // division by zero or a negative time.
+  m.add(100, 1e9);
+  m.exclude(3.0000001);
+  const ThroughputMeter::Rates none = m.take(3.0);
+  EXPECT_EQ(none.train_seconds, 0.0);
+  EXPECT_EQ(none.tokens_per_s, 0.0);
+  testing::expect_error([&] { m.exclude(-1.0); }, {"ThroughputMeter::exclude: -1 s is negative"});
+}
+
+TEST(AppsThroughput, EtaIsWallClockPerStepTimesTheStepsLeft) {
+  // 30 s for 10 steps, evaluations included (they recur in the steps left): 90 s for 30 more.
+  EXPECT_DOUBLE_EQ(eta_seconds(30.0, 10, 30), 90.0);
+  EXPECT_DOUBLE_EQ(eta_seconds(30.0, 10, 0), 0.0);
+  EXPECT_DOUBLE_EQ(eta_seconds(0.0, 0, 100), 0.0);
 }
 
 }  // namespace
