@@ -6,6 +6,8 @@ dropout, random tokens. Prints JSON like the C++ program: the median step time o
 3 warm-up steps, each ended by reading the loss. MFU counts the FLOPs of apps/mfu.h's NOTE [MFU]
 for GPT-2 against --peak-tflops, the peak the C++ benchmark used (its "peak_tflops": gpu-check.sh
 passes it), so that both sides divide by the same number; without it "mfu" is null.
+"sdpa_backend": the backend F.scaled_dot_product_attention picks for the model's attention in
+training (bf16 [B, H, T, C / H], causal; attention_cuda_torch.sdpa_backend).
 
     python3 benchmarks/gpt2_cuda_torch.py [BATCH] [STEPS] [--peak-tflops P]
 """
@@ -15,6 +17,7 @@ import time
 
 import torch
 
+from attention_cuda_torch import sdpa_backend
 from gpt2_torch_model import GPT
 
 T, V, L, H, C = 1024, 50257, 12, 12, 768
@@ -32,6 +35,8 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     x = torch.randint(0, V, (batch, T), device="cuda")
     y = torch.randint(0, V, (batch, T), device="cuda")
+    probe = torch.randn(batch, H, T, C // H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    backend = sdpa_backend(probe, probe, probe)
     times = []
     for i in range(steps + 3):
         t0 = time.perf_counter()
@@ -52,7 +57,8 @@ def main():
     flops_per_token = 6 * (n - model.wpe.weight.numel()) + 12 * L * C * T
     mfu = tps * flops_per_token / (a.peak_tflops * 1e12) if a.peak_tflops > 0 else None
     print(json.dumps({"tokens_per_s": tps, "step_ms": med * 1e3, "mfu": mfu,
-                      "peak_tflops": a.peak_tflops if a.peak_tflops > 0 else None, "parameters": n, "last_loss": last}))
+                      "peak_tflops": a.peak_tflops if a.peak_tflops > 0 else None, "parameters": n, "last_loss": last,
+                      "sdpa_backend": backend}))
 
 
 if __name__ == "__main__":

@@ -208,8 +208,9 @@ elif [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
 fi
 if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
   # T = 1024 (batch 8) and T = 4096 (batch 2): Trident's tensor-core and FMA kernels, then
-  # PyTorch's fused attention on the same shapes.
-  ATT_OK=1
+  # PyTorch's fused attention on the same shapes. A failed PyTorch run fails the row too (the
+  # comparison is the point), and the row's note says which sdpa backend PyTorch ran.
+  ATT_OK=1 TORCH_ATT_OK=1
   for shape in "--seq 1024 --batch 8" "--seq 4096 --batch 2"; do
     T=$(tmo 120)
     (( T > 0 )) || { ATT_OK=2; break; }
@@ -218,14 +219,16 @@ if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
     T=$(tmo 120)
     (( T > 0 )) || { ATT_OK=2; break; }
     # shellcheck disable=SC2086
-    bg timeout "$T" python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || true
+    bg timeout "$T" python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || TORCH_ATT_OK=0
   done
+  SDPA=$(grep -a '^sdpa backends:' "$OUT/bench.txt" | sed 's/^sdpa backends: //' | paste -sd ';' -)
   if [[ $ATT_OK == 2 ]]; then
     skip attention_cuda_bench
-  elif [[ $ATT_OK == 1 ]]; then
-    row attention_cuda_bench ok "bench.txt"; grep -A8 "scaled_dot_product_attention" "$OUT/bench.txt" | tail -24
+  elif [[ $ATT_OK == 1 && $TORCH_ATT_OK == 1 ]]; then
+    row attention_cuda_bench ok "bench.txt; PyTorch sdpa fwd/fwd+bwd: ${SDPA:-not reported}"
+    grep -A8 "scaled_dot_product_attention" "$OUT/bench.txt" | tail -24
   else
-    row attention_cuda_bench FAIL "see bench.err"
+    row attention_cuda_bench FAIL "$([[ $ATT_OK == 0 ]] && echo "Trident failed; ")$([[ $TORCH_ATT_OK == 0 ]] && echo "PyTorch sdpa failed (${SDPA:-no backend reported}); ")see bench.err"
   fi
 fi
 
@@ -252,7 +255,7 @@ for name, r in (("Trident", tri), ("PyTorch", tor)):
 print(f"ratio (Trident / PyTorch tokens/s): {tri['tokens_per_s'] / tor['tokens_per_s']:.2f}")
 sys.exit(0 if all(math.isfinite(r["last_loss"]) for r in (tri, tor)) else 1)
 PY
-      row gpt2_cuda_bench ok "bench.txt"
+      row gpt2_cuda_bench ok "bench.txt; PyTorch sdpa: $(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]; print(r.get("sdpa_backend", "not reported"))' "$OUT/gpt2.jsonl" 2>/dev/null)"
     else
       row gpt2_cuda_bench FAIL "gpt2.jsonl: not two results, or a loss not finite"
     fi
