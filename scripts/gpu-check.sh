@@ -67,9 +67,12 @@ DEPS="$BUILD_DIR/deps"
 mkdir -p "$DEPS/lib"
 find_dep() {  # name header
   local lib inc
-  lib=$(find / \( -path /proc -o -path /sys \) -prune -o -name "lib$1.so*" -print 2>/dev/null | sort | head -1)
+  # Not $DEPS itself: a rerun with the same BUILD_DIR would find its own link first (/tmp sorts
+  # before /usr) and make it point at itself; and the link goes to the file, not to a link.
+  lib=$(find / \( -path /proc -o -path /sys -o -path "$DEPS" \) -prune -o -name "lib$1.so*" -print 2>/dev/null | sort | head -1)
   inc=$(find / \( -path /proc -o -path /sys \) -prune -o -name "$2" -print 2>/dev/null | head -1)
   if [[ -n "$lib" && -n "$inc" ]]; then
+    lib=$(readlink -f "$lib")  # the file itself, not another build's link to it
     ln -sf "$lib" "$DEPS/lib/lib$1.so"
     echo "-D$(echo "$1" | tr a-z A-Z)_ROOT=$DEPS -DTRIDENT_$(echo "$1" | tr a-z A-Z)_INCLUDE=$(dirname "$inc")"
   fi
