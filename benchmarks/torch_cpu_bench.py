@@ -16,8 +16,15 @@ def param(shape, seed, scale=1.0):
     return (torch.randn(*shape, generator=g) * scale).detach()
 
 
-def timed(fn, min_time=1.0, repeats=5):
-    fn()  # warm-up
+def timed(fn, min_time=1.0, repeats=5, warmup=0.5):
+    # Warm-up for `warmup` seconds, not one call: a case measured right after the process starts
+    # (scripts/bench-cpu-vs-torch.sh runs one case per process) would otherwise time its first
+    # page faults and thread start-up. The Trident side warms up as long (--benchmark_min_warmup_time).
+    t0 = time.perf_counter()
+    while True:
+        fn()
+        if time.perf_counter() - t0 >= warmup:
+            break
     n, t = 1, 0.0
     while True:  # iterations per repeat: enough for min_time / repeats
         t0 = time.perf_counter()

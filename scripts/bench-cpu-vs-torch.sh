@@ -4,11 +4,13 @@
 # (PyTorch time / Trident time: above 1.0 means Trident faster).
 #   scripts/bench-cpu-vs-torch.sh [threads] [filter-regex]   (default: all cores, every case)
 #   ROUNDS=5 scripts/bench-cpu-vs-torch.sh 2 'conv2d1x7|depthwise3x3s2'
-# The machines are shared VMs whose speed drifts by 10-30% over seconds, so one run of each side
-# is not a comparison. The two sides alternate for ROUNDS rounds (default 3), Trident then
-# PyTorch; each round gives each case the median of its 5 repetitions, and the table keeps each
-# side's fastest round: noise from neighbours only ever adds time, so the minimum over rounds is
-# the estimate least affected by it, and both sides are treated the same way.
+# The machines are shared VMs whose speed drifts by 10-30% over seconds to minutes, so one run of
+# each side is not a comparison. The two sides alternate case by case (Trident's case, then the
+# same case in PyTorch, then the next case), for ROUNDS rounds (default 3), so the two
+# measurements of a case are seconds apart rather than a whole suite apart; each gives the
+# median of 5 repetitions, and the table keeps each side's fastest round: noise from neighbours
+# only ever adds time, so the minimum over rounds is the estimate least affected by it, and both
+# sides are treated the same way.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -23,26 +25,33 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 NAMES=$(build/benchmarks/bench_cpu_ops --benchmark_list_tests=true --benchmark_filter="$FILTER" | sed 's|/real_time$||')
 [[ -n "$NAMES" ]] || { echo "no benchmark matches '$FILTER'" >&2; exit 1; }
+i=0
 for r in $(seq 1 "$ROUNDS"); do
-  OMP_NUM_THREADS="$THREADS" build/benchmarks/bench_cpu_ops --benchmark_filter="$FILTER" --benchmark_repetitions=5 \
-    --benchmark_report_aggregates_only=true --benchmark_format=json --benchmark_min_time=0.2 >"$OUT/trident.$r.json"
-  # shellcheck disable=SC2086
-  OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/torch_cpu_bench.py "$THREADS" $NAMES >"$OUT/torch.$r.json"
+  for name in $NAMES; do
+    i=$((i + 1))
+    # The exact name: regex metacharacters in it ('.', '+', '(') escaped.
+    re="^$(printf '%s' "$name" | sed 's/[][\.^$*+?(){}|]/\\&/g')/real_time\$"
+    OMP_NUM_THREADS="$THREADS" build/benchmarks/bench_cpu_ops --benchmark_filter="$re" --benchmark_repetitions=5 \
+      --benchmark_report_aggregates_only=true --benchmark_format=json --benchmark_min_time=0.2 --benchmark_min_warmup_time=0.5 >"$OUT/trident.$i.json"
+    [[ "$name" == blas_sgemm* ]] && continue  # Trident's own peer row, no PyTorch twin
+    OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/torch_cpu_bench.py "$THREADS" "$name" >"$OUT/torch.$i.json"
+  done
 done
 /usr/bin/python3 - "$OUT" "$ROUNDS" "$THREADS" <<'PY'
-import json, sys, platform, subprocess
+import glob, json, sys, platform, subprocess
 out, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 tri, torch = {}, {}
-for r in range(1, rounds + 1):
-    for b in json.load(open(f"{out}/trident.{r}.json"))["benchmarks"]:
+for path in sorted(glob.glob(f"{out}/trident.*.json")):
+    for b in json.load(open(path))["benchmarks"]:
         if b.get("aggregate_name") == "median":
             name = b["run_name"].removesuffix("/real_time")  # milliseconds (the benchmarks' unit)
             tri[name] = min(tri.get(name, float("inf")), b["real_time"])
-    for name, t in json.load(open(f"{out}/torch.{r}.json")).items():
+for path in sorted(glob.glob(f"{out}/torch.*.json")):
+    for name, t in json.load(open(path)).items():
         torch[name] = min(torch.get(name, float("inf")), t)
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), platform.processor())
-print(f"CPU: {model}, threads: {threads}; each side's fastest of {rounds} alternating rounds (median of 5 repetitions each);"
+print(f"CPU: {model}, threads: {threads}; each side's fastest of {rounds} rounds alternating case by case (median of 5 repetitions each);"
       " ratio = peer / Trident (> 1: Trident faster)")
 print(f"| {'case':40} | {'Trident ms':>10} | {'peer ms':>10} | {'peer':>12} | {'ratio':>6} |")
 print(f"|{'-'*42}|{'-'*12}|{'-'*12}|{'-'*14}|{'-'*8}|")
