@@ -41,12 +41,14 @@ done
 import glob, json, sys, platform, subprocess
 out, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 tri, torch = {}, {}
-for path in sorted(glob.glob(f"{out}/trident.*.json")):
+def in_order(pattern):  # trident.<i>.json, torch.<i>.json by i: the benchmarks' own order
+    return sorted(glob.glob(f"{out}/{pattern}.*.json"), key=lambda p: int(p.rsplit(".", 2)[1]))
+for path in in_order("trident"):
     for b in json.load(open(path))["benchmarks"]:
         if b.get("aggregate_name") == "median":
             name = b["run_name"].removesuffix("/real_time")  # milliseconds (the benchmarks' unit)
             tri[name] = min(tri.get(name, float("inf")), b["real_time"])
-for path in sorted(glob.glob(f"{out}/torch.*.json")):
+for path in in_order("torch"):
     for name, t in json.load(open(path)).items():
         torch[name] = min(torch.get(name, float("inf")), t)
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
