@@ -219,6 +219,21 @@ TEST(NcclOneRank, RefusesTensorsOffItsDevice) {
   EXPECT_FALSE(c->aborted());
 }
 
+namespace {
+
+// An all-reduce of t behind a compute stream held by a host function for 1.5 s, under a 0.2 s
+// timeout: its wait() has thrown CommTimeout (checked) when this returns.
+Work timed_out_all_reduce(Communicator& c, const Tensor& t) {
+  c.set_timeout(Seconds(0.2));
+  auto sleep_host = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); };
+  EXPECT_EQ(cudaLaunchHostFunc(cuda::current_stream(0).handle(), sleep_host, nullptr), cudaSuccess);
+  Work w = c.all_reduce(t);
+  EXPECT_THROW(w.wait(), CommTimeout);
+  return w;
+}
+
+}  // namespace
+
 TEST(NcclOneRank, ATimedOutOperationAbortsTheCommunicatorForGood) {
   // The compute stream is held by a host function for 1.5 s, so the all-reduce (which waits for
   // it) cannot finish within the 0.2 s timeout: wait() throws CommTimeout, ncclCommAbort runs,
@@ -226,12 +241,8 @@ TEST(NcclOneRank, ATimedOutOperationAbortsTheCommunicatorForGood) {
   // event has fired.
   TRIDENT_REQUIRE_CUDA();
   auto c = nccl_of_one();
-  c->set_timeout(Seconds(0.2));
   Tensor t = iota(64, kF32);
-  auto sleep_host = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); };
-  ASSERT_EQ(cudaLaunchHostFunc(cuda::current_stream(0).handle(), sleep_host, nullptr), cudaSuccess);
-  Work w = c->all_reduce(t);
-  EXPECT_THROW(w.wait(), CommTimeout);
+  Work w = timed_out_all_reduce(*c, t);
   EXPECT_TRUE(c->aborted());
   trident::testing::expect_error([&] { c->all_reduce(t); }, {"aborted"});
   cuda::synchronize(0);
@@ -299,12 +310,8 @@ TEST(NcclOneRank, DestroyingAfterATimeoutAbortsWithoutWaiting) {
   TRIDENT_REQUIRE_CUDA();
   const int64_t live0 = live_nccl_communicators();
   auto c = nccl_of_one();
-  c->set_timeout(Seconds(0.2));
   Tensor t = iota(64, kF32);
-  auto sleep_host = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); };
-  ASSERT_EQ(cudaLaunchHostFunc(cuda::current_stream(0).handle(), sleep_host, nullptr), cudaSuccess);
-  Work w = c->all_reduce(t);
-  EXPECT_THROW(w.wait(), CommTimeout);
+  Work w = timed_out_all_reduce(*c, t);
   const auto start = std::chrono::steady_clock::now();
   c.reset();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
