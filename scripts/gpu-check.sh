@@ -151,7 +151,7 @@ run_suite() {  # name binary filter [max seconds, default 300]
   [[ $rc == 124 ]] && echo "$1: timed out after $t s" | tee -a "$log"
   local passed skipped failed
   passed=$(grep -c '^\[       OK \]' "$log")
-  skipped=$(grep -c '^\[  SKIPPED \]' "$log")
+  skipped=$(grep -c '^\[  SKIPPED \].*(' "$log")
   failed=$(grep -c '^\[  FAILED  \].*(' "$log")
   grep -A12 '^\[ RUN' "$log" | grep -B3 -A8 'Failure' | head -60
   row "$1" "$([[ $rc == 0 && $failed == 0 ]] && echo ok || echo FAIL)" "passed $passed, failed $failed, skipped $skipped (rc $rc)"
