@@ -37,15 +37,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     return scaled_dot_product_attention(autocast::lower(q), autocast::lower(k), autocast::lower(v), o);
   }
   const char* op = "scaled_dot_product_attention";
-  check_defined(op, q, "query");
-  check_defined(op, k, "key");
+  check_floating_pair(op, q, "query", k, "key");
   check_defined(op, v, "value");
-  check_same_dtype(op, q, k);
   check_same_dtype(op, q, v);
-  check_same_device(op, q, k);
   check_same_device(op, q, v);
-  check_device(op, q);
-  check_floating(op, q);
   TRIDENT_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op, ": query, key and value need the same rank >= 2, got ",
                 q.sizes(), ", ", k.sizes(), " and ", v.sizes());
   const Shape lead(q.sizes().begin(), q.sizes().end() - 2);
