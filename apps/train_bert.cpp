@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
     // included) at the masked positions only, as BertForPreTraining runs them. GPU runs only (the
     // only ones with an MFU; the model is whole there: no --tp or --pp).
     if (o.device != "cpu")
-      task.flops = [&model, fm = apps::bert_flop_model(model)](const Batch& b) {
+      task.flops = [fm = apps::bert_flop_model(model)](const Batch& b, const std::vector<double>& counts) {
         const Tensor& ids = b.at("input_ids");
-        const auto masked = static_cast<int64_t>(model.loss_counts(b).at(0));
+        const auto masked = static_cast<int64_t>(counts.at(0));  // loss_counts: masked tokens first
         return apps::training_flops(fm, ids.size(0), ids.size(1), masked);
       };
     task.eval = [&model](const Activations& out, const Batch& b) {

@@ -605,6 +605,7 @@ int train(const TrainOptions& o, TrainTask& task) {
     // The counts from the host batch (NOTE [Device in the apps]); the micro-batches on the device.
     const models::Batch batch = task.to_batch(*ex);
     std::vector<double> counts = model.loss_counts(batch);
+    const std::vector<double> local_counts = counts;  // this rank's, for task.flops
     if (dp_size > 1) {  // NOTE [Parallel training apps]: the global batch's counts, over dp
       Tensor c = from_vector<double>(counts, {static_cast<int64_t>(counts.size())});
       dp->all_reduce(c, parallel::comm::ReduceOp::Sum).wait();
@@ -700,7 +701,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       last_loss = loss;
     }
     meter.add(static_cast<double>(task.tokens(batch) * dp_size),
-              !dev.is_cpu() && task.flops ? task.flops(batch) * static_cast<double>(dp_size) : 0.0);
+              !dev.is_cpu() && task.flops ? task.flops(batch, local_counts) * static_cast<double>(dp_size) : 0.0);
 
     if (log_now) {
       const auto now = Clock::now();

@@ -182,9 +182,10 @@ struct TrainTask {
   std::function<models::Batch(const data::Example&)> to_batch;
   // Tokens in a batch, for tokens/s.
   std::function<int64_t(const models::Batch&)> tokens;
-  // Model FLOPs of a training step on this batch (NOTE [MFU] in apps/mfu.h), for the MFU a GPU
-  // run prints and records; empty: none.
-  std::function<double(const models::Batch&)> flops;
+  // Model FLOPs of a training step on this batch (NOTE [MFU] in apps/mfu.h), given the batch's
+  // model.loss_counts (taken once per step by the loop), for the MFU a GPU run prints and
+  // records; empty: none.
+  std::function<double(const models::Batch&, const std::vector<double>& counts)> flops;
   // Evaluation metrics of outputs on a batch, summed over batches and divided by the total
   // weight: each returns {name -> (sum, weight)}. The perplexities are exp of the means named
   // in `perplexity_of` ("val_ppl" of "val_loss").

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     // output layer included), plus attention over the window's length. GPU runs only (the only
     // ones with an MFU; the model is whole there: no --tp or --pp).
     if (o.device != "cpu")
-      task.flops = [fm = apps::gpt2_flop_model(model)](const Batch& b) {
+      task.flops = [fm = apps::gpt2_flop_model(model)](const Batch& b, const std::vector<double>&) {
         const Tensor& ids = b.at("input_ids");
         return apps::training_flops(fm, ids.size(0), ids.size(1), 0);
       };
