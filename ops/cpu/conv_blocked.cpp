@@ -155,24 +155,28 @@ TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float*
       for (int64_t w = h < h8 ? w8 : 0; w < p.H; ++w) row(w)[h] = src[h * p.H + w];
     return;
   }
+  // Rows of the phases that fall in the padding are zeros; every other row is input row h =
+  // i sh + a - ph, whose sw column phases are written while the row is in L1. The input is
+  // read once, in order (the hardware prefetchers follow one stream, not sh of them).
   for (int64_t a = 0; a < p.sh; ++a)
+    for (int64_t i = 0; i < p.Hq; ++i) {
+      const int64_t h = i * p.sh + a - p.ph;
+      if (h < 0 || h >= p.H)
+        for (int64_t b = 0; b < p.sw; ++b) std::fill_n(dst + (a * p.sw + b) * p.plane + i * p.Wq, p.Wq, 0.0f);
+    }
+  for (int64_t h = 0; h < p.H; ++h) {
+    const int64_t r = h + p.ph, a = r % p.sh, i = r / p.sh;
+    const float* in = src + h * p.W;
     for (int64_t b = 0; b < p.sw; ++b) {
-      float* plane = dst + (a * p.sw + b) * p.plane;
+      float* row = dst + (a * p.sw + b) * p.plane + i * p.Wq;
       // Columns j of the phase with input column j sw + b - pw inside [0, W): [j_lo, j_hi).
       const int64_t j_lo = std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
       const int64_t j_hi = std::max(j_lo, std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
-      for (int64_t i = 0; i < p.Hq; ++i) {
-        float* row = plane + i * p.Wq;
-        const int64_t h = i * p.sh + a - p.ph;
-        if (h < 0 || h >= p.H) {
-          std::fill_n(row, p.Wq, 0.0f);
-          continue;
-        }
-        std::fill_n(row, j_lo, 0.0f);
-        gather_strided(src + h * p.W + j_lo * p.sw + b - p.pw, row + j_lo, j_hi - j_lo, p.sw);
-        std::fill_n(row + j_hi, p.Wq - j_hi, 0.0f);
-      }
+      std::fill_n(row, j_lo, 0.0f);
+      gather_strided(in + j_lo * p.sw + b - p.pw, row + j_lo, j_hi - j_lo, p.sw);
+      std::fill_n(row + j_hi, p.Wq - j_hi, 0.0f);
     }
+  }
   std::fill_n(dst + p.sh * p.sw * p.plane, kNR, 0.0f);
 }
 

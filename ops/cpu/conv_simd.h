@@ -37,6 +37,15 @@ inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) 
     store8(even + i / 2, __builtin_shuffle(a, b, ev));
     store8(odd + i / 2, __builtin_shuffle(a, b, od));
   }
+  if (i + 8 <= n) {  // 8 more: evens to the low half, odds to the high half, 4 floats each
+    const v8i split = {0, 2, 4, 6, 1, 3, 5, 7};
+    const v8f s = __builtin_shuffle(load8(src + i), split);
+    float h[8];
+    std::memcpy(h, &s, sizeof s);
+    std::memcpy(even + i / 2, h, 4 * sizeof(float));
+    std::memcpy(odd + i / 2, h + 4, 4 * sizeof(float));
+    i += 8;
+  }
   for (; i < n; ++i) (i % 2 == 0 ? even : odd)[i / 2] = src[i];
 }
 

@@ -661,10 +661,14 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{1, 2, 30, 30}, {2, 1, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 2}, true},    // dilated: the flat kernel
       {{1, 2, 40, 40}, {2, 1, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 2}, false},   // 9 taps, stride 2: 5-row phases
       // Column stride 2 splits each input row into its even and odd columns in one pass
-      // (deinterleave2, 16 columns at a time, then one by one): one column (no odd ones),
-      // fewer than 16, 16 + 1, even and odd left padding, row stride 1; stride 3 the general copy.
+      // (deinterleave2, 16 columns at a time, then 8, then one by one): one column (no odd
+      // ones), fewer than 8, 8 + 2, 8 + 5, 16 + 1, 16 + 8, even and odd left padding, row
+      // stride 1; stride 3 the general copy.
       {{1, 2, 9, 1}, {2, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
       {{2, 2, 11, 5}, {2, 1, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 2}, true},
+      {{1, 2, 7, 10}, {2, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 9, 13}, {2, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 2}, false},
+      {{2, 2, 8, 24}, {2, 1, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 2}, true},
       {{1, 2, 12, 17}, {2, 1, 5, 5}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
       {{1, 2, 10, 32}, {2, 1, 3, 3}, {{1, 2}, {1, 0}, {1, 1}, 2}, false},
       {{1, 2, 16, 10}, {2, 1, 3, 3}, {{2, 1}, {1, 1}, {1, 1}, 2}, true},
