@@ -28,7 +28,7 @@ inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
 inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
 
 // even[i] = src[2 i], odd[i] = src[2 i + 1] for the n elements of src: 16 at a time with two
-// loads, two shuffles and two stores.
+// loads, two shuffles and two stores, then 8 with one of each, the last 7 at most one by one.
 inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) {
   const v8i ev = {0, 2, 4, 6, 8, 10, 12, 14}, od = {1, 3, 5, 7, 9, 11, 13, 15};
   int64_t i = 0;
