@@ -102,8 +102,9 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
     --stats_.cached_blocks;
   } else {
     const size_t seg = segment_size(size);
+    char* p = static_cast<char*>(raw_malloc_or_retry(seg, nbytes));  // throws when out of memory
     b = new Block;
-    b->ptr = static_cast<char*>(raw_malloc_or_retry(seg, nbytes));
+    b->ptr = p;
     b->size = seg;
     b->stream = stream;
     b->small = &pool == &small_;
