@@ -1,0 +1,162 @@
+"""GPT-2 and BERT written plainly in PyTorch from Hugging Face's weight names, as the independent
+reference of tests/models/torch_reference_test.cpp (NOTE [Models against PyTorch] there).
+
+    /usr/bin/python3 tests/models/torch_reference.py gpt2|bert FILE.safetensors
+
+FILE holds the model's weights under Hugging Face's names, its inputs, and what Trident computed
+from them: the outputs ("out.*") and every parameter's gradient ("grad." + name). This script
+recomputes both in f64 with torch.nn.functional, prints the largest normwise relative difference
+of each output and gradient, and exits 0 when all are below the tolerance, 1 otherwise (2 for a
+malformed file). The safetensors file is parsed here by hand (8-byte little-endian header size,
+JSON header, raw bytes): Debian has no Python safetensors package.
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+TOL = 1e-10  # f64: the two sides sum in different orders; rounding leaves ~1e-14
+# The bias of the keys adds q . b to every score of a query's row, which softmax ignores: its
+# gradient is exactly zero, and what either side computes is rounding noise, whose relative
+# difference means nothing. Those tensors must instead stay below ZERO_TOL times the largest
+# gradient of the same keys' weight. (GPT-2's fused c_attn.bias holds the keys' part beside the
+# queries' and values', so its normwise comparison is meaningful as it is.)
+EXACT_ZERO = "attention.self.key.bias"
+ZERO_TOL = 1e-12
+
+
+def load(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    dtypes = {"F64": torch.float64, "F32": torch.float32, "I64": torch.int64}
+    out = {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        raw = bytearray(data[8 + n + s : 8 + n + e])
+        t = torch.frombuffer(raw, dtype=dtypes[v["dtype"]]) if raw else torch.empty(0, dtype=dtypes[v["dtype"]])
+        out[name] = t.reshape(v["shape"])
+    return out
+
+
+def heads(x, n_head):  # [B, T, C] -> [B, H, T, D]
+    B, T, C = x.shape
+    return x.view(B, T, n_head, C // n_head).transpose(1, 2)
+
+
+def merge(y):  # [B, H, T, D] -> [B, T, C]
+    B, H, T, D = y.shape
+    return y.transpose(1, 2).reshape(B, T, H * D)
+
+
+def attention(q, k, v, n_head, causal, key_padding=None):
+    q, k, v = heads(q, n_head), heads(k, n_head), heads(v, n_head)
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if causal:
+        T = s.shape[-1]
+        s = s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
+    if key_padding is not None:
+        s = s.masked_fill(key_padding, float("-inf"))
+    return merge(s.softmax(dim=-1) @ v)
+
+
+def gpt2(W, cfg):
+    """Hugging Face's GPT2LMHeadModel: Conv1D weights stored [in, out], tied output layer."""
+    ids, targets = W["in.input_ids"], W["in.targets"]
+    C, n_head, eps, vocab = cfg["n_embd"], cfg["n_head"], cfg["eps"], cfg["vocab_size"]
+    wte = W["transformer.wte.weight"]
+    x = wte[ids] + W["transformer.wpe.weight"][: ids.shape[1]]
+    for l in range(cfg["n_layer"]):
+        p = lambda name: W[f"transformer.h.{l}.{name}"]
+        h = F.layer_norm(x, (C,), p("ln_1.weight"), p("ln_1.bias"), eps)
+        q, k, v = (h @ p("attn.c_attn.weight") + p("attn.c_attn.bias")).split(C, dim=2)
+        x = x + attention(q, k, v, n_head, causal=True) @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
+        h = F.layer_norm(x, (C,), p("ln_2.weight"), p("ln_2.bias"), eps)
+        h = F.gelu(h @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias"), approximate="tanh")
+        x = x + h @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
+    x = F.layer_norm(x, (C,), W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps)
+    logits = x @ wte[:vocab].t()
+    loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
+    return {"out.logits": logits, "out.loss": loss.reshape(1)}, loss
+
+
+def bert(W, cfg):
+    """Hugging Face's BertForPreTraining: post-LayerNorm, exact GELU, nn.Linear weights [out, in],
+    the MLM decoder tied to the word embeddings with its own bias, the next-sentence head."""
+    ids, types, mask = W["in.input_ids"], W["in.token_type_ids"], W["in.attention_mask"]
+    mlm_labels, nsp_label = W["in.mlm_labels"], W["in.next_sentence_label"]
+    C, n_head, eps, vocab = cfg["hidden_size"], cfg["n_head"], cfg["eps"], cfg["vocab_size"]
+    lin = lambda x, name: F.linear(x, W[name + ".weight"], W[name + ".bias"])
+    ln = lambda x, name: F.layer_norm(x, (C,), W[name + ".weight"], W[name + ".bias"], eps)
+    e = "bert.embeddings."
+    words = W[e + "word_embeddings.weight"]
+    x = F.embedding(ids, words, padding_idx=cfg["pad_token_id"])  # the padding row gets no gradient from lookups
+    x = x + W[e + "position_embeddings.weight"][: ids.shape[1]] + W[e + "token_type_embeddings.weight"][types]
+    x = ln(x, e + "LayerNorm")
+    padding = (mask == 0)[:, None, None, :]  # keys at padding tokens take no attention
+    for l in range(cfg["n_layer"]):
+        p = f"bert.encoder.layer.{l}."
+        q, k, v = (lin(x, p + "attention.self." + n) for n in ("query", "key", "value"))
+        a = attention(q, k, v, n_head, causal=False, key_padding=padding)
+        x = ln(lin(a, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+        h = F.gelu(lin(x, p + "intermediate.dense"))
+        x = ln(lin(h, p + "output.dense") + x, p + "output.LayerNorm")
+    pooled = torch.tanh(lin(x[:, 0], "bert.pooler.dense"))
+    t = ln(F.gelu(lin(x, "cls.predictions.transform.dense")), "cls.predictions.transform.LayerNorm")
+    # Trident runs the MLM head on the labelled positions only, in row-major order (models/bert.h).
+    labelled = mlm_labels != -100
+    mlm_logits = (t @ words[:vocab].t() + W["cls.predictions.bias"][:vocab])[labelled]
+    nsp_logits = lin(pooled, "cls.seq_relationship")
+    loss = F.cross_entropy(mlm_logits, mlm_labels[labelled]) + F.cross_entropy(nsp_logits, nsp_label)
+    return {"out.mlm_logits": mlm_logits, "out.nsp_logits": nsp_logits, "out.loss": loss.reshape(1)}, loss
+
+
+def rel(a, b):
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("gpt2", "bert"):
+        print(__doc__)
+        return 2
+    W = load(sys.argv[2])
+    cfg = {k[len("cfg.") :]: W[k].item() for k in W if k.startswith("cfg.")}
+    cfg = {k: (v if k == "eps" else int(v)) for k, v in cfg.items()}
+    params = {k: v.clone().requires_grad_(True) for k, v in W.items() if not k.startswith(("in.", "out.", "grad.", "cfg."))}
+    inputs = {k: v for k, v in W.items() if k.startswith(("in.", "cfg."))}
+    outs, loss = (gpt2 if sys.argv[1] == "gpt2" else bert)({**params, **inputs}, cfg)
+    loss.backward()
+    worst, failed = 0.0, []
+    checks = [(k, outs[k].detach(), W[k]) for k in outs]
+    checks += [("grad." + k, p.grad if p.grad is not None else torch.zeros_like(p), W["grad." + k]) for k, p in params.items()]
+    for name, ref, trident in checks:
+        if ref.shape != trident.shape:
+            print(f"{name}: shape {list(trident.shape)} from Trident, {list(ref.shape)} here")
+            failed.append(name)
+            continue
+        if name.endswith(EXACT_ZERO):
+            # Both sides hold rounding noise around 0: bounded by the key weights' gradient scale.
+            bound = ZERO_TOL * params[name[len("grad.") : -len("bias")] + "weight"].grad.abs().max().item()
+            a, b = trident.abs().max().item(), ref.abs().max().item()
+            print(f"{name}: zero in exact arithmetic; largest element {a:.3e} (Trident), {b:.3e} (PyTorch), bound {bound:.3e}")
+            if not (a <= bound and b <= bound):
+                failed.append(name)
+            continue
+        r = rel(trident, ref)
+        worst = max(worst, r)
+        if not r <= TOL:
+            failed.append(name)
+        print(f"{name}: normwise relative difference {r:.3e}")
+    print(f"{sys.argv[1]}: {len(checks)} tensors compared, worst {worst:.3e}, tolerance {TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(failed)))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
