@@ -2,6 +2,7 @@
 reference of tests/models/torch_reference_test.cpp (NOTE [Models against PyTorch] there).
 
     /usr/bin/python3 tests/models/torch_reference.py gpt2|bert FILE.safetensors
+    /usr/bin/python3 tests/models/torch_reference.py write-hf gpt2|bert DIR
 
 FILE holds the model's weights under Hugging Face's names, its inputs, and what Trident computed
 from them: the outputs ("out.*") and every parameter's gradient ("grad." + name). This script
@@ -43,6 +44,102 @@ def load(path):
         t = torch.frombuffer(raw, dtype=dtypes[v["dtype"]]) if raw else torch.empty(0, dtype=dtypes[v["dtype"]])
         out[name] = t.reshape(v["shape"])
     return out
+
+
+def save(path, tensors, metadata):
+    """A safetensors file as Hugging Face's writer lays it out: names sorted, data packed in
+    that order, "__metadata__", the JSON header padded with spaces to a multiple of 8 bytes."""
+    codes = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous()
+        raw = t.numpy().tobytes()
+        header[name] = {"dtype": codes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in blobs:
+            f.write(raw)
+
+
+def write_hf(model, folder):
+    """A checkpoint folder as the hub holds one (model.safetensors in f32, config.json) with
+    random weights, and reference.safetensors: inputs and the outputs computed here in f64 from
+    those f32 weights. GPT-2 as the original openai-community/gpt2 file: GPT2Model's names
+    without "transformer.", the attention-mask buffers "h.{i}.attn.bias" and
+    "h.{i}.attn.masked_bias". BERT as the files converted from Google's checkpoints: LayerNorm
+    "gamma"/"beta", the "bert.embeddings.position_ids" buffer, the tied decoder stored too."""
+    g = torch.Generator().manual_seed(20261130)
+    rand = lambda *shape, scale=0.3, base=0.0: (base + scale * torch.randn(*shape, generator=g, dtype=torch.float64)).float()
+    if model == "gpt2":
+        L, H, C, V, T = 2, 2, 16, 61, 16
+        cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": L, "n_head": H, "n_embd": C,
+               "vocab_size": V, "n_positions": T, "n_ctx": T, "layer_norm_epsilon": 1e-5,
+               "activation_function": "gelu_new", "torch_dtype": "float32"}
+        W = {"wte.weight": rand(V, C), "wpe.weight": rand(T, C), "ln_f.weight": rand(C, scale=0.2, base=1.0), "ln_f.bias": rand(C, scale=0.2)}
+        for l in range(L):
+            p = f"h.{l}."
+            for ln in ("ln_1", "ln_2"):
+                W[p + ln + ".weight"], W[p + ln + ".bias"] = rand(C, scale=0.2, base=1.0), rand(C, scale=0.2)
+            for name, (i, o) in {"attn.c_attn": (C, 3 * C), "attn.c_proj": (C, C), "mlp.c_fc": (C, 4 * C), "mlp.c_proj": (4 * C, C)}.items():
+                W[p + name + ".weight"], W[p + name + ".bias"] = rand(i, o), rand(o, scale=0.2)
+            W[p + "attn.bias"] = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+            W[p + "attn.masked_bias"] = torch.tensor(-1e4)
+        ids = torch.randint(0, V, (2, T), generator=g)
+        ref = {("transformer." + k): v.double() for k, v in W.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+        ref.update({"in.input_ids": ids, "in.targets": torch.full_like(ids, -100)})
+        outs, _ = gpt2(ref, {"n_layer": L, "n_head": H, "n_embd": C, "vocab_size": V, "eps": 1e-5})
+        reference = {"in.input_ids": ids, "out.logits": outs["out.logits"]}
+    else:
+        L, H, C, I, V, T = 2, 2, 16, 32, 37, 16
+        cfg = {"model_type": "bert", "architectures": ["BertForPreTraining"], "vocab_size": V, "hidden_size": C,
+               "num_hidden_layers": L, "num_attention_heads": H, "intermediate_size": I, "max_position_embeddings": T,
+               "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu", "pad_token_id": 0,
+               "torch_dtype": "float32"}
+        W = {}
+        lin = lambda name, i, o: W.update({name + ".weight": rand(o, i), name + ".bias": rand(o, scale=0.2)})
+        norm = lambda name: W.update({name + ".gamma": rand(C, scale=0.2, base=1.0), name + ".beta": rand(C, scale=0.2)})
+        e = "bert.embeddings."
+        W[e + "word_embeddings.weight"], W[e + "position_embeddings.weight"] = rand(V, C), rand(T, C)
+        W[e + "token_type_embeddings.weight"] = rand(2, C)
+        W[e + "position_ids"] = torch.arange(T).view(1, T)
+        norm(e + "LayerNorm")
+        for l in range(L):
+            p = f"bert.encoder.layer.{l}."
+            for n in ("query", "key", "value"):
+                lin(p + "attention.self." + n, C, C)
+            lin(p + "attention.output.dense", C, C)
+            norm(p + "attention.output.LayerNorm")
+            lin(p + "intermediate.dense", C, I)
+            lin(p + "output.dense", I, C)
+            norm(p + "output.LayerNorm")
+        lin("bert.pooler.dense", C, C)
+        lin("cls.predictions.transform.dense", C, C)
+        norm("cls.predictions.transform.LayerNorm")
+        W["cls.predictions.bias"] = rand(V, scale=0.2)
+        W["cls.predictions.decoder.weight"] = W[e + "word_embeddings.weight"].clone()
+        lin("cls.seq_relationship", C, 2)
+        ids = torch.randint(1, V, (2, 12), generator=g)
+        ids[1, 9:] = 0
+        mask = (ids != 0).long()
+        types = torch.tensor([[0] * 6 + [1] * 6] * 2)
+        ref = {k.replace(".gamma", ".weight").replace(".beta", ".bias"): v.double() for k, v in W.items()}
+        ref.update({"in.input_ids": ids, "in.token_type_ids": types, "in.attention_mask": mask,
+                    "in.mlm_labels": ids.clone(), "in.next_sentence_label": torch.tensor([0, 1])})
+        outs, _ = bert(ref, {"n_layer": L, "n_head": H, "hidden_size": C, "vocab_size": V, "pad_token_id": 0, "eps": 1e-12})
+        # Every position labelled: the MLM logits of all of them, [B * T, V] in row-major order.
+        reference = {"in.input_ids": ids, "in.token_type_ids": types, "in.attention_mask": mask,
+                     "out.mlm_logits": outs["out.mlm_logits"], "out.nsp_logits": outs["out.nsp_logits"]}
+    save(f"{folder}/model.safetensors", W, {"format": "pt"})
+    with open(f"{folder}/config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+    save(f"{folder}/reference.safetensors", reference, {"written_by": "tests/models/torch_reference.py"})
+    return 0
 
 
 def heads(x, n_head):  # [B, T, C] -> [B, H, T, D]
@@ -123,6 +220,8 @@ def rel(a, b):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "write-hf" and sys.argv[2] in ("gpt2", "bert"):
+        return write_hf(sys.argv[2], sys.argv[3])
     if len(sys.argv) != 3 or sys.argv[1] not in ("gpt2", "bert"):
         print(__doc__)
         return 2

@@ -7,6 +7,11 @@
 // script rebuilds the model from those names with torch.nn.functional, recomputes everything in
 // f64 and exits non-zero when any output or gradient differs by more than 1e-10 (normwise
 // relative). Skips, saying why, when /usr/bin/python3 cannot import torch.
+// The other direction: the script writes checkpoint folders as the hub holds them (f32
+// model.safetensors through its own safetensors writer, config.json; GPT-2 with the original
+// file's prefix-less names and attention-mask buffers, BERT with TensorFlow's gamma/beta, the
+// position_ids buffer and the tied decoder stored), and load_gpt2_hf / load_bert_hf must give
+// the outputs PyTorch computed from them.
 #include "models_test_util.h"
 
 #include <sys/wait.h>
@@ -17,7 +22,9 @@
 #include <iostream>
 
 #include "models/bert.h"
+#include "models/bert_hf.h"
 #include "models/gpt2.h"
+#include "models/gpt2_hf.h"
 #include "nn/safetensors.h"
 
 using namespace trident;
@@ -69,6 +76,26 @@ void randomize(nn::Module& m, uint64_t seed) {
 }
 
 Tensor scalar_row(double v) { return from_vector<double>({v}, {1}); }
+
+// max |a - b| / max |b|, in f64.
+double normwise(const Tensor& a, const Tensor& b) {
+  const Tensor d = abs(sub(a.to(DType::F64), b.to(DType::F64)));
+  const double scale = max(abs(b.to(DType::F64))).item<double>();
+  return max(d).item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+// A scratch folder with the script's checkpoint of `model` in it; removed at the end.
+struct HfFolder {
+  std::filesystem::path path;
+  Run written;
+  explicit HfFolder(const std::string& model)
+      : path(std::filesystem::temp_directory_path() / ("trident_hf_" + model + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+    written = run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_REFERENCE) + " write-hf " + model + " " + path.string());
+  }
+  ~HfFolder() { std::filesystem::remove_all(path); }
+  nn::StateDict reference() const { return nn::load_safetensors((path / "reference.safetensors").string()).tensors; }
+};
 
 // Writes weights, inputs ("in."), config ("cfg."), outputs ("out.") and gradients ("grad.") and
 // runs the reference on them; its report goes to the test log.
@@ -168,4 +195,43 @@ TEST(ModelsAgainstPyTorch, BertBothHeadsLossAndEveryGradientInF64) {
                       {"cfg.eps", scalar_row(c.layer_norm_eps)}};
   for (const auto& [name, t] : batch.tensors()) extra["in." + name] = t;
   compare_with_torch("bert", m, extra);
+}
+
+TEST(ModelsAgainstPyTorch, HuggingFaceFoldersWrittenByPyTorchLoadAndGiveItsOutputs) {
+  if (const std::string why = torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  // f32 weights and model against PyTorch's f64 computation from the same f32 values.
+  constexpr double kTol = 1e-5;
+  {
+    const HfFolder hf("gpt2");
+    ASSERT_EQ(hf.written.status, 0) << hf.written.output;
+    const nn::StateDict ref = hf.reference();
+    const auto m = load_gpt2_hf(hf.path.string());
+    EXPECT_EQ(m->config().n_layer, 2);
+    EXPECT_EQ(m->config().vocab_size, 61);
+    m->eval();
+    const Tensor logits = m->forward(ref.at("in.input_ids")).logits;
+    ASSERT_EQ(logits.sizes(), ref.at("out.logits").sizes());
+    const double e = normwise(logits, ref.at("out.logits"));
+    EXPECT_LE(e, kTol);
+    std::cout << "GPT-2 from a Hugging Face folder: logits within " << e << " of PyTorch's\n";
+  }
+  {
+    const HfFolder hf("bert");
+    ASSERT_EQ(hf.written.status, 0) << hf.written.output;
+    const nn::StateDict ref = hf.reference();
+    const auto m = load_bert_hf(hf.path.string());
+    EXPECT_EQ(m->config().num_hidden_layers, 2);
+    m->eval();
+    const Batch batch{{"input_ids", ref.at("in.input_ids")},
+                      {"token_type_ids", ref.at("in.token_type_ids")},
+                      {"attention_mask", ref.at("in.attention_mask")}};
+    const BertPreTrainingOutput out = m->forward(batch);  // no labels: the MLM head everywhere
+    const Tensor mlm = reshape(out.mlm_logits, {-1, out.mlm_logits.size(-1)});
+    ASSERT_EQ(mlm.sizes(), ref.at("out.mlm_logits").sizes());
+    const double e_mlm = normwise(mlm, ref.at("out.mlm_logits")), e_nsp = normwise(out.nsp_logits, ref.at("out.nsp_logits"));
+    EXPECT_LE(e_mlm, kTol);
+    EXPECT_LE(e_nsp, kTol);
+    std::cout << "BERT from a Hugging Face folder: MLM logits within " << e_mlm << ", NSP logits within " << e_nsp
+              << " of PyTorch's\n";
+  }
 }
