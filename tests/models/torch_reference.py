@@ -1,7 +1,8 @@
-"""GPT-2 and BERT written plainly in PyTorch from Hugging Face's weight names, as the independent
-reference of tests/models/torch_reference_test.cpp (NOTE [Models against PyTorch] there).
+"""GPT-2 and BERT written plainly in PyTorch from Hugging Face's weight names, and AmoebaNet
+(benchmarks/amoebanet_torch_bench.py's network): the independent reference of
+tests/models/torch_reference_test.cpp (NOTE [Models against PyTorch] there).
 
-    /usr/bin/python3 tests/models/torch_reference.py gpt2|bert FILE.safetensors
+    /usr/bin/python3 tests/models/torch_reference.py gpt2|bert|amoebanet FILE.safetensors
     /usr/bin/python3 tests/models/torch_reference.py write-hf gpt2|bert DIR
 
 FILE holds the model's weights under Hugging Face's names, its inputs, and what Trident computed
@@ -13,6 +14,7 @@ JSON header, raw bytes): Debian has no Python safetensors package.
 """
 import json
 import math
+import os
 import struct
 import sys
 
@@ -214,6 +216,38 @@ def bert(W, cfg):
     return {"out.mlm_logits": mlm_logits, "out.nsp_logits": nsp_logits, "out.loss": loss.reshape(1)}, loss
 
 
+def amoebanet(W, cfg):
+    """AmoebaNet: benchmarks/amoebanet_torch_bench.py's network (the project's second
+    implementation of the TensorFlow reference's cells), in training mode (batch statistics).
+    Its parameters and batch-norm buffers are listed in the same order as Trident's, so the
+    file numbers them ("p.NNN.<Trident's name>"); shapes are checked one by one."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+    import amoebanet_torch_bench as twin
+
+    m = twin.AmoebaNet("B" if cfg["genotype_b"] else "D", cfg["cells"], cfg["filters"], cfg["classes"], cfg["image"],
+                       dropout=0.0).double().train()
+    ours = sorted(k for k in W if k.startswith("p."))
+    theirs = list(m.named_parameters())
+    if len(ours) != len(theirs):
+        raise SystemExit(f"{len(ours)} parameters from Trident, {len(theirs)} in the PyTorch AmoebaNet")
+    names = {}
+    with torch.no_grad():
+        for k, (name, p) in zip(ours, theirs):
+            if W[k].shape != p.shape:
+                raise SystemExit(f"{k}: shape {list(W[k].shape)} from Trident, {list(p.shape)} for {name} here")
+            p.copy_(W[k])
+            names[k] = p
+    logits = m(W["in.images"])
+    loss = F.cross_entropy(logits, W["in.labels"])
+    outs = {"out.logits": logits, "out.loss": loss.reshape(1)}
+    # Batch-norm running statistics after this one training step, in the same order.
+    for kind in ("running_mean", "running_var"):
+        bufs = [b for n, b in m.named_buffers() if n.endswith(kind)]
+        for i, b in enumerate(bufs):
+            outs[f"out.{kind}.{i:03d}"] = b
+    return outs, loss, names
+
+
 def rel(a, b):
     scale = b.abs().max().item()
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
@@ -222,15 +256,18 @@ def rel(a, b):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "write-hf" and sys.argv[2] in ("gpt2", "bert"):
         return write_hf(sys.argv[2], sys.argv[3])
-    if len(sys.argv) != 3 or sys.argv[1] not in ("gpt2", "bert"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("gpt2", "bert", "amoebanet"):
         print(__doc__)
         return 2
     W = load(sys.argv[2])
     cfg = {k[len("cfg.") :]: W[k].item() for k in W if k.startswith("cfg.")}
     cfg = {k: (v if k == "eps" else int(v)) for k, v in cfg.items()}
-    params = {k: v.clone().requires_grad_(True) for k, v in W.items() if not k.startswith(("in.", "out.", "grad.", "cfg."))}
-    inputs = {k: v for k, v in W.items() if k.startswith(("in.", "cfg."))}
-    outs, loss = (gpt2 if sys.argv[1] == "gpt2" else bert)({**params, **inputs}, cfg)
+    if sys.argv[1] == "amoebanet":
+        outs, loss, params = amoebanet(W, cfg)
+    else:
+        params = {k: v.clone().requires_grad_(True) for k, v in W.items() if not k.startswith(("in.", "out.", "grad.", "cfg."))}
+        inputs = {k: v for k, v in W.items() if k.startswith(("in.", "cfg."))}
+        outs, loss = (gpt2 if sys.argv[1] == "gpt2" else bert)({**params, **inputs}, cfg)
     loss.backward()
     worst, failed = 0.0, []
     checks = [(k, outs[k].detach(), W[k]) for k in outs]
@@ -252,6 +289,7 @@ def main():
         worst = max(worst, r)
         if not r <= TOL:
             failed.append(name)
+            print(f"  Trident {trident.flatten()[:6].tolist()}\n  PyTorch {ref.flatten()[:6].tolist()}")
         print(f"{name}: normwise relative difference {r:.3e}")
     print(f"{sys.argv[1]}: {len(checks)} tensors compared, worst {worst:.3e}, tolerance {TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(failed)))
     return 0 if not failed else 1

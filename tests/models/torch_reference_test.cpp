@@ -1,6 +1,8 @@
 // NOTE [Models against PyTorch]: GPT-2 and BERT against the same models written plainly in
 // PyTorch (tests/models/torch_reference.py, run with Debian's python3-torch: an implementation
-// that shares no code with Trident's). The test gives every parameter random f64 values (so
+// that shares no code with Trident's), and AmoebaNet-D against benchmarks/amoebanet_torch_bench.py's
+// network (parameters matched by position; batch norm in training mode, its running statistics
+// compared too). The test gives every parameter random f64 values (so
 // that LayerNorm's affine terms, biases and the padded vocabulary rows all matter), runs the
 // forward pass and the backward pass from the loss, and writes the weights under Hugging
 // Face's names, the inputs, the outputs and every gradient into one safetensors file; the
@@ -18,9 +20,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
+#include "models/amoebanet.h"
 #include "models/bert.h"
 #include "models/bert_hf.h"
 #include "models/gpt2.h"
@@ -60,22 +64,28 @@ std::string torch_missing() {
   return r.status == 0 ? "" : "/usr/bin/python3 cannot import torch (scripts/setup.sh installs python3-torch): " + r.output;
 }
 
-// Every parameter random: matrices and embeddings N(0, 0.3^2), LayerNorm weights 1 + N(0, 0.2^2),
-// biases N(0, 0.2^2); the model's own init (small weights, unit LayerNorms, zero biases) would
-// leave the affine terms and biases untested.
+// Every parameter random: matrices, convolution kernels and embeddings N(0, 0.3^2), the scales of
+// LayerNorm and BatchNorm (the 1-d weights) 1 + N(0, 0.2^2), biases N(0, 0.2^2); the models' own
+// init (small weights, unit scales, zero biases) would leave the affine terms and biases
+// untested. Buffers (running statistics) keep their values.
 void randomize(nn::Module& m, uint64_t seed) {
   Generator g(seed);
-  nn::StateDict sd = m.state_dict();
-  for (auto& [name, t] : sd) {
-    const bool norm = name.find("LayerNorm") != std::string::npos || name.find("ln_") != std::string::npos;
-    const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    Tensor r = randn(t.sizes(), t.dtype(), &g);
-    t = t.dim() >= 2 ? mul(r, 0.3) : (norm && !bias ? add(mul(r, 0.2), 1.0) : mul(r, 0.2));
+  nn::StateDict sd;
+  for (const auto& [name, t] : m.named_parameters()) {
+    const bool scale = t.dim() == 1 && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
+    const Tensor r = randn(t.sizes(), t.dtype(), &g);
+    sd[name] = t.dim() >= 2 ? mul(r, 0.3) : (scale ? add(mul(r, 0.2), 1.0) : mul(r, 0.2));
   }
-  m.load_state_dict(sd);
+  m.load_state_dict(sd, /*strict=*/false);
 }
 
 Tensor scalar_row(double v) { return from_vector<double>({v}, {1}); }
+
+// prefix + i with three digits at least ("p.007"), so that names sort in order.
+std::string numbered(const std::string& prefix, int64_t i) {
+  const std::string n = std::to_string(i);
+  return prefix + std::string(n.size() < 3 ? 3 - n.size() : 0, '0') + n;
+}
 
 // max |a - b| / max |b|, in f64.
 double normwise(const Tensor& a, const Tensor& b) {
@@ -99,11 +109,15 @@ struct HfFolder {
 
 // Writes weights, inputs ("in."), config ("cfg."), outputs ("out.") and gradients ("grad.") and
 // runs the reference on them; its report goes to the test log.
+// AmoebaNet's parameters go by position (the PyTorch network lists them in the same order under
+// other names): "p.NNN." + Trident's name.
 void compare_with_torch(const std::string& model, nn::Module& m, nn::StateDict extra) {
+  int64_t i = 0;
   for (const auto& [name, t] : m.named_parameters()) {
-    extra[name] = t;
+    const std::string key = model == "amoebanet" ? numbered("p.", i++) + "." + name : name;
+    extra[key] = t;
     ASSERT_TRUE(t.grad().defined()) << name << " got no gradient";
-    extra["grad." + name] = t.grad();
+    extra["grad." + key] = t.grad();
   }
   const std::filesystem::path file =
       std::filesystem::temp_directory_path() / ("trident_torch_reference_" + model + "_" + std::to_string(::getpid()) + ".safetensors");
@@ -234,4 +248,47 @@ TEST(ModelsAgainstPyTorch, HuggingFaceFoldersWrittenByPyTorchLoadAndGiveItsOutpu
     std::cout << "BERT from a Hugging Face folder: MLM logits within " << e_mlm << ", NSP logits within " << e_nsp
               << " of PyTorch's\n";
   }
+}
+
+TEST(ModelsAgainstPyTorch, AmoebaNetLogitsLossGradientsAndBatchNormStatisticsInF64) {
+  // AmoebaNet-D with 3 normal cells (a reduction cell before the second and the third), 8
+  // filters, 16 x 16 images: every kind of operation of the genotype, factorized reductions
+  // between cells of different sizes, batch norm in training mode.
+  if (const std::string why = torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  AmoebaNetConfig c;
+  c.genotype = "D";
+  c.num_cells = 3;
+  c.filters = 8;
+  c.num_classes = 10;
+  c.image_size = 16;
+  c.stem = AmoebaNetConfig::Stem::Small;
+  c.dropout = 0.0;
+  c.dtype = DType::F64;
+  Generator g(7);
+  AmoebaNet m(c, &g);
+  randomize(m, 8);
+  m.train();
+  Generator d(9);
+  const Tensor images = randn({4, 3, 16, 16}, DType::F64, &d), labels = from_vector<int64_t>({3, 0, 9, 3}, {4});
+  const Tensor logits = m.forward(images);
+  const Tensor loss = cross_entropy(logits, labels);
+  loss.backward();
+  nn::StateDict extra{{"in.images", images},
+                      {"in.labels", labels},
+                      {"out.logits", logits},
+                      {"out.loss", reshape(loss, {1})},
+                      {"cfg.genotype_b", scalar_row(0)},
+                      {"cfg.cells", scalar_row(3)},
+                      {"cfg.filters", scalar_row(8)},
+                      {"cfg.classes", scalar_row(10)},
+                      {"cfg.image", scalar_row(16)}};
+  // The running statistics after this step (momentum, and the unbiased variance they keep).
+  for (const char* kind : {"running_mean", "running_var"}) {
+    int64_t i = 0;
+    for (const auto& [name, b] : m.named_buffers())
+      if (name.size() > std::strlen(kind) && name.compare(name.size() - std::strlen(kind), std::string::npos, kind) == 0) {
+        extra[numbered(std::string("out.") + kind + ".", i++)] = b;
+      }
+  }
+  compare_with_torch("amoebanet", m, extra);
 }
