@@ -2,8 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,6 +13,31 @@
 #include "trident.h"
 
 namespace trident::testing {
+
+// A command line's exit status (-1 when it did not exit normally) and its stdout and stderr
+// together.
+struct RunResult {
+  int status;
+  std::string output;
+};
+inline RunResult run(const std::string& cmd) {
+  RunResult r{-1, {}};
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Why /usr/bin/python3 with PyTorch (Debian's python3-torch) cannot serve as a test's oracle, or
+// "" when it can.
+inline std::string torch_missing() {
+  const RunResult r = run("/usr/bin/python3 -c 'import torch'");
+  return r.status == 0 ? "" : "/usr/bin/python3 cannot import torch (scripts/setup.sh python3-torch installs it): " + r.output;
+}
 
 // A fresh f64 tensor of standard normal values, requiring grad (a gradcheck input).
 inline Tensor rand_leaf(const Shape& s, uint64_t seed, double scale = 1.0) {

@@ -22,24 +22,6 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-struct RunResult {
-  int status;
-  std::string output;
-};
-
-// Runs a command line, capturing stdout and stderr together.
-RunResult run(const std::string& cmd) {
-  RunResult r{-1, {}};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 Ids shard_tokens(const std::string& path) {

@@ -16,7 +16,6 @@
 // the outputs PyTorch computed from them.
 #include "models_test_util.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -39,30 +38,6 @@ namespace {
 #ifndef TRIDENT_TORCH_REFERENCE
 #error "tests/CMakeLists.txt defines TRIDENT_TORCH_REFERENCE (the path of torch_reference.py)"
 #endif
-
-struct Run {
-  int status;
-  std::string output;
-};
-
-// A command line's exit status and its stdout and stderr together.
-Run run(const std::string& cmd) {
-  Run r{-1, {}};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-// Why PyTorch cannot serve as the reference here, or "" when it can.
-std::string torch_missing() {
-  const Run r = run("/usr/bin/python3 -c 'import torch'");
-  return r.status == 0 ? "" : "/usr/bin/python3 cannot import torch (scripts/setup.sh installs python3-torch): " + r.output;
-}
 
 // Every parameter random: matrices, convolution kernels and embeddings N(0, 0.3^2), the scales of
 // LayerNorm and BatchNorm (the 1-d weights) 1 + N(0, 0.2^2), biases N(0, 0.2^2); the models' own
@@ -97,11 +72,11 @@ double normwise(const Tensor& a, const Tensor& b) {
 // A scratch folder with the script's checkpoint of `model` in it; removed at the end.
 struct HfFolder {
   std::filesystem::path path;
-  Run written;
+  trident::testing::RunResult written;
   explicit HfFolder(const std::string& model)
       : path(std::filesystem::temp_directory_path() / ("trident_hf_" + model + "_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(path);
-    written = run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_REFERENCE) + " write-hf " + model + " " + path.string());
+    written = trident::testing::run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_REFERENCE) + " write-hf " + model + " " + path.string());
   }
   ~HfFolder() { std::filesystem::remove_all(path); }
   nn::StateDict reference() const { return nn::load_safetensors((path / "reference.safetensors").string()).tensors; }
@@ -122,7 +97,7 @@ void compare_with_torch(const std::string& model, nn::Module& m, nn::StateDict e
   const std::filesystem::path file =
       std::filesystem::temp_directory_path() / ("trident_torch_reference_" + model + "_" + std::to_string(::getpid()) + ".safetensors");
   nn::save_safetensors(file.string(), extra);
-  const Run r = run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_REFERENCE) + " " + model + " " + file.string());
+  const trident::testing::RunResult r = trident::testing::run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_REFERENCE) + " " + model + " " + file.string());
   std::filesystem::remove(file);
   EXPECT_EQ(r.status, 0) << r.output;
   if (r.status == 0) std::cout << r.output;  // the differences, for the log
@@ -131,7 +106,7 @@ void compare_with_torch(const std::string& model, nn::Module& m, nn::StateDict e
 }  // namespace
 
 TEST(ModelsAgainstPyTorch, GPT2LogitsLossAndEveryGradientInF64) {
-  if (const std::string why = torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
   GPT2Config c = GPT2Config::preset("tiny");
   c.n_layer = 2;
   c.n_head = 2;
@@ -164,7 +139,7 @@ TEST(ModelsAgainstPyTorch, GPT2LogitsLossAndEveryGradientInF64) {
 }
 
 TEST(ModelsAgainstPyTorch, BertBothHeadsLossAndEveryGradientInF64) {
-  if (const std::string why = torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
   BertConfig c = BertConfig::preset("tiny");
   c.vocab_size = 37;
   c.padded_vocab_size = 40;
@@ -212,7 +187,7 @@ TEST(ModelsAgainstPyTorch, BertBothHeadsLossAndEveryGradientInF64) {
 }
 
 TEST(ModelsAgainstPyTorch, HuggingFaceFoldersWrittenByPyTorchLoadAndGiveItsOutputs) {
-  if (const std::string why = torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
   // f32 weights and model against PyTorch's f64 computation from the same f32 values.
   constexpr double kTol = 1e-5;
   {
@@ -254,7 +229,7 @@ TEST(ModelsAgainstPyTorch, AmoebaNetLogitsLossGradientsAndBatchNormStatisticsInF
   // AmoebaNet-D with 3 normal cells (a reduction cell before the second and the third), 8
   // filters, 16 x 16 images: every kind of operation of the genotype, factorized reductions
   // between cells of different sizes, batch norm in training mode.
-  if (const std::string why = torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
   AmoebaNetConfig c;
   c.genotype = "D";
   c.num_cells = 3;

@@ -1,0 +1,196 @@
+// NOTE [Ops against PyTorch]: the ops whose meaning lies in their options and edge cases, against
+// PyTorch itself (Debian's python3-torch, tests/ops/torch_oracle.py). The gradient checks prove
+// that each backward is the derivative of its forward; they cannot tell whether the forward is
+// what a PyTorch user means by the name (label smoothing with class weights and ignored targets,
+// a ceil-mode pooling window that starts in the padding, the running variance's correction,
+// which of tied maxima gets the gradient, the causal mask of a non-square attention). Each case
+// runs on fresh f64 inputs, including the ties, zeros and boundary values where the
+// conventions differ; its output, and the gradient of sum(out * g) for a random g with respect
+// to every differentiable input, go with the inputs into one safetensors file; the script
+// evaluates the same expressions in PyTorch and requires agreement to 1e-12 (normwise relative;
+// integer outputs exactly). Skips, saying why, when /usr/bin/python3 cannot import torch.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+
+#include "nn/safetensors.h"
+#include "test_util.h"
+
+using namespace trident;
+
+namespace {
+
+#ifndef TRIDENT_TORCH_ORACLE
+#error "tests/CMakeLists.txt defines TRIDENT_TORCH_ORACLE (the path of torch_oracle.py)"
+#endif
+
+using Inputs = std::vector<Tensor>;
+
+struct Case {
+  std::string name;  // the key of the same expression in torch_oracle.py
+  Inputs inputs;
+  std::vector<size_t> differentiable;  // inputs whose gradient is compared
+  std::function<Tensor(const Inputs&)> f;
+  std::vector<size_t> after;  // inputs the op updates in place (batch norm's running statistics)
+  Case(std::string n, Inputs in, std::vector<size_t> d, std::function<Tensor(const Inputs&)> fn, std::vector<size_t> a = {})
+      : name(std::move(n)), inputs(std::move(in)), differentiable(std::move(d)), f(std::move(fn)), after(std::move(a)) {}
+};
+
+Generator gen(1234);
+Tensor rnd(const Shape& s) { return randn(s, DType::F64, &gen); }
+Tensor ints(int64_t lo, int64_t hi, const Shape& s) { return randint(lo, hi, s, DType::I64, &gen); }
+Tensor i64(const std::vector<int64_t>& v, const Shape& s) { return from_vector<int64_t>(v, s); }
+// Values on a grid of halves in [-2, 2]: ties, zeros and exact boundaries are common.
+Tensor grid(const Shape& s) { return div(ints(-4, 5, s).to(DType::F64), 2.0); }
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  // ---- losses ----
+  c.push_back({"cross_entropy_weight_smoothing_ignore", {rnd({6, 5}), i64({0, 4, -100, 2, 2, 1}, {6}), abs(rnd({5}))}, {0},
+               [](const Inputs& x) {
+                 CrossEntropyOptions o;
+                 o.label_smoothing = 0.15;
+                 o.weight = x[2];
+                 return cross_entropy(x[0], x[1], o);
+               }});
+  c.push_back({"cross_entropy_k_dims_sum", {rnd({2, 4, 3, 2}), i64({0, 3, 1, 1, 2, -100, 3, 0, 0, 1, 2, 3}, {2, 3, 2})}, {0},
+               [](const Inputs& x) {
+                 CrossEntropyOptions o;
+                 o.reduction = Reduction::Sum;
+                 o.label_smoothing = 0.2;
+                 return cross_entropy(x[0], x[1], o);
+               }});
+  c.push_back({"cross_entropy_none", {rnd({5, 7}), i64({6, 0, -100, 3, 3}, {5})}, {0}, [](const Inputs& x) {
+                 CrossEntropyOptions o;
+                 o.reduction = Reduction::None;
+                 return cross_entropy(x[0], x[1], o);
+               }});
+  c.push_back({"nll_loss_weight_ignore", {log_softmax(rnd({6, 4}), 1), i64({3, -100, 0, 0, 2, 1}, {6}), abs(rnd({4}))}, {0},
+               [](const Inputs& x) {
+                 NllLossOptions o;
+                 o.weight = x[2];
+                 return nll_loss(x[0], x[1], o);
+               }});
+  c.push_back({"mse_loss_sum", {rnd({3, 4}), rnd({3, 4})}, {0, 1}, [](const Inputs& x) { return mse_loss(x[0], x[1], Reduction::Sum); }});
+  c.push_back({"bce_with_logits_pos_weight", {mul(rnd({4, 3}), 3.0), sigmoid(rnd({4, 3})), abs(rnd({3}))}, {0, 1},
+               [](const Inputs& x) { return binary_cross_entropy_with_logits(x[0], x[1], Reduction::Mean, x[2]); }});
+  // ---- normalization ----
+  c.push_back({"layer_norm_two_dims", {rnd({3, 4, 6}), rnd({4, 6}), rnd({4, 6})}, {0, 1, 2},
+               [](const Inputs& x) { return layer_norm(x[0], {4, 6}, x[1], x[2], 1e-5); }});
+  c.push_back({"batch_norm_training", {rnd({4, 3, 5, 5}), rnd({3}), add(abs(rnd({3})), 0.5), rnd({3}), rnd({3})}, {0, 3, 4},
+               [](const Inputs& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], true, 0.3, 1e-3); }, {1, 2}});
+  c.push_back({"batch_norm_eval", {rnd({4, 3, 5}), rnd({3}), add(abs(rnd({3})), 0.5), rnd({3}), rnd({3})}, {0, 3, 4},
+               [](const Inputs& x) { return batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5); }});
+  // ---- convolution and pooling ----
+  c.push_back({"conv2d_stride_pad_dilation_groups", {rnd({2, 4, 9, 8}), rnd({6, 2, 3, 2}), rnd({6})}, {0, 1, 2},
+               [](const Inputs& x) { return conv2d(x[0], x[1], x[2], {2, 1}, {1, 2}, {2, 1}, 2); }});
+  c.push_back({"conv2d_depthwise_stride2", {rnd({2, 3, 8, 7}), rnd({6, 1, 5, 5})}, {0, 1},
+               [](const Inputs& x) { return conv2d(x[0], x[1], Tensor(), {2, 2}, {2, 2}, {1, 1}, 3); }});
+  c.push_back({"max_pool2d_ceil_padding_dilation", {rnd({2, 3, 9, 10})}, {0},
+               [](const Inputs& x) { return max_pool2d(x[0], {3, 2}, Int2{2, 2}, {1, 1}, {1, 2}, true); }});
+  c.push_back({"max_pool2d_ties", {grid({1, 2, 6, 6})}, {0}, [](const Inputs& x) { return max_pool2d(x[0], {2, 2}, Int2{1, 1}); }});
+  c.push_back({"avg_pool2d_ceil_exclude_pad", {rnd({2, 2, 7, 8})}, {0},
+               [](const Inputs& x) { return avg_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}, true, false); }});
+  c.push_back({"avg_pool2d_ceil_include_pad", {rnd({2, 2, 7, 8})}, {0},
+               [](const Inputs& x) { return avg_pool2d(x[0], {3, 2}, Int2{2, 3}, {1, 1}, true, true); }});
+  c.push_back({"adaptive_avg_pool2d_uneven", {rnd({2, 3, 7, 10})}, {0}, [](const Inputs& x) { return adaptive_avg_pool2d(x[0], {3, 4}); }});
+  // ---- softmax and reductions ----
+  c.push_back({"softmax_middle_dim", {rnd({3, 4, 5})}, {0}, [](const Inputs& x) { return softmax(x[0], 1); }});
+  c.push_back({"log_softmax_first_dim", {rnd({3, 4, 5})}, {0}, [](const Inputs& x) { return log_softmax(x[0], 0); }});
+  c.push_back({"var_correction0_keepdim", {rnd({4, 5, 6})}, {0}, [](const Inputs& x) { return var(x[0], {0, 2}, 0.0, true); }});
+  c.push_back({"std_correction1", {rnd({4, 5, 6})}, {0}, [](const Inputs& x) { return std_dev(x[0], {1}, 1.0); }});
+  c.push_back({"logsumexp_two_dims", {rnd({3, 4, 5})}, {0}, [](const Inputs& x) { return logsumexp(x[0], {1, 2}); }});
+  c.push_back({"norm_p3_keepdim", {rnd({3, 4})}, {0}, [](const Inputs& x) { return norm(x[0], 3.0, {1}, true); }});
+  c.push_back({"norm_p1", {rnd({3, 4})}, {0}, [](const Inputs& x) { return norm(x[0], 1.0, {0}); }});
+  c.push_back({"amax_ties", {grid({4, 6})}, {0}, [](const Inputs& x) { return amax(x[0], {1}); }});
+  c.push_back({"amin_ties_all", {grid({3, 5})}, {0}, [](const Inputs& x) { return amin(x[0], {0, 1}); }});
+  c.push_back({"max_dim_values", {rnd({4, 6})}, {0}, [](const Inputs& x) { return max(x[0], 1, true).values; }});
+  c.push_back({"argmax_ties", {grid({5, 6})}, {}, [](const Inputs& x) { return argmax(x[0], 1); }});
+  c.push_back({"mean_dims", {rnd({3, 4, 5})}, {0}, [](const Inputs& x) { return mean(x[0], {0, 2}, true); }});
+  // ---- element-wise, at the points where conventions differ ----
+  c.push_back({"maximum_ties", {grid({4, 5}), grid({4, 5})}, {0, 1}, [](const Inputs& x) { return maximum(x[0], x[1]); }});
+  c.push_back({"minimum_broadcast_ties", {grid({4, 5}), grid({5})}, {0, 1}, [](const Inputs& x) { return minimum(x[0], x[1]); }});
+  c.push_back({"clamp_at_bounds", {grid({5, 4})}, {0}, [](const Inputs& x) { return clamp(x[0], -1.0, 0.5); }});
+  c.push_back({"relu_at_zero", {grid({5, 4})}, {0}, [](const Inputs& x) { return relu(x[0]); }});
+  c.push_back({"abs_at_zero", {grid({5, 4})}, {0}, [](const Inputs& x) { return abs(x[0]); }});
+  c.push_back({"gelu_erf", {mul(rnd({5, 4}), 3.0)}, {0}, [](const Inputs& x) { return gelu(x[0]); }});
+  c.push_back({"gelu_tanh", {mul(rnd({5, 4}), 3.0)}, {0}, [](const Inputs& x) { return gelu(x[0], "tanh"); }});
+  c.push_back({"pow_cube_and_sqrt", {rnd({5, 4})}, {0}, [](const Inputs& x) { return add(pow(x[0], 3.0), pow(add(abs(x[0]), 0.1), 0.5)); }});
+  c.push_back({"div_broadcast", {rnd({3, 1, 4}), add(abs(rnd({2, 1})), 0.5)}, {0, 1}, [](const Inputs& x) { return div(x[0], x[1]); }});
+  c.push_back({"where_broadcast", {gt(rnd({3, 4}), 0.0), rnd({3, 4}), rnd({4})}, {1, 2}, [](const Inputs& x) { return where(x[0], x[1], x[2]); }});
+  c.push_back({"masked_fill_broadcast", {rnd({3, 4}), gt(rnd({4}), 0.0)}, {0}, [](const Inputs& x) { return masked_fill(x[0], x[1], 2.5); }});
+  // ---- indexing and shapes ----
+  c.push_back({"gather_dim1", {rnd({3, 5}), ints(0, 5, {3, 4})}, {0}, [](const Inputs& x) { return gather(x[0], 1, x[1]); }});
+  c.push_back({"scatter_add_dim0", {rnd({4, 3}), ints(0, 4, {6, 3}), rnd({6, 3})}, {0, 2},
+               [](const Inputs& x) { return scatter_add(x[0], 0, x[1], x[2]); }});
+  c.push_back({"index_select_repeats", {rnd({4, 3}), i64({3, 0, 3, 1, 3}, {5})}, {0}, [](const Inputs& x) { return index_select(x[0], 0, x[1]); }});
+  c.push_back({"embedding_padding_idx", {rnd({7, 3}), i64({2, 5, 2, 0, 6, 5, 5, 1}, {2, 4})}, {0},
+               [](const Inputs& x) { return embedding(x[0], x[1], 2); }});
+  c.push_back({"one_hot", {i64({3, 0, 4, 4}, {2, 2})}, {}, [](const Inputs& x) { return one_hot(x[0], 6); }});
+  c.push_back({"pad_constant", {rnd({2, 3, 4})}, {0}, [](const Inputs& x) { return pad(x[0], {1, 2, 0, 1}, 0.5); }});
+  c.push_back({"slice_step_transpose", {rnd({5, 6})}, {0}, [](const Inputs& x) { return transpose(slice(x[0], 1, 1, 6, 2), 0, 1); }});
+  c.push_back({"cat_stack", {rnd({2, 3}), rnd({2, 3})}, {0, 1},
+               [](const Inputs& x) { return cat({stack({x[0], x[1]}, 1), unsqueeze(x[0], 1)}, 1); }});
+  // ---- products and attention ----
+  c.push_back({"matmul_batch_broadcast", {rnd({2, 1, 3, 4}), rnd({5, 4, 2})}, {0, 1}, [](const Inputs& x) { return matmul(x[0], x[1]); }});
+  c.push_back({"matmul_vector", {rnd({4}), rnd({3, 4, 2})}, {0, 1}, [](const Inputs& x) { return matmul(x[0], x[1]); }});
+  c.push_back({"linear_3d", {rnd({2, 3, 4}), rnd({5, 4}), rnd({5})}, {0, 1, 2}, [](const Inputs& x) { return linear(x[0], x[1], x[2]); }});
+  c.push_back({"sdpa_bool_mask_scale", {rnd({2, 3, 5, 4}), rnd({2, 3, 6, 4}), rnd({2, 3, 6, 4}), gt(rnd({5, 6}), -0.8)}, {0, 1, 2},
+               [](const Inputs& x) {
+                 // Every query keeps key 0, so no row is masked entirely.
+                 AttentionOptions o;
+                 o.attn_mask = logical_or(x[3], eq(reshape(arange(0, 6, 1, DType::F64), {1, 6}), 0.0));
+                 o.scale = 0.7;
+                 return scaled_dot_product_attention(x[0], x[1], x[2], o);
+               }});
+  c.push_back({"sdpa_causal_rectangular", {rnd({1, 2, 4, 3}), rnd({1, 2, 6, 3}), rnd({1, 2, 6, 3})}, {0, 1, 2},
+               [](const Inputs& x) {
+                 AttentionOptions o;
+                 o.is_causal = true;
+                 return scaled_dot_product_attention(x[0], x[1], x[2], o);
+               }});
+  c.push_back({"sdpa_additive_mask", {rnd({2, 2, 3, 4}), rnd({2, 2, 5, 4}), rnd({2, 2, 5, 4}), rnd({2, 1, 3, 5})}, {0, 1, 2, 3},
+               [](const Inputs& x) {
+                 AttentionOptions o;
+                 o.attn_mask = x[3];
+                 return scaled_dot_product_attention(x[0], x[1], x[2], o);
+               }});
+  return c;
+}
+
+}  // namespace
+
+TEST(OpsAgainstPyTorch, OptionsAndEdgeCasesMatchInF64) {
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  nn::StateDict file;
+  for (Case& k : cases()) {
+    SCOPED_TRACE(k.name);
+    for (size_t i : k.differentiable) {
+      k.inputs[i] = k.inputs[i].detach().clone();
+      k.inputs[i].set_requires_grad(true);
+    }
+    for (size_t i = 0; i < k.inputs.size(); ++i) file[k.name + ".in." + std::to_string(i)] = k.inputs[i].detach().clone();
+    Tensor out;
+    ASSERT_NO_THROW(out = k.f(k.inputs));
+    file[k.name + ".out"] = out.detach();
+    for (size_t i : k.after) file[k.name + ".after." + std::to_string(i)] = k.inputs[i];
+    if (k.differentiable.empty()) continue;
+    const Tensor g = rnd(out.sizes());
+    file[k.name + ".gout"] = g;
+    out.backward(g);
+    for (size_t i : k.differentiable) {
+      ASSERT_TRUE(k.inputs[i].grad().defined()) << "input " << i << " got no gradient";
+      file[k.name + ".grad." + std::to_string(i)] = k.inputs[i].grad();
+    }
+  }
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("trident_torch_oracle_" + std::to_string(::getpid()) + ".safetensors");
+  nn::save_safetensors(path.string(), file);
+  const trident::testing::RunResult r = trident::testing::run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_ORACLE) + " " + path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(r.status, 0) << r.output;
+  if (r.status == 0) std::cout << r.output;
+}
