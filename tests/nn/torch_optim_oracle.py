@@ -1,0 +1,89 @@
+"""torch.optim's side of tests/nn/torch_optim_oracle_test.cpp (NOTE [Optimizers against PyTorch]).
+
+    /usr/bin/python3 tests/nn/torch_optim_oracle.py FILE.safetensors
+
+FILE holds the initial parameters "init.<i>", the gradients of every update "grad.<s>.<i>", and
+for each case the parameters Trident had after update s, "<case>.step.<s>.<i>". Each case below
+builds the same optimizer (and learning-rate scheduler) with torch.optim, runs the same updates
+and compares the parameters after each (normwise relative difference at most 1e-12). Exits 0
+when all agree, 1 otherwise, 2 when the file and this list of cases disagree.
+"""
+import json
+import struct
+import sys
+
+import torch
+from torch.optim import SGD, Adam, AdamW, RMSprop
+from torch.optim.lr_scheduler import ExponentialLR, PolynomialLR, StepLR
+
+TOL = 1e-12
+
+
+def load(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    out = {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        assert v["dtype"] == "F64", name
+        s, e = v["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[8 + n + s : 8 + n + e]), dtype=torch.float64).reshape(v["shape"])
+    return out
+
+
+CASES = {
+    "sgd_nesterov_weight_decay": lambda p: (SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.05), None),
+    "sgd_dampening": lambda p: (SGD(p, lr=0.05, momentum=0.8, dampening=0.3), None),
+    "sgd_plain_step_lr": lambda p: (lambda o: (o, StepLR(o, step_size=2, gamma=0.5)))(SGD(p, lr=0.2)),
+    "rmsprop_centered_momentum_weight_decay": lambda p: (
+        RMSprop(p, lr=0.01, alpha=0.9, eps=1e-3, weight_decay=0.05, momentum=0.5, centered=True), None),
+    "rmsprop_plain": lambda p: (RMSprop(p, lr=0.01, eps=1e-3), None),
+    "adam_l2_amsgrad": lambda p: (Adam(p, lr=0.01, betas=(0.8, 0.95), eps=1e-3, weight_decay=0.1, amsgrad=True), None),
+    "adam_exponential_lr": lambda p: (lambda o: (o, ExponentialLR(o, gamma=0.7)))(Adam(p, lr=0.02, eps=1e-3)),
+    "adamw_groups_polynomial_lr": lambda p: (lambda o: (o, PolynomialLR(o, total_iters=8, power=2.0)))(
+        AdamW([{"params": [p[0], p[2]], "weight_decay": 0.1, "lr": 0.02}, {"params": [p[1]], "weight_decay": 0.0, "lr": 0.01}],
+              betas=(0.9, 0.99), eps=1e-3)),
+}
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    W = load(sys.argv[1])
+    n = len([k for k in W if k.startswith("init.")])
+    steps = len({k.split(".")[1] for k in W if k.startswith("grad.")})
+    names = sorted({k.split(".")[0] for k in W if ".step." in k})
+    if set(names) != set(CASES):
+        print(f"cases only in the file: {sorted(set(names) - set(CASES))}; only here: {sorted(set(CASES) - set(names))}")
+        return 2
+    failed, worst = [], 0.0
+    for name in names:
+        p = [W[f"init.{i}"].clone().requires_grad_(True) for i in range(n)]
+        opt, sched = CASES[name](p)
+        case_worst = 0.0
+        for s in range(steps):
+            for i in range(n):
+                p[i].grad = W[f"grad.{s}.{i}"].clone()
+            opt.step()
+            if sched is not None:
+                sched.step()
+            for i in range(n):
+                got, ref = W[f"{name}.step.{s}.{i}"], p[i].detach()
+                r = (got - ref).abs().max().item() / ref.abs().max().item()
+                case_worst = max(case_worst, r)
+                if not r <= TOL:
+                    failed.append(f"{name}.step.{s}.{i}")
+                    print(f"{name}: update {s}, parameter {i}: normwise relative difference {r:.3e}\n"
+                          f"  Trident {got.flatten()[:6].tolist()}\n  PyTorch {ref.flatten()[:6].tolist()}")
+        worst = max(worst, case_worst)
+        print(f"{name}: {steps} updates, worst normwise relative difference {case_worst:.3e}")
+    print(f"{len(names)} optimizers, worst {worst:.3e}, tolerance {TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(sorted(set(f.rsplit('.', 2)[0] for f in failed)))))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
