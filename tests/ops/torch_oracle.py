@@ -110,12 +110,26 @@ CASES = {
     "sdpa_bool_mask_scale": lambda q, k, v, m: sdpa(q, k, v, mask=m | (torch.arange(6) == 0).view(1, 6), scale=0.7),
     "sdpa_causal_rectangular": lambda q, k, v: sdpa(q, k, v, causal=True),
     "sdpa_additive_mask": lambda q, k, v, m: sdpa(q, k, v, mask=m),
+    "cast_f32_to_bf16": lambda x: x.to(torch.bfloat16).double(),
+    "cast_f32_to_f16": lambda x: x.to(torch.float16).double(),
+    "cast_f64_to_f16_and_bf16": lambda x: torch.stack([x.to(torch.float16).double(), x.to(torch.bfloat16).double()]),
 }
 
 
 def rel(a, b):
-    scale = b.abs().max().item() if b.numel() else 0.0
-    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0) if b.numel() else 0.0
+    """Normwise relative difference over the finite entries; inf when the non-finite entries
+    (inf, -inf, NaN) are not the same on both sides."""
+    fin = torch.isfinite(b)
+    if not torch.equal(torch.isfinite(a), fin):
+        return math.inf
+    an, bn = a[~fin], b[~fin]
+    if not (torch.equal(an.isnan(), bn.isnan()) and torch.equal(an[~an.isnan()], bn[~bn.isnan()])):
+        return math.inf
+    a, b = a[fin], b[fin]
+    if not b.numel():
+        return 0.0
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
 def main():

@@ -11,6 +11,7 @@
 // integer outputs exactly). Skips, saying why, when /usr/bin/python3 cannot import torch.
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -158,6 +159,23 @@ std::vector<Case> cases() {
                  o.attn_mask = x[3];
                  return scaled_dot_product_attention(x[0], x[1], x[2], o);
                }});
+  // ---- casts: round to nearest even at ties, overflow to inf, subnormals, signed zero ----
+  const auto floats = [](const std::vector<uint32_t>& bits) {
+    std::vector<float> v;
+    for (uint32_t b : bits) v.push_back(std::bit_cast<float>(b));
+    return from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  };
+  c.push_back({"cast_f32_to_bf16",
+               {floats({0x3F808000, 0x3F818000, 0x3F808001, 0xBF808000, 0x7F7FFFFF, 0x7F7F7FFF, 0x00000001, 0x00008000,
+                        0x00018000, 0x80000000, 0x7F800000, 0xFF800000, 0x40490FDB, 0x7149F2CA})},
+               {0}, [](const Inputs& x) { return x[0].to(DType::BF16).to(DType::F64); }});
+  c.push_back({"cast_f32_to_f16",
+               {floats({0x477FE000, 0x477FEF00, 0x477FF000, 0x47800000, 0x33000000, 0x33400000, 0x33800000, 0x3F801000,
+                        0x3F803000, 0x3F801001, 0xB2D6BF95, 0x387FC000, 0x3A83126F, 0x80000000})},
+               {0}, [](const Inputs& x) { return x[0].to(DType::F16).to(DType::F64); }});
+  // From f64 both go through f32 (so 1 + 2^-11 + 2^-40 rounds twice, to 1), as PyTorch's do.
+  c.push_back({"cast_f64_to_f16_and_bf16", {from_vector<double>({1 + 0x1p-11 + 0x1p-40, 1 + 0x1p-8 + 0x1p-40, 70000.0, -3e-8, 1e-300}, {5})},
+               {0}, [](const Inputs& x) { return stack({x[0].to(DType::F16).to(DType::F64), x[0].to(DType::BF16).to(DType::F64)}); }});
   return c;
 }
 
