@@ -9,6 +9,7 @@ and compares the parameters after each (normwise relative difference at most 1e-
 when all agree, 1 otherwise, 2 when the file and this list of cases disagree.
 """
 import json
+import math
 import struct
 import sys
 
@@ -49,6 +50,42 @@ CASES = {
 }
 
 
+CLIPS = {  # name: (max_norm, norm_type), norm_type None for clip_grad_value_
+    "clip_norm2": (1.0, 2.0),
+    "clip_norm2_above_max": (100.0, 2.0),
+    "clip_norm_inf": (0.5, math.inf),
+    "clip_norm3": (2.0, 3.0),
+    "clip_value": (0.7, None),
+}
+
+
+def check_clipping(W, n):
+    """torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on update 0's gradients."""
+    failed = []
+    names = sorted({k.split(".")[0] for k in W if ".clipped." in k})
+    if set(names) != set(CLIPS):
+        print(f"clipping cases only in the file: {sorted(set(names) - set(CLIPS))}; only here: {sorted(set(CLIPS) - set(names))}")
+        return ["clipping cases"]
+    for name in names:
+        max_norm, p = CLIPS[name]
+        params = [W[f"init.{i}"].clone().requires_grad_(True) for i in range(n)]
+        for i, t in enumerate(params):
+            t.grad = W[f"grad.0.{i}"].clone()
+        if p is None:
+            torch.nn.utils.clip_grad_value_(params, max_norm)
+            total = 0.0
+        else:
+            total = float(torch.nn.utils.clip_grad_norm_(params, max_norm, p))
+        diffs = [(W[f"{name}.clipped.{i}"] - t.grad).abs().max().item() / t.grad.abs().max().item() for i, t in enumerate(params)]
+        dn = abs(W[f"{name}.norm"].item() - total) / max(abs(total), 1e-300)
+        ok = max(diffs) <= TOL and dn <= TOL
+        print(f"{name}: clipped gradients within {max(diffs):.3e}, total norm {W[name + '.norm'].item():.6g} vs {total:.6g}"
+              + ("" if ok else "  FAILED"))
+        if not ok:
+            failed.append(name)
+    return failed
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -57,10 +94,10 @@ def main():
     n = len([k for k in W if k.startswith("init.")])
     steps = len({k.split(".")[1] for k in W if k.startswith("grad.")})
     names = sorted({k.split(".")[0] for k in W if ".step." in k})
+    failed, worst = check_clipping(W, n), 0.0
     if set(names) != set(CASES):
         print(f"cases only in the file: {sorted(set(names) - set(CASES))}; only here: {sorted(set(CASES) - set(names))}")
         return 2
-    failed, worst = [], 0.0
     for name in names:
         p = [W[f"init.{i}"].clone().requires_grad_(True) for i in range(n)]
         opt, sched = CASES[name](p)
@@ -81,7 +118,7 @@ def main():
                           f"  Trident {got.flatten()[:6].tolist()}\n  PyTorch {ref.flatten()[:6].tolist()}")
         worst = max(worst, case_worst)
         print(f"{name}: {steps} updates, worst normwise relative difference {case_worst:.3e}")
-    print(f"{len(names)} optimizers, worst {worst:.3e}, tolerance {TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(sorted(set(f.rsplit('.', 2)[0] for f in failed)))))
+    print(f"{len(names)} optimizers and {len(CLIPS)} clippings, worst {worst:.3e}, tolerance {TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(sorted(set(f.rsplit('.', 2)[0] for f in failed)))))
     return 0 if not failed else 1
 
 

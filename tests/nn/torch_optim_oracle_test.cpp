@@ -5,7 +5,9 @@
 // python3-torch, tests/nn/torch_optim_oracle.py). Six updates of three f64 parameters from random
 // gradients; the parameters after every update must agree to 1e-12 (normwise relative). The
 // unit tests in optim_test.cpp check three steps against the update equations as written here;
-// this checks that those equations are PyTorch's. Skips without torch.
+// this checks that those equations are PyTorch's. Gradient clipping too: clip_grad_norm_ for
+// p = 2, inf and 3 (clipping and not) and clip_grad_value_ against torch.nn.utils. Skips
+// without torch.
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include <memory>
 
 #include "nn/optim/adam.h"
+#include "nn/optim/clip_grad.h"
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/schedule.h"
 #include "nn/optim/sgd.h"
@@ -30,6 +33,7 @@ namespace {
 #endif
 
 constexpr int kSteps = 6;
+constexpr double kInfNormForTest = nn::kInfNorm;
 
 using Params = std::vector<Tensor>;
 
@@ -121,6 +125,27 @@ TEST(OptimizersAgainstPyTorch, SixUpdatesMatchTorchOptimInF64) {
   for (size_t i = 0; i < initial.size(); ++i) {
     file["init." + std::to_string(i)] = initial[i];
     for (int s = 0; s < kSteps; ++s) file["grad." + std::to_string(s) + "." + std::to_string(i)] = grads[static_cast<size_t>(s)][i];
+  }
+  // Gradient clipping on update 0's gradients: the clipped gradients and the returned norm.
+  struct Clip {
+    const char* name;
+    double max_norm, p;
+  };
+  for (const Clip& k : {Clip{"clip_norm2", 1.0, 2.0}, Clip{"clip_norm2_above_max", 100.0, 2.0}, Clip{"clip_norm_inf", 0.5, kInfNormForTest},
+                        Clip{"clip_norm3", 2.0, 3.0}, Clip{"clip_value", 0.7, 0.0}}) {
+    Params p;
+    for (size_t i = 0; i < initial.size(); ++i) {
+      p.push_back(initial[i].clone());
+      p.back().set_requires_grad(true);
+      sum(mul(p.back(), grads[0][i])).backward();
+    }
+    double total = 0;
+    if (k.p == 0.0)
+      nn::clip_grad_value_(p, k.max_norm);
+    else
+      total = nn::clip_grad_norm_(p, k.max_norm, k.p);
+    file[std::string(k.name) + ".norm"] = from_vector<double>({total}, {1});
+    for (size_t i = 0; i < p.size(); ++i) file[std::string(k.name) + ".clipped." + std::to_string(i)] = p[i].grad();
   }
   for (const OptimCase& k : cases()) {
     SCOPED_TRACE(k.name);
