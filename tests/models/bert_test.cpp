@@ -11,19 +11,6 @@ using autograd::TensorList;
 
 namespace {
 
-BertConfig small_bert(double dropout = 0.0) {
-  BertConfig c = BertConfig::preset("tiny");
-  c.vocab_size = 37;
-  c.padded_vocab_size = 40;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 2;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = dropout;
-  return c;
-}
-
 Tensor ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
   Generator g(seed);
   return randint(0, V, {B, T}, DType::I64, &g);
@@ -62,7 +49,7 @@ TEST(BertConfig, ParameterCountsAreThePublishedOnes) {
 
 TEST(Bert, StateDictHasHuggingFaceNames) {
   Generator g(2);
-  BertForPreTraining m(small_bert(), &g);
+  BertForPreTraining m(small_bert_config(), &g);
   const nn::StateDict sd = m.state_dict();
   const int64_t H = 16;
   const std::map<std::string, Shape> want = {
@@ -100,7 +87,7 @@ TEST(Bert, StateDictHasHuggingFaceNames) {
 }
 
 TEST(Bert, LayerPassesGradcheckInF64) {
-  BertConfig c = small_bert();
+  BertConfig c = small_bert_config();
   c.hidden_size = 4;
   c.intermediate_size = 8;
   c.dtype = DType::F64;
@@ -115,7 +102,7 @@ TEST(Bert, LayerPassesGradcheckInF64) {
 }
 
 TEST(Bert, OverfitsOneBatchWithBothHeads) {
-  const BertConfig c = small_bert(0.1);
+  const BertConfig c = small_bert_config(0.1);
   Generator g(5);
   manual_seed(6);
   BertForPreTraining m(c, &g);
@@ -147,7 +134,7 @@ TEST(Bert, OverfitsOneBatchWithBothHeads) {
 
 TEST(Bert, PaddingKeysChangeNothingAndMaskedLogitsAreTheFullOnes) {
   Generator g(9);
-  BertForPreTraining m(small_bert(), &g);
+  BertForPreTraining m(small_bert_config(), &g);
   Tensor a = ids(2, 8, 37, 10);
   std::vector<int64_t> av = a.to_vector<int64_t>(), bv = av, maskv(16, 1);
   for (int64_t t = 5; t < 8; ++t) {  // the second sequence ends at 5: different padding tokens
@@ -170,7 +157,7 @@ TEST(Bert, PaddingKeysChangeNothingAndMaskedLogitsAreTheFullOnes) {
 
 TEST(Bert, LayerListInStagesEqualsTheWholeModelWithDropout) {
   Generator g(11);
-  BertForPreTraining m(small_bert(0.2), &g);
+  BertForPreTraining m(small_bert_config(0.2), &g);
   const Tensor x = ids(2, 8, 37, 12);
   const Batch batch{{"input_ids", x}, {"mlm_labels", mlm_labels(x, 2)}, {"next_sentence_label", from_vector<int64_t>({1, 0}, {2})}};
   auto run = [&](const std::function<Tensor()>& f) {

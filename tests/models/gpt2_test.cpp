@@ -11,19 +11,6 @@ using autograd::TensorList;
 
 namespace {
 
-// A small model for the CPU: vocabulary 61 padded to 64, context 16.
-GPT2Config small_config(double dropout = 0.0) {
-  GPT2Config c = GPT2Config::preset("tiny");
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.vocab_size = 61;
-  c.padded_vocab_size = 64;
-  c.n_positions = 16;
-  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
-  return c;
-}
-
 // Parameters of GPT-2 from its tensors' shapes, listed one by one (Hugging Face's model card
 // layout), independently of GPT2Config::num_parameters.
 int64_t count_gpt2(int64_t L, int64_t C, int64_t P, int64_t V) {
@@ -82,7 +69,7 @@ TEST(GPT2Config, PresetParameterCountsMatchTheArchitecture) {
   // A built model agrees with the formula (tiny, and a small one with padding).
   Generator g(2);
   EXPECT_EQ(GPT2LMHeadModel(GPT2Config::preset("tiny"), &g).num_parameters(), count_gpt2(4, 256, 256, 50304));
-  EXPECT_EQ(GPT2LMHeadModel(small_config(), &g).num_parameters(), count_gpt2(2, 16, 16, 64));
+  EXPECT_EQ(GPT2LMHeadModel(small_gpt2_config(), &g).num_parameters(), count_gpt2(2, 16, 16, 64));
 }
 
 TEST(GPT2Config, JsonRoundTripOverridesAndErrors) {
@@ -115,7 +102,7 @@ TEST(GPT2Config, JsonRoundTripOverridesAndErrors) {
 }
 
 TEST(GPT2, StateDictHasHuggingFaceNamesAndConv1DLayouts) {
-  const GPT2Config c = small_config();
+  const GPT2Config c = small_gpt2_config();
   Generator g(3);
   GPT2LMHeadModel m(c, &g);
   const nn::StateDict sd = m.state_dict();
@@ -185,7 +172,7 @@ TEST(GPT2, InitFollowsGPT2) {
 }
 
 TEST(GPT2, BlockPassesGradcheckInF64) {
-  GPT2Config c = small_config();
+  GPT2Config c = small_gpt2_config();
   c.n_embd = 4;
   c.dtype = DType::F64;
   Generator g(5);
@@ -198,7 +185,7 @@ TEST(GPT2, BlockPassesGradcheckInF64) {
 
 TEST(GPT2, WholeModelGradientsMatchFiniteDifferencesInF64) {
   // The head (tied wte, padded rows sliced off) and the loss, through the layer list.
-  GPT2Config c = small_config();
+  GPT2Config c = small_gpt2_config();
   c.n_layer = 1;
   c.n_embd = 8;
   c.vocab_size = 13;
@@ -216,7 +203,7 @@ TEST(GPT2, WholeModelGradientsMatchFiniteDifferencesInF64) {
 }
 
 TEST(GPT2, OverfitsOneBatch) {
-  GPT2Config c = small_config(0.1);
+  GPT2Config c = small_gpt2_config(0.1);
   Generator g(10);
   manual_seed(11);
   GPT2LMHeadModel m(c, &g);
@@ -241,7 +228,7 @@ TEST(GPT2, OverfitsOneBatch) {
 }
 
 TEST(GPT2, LayerListInStagesEqualsTheWholeModelWithDropout) {
-  const GPT2Config c = small_config(0.2);
+  const GPT2Config c = small_gpt2_config(0.2);
   Generator init(14);
   GPT2LMHeadModel m(c, &init);
   const Tensor x = tokens(2, 10, 61, 15), y = tokens(2, 10, 61, 16);
@@ -280,7 +267,7 @@ TEST(GPT2, LayerListInStagesEqualsTheWholeModelWithDropout) {
 }
 
 TEST(GPT2, MicroBatchLossesAddUpToTheBatchLoss) {
-  const GPT2Config c = small_config();
+  const GPT2Config c = small_gpt2_config();
   Generator init(17);
   GPT2LMHeadModel m(c, &init);
   Tensor y = tokens(4, 8, 61, 19);
@@ -302,7 +289,7 @@ TEST(GPT2, MicroBatchLossesAddUpToTheBatchLoss) {
 
 TEST(GPT2, PaddedVocabularyGivesTheUnpaddedModel) {
   // The same weights with and without padding: same logits and loss.
-  GPT2Config padded = small_config(), plain = small_config();
+  GPT2Config padded = small_gpt2_config(), plain = small_gpt2_config();
   plain.padded_vocab_size = 0;
   Generator g1(20), g2(21);
   GPT2LMHeadModel a(padded, &g1), b(plain, &g2);
@@ -318,7 +305,7 @@ TEST(GPT2, PaddedVocabularyGivesTheUnpaddedModel) {
 }
 
 TEST(GPT2, BadInputGivesClearErrors) {
-  const GPT2Config c = small_config();
+  const GPT2Config c = small_gpt2_config();
   Generator g(24);
   GPT2LMHeadModel m(c, &g);
   expect_error([&] { m.forward(tokens(1, 17, 61, 1)); }, {"17 positions exceed the context n_positions = 16"});
@@ -332,7 +319,7 @@ TEST(GPT2, BadInputGivesClearErrors) {
 }
 
 TEST(GPT2, MemoryEstimateMatchesTheMeasuredPeak) {
-  GPT2Config c = small_config();
+  GPT2Config c = small_gpt2_config();
   c.n_layer = 3;
   c.n_embd = 64;
   c.n_head = 4;

@@ -9,17 +9,19 @@ FILE holds the model's weights under Hugging Face's names, its inputs, and what 
 from them: the outputs ("out.*") and every parameter's gradient ("grad." + name). This script
 recomputes both in f64 with torch.nn.functional, prints the largest normwise relative difference
 of each output and gradient, and exits 0 when all are below the tolerance, 1 otherwise (2 for a
-malformed file). The safetensors file is parsed here by hand (8-byte little-endian header size,
-JSON header, raw bytes): Debian has no Python safetensors package.
+malformed file). Files are read and written by tests/safetensors_io.py (by hand: Debian has no
+Python safetensors package).
 """
 import json
 import math
 import os
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_io import load, save  # noqa: E402  (tests/safetensors_io.py)
 
 TOL = 1e-10  # f64: the two sides sum in different orders; rounding leaves ~1e-14
 # The bias of the keys adds q . b to every score of a query's row, which softmax ignores: its
@@ -29,44 +31,6 @@ TOL = 1e-10  # f64: the two sides sum in different orders; rounding leaves ~1e-1
 # queries' and values', so its normwise comparison is meaningful as it is.)
 EXACT_ZERO = "attention.self.key.bias"
 ZERO_TOL = 1e-12
-
-
-def load(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    dtypes = {"F64": torch.float64, "F32": torch.float32, "I64": torch.int64}
-    out = {}
-    for name, v in header.items():
-        if name == "__metadata__":
-            continue
-        s, e = v["data_offsets"]
-        raw = bytearray(data[8 + n + s : 8 + n + e])
-        t = torch.frombuffer(raw, dtype=dtypes[v["dtype"]]) if raw else torch.empty(0, dtype=dtypes[v["dtype"]])
-        out[name] = t.reshape(v["shape"])
-    return out
-
-
-def save(path, tensors, metadata):
-    """A safetensors file as Hugging Face's writer lays it out: names sorted, data packed in
-    that order, "__metadata__", the JSON header padded with spaces to a multiple of 8 bytes."""
-    codes = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous()
-        raw = t.numpy().tobytes()
-        header[name] = {"dtype": codes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    header["__metadata__"] = metadata
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for raw in blobs:
-            f.write(raw)
 
 
 def write_hf(model, folder):

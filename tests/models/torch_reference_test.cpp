@@ -107,14 +107,7 @@ void compare_with_torch(const std::string& model, nn::Module& m, nn::StateDict e
 
 TEST(ModelsAgainstPyTorch, GPT2LogitsLossAndEveryGradientInF64) {
   if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
-  GPT2Config c = GPT2Config::preset("tiny");
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.vocab_size = 61;
-  c.padded_vocab_size = 64;
-  c.n_positions = 16;
-  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  GPT2Config c = trident::testing::small_gpt2_config();
   c.dtype = DType::F64;
   Generator g(1);
   GPT2LMHeadModel m(c, &g);
@@ -140,15 +133,7 @@ TEST(ModelsAgainstPyTorch, GPT2LogitsLossAndEveryGradientInF64) {
 
 TEST(ModelsAgainstPyTorch, BertBothHeadsLossAndEveryGradientInF64) {
   if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
-  BertConfig c = BertConfig::preset("tiny");
-  c.vocab_size = 37;
-  c.padded_vocab_size = 40;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 2;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
+  BertConfig c = trident::testing::small_bert_config();
   c.dtype = DType::F64;
   Generator g(4);
   BertForPreTraining m(c, &g);

@@ -10,32 +10,17 @@ and compares everything (normwise relative difference at most 1e-12; integer and
 outputs exactly). Exits 0 when all agree, 1 otherwise (each difference printed), 2 when the
 file and this list of cases disagree.
 """
-import json
 import math
-import struct
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_io import load  # noqa: E402  (tests/safetensors_io.py)
+
 TOL = 1e-12
-
-
-def load(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    dtypes = {"F64": torch.float64, "F32": torch.float32, "I64": torch.int64, "BOOL": torch.bool}
-    out = {}
-    for name, v in header.items():
-        if name == "__metadata__":
-            continue
-        s, e = v["data_offsets"]
-        raw = bytearray(data[8 + n + s : 8 + n + e])
-        dt = dtypes[v["dtype"]]
-        out[name] = (torch.frombuffer(raw, dtype=dt) if raw else torch.empty(0, dtype=dt)).reshape(v["shape"])
-    return out
 
 
 def sdpa(q, k, v, mask=None, causal=False, scale=None):
