@@ -159,6 +159,13 @@ std::vector<Case> cases() {
                  o.attn_mask = x[3];
                  return scaled_dot_product_attention(x[0], x[1], x[2], o);
                }});
+  // ---- empty dims ----
+  c.push_back({"sum_over_empty_dim", {rnd({3, 0, 2})}, {0}, [](const Inputs& x) { return sum(x[0], {1}); }});
+  c.push_back({"mean_over_empty_dim", {rnd({3, 0, 2})}, {}, [](const Inputs& x) { return mean(x[0], {1}); }});  // NaN
+  c.push_back({"matmul_inner_size_zero", {rnd({2, 0}), rnd({0, 3})}, {0, 1}, [](const Inputs& x) { return matmul(x[0], x[1]); }});
+  c.push_back({"cat_with_empty", {rnd({2, 0}), rnd({2, 3})}, {0, 1}, [](const Inputs& x) { return cat({x[0], x[1]}, 1); }});
+  c.push_back({"softmax_no_rows", {rnd({0, 5})}, {0}, [](const Inputs& x) { return softmax(x[0], 1); }});
+  c.push_back({"linear_no_rows", {rnd({0, 4}), rnd({3, 4}), rnd({3})}, {0, 1, 2}, [](const Inputs& x) { return linear(x[0], x[1], x[2]); }});
   // ---- casts: round to nearest even at ties, overflow to inf, subnormals, signed zero ----
   const auto floats = [](const std::vector<uint32_t>& bits) {
     std::vector<float> v;
