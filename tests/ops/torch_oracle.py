@@ -107,6 +107,36 @@ CASES = {
 }
 
 
+def conv(stride, padding, dilation, groups):
+    return lambda x, w, b=None: F.conv2d(x, w, b, stride, padding, dilation, groups)
+
+
+# The f32 kernels, evaluated here in f64 from the same f32 inputs.
+F32_TOL = 2e-5
+F32_CASES = {
+    "f32_conv3x3_winograd": conv(1, 1, 1, 1),
+    "f32_conv3x3_winograd_pad2_groups": conv(1, 2, 1, 2),
+    "f32_conv3x3_stride2_blocked": conv(2, 1, 1, 1),
+    "f32_conv1x7_f27": conv(1, (0, 3), 1, 1),
+    "f32_conv7x1_f27": conv(1, (3, 0), 1, 1),
+    "f32_conv5x5_dilated_blocked": conv(1, 4, 2, 1),
+    "f32_depthwise3x3_stride2": conv(2, 1, 1, 4),
+    "f32_depthwise5x5_multiplier2": conv(1, 2, 1, 3),
+    "f32_max_pool2d_ceil": lambda x: F.max_pool2d(x, 3, 2, 1, 1, ceil_mode=True),
+    "f32_avg_pool2d_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "f32_softmax_long_rows": lambda x: x.softmax(1),
+    "f32_log_softmax_long_rows": lambda x: x.log_softmax(1),
+    "f32_cross_entropy_smoothing": lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+    "f32_layer_norm": lambda x, w, b: F.layer_norm(x, (300,), w, b),
+    "f32_gelu_erf": F.gelu,
+    "f32_gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "f32_sigmoid_tanh": lambda x: torch.sigmoid(x) + torch.tanh(x),
+    "f32_sdpa_causal": lambda q, k, v: sdpa(q, k, v, causal=True),
+    "f32_matmul": torch.matmul,
+}
+CASES.update(F32_CASES)
+
+
 def rel(a, b):
     """Normwise relative difference over the finite entries; inf when the non-finite entries
     (inf, -inf, NaN) are not the same on both sides."""
@@ -129,14 +159,19 @@ def main():
         return 2
     W = load(sys.argv[1])
     names = sorted({k.split(".")[0] for k in W})
-    unknown, missing = sorted(set(names) - set(CASES)), sorted(set(CASES) - set(names))
+    f32 = all(n in F32_CASES for n in names)  # the file of one test: f64 cases or f32 ones
+    expected = set(F32_CASES) if f32 else set(CASES) - set(F32_CASES)
+    unknown, missing = sorted(set(names) - expected), sorted(expected - set(names))
     if unknown or missing:
         print(f"cases only in the file: {unknown}; only here: {missing}")
         return 2
     failed, worst = [], 0.0
     for name in names:
         n_in = len([k for k in W if k.startswith(name + ".in.")])
+        # f32 cases: PyTorch in f64 from the same f32 values
         inputs = [W[f"{name}.in.{i}"].clone() for i in range(n_in)]
+        if f32:
+            inputs = [t.double() if t.is_floating_point() else t for t in inputs]
         diff = [i for i in range(n_in) if f"{name}.grad.{i}" in W]
         for i in diff:
             inputs[i].requires_grad_(True)
@@ -144,7 +179,7 @@ def main():
         checks = [("out", out.detach(), W[name + ".out"])]
         checks += [(f"after.{i}", inputs[i], W[f"{name}.after.{i}"]) for i in range(n_in) if f"{name}.after.{i}" in W]
         if diff:
-            out.backward(W[name + ".gout"])
+            out.backward(W[name + ".gout"].to(out.dtype))
             checks += [(f"grad.{i}", inputs[i].grad, W[f"{name}.grad.{i}"]) for i in diff]
         for what, ref, got in checks:
             key = f"{name}.{what}"
@@ -159,13 +194,13 @@ def main():
                     failed.append(key)
                     print(f"  Trident {got.flatten()[:12].tolist()}\n  PyTorch {ref.flatten()[:12].tolist()}")
                 continue
-            r = rel(got, ref.detach())
+            r = rel(got.to(ref.dtype), ref.detach())
             worst = max(worst, r)
             print(f"{key}: normwise relative difference {r:.3e}")
-            if not r <= TOL:
+            if not r <= (F32_TOL if f32 else TOL):
                 failed.append(key)
                 print(f"  Trident {got.flatten()[:12].tolist()}\n  PyTorch {ref.detach().flatten()[:12].tolist()}")
-    print(f"{len(names)} cases, worst {worst:.3e}, tolerance {TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(failed)))
+    print(f"{len(names)} {'f32' if f32 else 'f64'} cases, worst {worst:.3e}, tolerance {F32_TOL if f32 else TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(failed)))
     return 0 if not failed else 1
 
 

@@ -186,12 +186,10 @@ std::vector<Case> cases() {
   return c;
 }
 
-}  // namespace
-
-TEST(OpsAgainstPyTorch, OptionsAndEdgeCasesMatchInF64) {
-  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+// Runs the cases, writes their file and has torch_oracle.py check it.
+void check_against_torch(std::vector<Case> all, const std::string& tag) {
   nn::StateDict file;
-  for (Case& k : cases()) {
+  for (Case& k : all) {
     SCOPED_TRACE(k.name);
     for (size_t i : k.differentiable) {
       k.inputs[i] = k.inputs[i].detach().clone();
@@ -203,7 +201,7 @@ TEST(OpsAgainstPyTorch, OptionsAndEdgeCasesMatchInF64) {
     file[k.name + ".out"] = out.detach();
     for (size_t i : k.after) file[k.name + ".after." + std::to_string(i)] = k.inputs[i];
     if (k.differentiable.empty()) continue;
-    const Tensor g = rnd(out.sizes());
+    const Tensor g = rnd(out.sizes()).to(out.dtype());
     file[k.name + ".gout"] = g;
     out.backward(g);
     for (size_t i : k.differentiable) {
@@ -212,10 +210,64 @@ TEST(OpsAgainstPyTorch, OptionsAndEdgeCasesMatchInF64) {
     }
   }
   const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("trident_torch_oracle_" + std::to_string(::getpid()) + ".safetensors");
+      std::filesystem::temp_directory_path() / ("trident_torch_oracle_" + tag + "_" + std::to_string(::getpid()) + ".safetensors");
   nn::save_safetensors(path.string(), file);
   const trident::testing::RunResult r = trident::testing::run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_ORACLE) + " " + path.string());
   std::filesystem::remove(path);
   EXPECT_EQ(r.status, 0) << r.output;
   if (r.status == 0) std::cout << r.output;
+}
+
+// The f32 kernels (NOTE [Conv2d algorithms]: Winograd F(4x4, 3x3) and F(2, 7), the blocked
+// im2col path, the depthwise register blocks; the SIMD softmax, cross-entropy and layer norm;
+// the fast f32 GELU; the CPU flash attention) on shapes that select them, against PyTorch in f64
+// from the same f32 inputs: "f32_" cases, tolerance 2e-5 normwise (f32 sums and Winograd's
+// transforms).
+Tensor r32(const Shape& s, double scale = 1.0) { return mul(rnd(s), scale).to(DType::F32); }
+
+std::vector<Case> f32_cases() {
+  std::vector<Case> c;
+  const auto conv = [](Int2 stride, Int2 padding, Int2 dilation, int64_t groups) {
+    return [=](const Inputs& x) { return conv2d(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), stride, padding, dilation, groups); };
+  };
+  c.push_back({"f32_conv3x3_winograd", {r32({2, 8, 11, 9}), r32({8, 8, 3, 3}, 0.3), r32({8})}, {0, 1, 2}, conv({1, 1}, {1, 1}, {1, 1}, 1)});
+  c.push_back({"f32_conv3x3_winograd_pad2_groups", {r32({2, 16, 10, 10}), r32({16, 8, 3, 3}, 0.3)}, {0, 1}, conv({1, 1}, {2, 2}, {1, 1}, 2)});
+  c.push_back({"f32_conv3x3_stride2_blocked", {r32({2, 8, 13, 12}), r32({12, 8, 3, 3}, 0.3), r32({12})}, {0, 1, 2}, conv({2, 2}, {1, 1}, {1, 1}, 1)});
+  c.push_back({"f32_conv1x7_f27", {r32({2, 8, 9, 12}), r32({8, 8, 1, 7}, 0.3)}, {0, 1}, conv({1, 1}, {0, 3}, {1, 1}, 1)});
+  c.push_back({"f32_conv7x1_f27", {r32({2, 8, 12, 9}), r32({8, 8, 7, 1}, 0.3)}, {0, 1}, conv({1, 1}, {3, 0}, {1, 1}, 1)});
+  c.push_back({"f32_conv5x5_dilated_blocked", {r32({1, 4, 14, 14}), r32({6, 4, 5, 5}, 0.3)}, {0, 1}, conv({1, 1}, {4, 4}, {2, 2}, 1)});
+  c.push_back({"f32_depthwise3x3_stride2", {r32({2, 4, 17, 23}), r32({4, 1, 3, 3})}, {0, 1}, conv({2, 2}, {1, 1}, {1, 1}, 4)});
+  c.push_back({"f32_depthwise5x5_multiplier2", {r32({1, 3, 28, 28}), r32({6, 1, 5, 5})}, {0, 1}, conv({1, 1}, {2, 2}, {1, 1}, 3)});
+  c.push_back({"f32_max_pool2d_ceil", {r32({2, 3, 9, 10})}, {0}, [](const Inputs& x) { return max_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}, {1, 1}, true); }});
+  c.push_back({"f32_avg_pool2d_exclude_pad", {r32({2, 3, 9, 10})}, {0}, [](const Inputs& x) { return avg_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}, true, false); }});
+  c.push_back({"f32_softmax_long_rows", {r32({4, 700}, 3.0)}, {0}, [](const Inputs& x) { return softmax(x[0], 1); }});
+  c.push_back({"f32_log_softmax_long_rows", {r32({4, 700}, 3.0)}, {0}, [](const Inputs& x) { return log_softmax(x[0], 1); }});
+  c.push_back({"f32_cross_entropy_smoothing", {r32({8, 1000}, 2.0), ints(0, 1000, {8})}, {0}, [](const Inputs& x) {
+                 CrossEntropyOptions o;
+                 o.label_smoothing = 0.1;
+                 return cross_entropy(x[0], x[1], o);
+               }});
+  c.push_back({"f32_layer_norm", {r32({6, 300}), r32({300}), r32({300})}, {0, 1, 2}, [](const Inputs& x) { return layer_norm(x[0], {300}, x[1], x[2]); }});
+  c.push_back({"f32_gelu_erf", {r32({4, 64}, 4.0)}, {0}, [](const Inputs& x) { return gelu(x[0]); }});
+  c.push_back({"f32_gelu_tanh", {r32({4, 64}, 4.0)}, {0}, [](const Inputs& x) { return gelu(x[0], "tanh"); }});
+  c.push_back({"f32_sigmoid_tanh", {r32({4, 64}, 4.0)}, {0}, [](const Inputs& x) { return add(sigmoid(x[0]), tanh(x[0])); }});
+  c.push_back({"f32_sdpa_causal", {r32({2, 2, 37, 16}), r32({2, 2, 45, 16}), r32({2, 2, 45, 16})}, {0, 1, 2}, [](const Inputs& x) {
+                 AttentionOptions o;
+                 o.is_causal = true;
+                 return scaled_dot_product_attention(x[0], x[1], x[2], o);
+               }});
+  c.push_back({"f32_matmul", {r32({37, 64}), r32({64, 29})}, {0, 1}, [](const Inputs& x) { return matmul(x[0], x[1]); }});
+  return c;
+}
+
+}  // namespace
+
+TEST(OpsAgainstPyTorch, OptionsAndEdgeCasesMatchInF64) {
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  check_against_torch(cases(), "f64");
+}
+
+TEST(OpsAgainstPyTorch, TheF32KernelsMatchInF32Precision) {
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  check_against_torch(f32_cases(), "f32");
 }
