@@ -210,13 +210,14 @@ TEST(ModelsAgainstPyTorch, HuggingFaceFoldersWrittenByPyTorchLoadAndGiveItsOutpu
   }
 }
 
-TEST(ModelsAgainstPyTorch, AmoebaNetLogitsLossGradientsAndBatchNormStatisticsInF64) {
-  // AmoebaNet-D with 3 normal cells (a reduction cell before the second and the third), 8
-  // filters, 16 x 16 images: every kind of operation of the genotype, factorized reductions
-  // between cells of different sizes, batch norm in training mode.
-  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+namespace {
+
+// AmoebaNet-`genotype` with 3 normal cells (a reduction cell before the second and the third), 8
+// filters, 16 x 16 images: every kind of operation of the genotype, factorized reductions
+// between cells of different sizes, batch norm in training mode.
+void compare_amoebanet(const std::string& genotype) {
   AmoebaNetConfig c;
-  c.genotype = "D";
+  c.genotype = genotype;
   c.num_cells = 3;
   c.filters = 8;
   c.num_classes = 10;
@@ -237,7 +238,7 @@ TEST(ModelsAgainstPyTorch, AmoebaNetLogitsLossGradientsAndBatchNormStatisticsInF
                       {"in.labels", labels},
                       {"out.logits", logits},
                       {"out.loss", reshape(loss, {1})},
-                      {"cfg.genotype_b", scalar_row(0)},
+                      {"cfg.genotype_b", scalar_row(genotype == "B" ? 1 : 0)},
                       {"cfg.cells", scalar_row(3)},
                       {"cfg.filters", scalar_row(8)},
                       {"cfg.classes", scalar_row(10)},
@@ -251,4 +252,17 @@ TEST(ModelsAgainstPyTorch, AmoebaNetLogitsLossGradientsAndBatchNormStatisticsInF
       }
   }
   compare_with_torch("amoebanet", m, extra);
+}
+
+}  // namespace
+
+TEST(ModelsAgainstPyTorch, AmoebaNetLogitsLossGradientsAndBatchNormStatisticsInF64) {
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  compare_amoebanet("D");
+}
+
+// AmoebaNet-B: separable 3x3 convolutions and the dilated separable 5x5 of its reduction cell.
+TEST(ModelsAgainstPyTorch, AmoebaNetBInF64) {
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  compare_amoebanet("B");
 }
