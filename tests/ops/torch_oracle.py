@@ -36,6 +36,14 @@ def sdpa(q, k, v, mask=None, causal=False, scale=None):
     return s.softmax(-1) @ v
 
 
+def mha(x, w, b, wo, bo, masked_out):
+    """torch.nn.MultiheadAttention's computation for self-attention (batch first), 2 heads."""
+    xt = x.transpose(0, 1)
+    y, _ = F.multi_head_attention_forward(xt, xt, xt, x.shape[-1], 2, w, b, None, None, False, 0.0, wo, bo,
+                                          training=False, need_weights=False, attn_mask=masked_out)
+    return y.transpose(0, 1)
+
+
 def batch_norm_training(x, rm, rv, w, b):
     out = F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3, eps=1e-3)
     return out  # rm and rv are updated in place, as Trident's
@@ -95,6 +103,8 @@ CASES = {
     "sdpa_bool_mask_scale": lambda q, k, v, m: sdpa(q, k, v, mask=m | (torch.arange(6) == 0).view(1, 6), scale=0.7),
     "sdpa_causal_rectangular": lambda q, k, v: sdpa(q, k, v, causal=True),
     "sdpa_additive_mask": lambda q, k, v, m: sdpa(q, k, v, mask=m),
+    "mha_bool_mask": lambda x, w, b, wo, bo, m: mha(x, w, b, wo, bo, ~m),  # PyTorch's True = masked out
+    "mha_causal": lambda x, w, b, wo, bo: mha(x, w, b, wo, bo, ~torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()),
     "sum_over_empty_dim": lambda x: x.sum(1),
     "mean_over_empty_dim": lambda x: x.mean(1),
     "matmul_inner_size_zero": torch.matmul,

@@ -17,6 +17,7 @@
 #include <functional>
 #include <iostream>
 
+#include "nn/attention.h"
 #include "nn/safetensors.h"
 #include "test_util.h"
 
@@ -159,6 +160,23 @@ std::vector<Case> cases() {
                  o.attn_mask = x[3];
                  return scaled_dot_product_attention(x[0], x[1], x[2], o);
                }});
+  // ---- nn::MultiheadSelfAttention against torch.nn.functional.multi_head_attention_forward ----
+  const auto mha = [](bool causal) {
+    return [causal](const Inputs& x) {
+      nn::MultiheadSelfAttentionOptions o;
+      o.causal = causal;
+      nn::MultiheadSelfAttention m(8, 2, o, DType::F64);
+      m.qkv->weight = x[1];  // the inputs themselves, so their gradients are the module's
+      m.qkv->bias = x[2];
+      m.proj->weight = x[3];
+      m.proj->bias = x[4];
+      return x.size() > 5 ? m.forward(x[0], x[5]) : m.forward(x[0]);
+    };
+  };
+  c.push_back({"mha_bool_mask", {rnd({2, 5, 8}), mul(rnd({24, 8}), 0.5), rnd({24}), mul(rnd({8, 8}), 0.5), rnd({8}),
+                                 logical_or(gt(rnd({5, 5}), 0.0), eq(reshape(arange(0, 5, 1, DType::F64), {5, 1}), reshape(arange(0, 5, 1, DType::F64), {1, 5})))},
+               {0, 1, 2, 3, 4}, mha(false)});
+  c.push_back({"mha_causal", {rnd({2, 6, 8}), mul(rnd({24, 8}), 0.5), rnd({24}), mul(rnd({8, 8}), 0.5), rnd({8})}, {0, 1, 2, 3, 4}, mha(true)});
   // ---- empty dims ----
   c.push_back({"sum_over_empty_dim", {rnd({3, 0, 2})}, {0}, [](const Inputs& x) { return sum(x[0], {1}); }});
   c.push_back({"mean_over_empty_dim", {rnd({3, 0, 2})}, {}, [](const Inputs& x) { return mean(x[0], {1}); }});  // NaN
