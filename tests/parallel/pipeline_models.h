@@ -1,4 +1,4 @@
-// Tiny GPT-2, BERT and AmoebaNet-D models and batches for the pipeline tests and benchmark: every rank builds
+// Tiny GPT-2, BERT and AmoebaNet-D models and batches for the pipeline tests: every rank builds
 // the same model from the same seed and the same batch, so each can also train the serial
 // reference itself.
 #pragma once
@@ -11,33 +11,23 @@
 #include "models/amoebanet_layered.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "models/models_test_util.h"
 
 namespace trident::testing {
 
 // GPT-2: embedding, n_layer blocks, head (n_layer + 2 layers), tied word embedding.
 inline models::GPT2Config pipeline_gpt2_config(int64_t n_layer = 4, int64_t n_embd = 16, double dropout = 0.0) {
-  models::GPT2Config c = models::GPT2Config::preset("tiny");
+  models::GPT2Config c = small_gpt2_config(dropout);
   c.n_layer = n_layer;
-  c.n_head = 2;
   c.n_embd = n_embd;
-  c.vocab_size = 61;
-  c.padded_vocab_size = 64;
   c.n_positions = 32;
-  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
   return c;
 }
 
 // BERT: embeddings, 4 encoder layers, heads (6 layers), MLM decoder tied to the word embedding.
 inline models::BertConfig pipeline_bert_config() {
-  models::BertConfig c = models::BertConfig::preset("tiny");
-  c.vocab_size = 37;
-  c.padded_vocab_size = 40;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
+  models::BertConfig c = small_bert_config();
   c.num_hidden_layers = 4;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
   return c;
 }
 
