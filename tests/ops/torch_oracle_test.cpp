@@ -177,6 +177,29 @@ std::vector<Case> cases() {
                                  logical_or(gt(rnd({5, 5}), 0.0), eq(reshape(arange(0, 5, 1, DType::F64), {5, 1}), reshape(arange(0, 5, 1, DType::F64), {1, 5})))},
                {0, 1, 2, 3, 4}, mha(false)});
   c.push_back({"mha_causal", {rnd({2, 6, 8}), mul(rnd({24, 8}), 0.5), rnd({24}), mul(rnd({8, 8}), 0.5), rnd({8})}, {0, 1, 2, 3, 4}, mha(true)});
+  // ---- non-contiguous inputs: views made inside the op's expression (transposes, permutes,
+  // strided slices, expands), as both sides write them ----
+  c.push_back({"softmax_of_transpose", {rnd({5, 3, 4})}, {0}, [](const Inputs& x) { return softmax(transpose(x[0], 0, 2), 1); }});
+  c.push_back({"layer_norm_of_permute", {rnd({4, 3, 6}), rnd({6}), rnd({6})}, {0, 1, 2},
+               [](const Inputs& x) { return layer_norm(permute(x[0], {1, 0, 2}), {6}, x[1], x[2]); }});
+  c.push_back({"conv2d_of_channels_last", {rnd({2, 7, 6, 4}), rnd({5, 4, 3, 3}), rnd({5})}, {0, 1, 2},
+               [](const Inputs& x) { return conv2d(permute(x[0], {0, 3, 1, 2}), x[1], x[2], {1, 1}, {1, 1}); }});
+  c.push_back({"matmul_of_transposes", {rnd({2, 4, 3}), rnd({2, 5, 4})}, {0, 1},
+               [](const Inputs& x) { return matmul(transpose(x[0], 1, 2), transpose(x[1], 1, 2)); }});
+  c.push_back({"cross_entropy_of_strided_logits", {rnd({4, 12}), i64({0, 5, 2, 3}, {4})}, {0},
+               [](const Inputs& x) { return cross_entropy(slice(x[0], 1, 0, 12, 2), x[1]); }});
+  c.push_back({"mul_of_expand", {rnd({3, 1}), rnd({3, 4})}, {0, 1}, [](const Inputs& x) { return mul(expand(x[0], {3, 4}), x[1]); }});
+  c.push_back({"gather_of_transpose", {rnd({5, 3}), ints(0, 5, {3, 4})}, {0}, [](const Inputs& x) { return gather(transpose(x[0], 0, 1), 1, x[1]); }});
+  c.push_back({"sum_of_strided_rows", {rnd({6, 5})}, {0}, [](const Inputs& x) { return sum(slice(x[0], 0, 1, 6, 2), {1}); }});
+  c.push_back({"max_pool2d_of_channels_last", {rnd({2, 6, 7, 3})}, {0},
+               [](const Inputs& x) { return max_pool2d(permute(x[0], {0, 3, 1, 2}), {2, 2}, std::nullopt, {0, 0}, {1, 1}, true); }});
+  c.push_back({"embedding_of_transposed_indices", {rnd({6, 3}), ints(0, 6, {4, 2})}, {0},
+               [](const Inputs& x) { return embedding(x[0], transpose(x[1], 0, 1)); }});
+  c.push_back({"sdpa_of_transposed_heads", {rnd({2, 5, 3, 4}), rnd({2, 6, 3, 4}), rnd({2, 6, 3, 4})}, {0, 1, 2},
+               [](const Inputs& x) { return scaled_dot_product_attention(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2)); }});
+  c.push_back({"batch_norm_of_channels_last", {rnd({3, 4, 5, 2}), rnd({2}), rnd({2})}, {0, 1, 2}, [](const Inputs& x) {
+                 return batch_norm(permute(x[0], {0, 3, 1, 2}), Tensor(), Tensor(), x[1], x[2], true, 0.1, 1e-5);
+               }});
   // ---- empty dims ----
   c.push_back({"sum_over_empty_dim", {rnd({3, 0, 2})}, {0}, [](const Inputs& x) { return sum(x[0], {1}); }});
   c.push_back({"mean_over_empty_dim", {rnd({3, 0, 2})}, {}, [](const Inputs& x) { return mean(x[0], {1}); }});  // NaN
