@@ -158,6 +158,25 @@ F32_CASES = {
 }
 CASES.update(F32_CASES)
 
+# f16 and bf16 inputs, evaluated here in f64 from the same half-precision values: within a few
+# units of the last place of the output's dtype (bf16 2^-8, f16 2^-11).
+H16_TOL = {"bf16": 1e-2, "f16": 1.5e-3}
+H16_CASES = {}
+for _p in ("h16_bf16_", "h16_f16_"):
+    H16_CASES.update({
+        _p + "matmul": torch.matmul,
+        _p + "linear": F.linear,
+        _p + "softmax": lambda x: x.softmax(1),
+        _p + "log_softmax": lambda x: x.log_softmax(1),
+        _p + "layer_norm": lambda x, w, b: F.layer_norm(x, (24,), w, b),
+        _p + "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        _p + "cross_entropy": F.cross_entropy,
+        _p + "conv2d": lambda x, w: F.conv2d(x, w, None, 1, 1),
+        _p + "sum_mean": lambda x: x.sum(1) + x.mean(1),
+        _p + "sdpa_causal": lambda q, k, v: sdpa(q, k, v, causal=True),
+    })
+CASES.update(H16_CASES)
+
 
 def rel(a, b):
     """Normwise relative difference over the finite entries; inf when the non-finite entries
@@ -181,8 +200,12 @@ def main():
         return 2
     W = load(sys.argv[1])
     names = sorted({k.split(".")[0] for k in W})
-    f32 = all(n in F32_CASES for n in names)  # the file of one test: f64 cases or f32 ones
-    expected = set(F32_CASES) if f32 else set(CASES) - set(F32_CASES)
+    # The file of one test: f64 cases, f32 ones or half-precision ones.
+    f32 = all(n in F32_CASES for n in names)
+    h16 = all(n in H16_CASES for n in names)
+    expected = set(F32_CASES) if f32 else set(H16_CASES) if h16 else set(CASES) - set(F32_CASES) - set(H16_CASES)
+    tol = F32_TOL if f32 else TOL
+    f32 = f32 or h16  # both evaluate in f64 from their inputs
     unknown, missing = sorted(set(names) - expected), sorted(expected - set(names))
     if unknown or missing:
         print(f"cases only in the file: {unknown}; only here: {missing}")
@@ -219,10 +242,11 @@ def main():
             r = rel(got.to(ref.dtype), ref.detach())
             worst = max(worst, r)
             print(f"{key}: normwise relative difference {r:.3e}")
-            if not r <= (F32_TOL if f32 else TOL):
+            limit = H16_TOL[name.split("_")[1]] if h16 else tol
+            if not r <= limit:
                 failed.append(key)
                 print(f"  Trident {got.flatten()[:12].tolist()}\n  PyTorch {ref.detach().flatten()[:12].tolist()}")
-    print(f"{len(names)} {'f32' if f32 else 'f64'} cases, worst {worst:.3e}, tolerance {F32_TOL if f32 else TOL:.0e}: " + ("OK" if not failed else "FAILED " + " ".join(failed)))
+    print(f"{len(names)} {'f16/bf16' if h16 else 'f32' if f32 else 'f64'} cases, worst {worst:.3e}, tolerance {'1e-02 (bf16), 1.5e-03 (f16)' if h16 else f'{tol:.0e}'}: " + ("OK" if not failed else "FAILED " + " ".join(failed)))
     return 0 if not failed else 1
 
 

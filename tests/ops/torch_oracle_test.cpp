@@ -301,7 +301,38 @@ std::vector<Case> f32_cases() {
   return c;
 }
 
+// f16 and bf16 inputs compute in f32 and round once (NOTE [Accumulation]): "h16_" cases, against
+// PyTorch in f64 from the same half-precision values, within 1e-2 normwise (a few units of bf16's
+// last place; f16's is 8x finer).
+std::vector<Case> half_cases() {
+  std::vector<Case> c;
+  const auto h = [](const Shape& s, DType dt, double scale = 1.0) { return mul(rnd(s), scale).to(dt); };
+  for (const DType dt : {DType::BF16, DType::F16}) {
+    const std::string p = dt == DType::BF16 ? "h16_bf16_" : "h16_f16_";
+    c.push_back({p + "matmul", {h({6, 32}, dt), h({32, 5}, dt)}, {0, 1}, [](const Inputs& x) { return matmul(x[0], x[1]); }});
+    c.push_back({p + "linear", {h({4, 16}, dt), h({8, 16}, dt, 0.3), h({8}, dt)}, {0, 1, 2}, [](const Inputs& x) { return linear(x[0], x[1], x[2]); }});
+    c.push_back({p + "softmax", {h({4, 50}, dt, 3.0)}, {0}, [](const Inputs& x) { return softmax(x[0], 1); }});
+    c.push_back({p + "log_softmax", {h({4, 50}, dt, 3.0)}, {0}, [](const Inputs& x) { return log_softmax(x[0], 1); }});
+    c.push_back({p + "layer_norm", {h({4, 24}, dt), h({24}, dt), h({24}, dt)}, {0, 1, 2}, [](const Inputs& x) { return layer_norm(x[0], {24}, x[1], x[2]); }});
+    c.push_back({p + "gelu_tanh", {h({4, 24}, dt, 3.0)}, {0}, [](const Inputs& x) { return gelu(x[0], "tanh"); }});
+    c.push_back({p + "cross_entropy", {h({6, 40}, dt, 2.0), ints(0, 40, {6})}, {0}, [](const Inputs& x) { return cross_entropy(x[0], x[1]); }});
+    c.push_back({p + "conv2d", {h({2, 4, 7, 7}, dt), h({6, 4, 3, 3}, dt, 0.3)}, {0, 1}, [](const Inputs& x) { return conv2d(x[0], x[1], Tensor(), {1, 1}, {1, 1}); }});
+    c.push_back({p + "sum_mean", {h({5, 40}, dt)}, {0}, [](const Inputs& x) { return add(sum(x[0], {1}), mean(x[0], {1})); }});
+    c.push_back({p + "sdpa_causal", {h({1, 2, 9, 8}, dt), h({1, 2, 9, 8}, dt), h({1, 2, 9, 8}, dt)}, {0, 1, 2}, [](const Inputs& x) {
+                   AttentionOptions o;
+                   o.is_causal = true;
+                   return scaled_dot_product_attention(x[0], x[1], x[2], o);
+                 }});
+  }
+  return c;
+}
+
 }  // namespace
+
+TEST(OpsAgainstPyTorch, HalfPrecisionInputsComputeInF32) {
+  if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
+  check_against_torch(half_cases(), "h16");
+}
 
 TEST(OpsAgainstPyTorch, OptionsAndEdgeCasesMatchInF64) {
   if (const std::string why = trident::testing::torch_missing(); !why.empty()) GTEST_SKIP() << why;
