@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +34,20 @@ inline RunResult run(const std::string& cmd) {
   const int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// Writes `tensors` to a scratch safetensors file, runs `/usr/bin/python3 script args FILE` on it
+// (the tests with PyTorch as their oracle), removes the file and expects exit status 0; the
+// script's report goes to the test's log either way.
+inline void expect_python_accepts(const std::string& script, const std::string& args, const std::map<std::string, Tensor>& tensors,
+                                  const std::string& tag) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("trident_" + tag + "_" + std::to_string(::getpid()) + ".safetensors");
+  nn::save_safetensors(file.string(), tensors);
+  const RunResult r = run("/usr/bin/python3 " + script + " " + args + (args.empty() ? "" : " ") + file.string());
+  std::filesystem::remove(file);
+  EXPECT_EQ(r.status, 0) << r.output;
+  if (r.status == 0) std::cout << r.output;  // the differences, for the log
 }
 
 // Why /usr/bin/python3 with PyTorch (Debian's python3-torch) cannot serve as a test's oracle, or

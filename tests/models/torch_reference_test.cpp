@@ -94,13 +94,7 @@ void compare_with_torch(const std::string& model, nn::Module& m, nn::StateDict e
     ASSERT_TRUE(t.grad().defined()) << name << " got no gradient";
     extra["grad." + key] = t.grad();
   }
-  const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / ("trident_torch_reference_" + model + "_" + std::to_string(::getpid()) + ".safetensors");
-  nn::save_safetensors(file.string(), extra);
-  const trident::testing::RunResult r = trident::testing::run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_REFERENCE) + " " + model + " " + file.string());
-  std::filesystem::remove(file);
-  EXPECT_EQ(r.status, 0) << r.output;
-  if (r.status == 0) std::cout << r.output;  // the differences, for the log
+  trident::testing::expect_python_accepts(TRIDENT_TORCH_REFERENCE, model, extra, "torch_reference_" + model);
 }
 
 }  // namespace

@@ -11,13 +11,9 @@
 // integer outputs exactly). Two more tests run the f32 fast kernels (2e-5) and f16/bf16 inputs
 // (a few units of their last place) against PyTorch in f64 from the same values. They skip,
 // saying why, when /usr/bin/python3 cannot import torch.
-#include <unistd.h>
 
 #include <bit>
-#include <cstdio>
-#include <filesystem>
 #include <functional>
-#include <iostream>
 
 #include "nn/attention.h"
 #include "nn/safetensors.h"
@@ -252,13 +248,7 @@ void check_against_torch(std::vector<Case> all, const std::string& tag) {
       file[k.name + ".grad." + std::to_string(i)] = k.inputs[i].grad();
     }
   }
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("trident_torch_oracle_" + tag + "_" + std::to_string(::getpid()) + ".safetensors");
-  nn::save_safetensors(path.string(), file);
-  const trident::testing::RunResult r = trident::testing::run("/usr/bin/python3 " + std::string(TRIDENT_TORCH_ORACLE) + " " + path.string());
-  std::filesystem::remove(path);
-  EXPECT_EQ(r.status, 0) << r.output;
-  if (r.status == 0) std::cout << r.output;
+  trident::testing::expect_python_accepts(TRIDENT_TORCH_ORACLE, "", file, "torch_oracle_" + tag);
 }
 
 // The f32 kernels (NOTE [Conv2d algorithms]: Winograd F(4x4, 3x3) and F(2, 7), the blocked
