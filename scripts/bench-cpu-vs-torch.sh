@@ -10,7 +10,9 @@
 # measurements of a case are seconds apart rather than a whole suite apart; each gives the
 # median of 5 repetitions, and the table keeps each side's fastest round: noise from neighbours
 # only ever adds time, so the minimum over rounds is the estimate least affected by it, and both
-# sides are treated the same way.
+# sides are treated the same way. The last column gives the ratio of each round's own pair (the
+# two measurements seconds apart) as the median over the rounds and its range: a row whose
+# range straddles 1.0 is at parity within this machine's noise, not ahead or behind.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -32,38 +34,41 @@ for r in $(seq 1 "$ROUNDS"); do
     # The exact name: regex metacharacters in it ('.', '+', '(') escaped.
     re="^$(printf '%s' "$name" | sed 's/[][\.^$*+?(){}|]/\\&/g')/real_time\$"
     OMP_NUM_THREADS="$THREADS" build/benchmarks/bench_cpu_ops --benchmark_filter="$re" --benchmark_repetitions=5 \
-      --benchmark_report_aggregates_only=true --benchmark_format=json --benchmark_min_time=0.2 --benchmark_min_warmup_time=0.5 >"$OUT/trident.$i.json"
+      --benchmark_report_aggregates_only=true --benchmark_format=json --benchmark_min_time=0.2 --benchmark_min_warmup_time=0.5 >"$OUT/trident.$r.$i.json"
     [[ "$name" == blas_sgemm* ]] && continue  # Trident's own peer row, no PyTorch twin
-    OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/torch_cpu_bench.py "$THREADS" "$name" >"$OUT/torch.$i.json"
+    OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/torch_cpu_bench.py "$THREADS" "$name" >"$OUT/torch.$r.$i.json"
   done
 done
 /usr/bin/python3 - "$OUT" "$ROUNDS" "$THREADS" <<'PY'
-import glob, json, sys, platform, subprocess
+import glob, json, statistics, sys, platform, subprocess
 out, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-tri, torch = {}, {}
-def in_order(pattern):  # trident.<i>.json, torch.<i>.json by i: the benchmarks' own order
-    return sorted(glob.glob(f"{out}/{pattern}.*.json"), key=lambda p: int(p.rsplit(".", 2)[1]))
-for path in in_order("trident"):
+tri, torch = {}, {}  # name -> {round: ms}, in the benchmarks' own order
+def in_order(side):  # <side>.<round>.<i>.json by i
+    for path in sorted(glob.glob(f"{out}/{side}.*.json"), key=lambda p: int(p.rsplit(".", 2)[1])):
+        yield int(path.rsplit(".", 3)[1]), path
+for r, path in in_order("trident"):
     for b in json.load(open(path))["benchmarks"]:
         if b.get("aggregate_name") == "median":
-            name = b["run_name"].removesuffix("/real_time")  # milliseconds (the benchmarks' unit)
-            tri[name] = min(tri.get(name, float("inf")), b["real_time"])
-for path in in_order("torch"):
+            tri.setdefault(b["run_name"].removesuffix("/real_time"), {})[r] = b["real_time"]  # milliseconds
+for r, path in in_order("torch"):
     for name, t in json.load(open(path)).items():
-        torch[name] = min(torch.get(name, float("inf")), t)
+        torch.setdefault(name, {})[r] = t
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), platform.processor())
 print(f"CPU: {model}, threads: {threads}; each side's fastest of {rounds} rounds alternating case by case (median of 5 repetitions each);"
-      " ratio = peer / Trident (> 1: Trident faster)")
-print(f"| {'case':40} | {'Trident ms':>10} | {'peer ms':>10} | {'peer':>12} | {'ratio':>6} |")
-print(f"|{'-'*42}|{'-'*12}|{'-'*12}|{'-'*14}|{'-'*8}|")
-for name, t in tri.items():
+      " ratio = peer / Trident (> 1: Trident faster); per round: median [lowest, highest] of the rounds' own ratios")
+print(f"| {'case':40} | {'Trident ms':>10} | {'peer ms':>10} | {'peer':>12} | {'ratio':>6} | {'per round':>18} |")
+print(f"|{'-'*42}|{'-'*12}|{'-'*12}|{'-'*14}|{'-'*8}|{'-'*20}|")
+def line(name, mine, theirs, peer):
+    t, p = min(mine.values()), min(theirs.values())
+    rs = sorted(theirs[r] / mine[r] for r in mine if r in theirs)
+    spread = f"{statistics.median(rs):.2f} [{rs[0]:.2f}, {rs[-1]:.2f}]"
+    print(f"| {name:40} | {t:10.3f} | {p:10.3f} | {peer:>12} | {p / t:6.2f} | {spread:>18} |")
+for name, mine in tri.items():
     if name.startswith("blas_sgemm"):
         continue
-    peer = torch.get(name)
-    if peer is not None:
-        print(f"| {name:40} | {t:10.3f} | {peer:10.3f} | {'PyTorch 1.13':>12} | {peer / t:6.2f} |")
+    if name in torch:
+        line(name, mine, torch[name], "PyTorch 1.13")
     if name.startswith("matmul/fwd/1024") and "blas_sgemm/fwd/1024x1024x1024" in tri:
-        blas = tri["blas_sgemm/fwd/1024x1024x1024"]
-        print(f"| {name:40} | {t:10.3f} | {blas:10.3f} | {'cblas_sgemm':>12} | {blas / t:6.2f} |")
+        line(name, mine, tri["blas_sgemm/fwd/1024x1024x1024"], "cblas_sgemm")
 PY
