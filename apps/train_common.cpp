@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -364,6 +365,32 @@ std::vector<Tensor> tp_split_parameters(nn::Module& model) {
 }
 }  // namespace
 
+namespace {
+// The last pp rank's evaluation sums, on every pp rank (NOTE [Pipeline training apps]), sent as
+// JSON (doubles print so that they read back exactly).
+std::map<std::string, std::pair<double, double>> from_last_stage(parallel::comm::Communicator& pp,
+                                                                 const std::map<std::string, std::pair<double, double>>& sums) {
+  const int last = pp.size() - 1;
+  std::string text;
+  if (pp.rank() == last) {
+    json j = json::object();
+    for (const auto& [k, v] : sums) j[k] = {v.first, v.second};
+    text = j.dump();
+  }
+  Tensor len = scalar_tensor(static_cast<double>(text.size()), DType::I64);
+  pp.broadcast(len, last).wait();
+  Tensor bytes = zeros({len.item<int64_t>()}, DType::U8);
+  if (pp.rank() == last) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  pp.broadcast(bytes, last).wait();
+  std::string got(static_cast<size_t>(bytes.numel()), '\0');
+  std::memcpy(got.data(), bytes.data_ptr(), got.size());
+  const json j = json::parse(got);
+  std::map<std::string, std::pair<double, double>> out;
+  for (const auto& [k, v] : j.items()) out[k] = {v.at(0).get<double>(), v.at(1).get<double>()};
+  return out;
+}
+}  // namespace
+
 std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir) {
   if (resume != "latest") return resume;
   TRIDENT_CHECK(!ckpt_dir.empty(), "--resume latest needs --ckpt-dir");
@@ -521,9 +548,6 @@ int train(const TrainOptions& o, TrainTask& task) {
   auto evaluate = [&](int64_t step) -> std::map<std::string, double> {
     std::map<std::string, double> out;
     if (!task.val || !task.eval) return out;
-    // NOTE [Pipeline training apps]: every rank evaluates the whole model, with every stage's
-    // current parameters.
-    if (pipe) parallel::pipeline::sync_full_model(*pipe);
     model.eval();
     NoGradGuard ng;
     data::Loader vl(task.val, {.batch_size = o.batch, .drop_last = false, .num_workers = 0, .seed = o.seed});
@@ -538,7 +562,11 @@ int train(const TrainOptions& o, TrainTask& task) {
       std::map<std::string, std::pair<double, double>> metrics_of_batch;
       {
         autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
-        metrics_of_batch = task.eval(layers.run(b), b);
+        // NOTE [Pipeline training apps]: through the stages; the last one has the outputs.
+        if (!pipe)
+          metrics_of_batch = task.eval(layers.run(b), b);
+        else if (const models::Activations outs = pipe->forward_only(b); pipe->stage() + 1 == pipe->num_stages())
+          metrics_of_batch = task.eval(outs, b);
       }
       for (const auto& [k, v] : metrics_of_batch) {
         sums[k].first += v.first;
@@ -547,6 +575,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       ++n;
     }
     model.train();
+    if (pipe) sums = from_last_stage(*pipe->pp(), sums);
     json j = {{"step", step}};
     for (const auto& [k, v] : sums) j[k] = out[k] = v.second > 0 ? v.first / v.second : 0.0;
     for (const auto& [ppl, of] : task.perplexity_of)

@@ -76,10 +76,10 @@
 // rank 0). The optimizer (AdamW, the same groups) holds this stage's parameters only; gradient
 // clipping uses the whole model's norm (parallel/pipeline/grad_norm.h: squares all-reduced over
 // pp, and first over tp for split parameters; tied parameters counted once), so the losses equal
-// serial training's. Evaluation: each
-// stage's parameters are broadcast to every pp rank (pipeline::sync_full_model), then every rank
-// runs the whole model forward alone, as serially (the same batches; the pipeline is not used
-// for it). At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
+// serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]).
+// Evaluation runs the validation batches through the stages (Pipeline::forward_only, the
+// micro-batches overlapping); the last stage computes the metrics and sends their sums to the
+// other pp ranks, so world rank 0 prints what a serial run prints. At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
 // each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
 // one line: --pp with --zero, and M not dividing the step's batch. Checkpoints: NOTE
 // [Model-parallel training checkpoints].

@@ -123,14 +123,34 @@ void Module::train(bool on) {
   for (auto& [name, c] : children_) c->train(on);
 }
 
+namespace {
+// A tensor that broadcasts one element (every stride 0: a pipeline's placeholder for another
+// stage's tensor, NOTE [Stage-only model]) is converted as that one element and broadcast again,
+// so that moving or casting a model does not materialize it.
+bool broadcasts_one(const Tensor& t) {
+  if (t.numel() <= 1) return false;
+  for (int64_t s : t.strides())
+    if (s != 0) return false;
+  return true;
+}
+template <typename F>
+Tensor converted(const Tensor& t, F&& convert) {
+  if (!broadcasts_one(t)) return convert(t);
+  const Tensor one = convert(t.as_strided({}, {}, t.storage_offset()));
+  return one.as_strided(t.sizes(), Shape(t.sizes().size(), 0), 0);
+}
+}  // namespace
+
 Module& Module::to(DType dtype) {
   TRIDENT_CHECK(is_floating(dtype), type_name_, ".to(", dtype, "): modules convert to floating dtypes only");
   NoGradGuard no_grad;
   apply([&](Module& m) {
     for (Slot& s : m.params_)
-      if (is_floating(s.tensor.dtype()) && s.tensor.dtype() != dtype) s.tensor.set_data(s.tensor.detach().to(dtype));
+      if (is_floating(s.tensor.dtype()) && s.tensor.dtype() != dtype)
+        s.tensor.set_data(converted(s.tensor.detach(), [&](const Tensor& t) { return t.to(dtype); }));
     for (Slot& s : m.buffers_)
-      if (is_floating(s.tensor.dtype()) && s.tensor.dtype() != dtype) s.tensor.set_data(s.tensor.to(dtype));
+      if (is_floating(s.tensor.dtype()) && s.tensor.dtype() != dtype)
+        s.tensor.set_data(converted(s.tensor, [&](const Tensor& t) { return t.to(dtype); }));
   });
   return *this;
 }
@@ -139,9 +159,10 @@ Module& Module::to(Device device) {
   NoGradGuard no_grad;
   apply([&](Module& m) {
     for (Slot& s : m.params_)
-      if (s.tensor.device() != device) s.tensor.set_data(s.tensor.detach().to(device));
+      if (s.tensor.device() != device)
+        s.tensor.set_data(converted(s.tensor.detach(), [&](const Tensor& t) { return t.to(device); }));
     for (Slot& s : m.buffers_)
-      if (s.tensor.device() != device) s.tensor.set_data(s.tensor.to(device));
+      if (s.tensor.device() != device) s.tensor.set_data(converted(s.tensor, [&](const Tensor& t) { return t.to(device); }));
   });
   return *this;
 }

@@ -68,7 +68,9 @@ class Module : public std::enable_shared_from_this<Module> {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Floating-point parameters and buffers are cast (integer buffers are left alone).
+  // Floating-point parameters and buffers are cast (integer buffers are left alone). A tensor
+  // that broadcasts one element (every stride 0: a pipeline stage's placeholder for another
+  // stage's tensor, NOTE [Stage-only model]) is converted as one element and stays one.
   Module& to(DType dtype);
   Module& to(Device device);
   void zero_grad(bool set_to_none = true);

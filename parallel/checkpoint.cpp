@@ -3,7 +3,7 @@
 #include "autograd/grad_mode.h"
 #include "core/factory.h"
 #include "parallel/pipeline/checkpoint.h"
-#include "parallel/pipeline/grad_norm.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 
 namespace trident::parallel {
@@ -76,16 +76,18 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
     nn::optim::Optimizer* own = zero ? &zero->shard_optimizer() : parts.optimizer;
     groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
     if (parts.optimizer) full = parts.optimizer->state_dict();
-    if (mp->pipe) {  // collective over pp: the whole model and its optimizer state on every rank
-      pipeline::sync_full_model(*mp->pipe);
+    // This rank's part: the stage's tensors under pp (NOTE [Stage-only model]), else the model's.
+    model_state = mp->pipe ? mp->pipe->state_dict() : parts.model->state_dict();
+    if (mp->tp) {  // collective over tp: the split tensors gathered to full ones
+      if (has_optimizer) full = tp::full_optimizer_state(full, *parts.model, flatten(groups), *mp->tp);
+      model_state = tp::full_state_dict(model_state, *parts.model, *mp->tp);
+    }
+    // NOTE [Pipeline checkpoints]: the stages' full tensors to pp rank 0, over the pp group of tp
+    // rank 0 (whose ranks all share that tp index, so the other pp groups skip it together).
+    if (mp->pipe && (!mp->tp || mp->tp->rank() == 0)) {
+      model_state = pipeline::gather_state_dict(*mp->pipe, model_state);
       if (has_optimizer) full = pipeline::gather_optimizer_state(*mp->pipe, full, groups, mp->whole_groups, own->slot_names());
       groups = mp->whole_groups;
-    }
-    if (mp->tp) {  // collective over tp
-      if (has_optimizer) full = tp::full_optimizer_state(full, *parts.model, flatten(groups), *mp->tp);
-      model_state = tp::full_state_dict(*parts.model, *mp->tp);
-    } else {
-      model_state = parts.model->state_dict();
     }
   }
   const bool writer = dp.rank() == 0 && (!mp || ((!mp->tp || mp->tp->rank() == 0) && (!mp->pipe || mp->pipe->pp()->rank() == 0)));
@@ -154,10 +156,17 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     nn::TrainingProgress progress = nn::load_training_checkpoint(path, p);
     {
       NoGradGuard no_grad;
+      // Under pp, the stage's entries only (the rest are placeholders, NOTE [Stage-only model]);
+      // the file was checked whole above.
+      nn::StateDict mine = shaped;
+      if (mp->pipe) {
+        mine.clear();
+        for (const auto& [name, t] : mp->pipe->state_dict()) mine.emplace(name, shaped.at(name));
+      }
       if (mp->tp)
-        tp::load_full_state_dict(model, shaped, *mp->tp);
+        tp::load_full_state_dict(model, mine, *mp->tp, /*strict=*/mp->pipe == nullptr);
       else
-        model.load_state_dict(shaped);
+        model.load_state_dict(mine, /*strict=*/mp->pipe == nullptr);
     }
     if (unsharded) {
       nn::optim::OptimizerState st = unsharded->state_dict();

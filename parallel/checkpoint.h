@@ -9,13 +9,14 @@
 // With model parallelism (`mp` given) the checkpoint is layout-independent too: under tensor
 // parallelism (mp.tp; NOTE [Layout-independent checkpoints]) the model's state and the
 // optimizer's (plain, or ZeRO's gathered state) are gathered over the tp group into the serial
-// model's full tensors; under pipeline parallelism (mp.pipe; NOTE [Pipeline checkpoints]) every
-// stage's parameters are synchronized into the whole model and the stages' optimizer states
-// assembled into the whole model's. The rank that is dp, pp and tp rank 0 writes them, through a
+// model's full tensors; under pipeline parallelism (mp.pipe; NOTE [Pipeline checkpoints]) the
+// stages' tensors (tp-gathered first under tp x pp) and optimizer states are sent, one tensor at
+// a time, to pp rank 0 and assembled there into the whole model's. The rank that is dp, pp and tp rank 0 writes them, through a
 // serial-shaped copy (a module of the full tensors under the model's names, and mp.factory's
 // optimizer over full-shaped parameters). So a run at tp = 2 or pp = 2 writes the directory a
 // serial run writes, and a checkpoint of any layout (or of a serial run) resumes at any other:
-// loading reads the full tensors, keeps this rank's shards and this stage's optimizer state.
+// loading reads the full tensors, keeps this rank's shards of this stage's tensors and this
+// stage's optimizer state (every rank reads the whole file into host memory to check it first).
 // Generators are saved as in the serial case (the default one, the caller's: world rank 0's).
 #pragma once
 
@@ -55,8 +56,8 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
 // Every rank restores `parts` from the checkpoint (with zero: the optimizer part goes into it,
 // each rank keeping its shards; parts.optimizer must then be null). Not collective.
 // With `mp`: the checkpoint's full tensors are read into a serial-shaped copy first (all
-// checked before anything changes), then this rank's shards go into the (whole) model and this
-// stage's optimizer state into the optimizer. Not collective.
+// checked before anything changes), then this rank's shards of its stage's tensors go into the
+// model and this stage's optimizer state into the optimizer. Not collective.
 nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn::TrainingCheckpointParts& parts,
                                               ZeroOptimizer* zero = nullptr, const ModelParallelCheckpoint* mp = nullptr);
 

@@ -1,5 +1,6 @@
 #include "parallel/pipeline/checkpoint.h"
 
+#include "autograd/grad_mode.h"
 #include "core/factory.h"
 
 namespace trident::parallel::pipeline {
@@ -36,6 +37,31 @@ std::map<std::string, double> group_scalars(const std::map<std::string, double>&
 
 std::string key(int64_t i, std::string_view slot) { return "state." + std::to_string(i) + "." + std::string(slot); }
 
+// `t` (given on rank `owner`) as a host tensor on pp rank 0; undefined elsewhere. Only the owner
+// and rank 0 communicate: a header (dtype, rank, sizes), then the data.
+constexpr int64_t kMaxDims = 16;
+Tensor to_first(comm::Communicator& pp, const Tensor& t, int owner) {
+  const int me = pp.rank();
+  if (owner == 0) return me == 0 ? t.detach() : Tensor();
+  if (me == owner) {
+    TRIDENT_CHECK(t.dim() <= kMaxDims, "pipeline checkpoint: a tensor of ", t.dim(), " dims; at most ", kMaxDims);
+    const Tensor host = t.detach().to(Device::cpu()).contiguous();
+    std::vector<int64_t> h{static_cast<int64_t>(host.dtype()), host.dim()};
+    for (int64_t d : host.sizes()) h.push_back(d);
+    h.resize(2 + kMaxDims, 0);
+    pp.send(from_vector<int64_t>(h, {2 + kMaxDims}), 0).wait();
+    pp.send(host, 0).wait();
+    return {};
+  }
+  if (me != 0) return {};
+  Tensor header = zeros({2 + kMaxDims}, DType::I64);
+  pp.recv(header, owner).wait();
+  const std::vector<int64_t> h = header.to_vector<int64_t>();
+  Tensor out = empty(Shape(h.begin() + 2, h.begin() + 2 + h[1]), static_cast<DType>(h[0]));
+  pp.recv(out, owner).wait();
+  return out;
+}
+
 }  // namespace
 
 nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn::optim::OptimizerState& stage_state,
@@ -58,33 +84,53 @@ nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn:
   out.optimizer = stage_state.optimizer;
   out.scalars = group_scalars(stage_state.scalars, whole_groups);
   const int64_t ns = static_cast<int64_t>(slots.size());
+  const int me = pp.rank();
   for (int64_t j = 0; j < n; ++j) {
     int owner = -1;
     for (int64_t r = 0; r < k && owner < 0; ++r)
       if (h[r * n + j] > 0) owner = static_cast<int>(r);
     TRIDENT_CHECK(owner >= 0, "pipeline optimizer state: parameter ", j, " of the whole model (shape ",
                   whole[static_cast<size_t>(j)].sizes(), ") belongs to no stage");
+    if (me != owner && me != 0) continue;
     const int64_t li = mine[static_cast<size_t>(j)];
-    // [has state, step, slot present...], from the owner.
-    Tensor header = zeros({2 + ns}, TensorOptions(DType::F64));
-    if (pp.rank() == owner) {
+    // [has state, step, slot present...], from the owner to rank 0.
+    Tensor header;
+    if (me == owner) {
+      header = zeros({2 + ns}, TensorOptions(DType::F64));
       double* p = header.data<double>();
       const auto step = stage_state.scalars.find("state." + std::to_string(li) + ".step");
       p[0] = step != stage_state.scalars.end() ? 1.0 : 0.0;
       p[1] = step != stage_state.scalars.end() ? step->second : 0.0;
       for (int64_t s = 0; s < ns; ++s) p[2 + s] = stage_state.tensors.count(key(li, slots[static_cast<size_t>(s)])) ? 1.0 : 0.0;
     }
-    pp.broadcast(header, owner).wait();
-    const double* p = header.data<double>();
-    if (p[0] > 0) out.scalars["state." + std::to_string(j) + ".step"] = p[1];
+    const Tensor got = to_first(pp, header, owner);
+    const std::vector<double> p = (me == owner ? header : got).to_vector<double>();
+    if (me == 0 && p[0] > 0) out.scalars["state." + std::to_string(j) + ".step"] = p[1];
     for (int64_t s = 0; s < ns; ++s) {
-      if (p[2 + s] == 0) continue;
+      if (p[2 + static_cast<size_t>(s)] == 0) continue;
       const std::string_view slot = slots[static_cast<size_t>(s)];
-      Tensor t = pp.rank() == owner ? stage_state.tensors.at(key(li, slot)).detach().clone()
-                                    : zeros(whole[static_cast<size_t>(j)].sizes(), TensorOptions(whole[static_cast<size_t>(j)].dtype()));
-      pp.broadcast(t, owner).wait();
-      out.tensors[key(j, slot)] = t;
+      const Tensor t = to_first(pp, me == owner ? stage_state.tensors.at(key(li, slot)) : Tensor(), owner);
+      if (me == 0) out.tensors[key(j, slot)] = t.clone();
     }
+  }
+  if (me != 0) return {};
+  return out;
+}
+
+nn::StateDict gather_state_dict(const Pipeline& pipe, const nn::StateDict& stage_state) {
+  comm::Communicator& pp = *pipe.pp();
+  NoGradGuard no_grad;
+  nn::StateDict out;
+  for (const auto& [name, owner] : pipe.state_owners()) {
+    Tensor t;
+    if (pp.rank() == owner) {
+      const auto it = stage_state.find(name);
+      TRIDENT_CHECK(it != stage_state.end(), "pipeline state dict: stage ", owner, " holds '", name,
+                    "' but its stage state has no such entry");
+      t = it->second;
+    }
+    Tensor got = to_first(pp, t, static_cast<int>(owner));
+    if (pp.rank() == 0) out.emplace(name, std::move(got));
   }
   return out;
 }

@@ -66,17 +66,4 @@ double clip_grad_norm_(const Pipeline& pipe, double max_norm, comm::Communicator
   return total;
 }
 
-void sync_full_model(const Pipeline& pipe) {
-  comm::Communicator& pp = *pipe.pp();
-  if (pp.size() == 1) return;
-  NoGradGuard no_grad;
-  const auto ranges = stage_ranges(pipe.balance());
-  std::vector<comm::Work> works;
-  for (size_t s = 0; s < ranges.size(); ++s)
-    for (auto& [name, p] : pipe.model().layers().named_parameters(static_cast<size_t>(ranges[s].first),
-                                                                  static_cast<size_t>(ranges[s].second)))
-      works.push_back(pp.broadcast(p, static_cast<int>(s)));
-  comm::wait_all(works);
-}
-
 }  // namespace trident::parallel::pipeline

@@ -24,9 +24,4 @@ namespace trident::parallel::pipeline {
 // Errors: max_norm negative or NaN.
 double clip_grad_norm_(const Pipeline& pipe, double max_norm, comm::Communicator* tp = nullptr);
 
-// Collective over the pp group: every rank's copy of the whole model (every rank holds one,
-// NOTE [Pipeline step]) takes each stage's current parameters, broadcast from that stage's
-// rank. Afterwards any rank can run the whole model alone (evaluation, export).
-void sync_full_model(const Pipeline& pipe);
-
 }  // namespace trident::parallel::pipeline

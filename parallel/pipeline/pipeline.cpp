@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "autograd/checkpoint.h"
@@ -10,6 +11,7 @@
 #include "core/allocator.h"
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/index.h"
 
 namespace trident::parallel::pipeline {
 
@@ -60,6 +62,13 @@ Device device_of(const std::vector<std::pair<std::string, Tensor>>& params) {
   return params.empty() ? Device::cpu() : params.front().second.device();
 }
 
+// NOTE [Stage-only model]: t's shape and dtype, one element broadcast (every stride 0).
+Tensor placeholder(const Tensor& t) {
+  const double fill = is_floating(t.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+  const Tensor one = full({}, fill, TensorOptions(t.dtype()).device(t.device()));
+  return one.as_strided(t.sizes(), Shape(t.sizes().size(), 0), 0);
+}
+
 }  // namespace
 
 Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp, PipelineOptions options)
@@ -101,6 +110,7 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
         deferred_bns_.push_back(bn);
       });
   setup_tied_and_dp();
+  release_other_stages();
   std::vector<std::shared_ptr<Communicator>> keep{pp_};
   if (options_.dp) keep.push_back(options_.dp);
   for (const Tied& t : tied_) keep.push_back(t.group);
@@ -179,6 +189,46 @@ void Pipeline::setup_tied_and_dp() {
   comm::wait_all(works);
 }
 
+void Pipeline::release_other_stages() {
+  NoGradGuard no_grad;
+  const auto& layers = model_.layers();
+  const auto ranges = stage_ranges(balance_);
+  // Each tensor of a layer with the first stage holding it, and whether this stage holds it.
+  std::map<const TensorImpl*, int64_t> first;
+  std::set<const TensorImpl*> mine;
+  for (size_t s = 0; s < ranges.size(); ++s)
+    for (int64_t i = ranges[s].first; i < ranges[s].second; ++i) {
+      const nn::Module& layer = *layers[static_cast<size_t>(i)];
+      std::vector<Tensor> tensors = layer.parameters();
+      for (const Tensor& b : layer.buffers()) tensors.push_back(b);
+      for (const Tensor& t : tensors) {
+        first.emplace(t.impl(), static_cast<int64_t>(s));
+        if (static_cast<int64_t>(s) == stage_) mine.insert(t.impl());
+      }
+    }
+  const std::map<std::string, Tensor> state = model_.state_dict();  // the persistent entries' names
+  std::set<const TensorImpl*> released;
+  std::vector<std::pair<std::string, Tensor>> named = model_.named_parameters();
+  for (auto& nb : model_.named_buffers()) named.push_back(std::move(nb));
+  for (auto& [name, t] : named) {
+    const auto f = first.find(t.impl());
+    const bool held = f == first.end() || mine.count(t.impl()) != 0;  // no layer's: every rank keeps it
+    if (state.count(name) != 0) {
+      owners_[name] = f == first.end() ? 0 : f->second;
+      if (held) held_state_.emplace_back(name, t);
+    }
+    if (held || t.numel() == 0 || !released.insert(t.impl()).second) continue;
+    released_bytes_ += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
+    t.set_data(placeholder(t));
+  }
+}
+
+std::map<std::string, Tensor> Pipeline::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : held_state_) out.emplace(name, t.detach());
+  return out;
+}
+
 void Pipeline::set_loss_scale(double scale) {
   TRIDENT_CHECK(scale > 0 && std::isfinite(scale), where(), ": the loss scale must be positive and finite, got ", scale);
   loss_scale_ = scale;
@@ -231,13 +281,133 @@ double Pipeline::step_with(const Batch& batch, const std::vector<double>* given_
     peak_activation_bytes_ = memory_stats(dev).peak_bytes - base;
     finish_step();
   } catch (const std::exception& e) {
-    in_flight_.clear();
-    in_backward_ = false;
-    if (failures_->failed()) throw;  // another rank's failure (or this rank's, already reported)
-    const auto* te = dynamic_cast<const Error*>(&e);
-    failures_->fail(where() + " failed: " + (te ? te->message() : std::string(e.what())));
+    fail(e);
   }
   return step_loss_;
+}
+
+void Pipeline::fail(const std::exception& e) {
+  in_flight_.clear();
+  in_backward_ = false;
+  if (failures_->failed()) throw;  // another rank's failure (or this rank's, already reported)
+  const auto* te = dynamic_cast<const Error*>(&e);
+  failures_->fail(where() + " failed: " + (te ? te->message() : std::string(e.what())));
+  TRIDENT_FAIL(where(), " failed");  // fail() throws; never reached
+}
+
+models::Activations Pipeline::forward_only(const Batch& batch) {
+  TRIDENT_CHECK(failures_ && !failures_->failed(), where(), ": the pipeline failed in an earlier step and cannot be used again");
+  const int64_t B = batch.size(), M = options_.micro_batches;
+  NoGradGuard no_grad;
+  try {
+    return run_forward_only(B >= M && B % M == 0 ? batch.split(M) : std::vector<Batch>{batch});
+  } catch (const std::exception& e) {
+    fail(e);
+  }
+}
+
+models::Activations Pipeline::run_forward_only(const std::vector<Batch>& micro) {
+  const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
+  std::vector<Spec> in_specs, out_specs;
+  std::vector<TensorList> outs;  // every micro-batch's outputs, kept until their sends are done
+  std::vector<Work> sends;
+  for (size_t m = 0; m < micro.size(); ++m) {
+    TensorList in;
+    if (!first) {
+      if (m == 0) {
+        Tensor h = zeros({kHeaderLen}, DType::I64);
+        Work w = pp_->recv(h, pp_->rank() - 1);
+        failures_->wait(w);
+        in_specs = specs_of(h);
+      }
+      in = recv_activations(in_specs, static_cast<int64_t>(m));
+    }
+    outs.push_back(model_.layers().run(micro[m], in, begin_, end_));
+    const TensorList& o = outs.back();
+    if (!last) {
+      const int next = pp_->rank() + 1;
+      if (m == 0) sends.push_back(pp_->send(header_of(o, out_specs), next));
+      TRIDENT_CHECK(o.size() == out_specs.size(), where(), ": micro-batch ", m, " gave ", o.size(),
+                    " activations but micro-batch 0 gave ", out_specs.size());
+      std::vector<P2POp> ops;
+      for (size_t i = 0; i < o.size(); ++i)
+        if (o[i].defined()) ops.push_back(comm::send_op(o[i], next));
+      sends.push_back(pp_->batch_send_recv(ops));
+    }
+    for (Work& w : sends) w.test();
+    failures_->check();
+  }
+  for (Work& w : sends) failures_->wait(w);
+  if (!last) return {};
+  if (outs.size() == 1) return outs.front();
+  TensorList whole;
+  for (size_t i = 0; i < outs.front().size(); ++i) {
+    if (!outs.front()[i].defined()) {
+      whole.emplace_back();
+      continue;
+    }
+    std::vector<Tensor> parts;
+    for (const TensorList& o : outs) parts.push_back(o[i]);
+    whole.push_back(cat(parts, 0));
+  }
+  return whole;
+}
+
+Tensor Pipeline::header_of(const TensorList& outputs, std::vector<Spec>& specs) const {
+  specs.clear();
+  std::vector<int64_t> h{static_cast<int64_t>(outputs.size())};
+  for (const Tensor& o : outputs) {
+    if (!o.defined()) {
+      specs.push_back({DType::F32, {}, false});
+      h.push_back(kUndefined);
+      continue;
+    }
+    specs.push_back({o.dtype(), o.sizes(), true});
+    h.push_back(static_cast<int64_t>(o.dtype()));
+    h.push_back(static_cast<int64_t>(o.sizes().size()));
+    for (int64_t d : o.sizes()) h.push_back(d);
+  }
+  TRIDENT_CHECK(static_cast<int64_t>(h.size()) <= kHeaderLen, where(), ": ", outputs.size(), " activations need a header of ",
+                h.size(), " numbers; at most ", kHeaderLen, " fit");
+  h.resize(kHeaderLen, 0);
+  return from_vector<int64_t>(h, {kHeaderLen});
+}
+
+std::vector<Pipeline::Spec> Pipeline::specs_of(const Tensor& header) {
+  const std::vector<int64_t> v = header.to_vector<int64_t>();
+  std::vector<Spec> specs;
+  size_t i = 1;
+  for (int64_t t = 0; t < v[0]; ++t) {
+    if (v[i] == kUndefined) {
+      specs.push_back({DType::F32, {}, false});
+      i += 1;
+      continue;
+    }
+    Spec s{static_cast<DType>(v[i]), {}, true};
+    const auto rank = static_cast<size_t>(v[i + 1]);
+    s.sizes.assign(v.begin() + static_cast<std::ptrdiff_t>(i + 2), v.begin() + static_cast<std::ptrdiff_t>(i + 2 + rank));
+    i += 2 + rank;
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m) {
+  TensorList in;
+  std::vector<P2POp> ops;
+  for (const Spec& s : specs) {
+    if (!s.defined) {
+      in.emplace_back();
+      continue;
+    }
+    in.push_back(empty(s.sizes, s.dtype));
+    ops.push_back(comm::recv_op(in.back(), pp_->rank() - 1));
+  }
+  const double start = timeline_now();
+  Work w = pp_->batch_send_recv(ops);
+  failures_->wait(w);
+  record(EventKind::Recv, m, start);
+  return in;
 }
 
 void Pipeline::run_step(const std::vector<Batch>& micro, const std::vector<double>& counts, bool new_shapes) {
@@ -257,42 +427,15 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
   const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
   MicroState st;
   if (!first) {
-    const int prev = pp_->rank() - 1;
     if (exchange_header) {
       Tensor h = zeros({kHeaderLen}, DType::I64);
       const double start = timeline_now();
-      Work w = pp_->recv(h, prev);
+      Work w = pp_->recv(h, pp_->rank() - 1);
       failures_->wait(w);
       record(EventKind::Recv, m, start);
-      const std::vector<int64_t> v = h.to_vector<int64_t>();
-      in_specs_.clear();
-      size_t i = 1;
-      for (int64_t t = 0; t < v[0]; ++t) {
-        if (v[i] == kUndefined) {
-          in_specs_.push_back({DType::F32, {}, false});
-          i += 1;
-          continue;
-        }
-        Spec s{static_cast<DType>(v[i]), {}, true};
-        const auto rank = static_cast<size_t>(v[i + 1]);
-        s.sizes.assign(v.begin() + static_cast<std::ptrdiff_t>(i + 2), v.begin() + static_cast<std::ptrdiff_t>(i + 2 + rank));
-        i += 2 + rank;
-        in_specs_.push_back(std::move(s));
-      }
+      in_specs_ = specs_of(h);
     }
-    std::vector<P2POp> ops;
-    for (const Spec& s : in_specs_) {
-      if (!s.defined) {
-        st.inputs.emplace_back();
-        continue;
-      }
-      st.inputs.push_back(empty(s.sizes, s.dtype));
-      ops.push_back(comm::recv_op(st.inputs.back(), prev));
-    }
-    const double start = timeline_now();
-    Work w = pp_->batch_send_recv(ops);
-    failures_->wait(w);
-    record(EventKind::Recv, m, start);
+    st.inputs = recv_activations(in_specs_, m);
     for (Tensor& x : st.inputs)
       if (x.defined() && is_floating(x.dtype())) x.set_requires_grad(true);
   }
@@ -315,25 +458,7 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
 
   if (!last) {
     const int next = pp_->rank() + 1;
-    if (exchange_header) {
-      out_specs_.clear();
-      std::vector<int64_t> h{static_cast<int64_t>(st.outputs.size())};
-      for (const Tensor& o : st.outputs) {
-        if (!o.defined()) {
-          out_specs_.push_back({DType::F32, {}, false});
-          h.push_back(kUndefined);
-          continue;
-        }
-        out_specs_.push_back({o.dtype(), o.sizes(), true});
-        h.push_back(static_cast<int64_t>(o.dtype()));
-        h.push_back(static_cast<int64_t>(o.sizes().size()));
-        for (int64_t d : o.sizes()) h.push_back(d);
-      }
-      TRIDENT_CHECK(static_cast<int64_t>(h.size()) <= kHeaderLen, where(), ": ", st.outputs.size(),
-                    " activations need a header of ", h.size(), " numbers; at most ", kHeaderLen, " fit");
-      h.resize(kHeaderLen, 0);
-      sends_.push_back(pp_->send(from_vector<int64_t>(h, {kHeaderLen}), next));
-    }
+    if (exchange_header) sends_.push_back(pp_->send(header_of(st.outputs, out_specs_), next));
     TRIDENT_CHECK(st.outputs.size() == out_specs_.size(), where(), ": micro-batch ", m, " gave ", st.outputs.size(),
                   " activations but micro-batch 0 gave ", out_specs_.size());
     std::vector<P2POp> ops;

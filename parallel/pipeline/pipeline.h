@@ -27,8 +27,18 @@
 // stage's parameters (accumulated onto what was there: call zero_grad() between steps), ready for
 // an optimizer over parameters().
 //
-// Every rank holds the whole model (built from the same seed); a stage only runs, updates and
-// communicates its own layers' parameters. Failures: NOTE [Pipeline failures].
+// NOTE [Stage-only model]: every rank builds the whole model from the same seed (so the stages'
+// initial values are the serial model's, whatever the partitioning), and the constructor then
+// releases every parameter and buffer that no layer of this rank's stage holds: each becomes a
+// placeholder of the same shape and dtype that broadcasts one element (NaN for floating types,
+// 0 otherwise; every stride 0), so a rank's memory holds its stage's tensors only, as in GPipe,
+// and names, shapes and parameter counts still describe the whole model. Module::to keeps a
+// placeholder one element, so moving the model afterwards moves the stage only. What needs
+// another stage's values goes through the pipeline: evaluation through forward_only(),
+// checkpoints through gather_state_dict() and gather_optimizer_state() (NOTE [Pipeline
+// checkpoints]), the gradient norm through clip_grad_norm_ (grad_norm.h). Running the model's
+// own forward on a pp rank after this gives NaN, never plausible numbers. state_owners() says
+// which stage holds each state-dict entry. Failures: NOTE [Pipeline failures].
 // tp x pp: a model built by parallel::tp::TensorParallelLayers over a mesh's tp group gives each
 // stage tensor-parallel layers; pass the mesh's pp group here. The ranks of a pp group share a tp
 // index, so the activations they exchange (full hidden states) and the tied shards match; the
@@ -111,6 +121,15 @@ class Pipeline {
   // average to the global batch's mean loss and gradient.
   double step(const models::Batch& batch, const std::vector<double>& counts);
 
+  // Collective over pp: the forward pass of `batch` through every stage, for evaluation (no
+  // autograd graph: it runs under its own NoGradGuard; set eval mode on the model first), cut into
+  // options().micro_batches micro-batches when that divides the batch, else run whole, so the
+  // stages overlap. Returns the last layer's outputs for the whole batch (each output the
+  // micro-batches' outputs concatenated on dim 0) on the last stage, an empty list on the
+  // others. The shapes are exchanged on every call (evaluation batches may differ in size), and
+  // the training step's cached shapes are left alone. Failures: as step().
+  models::Activations forward_only(const models::Batch& batch);
+
   // fp16's dynamic loss scaling (nn::GradScaler) across the stages: the last stage starts each
   // micro-batch's backward from its loss times `scale` (what GradScaler::scale(loss).backward()
   // does serially), so every stage's gradients come out scaled; step() still returns the
@@ -132,6 +151,14 @@ class Pipeline {
 
   // This stage's parameters, each once, with their names in the model's state dict.
   const std::vector<std::pair<std::string, Tensor>>& named_parameters() const { return params_; }
+  // NOTE [Stage-only model]: the entries of the model's state dict (parameters and persistent
+  // buffers) that this stage holds, sharing storage with the model, by name.
+  std::map<std::string, Tensor> state_dict() const;
+  // Every entry of the model's state dict with the first stage whose layers hold it (0 for an
+  // entry no layer holds, which every rank keeps). The same on every rank.
+  const std::map<std::string, int64_t>& state_owners() const { return owners_; }
+  // Bytes of parameters and buffers this rank released (0 with one stage).
+  int64_t released_bytes() const { return released_bytes_; }
   std::vector<Tensor> parameters() const;
   // Zeroes the stage's gradients in place (keeping their memory, so that the next step's memory
   // statistics see activations only).
@@ -162,6 +189,13 @@ class Pipeline {
   };
 
   double step_with(const models::Batch& batch, const std::vector<double>* counts);
+  void release_other_stages();
+  [[noreturn]] void fail(const std::exception& e);
+  models::Activations run_forward_only(const std::vector<models::Batch>& micro);
+  // A header of the activations' shapes (NOTE [Pipeline step]) and its inverse.
+  Tensor header_of(const autograd::TensorList& outputs, std::vector<Spec>& specs) const;
+  static std::vector<Spec> specs_of(const Tensor& header);
+  autograd::TensorList recv_activations(const std::vector<Spec>& specs, int64_t m);
   void run_step(const std::vector<models::Batch>& micro, const std::vector<double>& counts, bool new_shapes);
   void forward(int64_t m, const models::Batch& mb, const std::vector<double>& counts, bool new_shapes);
   void backward(int64_t m);
@@ -178,6 +212,9 @@ class Pipeline {
   int64_t stage_ = 0;
   size_t begin_ = 0, end_ = 0;
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> held_state_;  // NOTE [Stage-only model]
+  std::map<std::string, int64_t> owners_;
+  int64_t released_bytes_ = 0;
 
   // Tied parameters this stage shares with other stages, and the group of those stages.
   struct Tied {

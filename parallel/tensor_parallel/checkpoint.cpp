@@ -22,10 +22,14 @@ std::map<std::string, ParamShard> sharded_parameters(nn::Module& model) {
 }
 
 nn::StateDict full_state_dict(nn::Module& model, comm::Communicator& group) {
+  return full_state_dict(model.state_dict(), model, group);
+}
+
+nn::StateDict full_state_dict(const nn::StateDict& local, nn::Module& model, comm::Communicator& group) {
   const auto shards = sharded_parameters(model);
   nn::StateDict full;
   // std::map order: the same on every rank, so the gathers match.
-  for (const auto& [name, t] : model.state_dict()) {
+  for (const auto& [name, t] : local) {
     const auto it = shards.find(name);
     full[name] = it == shards.end() ? t.detach().clone() : gather_full(t, it->second, group);
   }

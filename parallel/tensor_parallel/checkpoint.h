@@ -32,6 +32,10 @@ std::map<std::string, ParamShard> sharded_parameters(nn::Module& model);
 // The full (serial) state dict of a split model. Collective over `group` (every rank of it
 // calls, in the same order); every rank gets the whole dict.
 nn::StateDict full_state_dict(nn::Module& model, comm::Communicator& group);
+// The same for part of the model's state dict (`local`: entries of model.state_dict(), e.g. a
+// pipeline stage's, Pipeline::state_dict()): its split entries gathered, the rest copied.
+// Collective over `group` (every rank the same names).
+nn::StateDict full_state_dict(const nn::StateDict& local, nn::Module& model, comm::Communicator& group);
 
 // Loads a full (serial) state dict into a split model: split parameters get this rank's shard,
 // the rest are copied whole. strict: a missing, unexpected or mismatched name (against the full
