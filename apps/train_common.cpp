@@ -606,6 +606,12 @@ int train(const TrainOptions& o, TrainTask& task) {
         static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(),
         static_cast<long long>(o.micro_batches), static_cast<long long>(per_step / o.micro_batches), o.pp_schedule.c_str(),
         o.remat.c_str());
+  if (pipe) {  // NOTE [Stage-only model]: what each rank holds (a tied parameter on each of its stages)
+    say("parameters held per stage (of %lld):", static_cast<long long>(model.num_parameters()));
+    for (const auto& [b, e] : parallel::pipeline::stage_ranges(pipe->balance()))
+      say(" %lld", static_cast<long long>(layers.num_parameters(static_cast<size_t>(b), static_cast<size_t>(e))));
+    say("\n");
+  }
   // NOTE [MFU]: the GPU's peak for this precision: --peak-tflops, TRIDENT_PEAK_TFLOPS, the table.
   Peak peak;
   if (!dev.is_cpu()) {

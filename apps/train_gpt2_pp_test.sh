@@ -143,6 +143,9 @@ else
   same_as_serial "pp 2 x tp 2" "$dir/tp_pp.txt"
   grep -q "layers per stage {2, 2}" "$dir/tp_pp.txt"
   grep -q "layers per stage {1, 1, 1, 1}" "$dir/pp4.txt"
+  # Each rank holds its stage only: embedding (wte 512 x 32 + wpe 16 x 32), two blocks, head
+  # (the tied wte and the final norm's 64).
+  grep -E "^parameters held per stage \(of [0-9]+\): 16896 12704 12704 16448$" "$dir/pp4.txt"
   check_checkpoints "pp 2 x tp 2" "$dir/tp_pp.txt" "$dir/tp_pp_ck" run --pp 2 --tp 2 --micro-batches 2 --batch 8 --pp-schedule 1f1b \
     --remat always
 fi

@@ -10,6 +10,11 @@
 //     always / except_last / never under GPipe, and never / always under 1F1B; the ratios.
 //   memory-amoebanet
 //     The same for AmoebaNet-D(6, 16) on 16 images of 32x32 (cut by parameter count).
+//   held [gpt2-124m | amoebanet-d(18,208)]
+//     NOTE [Stage-only model]: per stage, the parameters it holds and the bytes this rank's
+//     allocator holds once the whole model is built, then once the pipeline has cut it (the
+//     allocator's current bytes above what the rank held before building). GPipe's memory
+//     argument: the second column falls to the stage's share.
 //
 // Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
 #include <algorithm>
@@ -47,12 +52,14 @@ std::shared_ptr<comm::Communicator> world() { return comm::Communicator::world()
 
 void bubble(int64_t max_m, const std::string& trace_prefix) {
   const int K = world()->size();
-  Generator init(1);
-  models::GPT2LMHeadModel model(bench_config(), &init);
   if (world()->rank() == 0)
     std::printf("pipeline bubble, K = %d stages, GPipe schedule, 2 rows x 32 tokens per micro-batch\n%6s %10s %10s %8s %10s\n",
                 K, "M", "measured", "theory", "diff", "step ms");
   for (int64_t M = 1; M <= max_m; M *= 2) {
+    // A fresh model for each pipeline: the cut by time may differ, and a pipeline keeps only its
+    // stage's tensors (NOTE [Stage-only model]).
+    Generator init(1);
+    models::GPT2LMHeadModel model(bench_config(), &init);
     Pipeline pipe(model, world(),
                   {.micro_batches = M, .schedule = Schedule::GPipe, .remat = Remat::Never, .balance_by = BalanceBy::Time,
                    .profile_batch = bench_batch(2, 32, 9), .timeline = true});
@@ -114,6 +121,39 @@ void memory(models::LayeredModel& model, const models::Batch& batch, const std::
   }
 }
 
+void held(const std::string& which) {
+  const int K = world()->size();
+  const int64_t base = memory_stats(Device::cpu()).current_bytes;
+  Generator init(1);
+  std::shared_ptr<models::LayeredModel> model;
+  if (which == "gpt2-124m") {
+    model = std::make_shared<models::GPT2LMHeadModel>(models::GPT2Config::preset("124M"), &init);
+  } else {
+    TRIDENT_CHECK(which == "amoebanet-d(18,208)", "held: unknown model '", which, "'; choose gpt2-124m or amoebanet-d(18,208)");
+    model = std::make_shared<models::AmoebaNetLayered>(
+        std::make_shared<models::AmoebaNet>(models::AmoebaNetConfig::from_name(which, 1000, 224), &init));
+  }
+  const int64_t built = memory_stats(Device::cpu()).current_bytes - base;
+  Pipeline pipe(*model, world(), {.micro_batches = 1});
+  const int64_t kept = memory_stats(Device::cpu()).current_bytes - base;
+  int64_t params = 0;
+  for (const Tensor& p : pipe.parameters()) params += p.numel();
+  Tensor t = zeros({K, 3}, DType::F64);
+  double* row = t.data<double>() + 3 * pipe.stage();
+  row[0] = static_cast<double>(params);
+  row[1] = static_cast<double>(built);
+  row[2] = static_cast<double>(kept);
+  world()->all_reduce(t).wait();
+  if (world()->rank() != 0) return;
+  std::printf("memory held per rank, %s (%.1fM parameters), K = %d stages cut by parameter count %s\n", which.c_str(),
+              static_cast<double>(model->num_parameters()) / 1e6, K, balance_str(pipe.balance()).c_str());
+  std::printf("%6s %14s %16s %16s %8s\n", "stage", "parameters", "MB model built", "MB after the cut", "ratio");
+  const double* v = t.data<double>();
+  for (int s = 0; s < K; ++s)
+    std::printf("%6d %13.1fM %16.1f %16.1f %8.3f\n", s, v[3 * s] / 1e6, v[3 * s + 1] / 1e6, v[3 * s + 2] / 1e6,
+                v[3 * s + 2] / v[3 * s + 1]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,7 +161,7 @@ int main(int argc, char** argv) {
     const std::string what = argc > 1 ? argv[1] : "bubble";
     int64_t max_m = 32;
     std::string trace;
-    for (int i = 2; i + 1 < argc; i += 2) {
+    for (int i = what == "held" ? argc : 2; i + 1 < argc; i += 2) {
       const std::string k = argv[i];
       if (k == "--max-m") max_m = std::stoll(argv[i + 1]);
       else if (k == "--trace") trace = argv[i + 1];
@@ -144,7 +184,8 @@ int main(int argc, char** argv) {
                                 {"labels", randint(0, 10, {16}, DType::I64, &g)}};
       memory(model, batch, "16 images 32x32, AmoebaNet-D(6, 16)");
     }
-    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble, memory or memory-amoebanet");
+    else if (what == "held") held(argc > 2 ? argv[2] : "gpt2-124m");
+    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble, memory, memory-amoebanet or held");
   } catch (const Error& e) {
     std::fprintf(stderr, "pipeline_bench: %s\n", e.message().c_str());
     return 2;

@@ -11,7 +11,8 @@
 // optimizer's (plain, or ZeRO's gathered state) are gathered over the tp group into the serial
 // model's full tensors; under pipeline parallelism (mp.pipe; NOTE [Pipeline checkpoints]) the
 // stages' tensors (tp-gathered first under tp x pp) and optimizer states are sent, one tensor at
-// a time, to pp rank 0 and assembled there into the whole model's. The rank that is dp, pp and tp rank 0 writes them, through a
+// a time, to pp rank 0 and assembled there into the whole model's. The rank that is dp, pp and
+// tp rank 0 writes them, through a
 // serial-shaped copy (a module of the full tensors under the model's names, and mp.factory's
 // optimizer over full-shaped parameters). So a run at tp = 2 or pp = 2 writes the directory a
 // serial run writes, and a checkpoint of any layout (or of a serial run) resumes at any other:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline bubble against (K - 1) / (M + K - 1) for K = 2 and 4, and peak activation memory with
-# re-materialization always / never and GPipe against 1F1B (benchmarks/pipeline_bench.cpp). One
+# re-materialization always / never and GPipe against 1F1B, and the parameter memory each rank
+# keeps (GPT-2 124M, AmoebaNet-D(18, 208)) (benchmarks/pipeline_bench.cpp). One
 # OpenMP thread per rank. On a machine with fewer cores than ranks the stages share cores and
 # the measured bubble means little.
 #   scripts/bench-pipeline.sh [build-dir] [trace-prefix]
@@ -18,5 +19,12 @@ for np in 2 4; do
   "${mpirun[@]}" -np $np "$bench" memory
   echo
   "${mpirun[@]}" -np $np "$bench" memory-amoebanet
+  echo
+done
+# NOTE [Stage-only model]: the memory each rank keeps after the cut.
+for np in 2 4; do
+  "${mpirun[@]}" -np $np "$bench" held gpt2-124m
+  echo
+  "${mpirun[@]}" -np $np "$bench" held "amoebanet-d(18,208)"
   echo
 done

@@ -63,6 +63,13 @@ Device device_of(const std::vector<std::pair<std::string, Tensor>>& params) {
 }
 
 // NOTE [Stage-only model]: t's shape and dtype, one element broadcast (every stride 0).
+bool is_placeholder(const Tensor& t) {
+  if (t.numel() <= 1 || t.storage()->nbytes() != itemsize(t.dtype())) return false;
+  for (int64_t st : t.strides())
+    if (st != 0) return false;
+  return true;
+}
+
 Tensor placeholder(const Tensor& t) {
   const double fill = is_floating(t.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
   const Tensor one = full({}, fill, TensorOptions(t.dtype()).device(t.device()));
@@ -109,6 +116,7 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
         bn->deferred = true;
         deferred_bns_.push_back(bn);
       });
+  check_not_released();
   setup_tied_and_dp();
   release_other_stages();
   std::vector<std::shared_ptr<Communicator>> keep{pp_};
@@ -187,6 +195,27 @@ void Pipeline::setup_tied_and_dp() {
   if (options_.dp && options_.dp->size() > 1)
     for (const auto& [name, p] : params_) works.push_back(options_.dp->broadcast(p, 0));
   comm::wait_all(works);
+}
+
+void Pipeline::check_not_released() {
+  // NOTE [Stage-only model]: a model an earlier pipeline cut holds placeholders where that
+  // pipeline's other stages were; a new cut may need them. Agreed over pp, so every rank fails.
+  std::string mine;
+  for (size_t i = begin_; i < end_ && mine.empty(); ++i) {
+    std::vector<std::pair<std::string, Tensor>> named = model_.layers()[i]->named_parameters();
+    for (auto& nb : model_.layers()[i]->named_buffers()) named.push_back(std::move(nb));
+    for (const auto& [name, t] : named)
+      if (is_placeholder(t)) {
+        mine = model_.layers().name(i) + "." + name;
+        break;
+      }
+  }
+  Tensor any = scalar_tensor(mine.empty() ? 0.0 : 1.0, DType::F64);
+  pp_->all_reduce(any, comm::ReduceOp::Max).wait();
+  TRIDENT_CHECK(any.item<double>() == 0, "pipeline: ",
+                mine.empty() ? "another stage's layers hold" : "stage " + std::to_string(stage_) + "'s " + mine + " is",
+                " a tensor an earlier pipeline over this model released (NOTE [Stage-only model]: a pipeline keeps only "
+                "its stage's tensors); build the model again for another pipeline, or cut it the same way");
 }
 
 void Pipeline::release_other_stages() {

@@ -104,7 +104,8 @@ class Pipeline {
   // stages. Errors, raised alike on every rank before any communication: more stages than layers,
   // a balance that does not sum to the layer count or has a stage without layers, a balance with
   // another number of stages than pp ranks, micro_batches < 1, BalanceBy::Time without a
-  // profile batch.
+  // profile batch. Afterwards, over every rank: this stage holding a tensor an earlier pipeline
+  // over the same model released (NOTE [Stage-only model]).
   Pipeline(models::LayeredModel& model, std::shared_ptr<comm::Communicator> pp, PipelineOptions options = {});
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
@@ -189,6 +190,7 @@ class Pipeline {
   };
 
   double step_with(const models::Batch& batch, const std::vector<double>* counts);
+  void check_not_released();
   void release_other_stages();
   [[noreturn]] void fail(const std::exception& e);
   models::Activations run_forward_only(const std::vector<models::Batch>& micro);

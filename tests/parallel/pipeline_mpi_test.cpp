@@ -593,6 +593,20 @@ TEST_P(StageOnly, RankHoldsItsStageOnly) {
     }
 }
 
+// A second pipeline over the same model may cut it the same way (the benchmarks do), not
+// otherwise: its stages would hold the first one's placeholders. Every rank gets the error.
+TEST(PipelineMpi, ASecondCutOfAReleasedModelIsAnErrorOnEveryRank) {
+  auto model = make_pipeline_model("gpt2");
+  const Balance first = Pipeline(*model, fresh_group("pp")).balance();
+  EXPECT_NO_THROW(Pipeline(*model, fresh_group("pp"), {.balance = first}));
+  const auto K = static_cast<int64_t>(first.size());
+  Balance other(static_cast<size_t>(K), 1);
+  other[0] = static_cast<int64_t>(model->layers().size()) - (K - 1);
+  ASSERT_NE(other, first) << "the test needs stage 0 to take layers it released";
+  trident::testing::expect_error([&] { Pipeline(*model, fresh_group("pp"), {.balance = other}); },
+                                 {"an earlier pipeline over this model released", "build the model again"});
+}
+
 // Evaluation through the stages equals the serial model's forward in eval mode (batch norm by its
 // running statistics, dropout off), with micro-batches and with a batch the micro-batch count
 // does not divide (run whole).
