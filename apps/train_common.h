@@ -76,7 +76,8 @@
 // rank 0). The optimizer (AdamW, the same groups) holds this stage's parameters only; gradient
 // clipping uses the whole model's norm (parallel/pipeline/grad_norm.h: squares all-reduced over
 // pp, and first over tp for split parameters; tied parameters counted once), so the losses equal
-// serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]).
+// serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]; the
+// apps build the pp ranks' models in turn, build_in_turn).
 // Evaluation runs the validation batches through the stages (Pipeline::forward_only, the
 // micro-batches overlapping); the last stage computes the metrics and sends their sums to the
 // other pp ranks, so world rank 0 prints what a serial run prints. At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
@@ -161,6 +162,15 @@ void check_train_options(const TrainOptions& o);
 // launcher): the one place the apps build it, once, before the model. Collective. Errors (the
 // same on every rank): sizes that do not multiply to the number of processes.
 parallel::Mesh make_mesh(const TrainOptions& o);
+
+// NOTE [Stage-only model] (parallel/pipeline/pipeline.h): under --pp the ranks of each pp group
+// build their models one after another, each cutting its model to its stage
+// (parallel::pipeline::keep_stage, the cut by parameter count that train() pipelines with)
+// before the next rank begins, so a host running the stages of one pipeline holds one whole
+// model at a time instead of one per rank. `build` makes the model (called once on every rank).
+// Collective over the mesh's pp group; a rank whose build fails tells the ranks after it, which
+// fail too instead of waiting. Without --pp: build().
+models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build);
 // Under --tp > 1 the factory of the model's splittable layers on the mesh's tp group (Megatron-LM's
 // split, with --sequence-parallel), to put in the model's config; null at tp = 1.
 std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,

@@ -5,6 +5,7 @@
 //
 // The loop, options, checkpoints and metrics are apps/train_common.h's (NOTE [Training apps]).
 #include <cstdio>
+#include <optional>
 
 #include "apps/mfu.h"
 #include "apps/train_common.h"
@@ -69,7 +70,10 @@ int main(int argc, char** argv) {
     // --tp: the model's splittable layers come from the mesh's tp group (NOTE [Parallel training apps]).
     const auto tp_layers = apps::tensor_parallel_layers(o, mesh);
     if (tp_layers) config.layers = tp_layers;
-    GPT2LMHeadModel model(config, &init);
+    // NOTE [Stage-only model]: under --pp the ranks build in turn, each keeping its stage.
+    std::optional<GPT2LMHeadModel> built;
+    auto& model = static_cast<GPT2LMHeadModel&>(
+        apps::build_in_turn(mesh, [&]() -> models::LayeredModel& { return built.emplace(config, &init); }));
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));

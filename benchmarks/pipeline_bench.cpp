@@ -13,8 +13,9 @@
 //   held [gpt2-124m | amoebanet-d(18,208)]
 //     NOTE [Stage-only model]: per stage, the parameters it holds and the bytes this rank's
 //     allocator holds once the whole model is built, then once the pipeline has cut it (the
-//     allocator's current bytes above what the rank held before building). GPipe's memory
-//     argument: the second column falls to the stage's share.
+//     allocator's current bytes above what the rank held before building), and the process's
+//     resident memory (VmRSS) above its start at the same two points. GPipe's memory argument:
+//     the cut columns fall to the stage's share.
 //
 // Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
 #include <algorithm>
@@ -121,9 +122,22 @@ void memory(models::LayeredModel& model, const models::Batch& batch, const std::
   }
 }
 
+// This process's resident memory (VmRSS), bytes; 0 where /proc is missing.
+double resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
 void held(const std::string& which) {
   const int K = world()->size();
   const int64_t base = memory_stats(Device::cpu()).current_bytes;
+  const double rss0 = resident_bytes();
   Generator init(1);
   std::shared_ptr<models::LayeredModel> model;
   if (which == "gpt2-124m") {
@@ -134,24 +148,29 @@ void held(const std::string& which) {
         std::make_shared<models::AmoebaNet>(models::AmoebaNetConfig::from_name(which, 1000, 224), &init));
   }
   const int64_t built = memory_stats(Device::cpu()).current_bytes - base;
+  const double rss_built = resident_bytes() - rss0;
   Pipeline pipe(*model, world(), {.micro_batches = 1});
   const int64_t kept = memory_stats(Device::cpu()).current_bytes - base;
+  const double rss_kept = resident_bytes() - rss0;
   int64_t params = 0;
   for (const Tensor& p : pipe.parameters()) params += p.numel();
-  Tensor t = zeros({K, 3}, DType::F64);
-  double* row = t.data<double>() + 3 * pipe.stage();
+  Tensor t = zeros({K, 5}, DType::F64);
+  double* row = t.data<double>() + 5 * pipe.stage();
   row[0] = static_cast<double>(params);
   row[1] = static_cast<double>(built);
   row[2] = static_cast<double>(kept);
+  row[3] = rss_built;
+  row[4] = rss_kept;
   world()->all_reduce(t).wait();
   if (world()->rank() != 0) return;
   std::printf("memory held per rank, %s (%.1fM parameters), K = %d stages cut by parameter count %s\n", which.c_str(),
               static_cast<double>(model->num_parameters()) / 1e6, K, balance_str(pipe.balance()).c_str());
-  std::printf("%6s %14s %16s %16s %8s\n", "stage", "parameters", "MB model built", "MB after the cut", "ratio");
+  std::printf("%6s %14s %16s %16s %8s %14s %14s\n", "stage", "parameters", "MB model built", "MB after the cut", "ratio",
+              "RSS MB built", "RSS MB cut");
   const double* v = t.data<double>();
   for (int s = 0; s < K; ++s)
-    std::printf("%6d %13.1fM %16.1f %16.1f %8.3f\n", s, v[3 * s] / 1e6, v[3 * s + 1] / 1e6, v[3 * s + 2] / 1e6,
-                v[3 * s + 2] / v[3 * s + 1]);
+    std::printf("%6d %13.1fM %16.1f %16.1f %8.3f %14.1f %14.1f\n", s, v[5 * s] / 1e6, v[5 * s + 1] / 1e6,
+                v[5 * s + 2] / 1e6, v[5 * s + 2] / v[5 * s + 1], v[5 * s + 3] / 1e6, v[5 * s + 4] / 1e6);
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "core/allocator.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -37,7 +41,8 @@ Counters& counters(Device d) {
 // again to requests that fit them with at most 25% to spare. Without this, glibc returns big
 // blocks to the system and every step's activations and gradients fault their pages in afresh
 // (about a millisecond per 4 MB). Small blocks go straight to malloc, which already caches
-// them. The cache holds at most TRIDENT_CPU_CACHE_MB (default 2048) MiB; empty_cache() frees it.
+// them. The cache holds at most TRIDENT_CPU_CACHE_MB (default 2048) MiB; empty_cache() frees it
+// and, with glibc, returns malloc's free heap pages to the system (malloc_trim).
 // memory_stats' current_bytes counts live storages, reserved_bytes adds the cached blocks.
 class CpuAllocator final : public Allocator {
  public:
@@ -113,6 +118,11 @@ class CpuAllocator final : public Allocator {
     }
     free_.clear();
     cached_bytes_ = 0;
+#if defined(__GLIBC__)
+    // glibc keeps freed heap memory (blocks below its adaptive mmap threshold) for reuse by this
+    // process; hand its free pages back to the system too.
+    malloc_trim(0);
+#endif
   }
 
   Device device() const override { return kCPU; }

@@ -76,7 +76,83 @@ Tensor placeholder(const Tensor& t) {
   return one.as_strided(t.sizes(), Shape(t.sizes().size(), 0), 0);
 }
 
+// NOTE [Stage-only model]: what stage `stage` of `balance` keeps of `model`, which it releases.
+struct StageCut {
+  std::map<std::string, int64_t> owners;                  // every state-dict entry: its first stage
+  std::vector<std::pair<std::string, Tensor>> held_state;  // this stage's state-dict entries
+  int64_t released_bytes = 0;                              // released here (not already placeholders)
+};
+
+StageCut cut_model(models::LayeredModel& model, const Balance& balance, int64_t stage) {
+  NoGradGuard no_grad;
+  const auto& layers = model.layers();
+  const auto ranges = stage_ranges(balance);
+  // Each tensor of a layer with the first stage holding it, and whether this stage holds it.
+  std::map<const TensorImpl*, int64_t> first;
+  std::set<const TensorImpl*> mine;
+  for (size_t s = 0; s < ranges.size(); ++s)
+    for (int64_t i = ranges[s].first; i < ranges[s].second; ++i) {
+      const nn::Module& layer = *layers[static_cast<size_t>(i)];
+      std::vector<Tensor> tensors = layer.parameters();
+      for (const Tensor& b : layer.buffers()) tensors.push_back(b);
+      for (const Tensor& t : tensors) {
+        first.emplace(t.impl(), static_cast<int64_t>(s));
+        if (static_cast<int64_t>(s) == stage) mine.insert(t.impl());
+      }
+    }
+  StageCut cut;
+  std::set<std::string> state;  // the persistent entries' names (not their tensors: they would stay alive)
+  for (const auto& [name, t] : model.state_dict()) state.insert(name);
+  std::set<const TensorImpl*> released;
+  std::set<std::string> devices;  // where tensors were released
+  std::vector<std::pair<std::string, Tensor>> named = model.named_parameters();
+  for (auto& nb : model.named_buffers()) named.push_back(std::move(nb));
+  for (auto& [name, t] : named) {
+    const auto f = first.find(t.impl());
+    const bool held = f == first.end() || mine.count(t.impl()) != 0;  // no layer's: every rank keeps it
+    if (state.count(name) != 0) {
+      cut.owners[name] = f == first.end() ? 0 : f->second;
+      if (held) cut.held_state.emplace_back(name, t);
+    }
+    // A tensor of one element or none is as small as its placeholder: kept.
+    if (held || t.numel() <= 1 || is_placeholder(t) || !released.insert(t.impl()).second) continue;
+    cut.released_bytes += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
+    devices.insert(t.device().str());
+    t.set_data(placeholder(t));
+  }
+  // The caching allocators would keep the released blocks for this rank: give them back, so the
+  // other ranks on the host (or GPU) can use them.
+  for (const std::string& d : devices) empty_cache(Device::parse(d));
+  return cut;
+}
+
 }  // namespace
+
+Balance plan_balance(const models::LayerList& layers, int64_t stages, const PipelineOptions& options) {
+  const auto L = static_cast<int64_t>(layers.size());
+  TRIDENT_CHECK(stages >= 1 && stages <= L, "pipeline: ", stages, " stages but the model has ", L,
+                " layers (every stage needs at least one)");
+  if (!options.balance.empty()) {
+    TRIDENT_CHECK(static_cast<int64_t>(options.balance.size()) == stages, "pipeline: the balance ",
+                  balance_str(options.balance), " has ", options.balance.size(), " stages, not ", stages);
+    check_balance(options.balance, L);
+    return options.balance;
+  }
+  TRIDENT_CHECK(options.balance_by == BalanceBy::Parameters,
+                "pipeline: a balance by time is profiled by the pipeline itself; plan_balance cuts by parameters or "
+                "takes an explicit balance");
+  std::vector<double> costs;
+  for (int64_t i = 0; i < L; ++i)
+    costs.push_back(static_cast<double>(layers.num_parameters(static_cast<size_t>(i), static_cast<size_t>(i) + 1)));
+  return balance_by_costs(costs, stages);
+}
+
+void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage) {
+  check_balance(balance, static_cast<int64_t>(model.layers().size()));
+  TRIDENT_CHECK(stage >= 0 && stage < static_cast<int64_t>(balance.size()), "keep_stage: stage ", stage, " of ",
+                balance.size());
+  cut_model(model, balance, stage);
+}
 
 Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp, PipelineOptions options)
     : model_(model), pp_(std::move(pp)), options_(std::move(options)) {
@@ -98,10 +174,7 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
     TRIDENT_CHECK(options_.profile_batch.has_value(), "pipeline: balance by time needs options.profile_batch");
     balance_ = profile_balance(model_);
   } else {
-    std::vector<double> costs;
-    for (int64_t i = 0; i < L; ++i)
-      costs.push_back(static_cast<double>(layers.num_parameters(static_cast<size_t>(i), static_cast<size_t>(i) + 1)));
-    balance_ = balance_by_costs(costs, K);
+    balance_ = plan_balance(layers, K, options_);
   }
   stage_ = pp_->rank();
   const auto range = stage_ranges(balance_)[static_cast<size_t>(stage_)];
@@ -219,37 +292,10 @@ void Pipeline::check_not_released() {
 }
 
 void Pipeline::release_other_stages() {
-  NoGradGuard no_grad;
-  const auto& layers = model_.layers();
-  const auto ranges = stage_ranges(balance_);
-  // Each tensor of a layer with the first stage holding it, and whether this stage holds it.
-  std::map<const TensorImpl*, int64_t> first;
-  std::set<const TensorImpl*> mine;
-  for (size_t s = 0; s < ranges.size(); ++s)
-    for (int64_t i = ranges[s].first; i < ranges[s].second; ++i) {
-      const nn::Module& layer = *layers[static_cast<size_t>(i)];
-      std::vector<Tensor> tensors = layer.parameters();
-      for (const Tensor& b : layer.buffers()) tensors.push_back(b);
-      for (const Tensor& t : tensors) {
-        first.emplace(t.impl(), static_cast<int64_t>(s));
-        if (static_cast<int64_t>(s) == stage_) mine.insert(t.impl());
-      }
-    }
-  const std::map<std::string, Tensor> state = model_.state_dict();  // the persistent entries' names
-  std::set<const TensorImpl*> released;
-  std::vector<std::pair<std::string, Tensor>> named = model_.named_parameters();
-  for (auto& nb : model_.named_buffers()) named.push_back(std::move(nb));
-  for (auto& [name, t] : named) {
-    const auto f = first.find(t.impl());
-    const bool held = f == first.end() || mine.count(t.impl()) != 0;  // no layer's: every rank keeps it
-    if (state.count(name) != 0) {
-      owners_[name] = f == first.end() ? 0 : f->second;
-      if (held) held_state_.emplace_back(name, t);
-    }
-    if (held || t.numel() == 0 || !released.insert(t.impl()).second) continue;
-    released_bytes_ += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
-    t.set_data(placeholder(t));
-  }
+  StageCut cut = cut_model(model_, balance_, stage_);
+  owners_ = std::move(cut.owners);
+  held_state_ = std::move(cut.held_state);
+  released_bytes_ = cut.released_bytes;
 }
 
 std::map<std::string, Tensor> Pipeline::state_dict() const {

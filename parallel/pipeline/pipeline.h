@@ -29,9 +29,11 @@
 //
 // NOTE [Stage-only model]: every rank builds the whole model from the same seed (so the stages'
 // initial values are the serial model's, whatever the partitioning), and the constructor then
-// releases every parameter and buffer that no layer of this rank's stage holds: each becomes a
+// releases every parameter and buffer that no layer of this rank's stage holds (but those of one
+// element, as small as a placeholder, like batch norm's num_batches_tracked): each becomes a
 // placeholder of the same shape and dtype that broadcasts one element (NaN for floating types,
-// 0 otherwise; every stride 0), so a rank's memory holds its stage's tensors only, as in GPipe,
+// 0 otherwise; every stride 0; the freed blocks go back to the system, empty_cache), so a rank's
+// memory holds its stage's tensors only, as in GPipe,
 // and names, shapes and parameter counts still describe the whole model. Module::to keeps a
 // placeholder one element, so moving the model afterwards moves the stage only. What needs
 // another stage's values goes through the pipeline: evaluation through forward_only(),
@@ -98,6 +100,18 @@ struct PipelineOptions {
   bool timeline = false;
 };
 
+// The balance a Pipeline over `stages` ranks uses with `options` when that needs no
+// communication: options.balance (checked), else the cut by parameter count. Errors: a balance
+// by time (only the pipeline profiles it), stages outside [1, layers], a bad explicit balance.
+Balance plan_balance(const models::LayerList& layers, int64_t stages, const PipelineOptions& options = {});
+
+// NOTE [Stage-only model]: releases what stage `stage` of `balance` does not hold, as the
+// Pipeline constructor does, but alone (no communication). Ranks sharing a host can so build
+// their models one after another, each cut to its stage before the next begins, and the host
+// holds one whole model at a time instead of one per rank (apps::build_in_turn); the Pipeline
+// built afterwards with the same balance finds its stage whole.
+void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage);
+
 class Pipeline {
  public:
   // Collective over `pp` (and `dp`): stage i runs on pp rank i, so the pipeline has pp->size()
@@ -158,7 +172,8 @@ class Pipeline {
   // Every entry of the model's state dict with the first stage whose layers hold it (0 for an
   // entry no layer holds, which every rank keeps). The same on every rank.
   const std::map<std::string, int64_t>& state_owners() const { return owners_; }
-  // Bytes of parameters and buffers this rank released (0 with one stage).
+  // Bytes of parameters and buffers this pipeline released (0 with one stage, or when
+  // keep_stage already cut the model).
   int64_t released_bytes() const { return released_bytes_; }
   std::vector<Tensor> parameters() const;
   // Zeroes the stage's gradients in place (keeping their memory, so that the next step's memory

@@ -593,6 +593,31 @@ TEST_P(StageOnly, RankHoldsItsStageOnly) {
     }
 }
 
+// keep_stage (no communication: the apps' build_in_turn) cuts the model as the pipeline would;
+// the pipeline built afterwards finds its stage whole, releases nothing more and trains as serial.
+TEST_P(StageOnly, KeepStageBeforeThePipelineIsThePipelinesCut) {
+  const std::string kind = GetParam();
+  const int K = comm::Communicator::world()->size();
+  auto reference = make_pipeline_model(kind);
+  Pipeline cut_by_pipeline(*reference, fresh_group("pp"), {.micro_batches = 4});
+  auto model = make_pipeline_model(kind);
+  const Balance balance = plan_balance(model->layers(), K);
+  EXPECT_EQ(balance, cut_by_pipeline.balance());
+  keep_stage(*model, balance, comm::Communicator::world()->rank());
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 4});
+  EXPECT_EQ(pipe.released_bytes(), 0);
+  EXPECT_EQ(pipe.state_owners(), cut_by_pipeline.state_owners());
+  const auto want_held = cut_by_pipeline.state_dict(), held = pipe.state_dict();
+  ASSERT_EQ(held.size(), want_held.size());
+  for (const auto& [name, t] : model->state_dict())
+    EXPECT_EQ(is_placeholder(t), want_held.count(name) == 0 && t.numel() > 1) << name;
+  const Serial& want = serial(kind, 4);
+  const double loss = pipe.step(make_pipeline_batch(kind, batch_size(kind), kSeq, 7));
+  EXPECT_NEAR(loss, want.loss, 1e-5 * std::fabs(want.loss));
+  for (const auto& [name, p] : pipe.named_parameters())
+    EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name;
+}
+
 // A second pipeline over the same model may cut it the same way (the benchmarks do), not
 // otherwise: its stages would hold the first one's placeholders. Every rank gets the error.
 TEST(PipelineMpi, ASecondCutOfAReleasedModelIsAnErrorOnEveryRank) {
