@@ -39,7 +39,7 @@ std::shared_ptr<GPT2LMHeadModel> load_checkpoint(std::string path) {
   const auto [name, config] = apps::checkpoint_model(path);
   TRIDENT_CHECK(name == "gpt2", "checkpoint '", path, "' holds a ", name, " model, not gpt2");
   auto model = std::make_shared<GPT2LMHeadModel>(GPT2Config::from_json(config));
-  nn::load_training_checkpoint(path, {model.get(), nullptr, nullptr, {}});
+  nn::load_training_checkpoint(path, {model.get(), nullptr, nullptr, {}, nullptr, {}});
   std::printf("loaded %s (GPT-2, %lld parameters)\n", path.c_str(), static_cast<long long>(model->num_parameters()));
   return model;
 }

@@ -506,7 +506,7 @@ int train(const TrainOptions& o, TrainTask& task) {
 
   // Under --zero the optimizer part of a checkpoint goes through the ZeroOptimizer
   // (parallel/checkpoint.h, NOTE [ZeRO-1 checkpoints]).
-  nn::TrainingCheckpointParts parts{&model, zero ? nullptr : plain.get(), &scaler, {}};
+  nn::TrainingCheckpointParts parts{&model, zero ? nullptr : plain.get(), &scaler, {}, nullptr, {}};
   // NOTE [Model-parallel training checkpoints]: under --tp and --pp the checkpoint holds the
   // serial model's full tensors and optimizer state (the whole model's, grouped as above).
   parallel::ParamGroups whole_groups{{}, {}};

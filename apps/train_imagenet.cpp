@@ -383,7 +383,7 @@ int run(const Options& o) {
   else if (o.schedule == "linear") schedule = std::make_shared<nn::optim::LinearLR>(o.warmup, std::max(total, o.warmup + 1));
   else schedule = std::make_shared<nn::optim::ConstantLR>(o.warmup);
 
-  nn::TrainingCheckpointParts parts{&model, opt.get(), &scaler, {}};
+  nn::TrainingCheckpointParts parts{&model, opt.get(), &scaler, {}, nullptr, {}};
   int64_t step = 0;
   if (!o.resume.empty()) {
     std::string path = o.resume;

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
                           std::make_shared<nn::Dropout>(0.05), std::make_shared<nn::Linear>(hidden, hidden, true, kF32, &init_gen),
                           std::make_shared<nn::GELU>(), std::make_shared<nn::Linear>(hidden, 1, true, kF32, &init_gen)});
     nn::optim::AdamW opt(model.parameters(), {.lr = lr, .weight_decay = 0.01});
-    nn::TrainingCheckpointParts parts{&model, &opt, nullptr, {{"data", &data_gen}}};
+    nn::TrainingCheckpointParts parts{&model, &opt, nullptr, {{"data", &data_gen}}, nullptr, {}};
 
     Generator eval_gen(seed + 2);
     Tensor xt, yt;

@@ -47,7 +47,9 @@ void save_training_checkpoint(const std::string& path, const TrainingCheckpointP
 
 TrainingProgress load_training_checkpoint(const std::string& path, const TrainingCheckpointParts& parts) {
   TRIDENT_CHECK(parts.model != nullptr, "load_training_checkpoint ", path, ": no model given");
-  const Checkpoint ck = read_checkpoint(path);  // verifies the manifest and every checksum
+  const bool partial = parts.load_only != nullptr || parts.load_optimizer != nullptr;
+  // Verifies the manifest and every checksum; a partial load maps the files rather than read them.
+  const Checkpoint ck = read_checkpoint(path, partial ? LoadMode::Mmap : LoadMode::Copy);
   auto part_tensors = [&](const std::string& part) -> const SafetensorsFile& {
     auto it = ck.tensors.find(part);
     TRIDENT_CHECK(it != ck.tensors.end(), "checkpoint ", path, " has no '", part, "' part");
@@ -70,6 +72,15 @@ TrainingProgress load_training_checkpoint(const std::string& path, const Trainin
                       src->second.dtype() == t.dtype();
     }
     if (!model_matches) load_into(target, model_file.tensors, /*strict=*/true);  // throws, naming every difference
+    // A partial load: the entries to read (every entry's name, shape and dtype was checked above).
+    StateDict load_to, load_from;
+    if (parts.load_only != nullptr)
+      for (const std::string& name : *parts.load_only) {
+        const auto t = target.find(name);
+        TRIDENT_CHECK(t != target.end(), "load_only names '", name, "', which the model does not have");
+        load_to.emplace(name, t->second);
+        load_from.emplace(name, model_file.tensors.at(name));
+      }
 
     std::map<std::string, double> scaler_state;
     if (parts.scaler) {
@@ -88,16 +99,23 @@ TrainingProgress load_training_checkpoint(const std::string& path, const Trainin
     progress.data_position = trainer.value("data_position", nlohmann::json());
     progress.extra = trainer.value("extra", nlohmann::json());
 
-    if (parts.optimizer) {  // all or nothing: validates before it changes anything
+    if (parts.optimizer || parts.load_optimizer) {  // all or nothing: validates before it changes anything
       const SafetensorsFile& f = part_tensors("optimizer");
       auto m = f.metadata.find("optimizer_state");
       TRIDENT_CHECK(m != f.metadata.end(), "the optimizer part has no 'optimizer_state' metadata");
       std::map<std::string, Tensor> tensors(f.tensors.begin(), f.tensors.end());
-      parts.optimizer->load_state_dict(optim::OptimizerState::from_json(m->second, std::move(tensors)));
+      const optim::OptimizerState state = optim::OptimizerState::from_json(m->second, std::move(tensors));
+      if (parts.load_optimizer)
+        parts.load_optimizer(state);
+      else
+        parts.optimizer->load_state_dict(state);
     }
     {
       NoGradGuard no_grad;
-      load_into(target, model_file.tensors, /*strict=*/true);
+      if (parts.load_only == nullptr)
+        load_into(target, model_file.tensors, /*strict=*/true);
+      else
+        load_into(load_to, load_from, /*strict=*/true);
     }
     if (parts.scaler) parts.scaler->load_state_dict(scaler_state);
     const auto all = all_generators(parts);

@@ -15,6 +15,8 @@
 // (step, generators, scaler, data position, the caller's extra fields).
 #pragma once
 
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +37,13 @@ struct TrainingCheckpointParts {
   // Random streams to save and restore, by name. The default generator is always included
   // (as "default").
   std::vector<std::pair<std::string, Generator*>> generators;
+  // Loading part of a model (a pipeline stage's, parallel/checkpoint.h): only these model entries
+  // are read into `model`; the others are checked by name, shape and dtype but not read, and the
+  // files are memory-mapped instead of read whole. Null: every entry.
+  const std::set<std::string>* load_only = nullptr;
+  // Loading, instead of `optimizer`: given the checkpoint's optimizer state (its tensors view the
+  // mapped file), loads what it needs; it must check everything before it changes anything.
+  std::function<void(const optim::OptimizerState&)> load_optimizer;
 };
 
 struct TrainingProgress {

@@ -1,5 +1,7 @@
 #include "parallel/checkpoint.h"
 
+#include <set>
+
 #include "autograd/grad_mode.h"
 #include "core/factory.h"
 #include "parallel/pipeline/checkpoint.h"
@@ -136,21 +138,43 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     nn::Module& model = *parts.model;
     // A serial-shaped copy: the model's names with the full shapes.
     const auto shards = tp::sharded_parameters(model);
+    // NOTE [Stage-only model]: under pp only the stage's entries are read; the others are
+    // one-element placeholders of the full shape, checked by shape, never allocated whole.
+    std::set<std::string> stage_names;
+    if (mp->pipe)
+      for (const auto& [name, t] : mp->pipe->state_dict()) stage_names.insert(name);
     nn::StateDict shaped;
     for (const auto& [name, t] : model.state_dict()) {
       Shape s = t.sizes();
       const auto it = shards.find(name);
       if (it != shards.end()) s[static_cast<size_t>(it->second.dim)] = it->second.full_size;
-      shaped[name] = zeros(s, TensorOptions(t.dtype()));
+      const bool read = !mp->pipe || stage_names.count(name) != 0;
+      shaped[name] = read ? zeros(s, TensorOptions(t.dtype()))
+                          : zeros({}, TensorOptions(t.dtype())).as_strided(s, Shape(s.size(), 0), 0);
     }
-    const std::shared_ptr<nn::Module> holder = module_of(shaped);
     const ParamGroups groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
     const ParamGroups& whole = mp->pipe ? mp->whole_groups : groups;
-    std::unique_ptr<nn::optim::Optimizer> unsharded;
-    if (zero || parts.optimizer) unsharded = mp->factory(full_groups(model, whole));
     nn::TrainingCheckpointParts p = parts;
+    std::unique_ptr<nn::optim::Optimizer> unsharded;
+    if (mp->pipe) {
+      // The optimizer state goes straight from the mapped file into this stage's part.
+      p.load_only = &stage_names;
+      p.optimizer = nullptr;
+      if (zero || parts.optimizer)
+        p.load_optimizer = [&](const nn::optim::OptimizerState& whole_state) {
+          nn::optim::OptimizerState st = pipeline::stage_optimizer_state(whole_state, whole, groups);
+          if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(groups), *mp->tp);
+          if (zero)
+            zero->load_state_dict(st);
+          else
+            parts.optimizer->load_state_dict(st);
+        };
+    } else if (zero || parts.optimizer) {
+      unsharded = mp->factory(full_groups(model, whole));
+      p.optimizer = unsharded.get();
+    }
+    const std::shared_ptr<nn::Module> holder = module_of(shaped);
     p.model = holder.get();
-    p.optimizer = unsharded.get();
     // Checks everything (names, shapes, optimizer state) before it changes the copy, the
     // scaler and the generators; the shards below cannot fail after that.
     nn::TrainingProgress progress = nn::load_training_checkpoint(path, p);
@@ -171,7 +195,6 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     if (unsharded) {
       nn::optim::OptimizerState st = unsharded->state_dict();
       if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(whole), *mp->tp);
-      if (mp->pipe) st = pipeline::stage_optimizer_state(st, whole, groups);
       if (zero)
         zero->load_state_dict(st);
       else

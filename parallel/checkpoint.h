@@ -17,7 +17,8 @@
 // optimizer over full-shaped parameters). So a run at tp = 2 or pp = 2 writes the directory a
 // serial run writes, and a checkpoint of any layout (or of a serial run) resumes at any other:
 // loading reads the full tensors, keeps this rank's shards of this stage's tensors and this
-// stage's optimizer state (every rank reads the whole file into host memory to check it first).
+// stage's optimizer state (under pp the files are memory-mapped and only the stage's part is
+// read; every entry's name, shape and dtype is still checked).
 // Generators are saved as in the serial case (the default one, the caller's: world rank 0's).
 #pragma once
 
@@ -57,7 +58,8 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
 // Every rank restores `parts` from the checkpoint (with zero: the optimizer part goes into it,
 // each rank keeping its shards; parts.optimizer must then be null). Not collective.
 // With `mp`: the checkpoint's full tensors are read into a serial-shaped copy first (all
-// checked before anything changes), then this rank's shards of its stage's tensors go into the
+// checked before anything changes; under pp, the stage's entries only, the optimizer state
+// straight into the stage's part), then this rank's shards of its stage's tensors go into the
 // model and this stage's optimizer state into the optimizer. Not collective.
 nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn::TrainingCheckpointParts& parts,
                                               ZeroOptimizer* zero = nullptr, const ModelParallelCheckpoint* mp = nullptr);

@@ -30,7 +30,7 @@ struct TrainingRun {
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 3e-3, .weight_decay = 0.1});
     sched = std::make_unique<optim::LRScheduler>(*opt, std::make_shared<optim::WarmupCosineLR>(3, 20, 0.1));
   }
-  TrainingCheckpointParts parts() { return {model.get(), opt.get(), &scaler, {{"data", &data_gen}}}; }
+  TrainingCheckpointParts parts() { return {model.get(), opt.get(), &scaler, {{"data", &data_gen}}, nullptr, {}}; }
   double step() {
     Tensor x = randn({16, 8}, kF32, &data_gen);
     Tensor y = sum(mul(x, x), {1}, true);
@@ -88,7 +88,7 @@ TEST(TrainingCheckpoint, AnotherModelOrADamagedFileIsAClearError) {
   // Another architecture: nothing changes, the message names the checkpoint and the mismatch.
   Sequential other({std::make_shared<Linear>(8, 16), std::make_shared<Linear>(16, 1)});
   const Tensor before = other.state_dict().at("0.weight").clone();
-  TrainingCheckpointParts parts{&other, nullptr, nullptr, {}};
+  TrainingCheckpointParts parts{&other, nullptr, nullptr, {}, nullptr, {}};
   const std::string m = error_message([&] { load_training_checkpoint(dir + "/ck", parts); });
   EXPECT_NE(m.find(dir + "/ck"), std::string::npos) << m;
   EXPECT_NE(m.find("0.weight"), std::string::npos) << m;
@@ -103,5 +103,45 @@ TEST(TrainingCheckpoint, AnotherModelOrADamagedFileIsAClearError) {
   TrainingRun b(2);
   const std::string c = error_message([&] { load_training_checkpoint(dir + "/ck", b.parts()); });
   EXPECT_NE(c.find("model.safetensors"), std::string::npos) << c;
+  fs::remove_all(dir);
+}
+
+// A partial load (a pipeline stage's, parallel/checkpoint.h): only the named model entries are
+// read, the others are checked but left alone, and the optimizer state goes to the callback
+// instead of an optimizer. A name the model lacks is an error before anything changes.
+TEST(TrainingCheckpoint, PartialLoadReadsOnlyTheNamedEntries) {
+  const std::string dir = scratch("partial");
+  TrainingRun a(1);
+  a.step();
+  a.step();
+  save_training_checkpoint(dir + "/ck", a.parts(), {2, {}, {}});
+  TrainingRun b(2);
+  const auto before = b.model->state_dict();
+  const std::set<std::string> only{"0.weight", "3.bias"};
+  optim::OptimizerState got;
+  TrainingCheckpointParts parts = b.parts();
+  parts.optimizer = nullptr;
+  parts.load_only = &only;
+  parts.load_optimizer = [&](const optim::OptimizerState& s) { got = s; };
+  EXPECT_EQ(load_training_checkpoint(dir + "/ck", parts).step, 2);
+  const auto want = a.model->state_dict(), now = b.model->state_dict();
+  for (const auto& [name, t] : now) {
+    if (only.count(name) != 0)
+      EXPECT_TRUE(all_close(t, want.at(name), 0, 0)) << name << " is read";
+    else
+      EXPECT_TRUE(all_close(t, before.at(name), 0, 0)) << name << " is left alone";
+  }
+  const optim::OptimizerState saved = a.opt->state_dict();
+  EXPECT_EQ(got.optimizer, saved.optimizer);
+  ASSERT_EQ(got.tensors.size(), saved.tensors.size());
+  for (const auto& [key, t] : saved.tensors) EXPECT_TRUE(all_close(got.tensors.at(key), t, 0, 0)) << key;
+  const std::set<std::string> unknown{"0.weight", "9.weight"};
+  parts.load_only = &unknown;
+  TrainingRun c(3);
+  parts.model = c.model.get();
+  const auto c_before = c.model->state_dict().at("0.weight").clone();
+  const std::string m = error_message([&] { load_training_checkpoint(dir + "/ck", parts); });
+  EXPECT_NE(m.find("9.weight"), std::string::npos) << m;
+  EXPECT_TRUE(all_close(c.model->state_dict().at("0.weight"), c_before, 0, 0)) << "nothing changed";
   fs::remove_all(dir);
 }
