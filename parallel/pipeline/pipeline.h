@@ -32,9 +32,9 @@
 // releases every parameter and buffer that no layer of this rank's stage holds (but those of one
 // element, as small as a placeholder, like batch norm's num_batches_tracked): each becomes a
 // placeholder of the same shape and dtype that broadcasts one element (NaN for floating types,
-// 0 otherwise; every stride 0; the freed blocks go back to the system, empty_cache), so a rank's
-// memory holds its stage's tensors only, as in GPipe,
-// and names, shapes and parameter counts still describe the whole model. Module::to keeps a
+// 0 otherwise; every stride 0), and the freed blocks go back to the system (empty_cache). A
+// rank's memory so holds its stage's tensors only, as in GPipe, while names, shapes and
+// parameter counts still describe the whole model. Module::to keeps a
 // placeholder one element, so moving the model afterwards moves the stage only. What needs
 // another stage's values goes through the pipeline: evaluation through forward_only(),
 // checkpoints through gather_state_dict() and gather_optimizer_state() (NOTE [Pipeline
