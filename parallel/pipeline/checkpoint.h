@@ -1,4 +1,4 @@
-// The optimizer state of a pipeline run as the whole model's, for training checkpoints
+// The model and optimizer state of a pipeline run as the whole model's, for training checkpoints
 // (parallel/checkpoint.h).
 //
 // NOTE [Pipeline checkpoints]: each rank holds its stage's tensors only (NOTE [Stage-only
