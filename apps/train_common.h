@@ -31,8 +31,10 @@
 // loss. Every dp rank draws the same dropout masks (from the same seed; each on its own rows), so
 // rank 0's generators are every rank's and resume stays exact. World rank 0 alone prints, writes
 // metrics, plots and the checkpoint (parallel/checkpoint.h: under --zero the gathered optimizer
-// state); every rank reads the checkpoint back. Evaluation runs on every rank alike (the same
-// batches; no communication), so it costs what it costs serially.
+// state); every rank reads the checkpoint back. NOTE [Evaluation over dp]: an evaluation batch
+// is --batch x --dp rows, of which each dp rank evaluates its share (ceil(rows / dp) per rank,
+// in rank order); the metric sums are added over dp, so the validation numbers are those of the
+// serial run with --batch x --dp, whatever the layout.
 //
 // NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
 // --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints

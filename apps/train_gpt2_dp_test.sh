@@ -2,7 +2,8 @@
 # train_gpt2 data-parallel end to end (NOTE [Parallel training apps]), on a tiny shard made here:
 # `mpirun -np 2 train_gpt2 --dp 2 --batch 4` (plain data parallelism, and ZeRO-1 with --zero)
 # must print the losses of the serial run with --batch 8 (the same global batches) within 1e-5
-# relative; --resume under --dp 2 (and --zero) must print the uninterrupted run's losses exactly;
+# relative, and its validation losses; --resume under --dp 2 (and --zero) must print the
+# uninterrupted run's losses exactly;
 # only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel, --dp 2 --tp 2 and
 # --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too; their checkpoints are
 # the serial run's (NOTE [Model-parallel training checkpoints]): a --tp 2 checkpoint resumes at
@@ -39,6 +40,15 @@ assert len(a) == len(b) == 8, (len(a), len(b))
 for i, (x, y) in enumerate(zip(a, b)):
     assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, --dp 2 loss {y}"
 print(f"{sys.argv[3]}: --dp 2 losses equal the serial run's within 1e-5 relative: {b}")
+# NOTE [Evaluation over dp]: each dp rank evaluates its share of --batch 4 x --dp 2 rows, so the
+# validation losses are the serial --batch 8 run's, as printed (4 decimals).
+def vals(path):
+    return [float(m.group(1)) for m in re.finditer(r"^validation .*: val_loss (\S+)", open(path).read(), re.M)]
+a, b = vals(sys.argv[1]), vals(sys.argv[2])
+assert len(a) == len(b) == 2, f"{sys.argv[3]}: {len(a)} serial and {len(b)} validation lines"
+for x, y in zip(a, b):
+    assert abs(x - y) <= 1e-4 + 1e-5 * abs(x), f"{sys.argv[3]}: serial validation loss {x}, --dp 2 {y}"
+print(f"{sys.argv[3]}: the serial run's validation losses: {b}")
 PY
   # Resumed from step 4 under --dp 2: steps 5-8 identical.
   diff <(losses "$dir/$run.txt" | grep -E '^step +[5-8]/') <(losses "$dir/${run}_resumed.txt")
