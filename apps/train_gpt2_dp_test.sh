@@ -40,16 +40,10 @@ assert len(a) == len(b) == 8, (len(a), len(b))
 for i, (x, y) in enumerate(zip(a, b)):
     assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, --dp 2 loss {y}"
 print(f"{sys.argv[3]}: --dp 2 losses equal the serial run's within 1e-5 relative: {b}")
-# NOTE [Evaluation over dp]: each dp rank evaluates its share of --batch 4 x --dp 2 rows, so the
-# validation losses are the serial --batch 8 run's, as printed (4 decimals).
-def vals(path):
-    return [float(m.group(1)) for m in re.finditer(r"^validation .*: val_loss (\S+)", open(path).read(), re.M)]
-a, b = vals(sys.argv[1]), vals(sys.argv[2])
-assert len(a) == len(b) == 2, f"{sys.argv[3]}: {len(a)} serial and {len(b)} validation lines"
-for x, y in zip(a, b):
-    assert abs(x - y) <= 1e-4 + 1e-5 * abs(x), f"{sys.argv[3]}: serial validation loss {x}, --dp 2 {y}"
-print(f"{sys.argv[3]}: the serial run's validation losses: {b}")
 PY
+  # NOTE [Evaluation over dp]: each dp rank evaluates its share of --batch 4 x --dp 2 rows, so
+  # the validation losses are the serial --batch 8 run's.
+  python3 "$(dirname "$0")/same_validation.py" "$dir/serial.txt" "$dir/$run.txt" "$run"
   # Resumed from step 4 under --dp 2: steps 5-8 identical.
   diff <(losses "$dir/$run.txt" | grep -E '^step +[5-8]/') <(losses "$dir/${run}_resumed.txt")
   echo "$run: steps 5-8 identical after --resume under --dp 2"

@@ -45,16 +45,9 @@ assert len(a) == len(b) == 6, f"{sys.argv[3]}: {len(a)} serial and {len(b)} step
 for i, (x, y) in enumerate(zip(a, b)):
     assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, pipeline loss {y}"
 print(f"{sys.argv[3]}: the serial run's losses within 1e-5 relative: {b}")
-# Validation through the stages (Pipeline::forward_only): the serial run's, as printed (4
-# decimals), for values within 1e-5 relative.
-def vals(path):
-    return [float(m.group(1)) for m in re.finditer(r"^validation .*: val_loss (\S+)", open(path).read(), re.M)]
-a, b = vals(sys.argv[1]), vals(sys.argv[2])
-assert len(a) == len(b) == 2, f"{sys.argv[3]}: {len(a)} serial and {len(b)} validation lines"
-for x, y in zip(a, b):
-    assert abs(x - y) <= 1e-4 + 1e-5 * abs(x), f"{sys.argv[3]}: serial validation loss {x}, pipeline {y}"
-print(f"{sys.argv[3]}: the serial run's validation losses: {b}")
 PY
+  # Validation through the stages (Pipeline::forward_only): the serial run's.
+  python3 "$(dirname "$0")/same_validation.py" "${3:-$dir/serial.txt}" "$2" "$1"
 }
 losses() { grep -E '^step +[0-9]+/' "$1" | cut -d'|' -f1-2; }
 # NOTE [Model-parallel training checkpoints]. RUN: the uninterrupted run's output; its
