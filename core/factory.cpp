@@ -35,6 +35,15 @@ Tensor full(const Shape& sizes, double value, TensorOptions opts) {
 Tensor zeros(const Shape& sizes, TensorOptions opts) { return full(sizes, 0.0, opts); }
 Tensor ones(const Shape& sizes, TensorOptions opts) { return full(sizes, 1.0, opts); }
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+Tensor broadcast_scalar(const Shape& sizes, double value, TensorOptions opts) {
+  return finish(full({}, value, opts.requires_grad(false)).as_strided(sizes, Shape(sizes.size(), 0), 0), opts);
+}
+bool is_broadcast_scalar(const Tensor& t) {
+  if (t.numel() <= 1) return false;
+  for (int64_t s : t.strides())
+    if (s != 0) return false;
+  return true;
+}
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   TRIDENT_CHECK(step != 0, "arange: step must be non-zero");

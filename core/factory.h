@@ -16,6 +16,11 @@ Tensor ones(const Shape& sizes, TensorOptions opts = {});
 Tensor full(const Shape& sizes, double value, TensorOptions opts = {});
 // A 0-dim tensor holding value.
 Tensor scalar_tensor(double value, TensorOptions opts = {});
+// `sizes` whose every element is one stored value (every stride 0: one element of memory), e.g.
+// a pipeline stage's placeholder for another stage's tensor (NOTE [Stage-only model]).
+Tensor broadcast_scalar(const Shape& sizes, double value, TensorOptions opts = {});
+// Whether t is such a tensor: more than one element, every stride 0.
+bool is_broadcast_scalar(const Tensor& t);
 // [start, end) in steps of step (PyTorch's length: ceil((end - start) / step)).
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
 inline Tensor arange(double end, TensorOptions opts = {}) { return arange(0.0, end, 1.0, opts); }

@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/copy.h"
+#include "core/factory.h"
 #include "nn/state_dict.h"
 
 namespace trident::nn {
@@ -124,18 +125,12 @@ void Module::train(bool on) {
 }
 
 namespace {
-// A tensor that broadcasts one element (every stride 0: a pipeline's placeholder for another
+// A tensor that broadcasts one element (is_broadcast_scalar: a pipeline's placeholder for another
 // stage's tensor, NOTE [Stage-only model]) is converted as that one element and broadcast again,
 // so that moving or casting a model does not materialize it.
-bool broadcasts_one(const Tensor& t) {
-  if (t.numel() <= 1) return false;
-  for (int64_t s : t.strides())
-    if (s != 0) return false;
-  return true;
-}
 template <typename F>
 Tensor converted(const Tensor& t, F&& convert) {
-  if (!broadcasts_one(t)) return convert(t);
+  if (!is_broadcast_scalar(t)) return convert(t);
   const Tensor one = convert(t.as_strided({}, {}, t.storage_offset()));
   return one.as_strided(t.sizes(), Shape(t.sizes().size(), 0), 0);
 }

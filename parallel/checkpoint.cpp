@@ -149,8 +149,7 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
       const auto it = shards.find(name);
       if (it != shards.end()) s[static_cast<size_t>(it->second.dim)] = it->second.full_size;
       const bool read = !mp->pipe || stage_names.count(name) != 0;
-      shaped[name] = read ? zeros(s, TensorOptions(t.dtype()))
-                          : zeros({}, TensorOptions(t.dtype())).as_strided(s, Shape(s.size(), 0), 0);
+      shaped[name] = read ? zeros(s, TensorOptions(t.dtype())) : broadcast_scalar(s, 0.0, TensorOptions(t.dtype()));
     }
     const ParamGroups groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
     const ParamGroups& whole = mp->pipe ? mp->whole_groups : groups;

@@ -62,20 +62,6 @@ Device device_of(const std::vector<std::pair<std::string, Tensor>>& params) {
   return params.empty() ? Device::cpu() : params.front().second.device();
 }
 
-// NOTE [Stage-only model]: t's shape and dtype, one element broadcast (every stride 0).
-bool is_placeholder(const Tensor& t) {
-  if (t.numel() <= 1 || t.storage()->nbytes() != itemsize(t.dtype())) return false;
-  for (int64_t st : t.strides())
-    if (st != 0) return false;
-  return true;
-}
-
-Tensor placeholder(const Tensor& t) {
-  const double fill = is_floating(t.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
-  const Tensor one = full({}, fill, TensorOptions(t.dtype()).device(t.device()));
-  return one.as_strided(t.sizes(), Shape(t.sizes().size(), 0), 0);
-}
-
 // NOTE [Stage-only model]: what stage `stage` of `balance` keeps of `model`, which it releases.
 struct StageCut {
   std::map<std::string, int64_t> owners;                  // every state-dict entry: its first stage
@@ -115,10 +101,12 @@ StageCut cut_model(models::LayeredModel& model, const Balance& balance, int64_t 
       if (held) cut.held_state.emplace_back(name, t);
     }
     // A tensor of one element or none is as small as its placeholder: kept.
-    if (held || t.numel() <= 1 || is_placeholder(t) || !released.insert(t.impl()).second) continue;
+    if (held || t.numel() <= 1 || is_broadcast_scalar(t) || !released.insert(t.impl()).second) continue;
     cut.released_bytes += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
     devices.insert(t.device().str());
-    t.set_data(placeholder(t));
+    // The placeholder: t's shape and dtype, NaN (0 for integers) broadcast from one element.
+    t.set_data(broadcast_scalar(t.sizes(), is_floating(t.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
+                                TensorOptions(t.dtype()).device(t.device())));
   }
   // The caching allocators would keep the released blocks for this rank: give them back, so the
   // other ranks on the host (or GPU) can use them.
@@ -278,7 +266,7 @@ void Pipeline::check_not_released() {
     std::vector<std::pair<std::string, Tensor>> named = model_.layers()[i]->named_parameters();
     for (auto& nb : model_.layers()[i]->named_buffers()) named.push_back(std::move(nb));
     for (const auto& [name, t] : named)
-      if (is_placeholder(t)) {
+      if (is_broadcast_scalar(t)) {
         mine = model_.layers().name(i) + "." + name;
         break;
       }

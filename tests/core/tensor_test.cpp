@@ -106,6 +106,20 @@ TEST(Tensor, ExpandIsAZeroStrideView) {
   EXPECT_EQ(expand(a, {-1, 5}).sizes(), (Shape{3, 5}));
 }
 
+// One stored element broadcast to a shape (a pipeline's placeholder, NOTE [Stage-only model]).
+TEST(Tensor, BroadcastScalarHoldsOneElement) {
+  const Tensor t = broadcast_scalar({3, 4}, 2.5, kF64);
+  EXPECT_EQ(t.sizes(), (Shape{3, 4}));
+  EXPECT_EQ(t.strides(), (Shape{0, 0}));
+  EXPECT_EQ(t.storage()->nbytes(), sizeof(double));
+  EXPECT_EQ(t.to_vector<double>(), std::vector<double>(12, 2.5));
+  EXPECT_TRUE(is_broadcast_scalar(t));
+  EXPECT_TRUE(is_broadcast_scalar(expand(ones({1}), {5})));
+  EXPECT_FALSE(is_broadcast_scalar(full({3, 4}, 2.5)));        // every element stored
+  EXPECT_FALSE(is_broadcast_scalar(expand(ones({4, 1}), {4, 3})));  // a stride is not 0
+  EXPECT_FALSE(is_broadcast_scalar(broadcast_scalar({1}, 1.0)));   // one element: nothing to save
+}
+
 TEST(Tensor, CopyConvertsBetweenStridedTensors) {
   Tensor src = transpose(reshape(arange(6, kF64), {2, 3}), 0, 1);  // [[0,3],[1,4],[2,5]]
   Tensor dst = empty({3, 2}, kF16);

@@ -533,11 +533,7 @@ TEST(PipelineMpi, TensorTimesPipelineTrainsAsSerial) {
 // NOTE [Stage-only model]: after construction a rank holds its stage's tensors only; every other
 // entry of the model is a one-element NaN placeholder of the right shape, the memory it held is
 // given back, and converting the model (to f64) leaves the placeholders one element.
-bool is_placeholder(const Tensor& t) {
-  if (t.numel() <= 1) return false;
-  return std::all_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s == 0; }) &&
-         t.storage()->nbytes() == itemsize(t.dtype());
-}
+bool is_placeholder(const Tensor& t) { return is_broadcast_scalar(t) && t.storage()->nbytes() == itemsize(t.dtype()); }
 
 class StageOnly : public ::testing::TestWithParam<std::string> {};
 
