@@ -315,7 +315,8 @@ std::string Pipeline::where() const {
 }
 
 void Pipeline::record(EventKind kind, int64_t m, double start) {
-  if (options_.timeline) events_.push_back({kind, m, start, timeline_now()});
+  // forward_only()'s transfers are not part of a step's timeline.
+  if (options_.timeline && !forward_only_) events_.push_back({kind, m, start, timeline_now()});
 }
 
 double Pipeline::step(const Batch& batch) { return step_with(batch, nullptr); }
@@ -352,6 +353,7 @@ double Pipeline::step_with(const Batch& batch, const std::vector<double>* given_
 void Pipeline::fail(const std::exception& e) {
   in_flight_.clear();
   in_backward_ = false;
+  forward_only_ = false;
   if (failures_->failed()) throw;  // another rank's failure (or this rank's, already reported)
   const auto* te = dynamic_cast<const Error*>(&e);
   failures_->fail(where() + " failed: " + (te ? te->message() : std::string(e.what())));
@@ -362,8 +364,11 @@ models::Activations Pipeline::forward_only(const Batch& batch) {
   TRIDENT_CHECK(failures_ && !failures_->failed(), where(), ": the pipeline failed in an earlier step and cannot be used again");
   const int64_t B = batch.size(), M = options_.micro_batches;
   NoGradGuard no_grad;
+  forward_only_ = true;
   try {
-    return run_forward_only(B >= M && B % M == 0 ? batch.split(M) : std::vector<Batch>{batch});
+    models::Activations out = run_forward_only(B >= M && B % M == 0 ? batch.split(M) : std::vector<Batch>{batch});
+    forward_only_ = false;
+    return out;
   } catch (const std::exception& e) {
     fail(e);
   }
@@ -376,26 +381,15 @@ models::Activations Pipeline::run_forward_only(const std::vector<Batch>& micro) 
   std::vector<Work> sends;
   for (size_t m = 0; m < micro.size(); ++m) {
     TensorList in;
+    const auto mi = static_cast<int64_t>(m);
     if (!first) {
-      if (m == 0) {
-        Tensor h = zeros({kHeaderLen}, DType::I64);
-        Work w = pp_->recv(h, pp_->rank() - 1);
-        failures_->wait(w);
-        in_specs = specs_of(h);
-      }
-      in = recv_activations(in_specs, static_cast<int64_t>(m));
+      if (m == 0) in_specs = recv_header(mi);
+      in = recv_activations(in_specs, mi);
     }
     outs.push_back(model_.layers().run(micro[m], in, begin_, end_));
-    const TensorList& o = outs.back();
     if (!last) {
-      const int next = pp_->rank() + 1;
-      if (m == 0) sends.push_back(pp_->send(header_of(o, out_specs), next));
-      TRIDENT_CHECK(o.size() == out_specs.size(), where(), ": micro-batch ", m, " gave ", o.size(),
-                    " activations but micro-batch 0 gave ", out_specs.size());
-      std::vector<P2POp> ops;
-      for (size_t i = 0; i < o.size(); ++i)
-        if (o[i].defined()) ops.push_back(comm::send_op(o[i], next));
-      sends.push_back(pp_->batch_send_recv(ops));
+      if (m == 0) sends.push_back(pp_->send(header_of(outs.back(), out_specs), pp_->rank() + 1));
+      sends.push_back(send_activations(outs.back(), out_specs, mi));
     }
     for (Work& w : sends) w.test();
     failures_->check();
@@ -455,6 +449,33 @@ std::vector<Pipeline::Spec> Pipeline::specs_of(const Tensor& header) {
   return specs;
 }
 
+std::vector<Pipeline::Spec> Pipeline::recv_header(int64_t m) {
+  Tensor h = zeros({kHeaderLen}, DType::I64);
+  const double start = timeline_now();
+  Work w = pp_->recv(h, pp_->rank() - 1);
+  failures_->wait(w);
+  record(EventKind::Recv, m, start);
+  return specs_of(h);
+}
+
+Work Pipeline::send_activations(const TensorList& outputs, const std::vector<Spec>& specs, int64_t m) {
+  TRIDENT_CHECK(outputs.size() == specs.size(), where(), ": micro-batch ", m, " gave ", outputs.size(),
+                " activations but micro-batch 0 gave ", specs.size());
+  std::vector<P2POp> ops;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& o = outputs[i];
+    const Spec& spec = specs[i];
+    TRIDENT_CHECK(o.defined() == spec.defined && (!o.defined() || (o.dtype() == spec.dtype && o.sizes() == spec.sizes)),
+                  where(), ": activation ", i, " of micro-batch ", m,
+                  " differs in shape, dtype or definedness from micro-batch 0's");
+    if (o.defined()) ops.push_back(comm::send_op(o.detach(), pp_->rank() + 1));
+  }
+  const double start = timeline_now();
+  Work w = pp_->batch_send_recv(ops);
+  record(EventKind::Send, m, start);
+  return w;
+}
+
 TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m) {
   TensorList in;
   std::vector<P2POp> ops;
@@ -490,14 +511,7 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
   const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
   MicroState st;
   if (!first) {
-    if (exchange_header) {
-      Tensor h = zeros({kHeaderLen}, DType::I64);
-      const double start = timeline_now();
-      Work w = pp_->recv(h, pp_->rank() - 1);
-      failures_->wait(w);
-      record(EventKind::Recv, m, start);
-      in_specs_ = specs_of(h);
-    }
+    if (exchange_header) in_specs_ = recv_header(m);
     st.inputs = recv_activations(in_specs_, m);
     for (Tensor& x : st.inputs)
       if (x.defined() && is_floating(x.dtype())) x.set_requires_grad(true);
@@ -522,21 +536,7 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
   if (!last) {
     const int next = pp_->rank() + 1;
     if (exchange_header) sends_.push_back(pp_->send(header_of(st.outputs, out_specs_), next));
-    TRIDENT_CHECK(st.outputs.size() == out_specs_.size(), where(), ": micro-batch ", m, " gave ", st.outputs.size(),
-                  " activations but micro-batch 0 gave ", out_specs_.size());
-    std::vector<P2POp> ops;
-    for (size_t i = 0; i < st.outputs.size(); ++i) {
-      const Tensor& o = st.outputs[i];
-      const Spec& spec = out_specs_[i];
-      TRIDENT_CHECK(o.defined() == spec.defined && (!o.defined() || (o.dtype() == spec.dtype && o.sizes() == spec.sizes)),
-                    where(), ": activation ", i, " of micro-batch ", m,
-                    " differs in shape, dtype or definedness from micro-batch 0's");
-      if (!o.defined()) continue;
-      ops.push_back(comm::send_op(o.detach(), next));
-    }
-    const double s = timeline_now();
-    sends_.push_back(pp_->batch_send_recv(ops));
-    record(EventKind::Send, m, s);
+    sends_.push_back(send_activations(st.outputs, out_specs_, m));
   }
   in_flight_[m] = std::move(st);
 }

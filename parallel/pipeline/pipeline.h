@@ -212,7 +212,11 @@ class Pipeline {
   // A header of the activations' shapes (NOTE [Pipeline step]) and its inverse.
   Tensor header_of(const autograd::TensorList& outputs, std::vector<Spec>& specs) const;
   static std::vector<Spec> specs_of(const Tensor& header);
+  // The activations' transfers of micro-batch m: the header from the previous stage, the
+  // tensors from it, and the tensors to the next stage (checked against micro-batch 0's specs).
+  std::vector<Spec> recv_header(int64_t m);
   autograd::TensorList recv_activations(const std::vector<Spec>& specs, int64_t m);
+  comm::Work send_activations(const autograd::TensorList& outputs, const std::vector<Spec>& specs, int64_t m);
   void run_step(const std::vector<models::Batch>& micro, const std::vector<double>& counts, bool new_shapes);
   void forward(int64_t m, const models::Batch& mb, const std::vector<double>& counts, bool new_shapes);
   void backward(int64_t m);
@@ -249,6 +253,7 @@ class Pipeline {
   double step_loss_ = 0;
   double loss_scale_ = 1.0;
   bool in_backward_ = false;
+  bool forward_only_ = false;  // inside forward_only(): nothing goes to the timeline
   int64_t current_micro_ = 0;
   std::vector<Event> events_;
   int64_t peak_activation_bytes_ = 0;

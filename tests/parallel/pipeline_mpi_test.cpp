@@ -797,6 +797,10 @@ TEST(PipelineMpi, TimelineRecordsEveryMicroBatchOnEveryStage) {
   auto model = make_pipeline_model("gpt2");
   Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 4, .remat = Remat::Always, .timeline = true});
   pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
+  // An evaluation after the step (as the apps run one) leaves the step's timeline alone.
+  const size_t events = pipe.events().size();
+  pipe.forward_only(make_pipeline_batch("gpt2", kBatch, kSeq, 8));
+  EXPECT_EQ(pipe.events().size(), events);
   const PipelineTrace trace = pipe.gather_trace();
   const int K = comm::Communicator::world()->size();
   ASSERT_EQ(trace.stages.size(), static_cast<size_t>(K));
