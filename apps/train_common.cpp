@@ -1,6 +1,7 @@
 #include "apps/train_common.h"
 
 #include "apps/device.h"
+#include "apps/evaluation.h"
 #include "apps/mfu.h"
 #include "apps/throughput.h"
 
@@ -11,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -97,8 +97,6 @@ std::string option_name(const std::string& key) {
   return "--" + s;
 }
 
-// Autocast for bf16/fp16 (a disabled guard for fp32).
-DType autocast_dtype(const std::string& precision) { return precision == "fp16" ? DType::F16 : DType::BF16; }
 
 std::string format_duration(double s) {
   char buf[32];
@@ -390,55 +388,8 @@ std::vector<Tensor> tp_split_parameters(nn::Module& model) {
 }
 }  // namespace
 
-namespace {
-using MetricSums = std::map<std::string, std::pair<double, double>>;
 
-// `root`'s evaluation sums on every rank of `group` (the last pp rank's, NOTE [Pipeline training
-// apps]), sent as JSON (doubles print so that they read back exactly).
-MetricSums sums_from(parallel::comm::Communicator& group, const MetricSums& sums, int root) {
-  std::string text;
-  if (group.rank() == root) {
-    json j = json::object();
-    for (const auto& [k, v] : sums) j[k] = {v.first, v.second};
-    text = j.dump();
-  }
-  Tensor len = scalar_tensor(static_cast<double>(text.size()), DType::I64);
-  group.broadcast(len, root).wait();
-  Tensor bytes = zeros({len.item<int64_t>()}, DType::U8);
-  if (group.rank() == root) std::memcpy(bytes.data_ptr(), text.data(), text.size());
-  group.broadcast(bytes, root).wait();
-  std::string got(static_cast<size_t>(bytes.numel()), '\0');
-  std::memcpy(got.data(), bytes.data_ptr(), got.size());
-  const json j = json::parse(got);
-  MetricSums out;
-  for (const auto& [k, v] : j.items()) out[k] = {v.at(0).get<double>(), v.at(1).get<double>()};
-  return out;
-}
-
-// NOTE [Evaluation over dp]: the sums of every dp rank's share of the evaluation batches. dp
-// rank 0's share is never empty when there are rows at all, so its metric names are every name.
-MetricSums summed_over(parallel::comm::Communicator& dp, const MetricSums& sums) {
-  if (dp.size() == 1) return sums;
-  MetricSums out = sums_from(dp, sums, 0);  // the names
-  Tensor v = zeros({2 * static_cast<int64_t>(out.size())}, DType::F64);
-  double* p = v.data<double>();
-  for (const auto& [k, s] : out) {
-    const auto it = sums.find(k);
-    if (it != sums.end()) {
-      p[0] = it->second.first;
-      p[1] = it->second.second;
-    }
-    p += 2;
-  }
-  dp.all_reduce(v, parallel::comm::ReduceOp::Sum).wait();
-  const double* q = v.data<double>();
-  for (auto& [k, s] : out) {
-    s = {q[0], q[1]};
-    q += 2;
-  }
-  return out;
-}
-}  // namespace
+DType autocast_dtype(const std::string& precision) { return precision == "fp16" ? DType::F16 : DType::BF16; }
 
 std::string resolve_resume(const std::string& resume, const std::string& ckpt_dir) {
   if (resume != "latest") return resume;
@@ -597,43 +548,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   auto evaluate = [&](int64_t step) -> std::map<std::string, double> {
     std::map<std::string, double> out;
     if (!task.val || !task.eval) return out;
-    model.eval();
-    NoGradGuard ng;
-    // NOTE [Evaluation over dp]: an evaluation batch is --batch rows per dp rank, as a training
-    // micro-batch is; each dp rank evaluates its share of it (the first ranks take ceil(rows /
-    // dp) each), and the sums are added over dp. So a run evaluates the rows a serial run with
-    // --batch x --dp evaluates, and prints its numbers whatever the layout.
-    data::Loader vl(task.val, {.batch_size = o.batch * dp_size, .drop_last = false, .num_workers = 0, .seed = o.seed});
-    MetricSums sums;
-    int64_t n = 0;
-    while (auto ex = vl.next()) {
-      if (o.eval_batches > 0 && n == o.eval_batches) break;
-      ++n;
-      const models::Batch whole = task.to_batch(*ex);
-      const int64_t rows = whole.size(), share = (rows + dp_size - 1) / dp_size;
-      const int64_t first = std::min(rows, dp->rank() * share), last = std::min(rows, first + share);
-      if (first == last) continue;  // the same on every pp and tp rank of this dp index
-      const models::Batch b = to_device(dp_size > 1 ? whole.slice(first, last) : whole, dev);
-      // The metrics (the losses) inside the autocast scope too, as the training loss is: there
-      // the cross-entropy of bf16/f16 logits is computed and returned in f32; outside it, in the
-      // logits' dtype, which rounds a validation loss to 8 bits of mantissa (5.34375 for 5.3412).
-      std::map<std::string, std::pair<double, double>> metrics_of_batch;
-      {
-        autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
-        // NOTE [Pipeline training apps]: through the stages; the last one has the outputs.
-        if (!pipe)
-          metrics_of_batch = task.eval(layers.run(b), b);
-        else if (const models::Activations outs = pipe->forward_only(b); pipe->stage() + 1 == pipe->num_stages())
-          metrics_of_batch = task.eval(outs, b);
-      }
-      for (const auto& [k, v] : metrics_of_batch) {
-        sums[k].first += v.first;
-        sums[k].second += v.second;
-      }
-    }
-    model.train();
-    if (pipe) sums = sums_from(*pipe->pp(), sums, pipe->num_stages() - 1);
-    sums = summed_over(*dp, sums);
+    const MetricSums sums = evaluation_sums(o, task, *dp, pipe.get(), dev);
     json j = {{"step", step}};
     for (const auto& [k, v] : sums) j[k] = out[k] = v.second > 0 ? v.first / v.second : 0.0;
     for (const auto& [ppl, of] : task.perplexity_of)

@@ -31,10 +31,8 @@
 // loss. Every dp rank draws the same dropout masks (from the same seed; each on its own rows), so
 // rank 0's generators are every rank's and resume stays exact. World rank 0 alone prints, writes
 // metrics, plots and the checkpoint (parallel/checkpoint.h: under --zero the gathered optimizer
-// state); every rank reads the checkpoint back. NOTE [Evaluation over dp]: an evaluation batch
-// is --batch x --dp rows, of which each dp rank evaluates its share (ceil(rows / dp) per rank,
-// in rank order); the metric sums are added over dp, so the validation numbers are those of the
-// serial run with --batch x --dp, whatever the layout.
+// state); every rank reads the checkpoint back. Evaluation: NOTE [Evaluation over dp]
+// (apps/evaluation.h).
 //
 // NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
 // --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
@@ -80,12 +78,11 @@
 // pp, and first over tp for split parameters; tied parameters counted once), so the losses equal
 // serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]; the
 // apps build the pp ranks' models in turn, build_in_turn).
-// Evaluation runs the validation batches through the stages (Pipeline::forward_only, the
-// micro-batches overlapping); the last stage computes the metrics and sends their sums to the
-// other pp ranks, so world rank 0 prints what a serial run prints. At the end every run prints the last step's measured bubble beside (K-1)/(M+K-1) and
-// each stage's peak activation bytes; --trace FILE writes that step's Chrome trace. Refused in
-// one line: --pp with --zero, and M not dividing the step's batch. Checkpoints: NOTE
-// [Model-parallel training checkpoints].
+// Evaluation runs the validation batches through the stages (apps/evaluation.h), so world rank
+// 0 prints what a serial run prints. At the end every run prints the last step's measured bubble
+// beside (K-1)/(M+K-1) and each stage's peak activation bytes; --trace FILE writes that step's
+// Chrome trace. Refused in one line: --pp with --zero, and M not dividing the step's batch.
+// Checkpoints: NOTE [Model-parallel training checkpoints].
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -182,6 +179,8 @@ std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const
 bool is_lead();
 // printf on world rank 0 only.
 void say(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// The autocast dtype of --precision bf16 or fp16 (fp32 runs with a disabled guard).
+DType autocast_dtype(const std::string& precision);
 
 // What train() needs from an application.
 struct TrainTask {
