@@ -1,8 +1,9 @@
 // Pipeline parallelism against serial training, run by ctest under mpirun -np 2 and -np 4: the
 // pipeline has as many stages as ranks. Every rank also computes the serial reference itself
 // (the same model from the same seed on the same mini-batch), so no rank depends on another for
-// the expected values. Equality is within relative 1e-5 in f32: the micro-batches' gradients
-// are summed in another order than the mini-batch's.
+// the expected values (pipeline_reference.h). Equality is within relative 1e-5 in f32: the
+// micro-batches' gradients are summed in another order than the mini-batch's. What a rank keeps
+// of the model, evaluation and gathered state: pipeline_stage_only_mpi_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/tp_layers.h"
 #include "pipeline_models.h"
+#include "pipeline_reference.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -38,85 +40,7 @@ using trident::testing::make_pipeline_model;
 
 namespace {
 
-constexpr int64_t kBatch = 8, kSeq = 8;
-
-std::shared_ptr<comm::Communicator> fresh_group(const std::string& name) {
-  auto w = comm::Communicator::world();
-  return w->split(0, w->rank(), name);
-}
-
-struct Serial {
-  double loss = 0;
-  std::map<std::string, Tensor> grads;
-  double scale = 0;  // the largest gradient entry of the model
-  // Per layer of the list: its buffers (batch norm's running statistics) after the step.
-  std::vector<std::vector<std::pair<std::string, Tensor>>> buffers;
-};
-
-std::vector<std::vector<std::pair<std::string, Tensor>>> layer_buffers(models::LayeredModel& model) {
-  std::vector<std::vector<std::pair<std::string, Tensor>>> out;
-  for (size_t i = 0; i < model.layers().size(); ++i) {
-    out.emplace_back();
-    for (const auto& [name, b] : model.layers()[i]->named_buffers()) out.back().emplace_back(name, b.clone());
-  }
-  return out;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to_vector<double>()) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-int64_t batch_size(const std::string& kind) { return kind == "amoebanet" ? trident::testing::kAmoebaBatch : kBatch; }
-
-// The serial reference: the whole layer list on the whole mini-batch. With batch norm
-// (AmoebaNet) GPipe normalizes each micro-batch by its own statistics, so its serial reference
-// runs the same M micro-batches one after another through the whole model, each loss divided by
-// the mini-batch's label count and the gradients accumulating; M is ignored for the others.
-// deferred: the model's batch norms defer their running statistics and commit them after the
-// last micro-batch (NOTE [Deferred batch norm]).
-const Serial& serial(const std::string& kind, int64_t M = 1, bool deferred = false) {
-  static std::map<std::tuple<std::string, int64_t, bool>, Serial> cache;
-  if (kind != "amoebanet") M = 1;
-  auto it = cache.find({kind, M, deferred});
-  if (it != cache.end()) return it->second;
-  auto model = make_pipeline_model(kind);
-  std::vector<nn::BatchNorm2d*> bns;
-  model->apply([&](nn::Module& m) {
-    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m); bn != nullptr && deferred) {
-      bn->deferred = true;
-      bns.push_back(bn);
-    }
-  });
-  const models::Batch batch = make_pipeline_batch(kind, batch_size(kind), kSeq, 7);
-  const std::vector<double> counts = model->loss_counts(batch);
-  Serial s;
-  for (const models::Batch& mb : batch.split(M)) {
-    Tensor loss = model->loss(model->layers().run(mb), mb, counts);
-    loss.backward();
-    s.loss += loss.item<double>();
-  }
-  for (nn::BatchNorm2d* bn : bns) bn->commit_deferred();
-  s.buffers = layer_buffers(*model);
-  for (const auto& [name, p] : model->named_parameters()) {
-    s.grads[name] = p.grad().clone();
-    s.scale = std::max(s.scale, max_abs(p.grad()));
-  }
-  return cache[{kind, M, deferred}] = s;
-}
-
-// |got - want| <= 1e-5 |want| + 1e-5 max|want|: relative 1e-5, with the tensor's scale as the
-// floor for single entries that cancel to near zero. The attention key bias is the exception:
-// its gradient is zero in exact arithmetic (softmax ignores a shift common to every key), so
-// what both sides hold is rounding noise of the terms that cancel (1e-14 here); it is compared
-// against the model's gradient scale instead (1e-6 of the largest gradient entry).
-::testing::AssertionResult close_rel(const Tensor& got, const Tensor& want, const std::string& name = "",
-                                     double model_scale = 0) {
-  if (name.find("key.bias") != std::string::npos || name.find("c_attn.bias") != std::string::npos)
-    return trident::testing::all_close(got, want, 1e-5, std::max(1e-5 * max_abs(want), 1e-6 * model_scale));
-  return trident::testing::all_close(got, want, 1e-5, 1e-5 * max_abs(want));
-}
+using namespace trident::testing::pipeline_reference;
 
 using Case = std::tuple<std::string, int64_t, Schedule, Remat>;
 
@@ -529,198 +453,6 @@ TEST(PipelineMpi, TensorTimesPipelineTrainsAsSerial) {
     }
   }
 }
-
-// NOTE [Stage-only model]: after construction a rank holds its stage's tensors only; every other
-// entry of the model is a one-element NaN placeholder of the right shape, the memory it held is
-// given back, and converting the model (to f64) leaves the placeholders one element.
-bool is_placeholder(const Tensor& t) { return is_broadcast_scalar(t) && t.storage()->nbytes() == itemsize(t.dtype()); }
-
-class StageOnly : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(StageOnly, RankHoldsItsStageOnly) {
-  const std::string kind = GetParam();
-  auto serial_model = make_pipeline_model(kind);
-  const nn::StateDict whole = serial_model->state_dict();
-  auto model = make_pipeline_model(kind);
-  std::map<std::string, std::weak_ptr<Storage>> storage_before;
-  for (const auto& [name, t] : model->state_dict()) storage_before[name] = t.storage();
-  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 2});
-  const nn::StateDict mine = pipe.state_dict();
-  ASSERT_FALSE(mine.empty());
-  const nn::StateDict state = model->state_dict();
-  ASSERT_EQ(state.size(), whole.size());
-  ASSERT_EQ(pipe.state_owners().size(), whole.size());
-  int64_t held = 0, total = 0, released = 0;
-  for (const auto& [name, t] : state) {
-    const Tensor& w = whole.at(name);
-    EXPECT_EQ(t.sizes(), w.sizes()) << name;  // shapes and dtypes still the whole model's
-    EXPECT_EQ(t.dtype(), w.dtype()) << name;
-    const int64_t bytes = w.numel() * static_cast<int64_t>(itemsize(w.dtype()));
-    total += bytes;
-    if (mine.count(name) != 0) {
-      held += bytes;
-      EXPECT_FALSE(is_placeholder(t)) << name;
-      EXPECT_TRUE(trident::testing::all_close(t, w, 0, 0)) << name << ": the serial model's initial values";
-      continue;
-    }
-    EXPECT_NE(pipe.state_owners().at(name), pipe.stage()) << name;
-    if (w.numel() <= 1) continue;
-    EXPECT_TRUE(is_placeholder(t)) << name << " (owned by stage " << pipe.state_owners().at(name) << ") on stage "
-                                   << pipe.stage();
-    if (is_floating(t.dtype())) {
-      EXPECT_TRUE(std::isnan(t.to(DType::F64).to_vector<double>().front())) << name;
-    }
-    EXPECT_TRUE(storage_before.at(name).expired()) << name << ": nothing keeps the released memory alive";
-    released += bytes;
-  }
-  EXPECT_GT(released, 0) << "every stage releases the other stages' layers";
-  EXPECT_LT(held, total);
-  EXPECT_NEAR(static_cast<double>(pipe.released_bytes()), static_cast<double>(released), 0.05 * static_cast<double>(released))
-      << "non-persistent buffers add a little";
-  // Converting keeps the placeholders one element (Module::to) and converts the stage's tensors.
-  model->to(DType::F64);
-  for (const auto& [name, t] : model->state_dict()) {
-    if (mine.count(name) != 0 || whole.at(name).numel() <= 1) continue;
-    EXPECT_TRUE(is_placeholder(t)) << name;
-  }
-  for (const auto& [name, t] : pipe.state_dict())
-    if (is_floating(whole.at(name).dtype())) {
-      EXPECT_EQ(t.dtype(), DType::F64) << name;
-    }
-}
-
-// keep_stage (no communication: the apps' build_in_turn) cuts the model as the pipeline would;
-// the pipeline built afterwards finds its stage whole, releases nothing more and trains as serial.
-TEST_P(StageOnly, KeepStageBeforeThePipelineIsThePipelinesCut) {
-  const std::string kind = GetParam();
-  const int K = comm::Communicator::world()->size();
-  auto reference = make_pipeline_model(kind);
-  Pipeline cut_by_pipeline(*reference, fresh_group("pp"), {.micro_batches = 4});
-  auto model = make_pipeline_model(kind);
-  const Balance balance = plan_balance(model->layers(), K);
-  EXPECT_EQ(balance, cut_by_pipeline.balance());
-  keep_stage(*model, balance, comm::Communicator::world()->rank());
-  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 4});
-  EXPECT_EQ(pipe.released_bytes(), 0);
-  EXPECT_EQ(pipe.state_owners(), cut_by_pipeline.state_owners());
-  const auto want_held = cut_by_pipeline.state_dict(), held = pipe.state_dict();
-  ASSERT_EQ(held.size(), want_held.size());
-  for (const auto& [name, t] : model->state_dict())
-    EXPECT_EQ(is_placeholder(t), want_held.count(name) == 0 && t.numel() > 1) << name;
-  const Serial& want = serial(kind, 4);
-  const double loss = pipe.step(make_pipeline_batch(kind, batch_size(kind), kSeq, 7));
-  EXPECT_NEAR(loss, want.loss, 1e-5 * std::fabs(want.loss));
-  for (const auto& [name, p] : pipe.named_parameters())
-    EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name;
-}
-
-// A second pipeline over the same model may cut it the same way (the benchmarks do), not
-// otherwise: its stages would hold the first one's placeholders. Every rank gets the error.
-TEST(PipelineMpi, ASecondCutOfAReleasedModelIsAnErrorOnEveryRank) {
-  auto model = make_pipeline_model("gpt2");
-  const Balance first = Pipeline(*model, fresh_group("pp")).balance();
-  EXPECT_NO_THROW(Pipeline(*model, fresh_group("pp"), {.balance = first}));
-  const auto K = static_cast<int64_t>(first.size());
-  Balance other(static_cast<size_t>(K), 1);
-  other[0] = static_cast<int64_t>(model->layers().size()) - (K - 1);
-  ASSERT_NE(other, first) << "the test needs stage 0 to take layers it released";
-  trident::testing::expect_error([&] { Pipeline(*model, fresh_group("pp"), {.balance = other}); },
-                                 {"an earlier pipeline over this model released", "build the model again"});
-}
-
-// Evaluation through the stages equals the serial model's forward in eval mode (batch norm by its
-// running statistics, dropout off), with micro-batches and with a batch the micro-batch count
-// does not divide (run whole).
-TEST_P(StageOnly, ForwardOnlyGivesTheSerialOutputs) {
-  const std::string kind = GetParam();
-  auto serial_model = make_pipeline_model(kind, /*dropout=*/0.1);
-  serial_model->eval();
-  auto model = make_pipeline_model(kind, 0.1);
-  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 4});
-  model->eval();
-  for (const int64_t B : {batch_size(kind), int64_t{6}}) {
-    const models::Batch batch = make_pipeline_batch(kind, B, kSeq, 21);
-    models::Activations want;
-    {
-      NoGradGuard ng;
-      want = serial_model->layers().run(batch);
-    }
-    const models::Activations got = pipe.forward_only(batch);
-    if (pipe.stage() + 1 != pipe.num_stages()) {
-      EXPECT_TRUE(got.empty());
-      continue;
-    }
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i].defined(), want[i].defined()) << i;
-      if (!want[i].defined()) continue;
-      EXPECT_FALSE(got[i].requires_grad());
-      EXPECT_TRUE(close_rel(got[i], want[i])) << kind << " output " << i << " B = " << B;
-    }
-  }
-}
-
-// NOTE [Pipeline checkpoints]: after training steps, the state dict gathered on pp rank 0 is
-// the serial model's (parameters and batch norm's running statistics, which only their stage
-// updates), and the gathered optimizer state the serial optimizer's.
-TEST_P(StageOnly, GatheredStateIsTheSerialModelsAfterTraining) {
-  const std::string kind = GetParam();
-  const int64_t M = 2;
-  constexpr int kSteps = 2;
-  auto batch_of = [&](int s) { return make_pipeline_batch(kind, batch_size(kind), kSeq, 300 + static_cast<uint64_t>(s)); };
-  auto serial_model = make_pipeline_model(kind);
-  nn::optim::SGD serial_opt(serial_model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    const models::Batch b = batch_of(s);
-    const std::vector<double> counts = serial_model->loss_counts(b);
-    for (const models::Batch& mb : b.split(M)) serial_model->loss(serial_model->layers().run(mb), mb, counts).backward();
-    serial_opt.step();
-    serial_opt.zero_grad();
-  }
-  auto model = make_pipeline_model(kind);
-  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = Schedule::OneFOneB});
-  nn::optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    pipe.step(batch_of(s));
-    opt.step();
-    pipe.zero_grad();
-  }
-  const nn::StateDict got = gather_state_dict(pipe, pipe.state_dict());
-  const ParamGroups stage_groups{pipe.parameters()}, whole_groups{model->parameters()};
-  const nn::optim::OptimizerState got_opt =
-      gather_optimizer_state(pipe, opt.state_dict(), stage_groups, whole_groups, opt.slot_names());
-  if (pipe.pp()->rank() != 0) {
-    EXPECT_TRUE(got.empty());
-    EXPECT_TRUE(got_opt.tensors.empty());
-    return;
-  }
-  // The attention key bias's gradient is rounding noise (see close_rel), so its value and its
-  // momentum are compared against the largest entry of all parameters, or of all momenta.
-  const nn::StateDict want = serial_model->state_dict();
-  double param_scale = 0, momentum_scale = 0;
-  for (const Tensor& p : serial_model->parameters()) param_scale = std::max(param_scale, max_abs(p));
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.count(name) != 0) << name;
-    ASSERT_EQ(got.at(name).device(), Device::cpu());
-    if (is_floating(t.dtype())) {
-      EXPECT_TRUE(close_rel(got.at(name), t, name, param_scale)) << name;
-    } else {
-      EXPECT_TRUE(trident::testing::all_close(got.at(name), t, 0, 0)) << name;  // num_batches_tracked
-    }
-  }
-  const nn::optim::OptimizerState want_opt = serial_opt.state_dict();
-  for (const auto& [key, t] : want_opt.tensors) momentum_scale = std::max(momentum_scale, max_abs(t));
-  ASSERT_EQ(got_opt.tensors.size(), want_opt.tensors.size());
-  for (const auto& [key, t] : want_opt.tensors) {
-    ASSERT_TRUE(got_opt.tensors.count(key) != 0) << key;
-    EXPECT_TRUE(trident::testing::all_close(got_opt.tensors.at(key), t, 1e-5,
-                                            std::max(1e-5 * max_abs(t), 1e-6 * momentum_scale)))
-        << key;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(All, StageOnly, ::testing::Values("gpt2", "bert", "amoebanet"));
 
 TEST(PipelineMpi, BalanceByParametersAndByTime) {
   auto model = make_pipeline_model("gpt2");
