@@ -29,6 +29,8 @@
 #include "nn/checkpoint.h"
 #include "nn/grad_scaler.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/sgd.h"
+#include "nn/normalization.h"
 #include "nn/optim/clip_grad.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/grad_norm.h"
@@ -169,11 +171,14 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--batch", o.batch, "examples per micro-batch")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
-  app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->capture_default_str();
+  app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "adamw, or sgd (Nesterov momentum)")->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW's second-moment decay")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD's momentum (Nesterov when positive)")->capture_default_str();
   app.add_option("--schedule", o.schedule, "learning-rate schedule: cosine, linear or constant")->capture_default_str();
   app.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str();
   app.add_option("--min-lr-fraction", o.min_lr_fraction, "cosine/linear decay ends at lr times this")->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices and embeddings only)")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "weight decay (on matrices, embeddings and kernels only)")->capture_default_str();
   app.add_option("--grad-clip", o.grad_clip, "clip the gradient norm to this (0: off)")->capture_default_str();
   app.add_option("--steps", o.steps, "optimizer steps (0: from --epochs)")->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs over the training set when --steps is 0")->capture_default_str();
@@ -273,6 +278,10 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TRIDENT_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
   TRIDENT_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be positive, got ", o.lr);
+  TRIDENT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer must be adamw or sgd, got '", o.optimizer, "'");
+  TRIDENT_CHECK(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1), got ", o.beta2);
+  TRIDENT_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
+  TRIDENT_CHECK(o.weight_decay >= 0, "--weight-decay must be >= 0, got ", o.weight_decay);
   TRIDENT_CHECK(o.steps >= 0 && o.warmup >= 0 && o.eval_every >= 0 && o.ckpt_every >= 0 && o.eval_batches >= 0,
                 "--steps, --warmup, --eval-every, --eval-batches and --ckpt-every must be >= 0");
   TRIDENT_CHECK(o.steps > 0 || o.epochs > 0, "--epochs must be positive when --steps is 0, got ", o.epochs);
@@ -432,32 +441,46 @@ int train(const TrainOptions& o, TrainTask& task) {
                                             .schedule = parallel::pipeline::parse_schedule(o.pp_schedule),
                                             .remat = parallel::pipeline::parse_remat(o.remat),
                                             .dp = dp,
+                                            .deferred_batch_norm = true,  // NOTE [Batch norm in the apps]
                                             .timeline = true});
   }
 
-  // AdamW; no weight decay on biases and LayerNorm parameters (1-D), as GPT-2 and BERT train.
+  // NOTE [Optimizer in the apps]: no weight decay on biases and normalization parameters (1-D).
   // Under --pp, over this stage's parameters only.
   std::vector<Tensor> decay, no_decay;
   for (const Tensor& p : pipe ? pipe->parameters() : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay};
-  nn::optim::AdamWOptions without = with;
-  without.weight_decay = 0.0;
-  const parallel::OptimizerFactory make_adamw = [with, without](const parallel::ParamGroups& g) {
-    return std::make_unique<nn::optim::AdamW>(
-        std::vector<nn::optim::ParamGroup<nn::optim::AdamWOptions>>{{g.at(0), with}, {g.at(1), without}});
-  };
+  parallel::OptimizerFactory make_optimizer;
+  if (o.optimizer == "sgd") {
+    nn::optim::SGDOptions with{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .nesterov = o.momentum > 0};
+    nn::optim::SGDOptions without = with;
+    without.weight_decay = 0.0;
+    make_optimizer = [with, without](const parallel::ParamGroups& g) {
+      return std::make_unique<nn::optim::SGD>(
+          std::vector<nn::optim::ParamGroup<nn::optim::SGDOptions>>{{g.at(0), with}, {g.at(1), without}});
+    };
+  } else {
+    nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = o.beta2, .eps = 1e-8, .weight_decay = o.weight_decay};
+    nn::optim::AdamWOptions without = with;
+    without.weight_decay = 0.0;
+    make_optimizer = [with, without](const parallel::ParamGroups& g) {
+      return std::make_unique<nn::optim::AdamW>(
+          std::vector<nn::optim::ParamGroup<nn::optim::AdamWOptions>>{{g.at(0), with}, {g.at(1), without}});
+    };
+  }
   // NOTE [Parallel training apps]: ZeRO-1 owns the optimizer (over its shards); otherwise a plain
-  // AdamW, with the model wrapped for data parallelism when there is more than one dp rank.
+  // optimizer, with the model wrapped for data parallelism when there is more than one dp rank.
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   std::unique_ptr<parallel::DataParallel> ddp;
   std::unique_ptr<nn::optim::Optimizer> plain;
   if (o.zero) {
-    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp, make_adamw);
+    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp, make_optimizer);
   } else {
     if (dp_size > 1 && !pipe) ddp = std::make_unique<parallel::DataParallel>(model, dp_grads);
-    plain = make_adamw({decay, no_decay});
+    plain = make_optimizer({decay, no_decay});
   }
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
+  // NOTE [Batch norm in the apps]: the pipeline defers its stage's batch norms itself.
+  const std::vector<nn::BatchNorm2d*> batch_norms = pipe ? std::vector<nn::BatchNorm2d*>{} : nn::defer_batch_norms(model);
   nn::GradScaler scaler({.enabled = o.precision == "fp16"});
 
   const int64_t per_step = o.batch * o.grad_accum;  // this rank's examples per step
@@ -486,7 +509,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   // serial model's full tensors and optimizer state (the whole model's, grouped as above).
   parallel::ParamGroups whole_groups{{}, {}};
   for (const Tensor& p : model.parameters()) whole_groups[p.dim() >= 2 ? 0 : 1].push_back(p);
-  const parallel::ModelParallelCheckpoint mp_ckpt{tp->size() > 1 ? tp.get() : nullptr, pipe.get(), whole_groups, make_adamw};
+  const parallel::ModelParallelCheckpoint mp_ckpt{tp->size() > 1 ? tp.get() : nullptr, pipe.get(), whole_groups, make_optimizer};
   const parallel::ModelParallelCheckpoint* mp_parts = tp->size() > 1 || pipe ? &mp_ckpt : nullptr;
   const int64_t pp_size = pipe ? pipe->num_stages() : 1;
   // Each stage's value of a generator offset (the same list on every rank; collective over pp).
@@ -538,6 +561,8 @@ int train(const TrainOptions& o, TrainTask& task) {
   if (metrics_path.empty() && !o.ckpt_dir.empty()) metrics_path = o.ckpt_dir + "/metrics.jsonl";
   std::ofstream metrics;
   if (!metrics_path.empty() && is_lead()) {
+    if (const auto parent = std::filesystem::path(metrics_path).parent_path(); !parent.empty())
+      std::filesystem::create_directories(parent);
     metrics.open(metrics_path, std::ios::app);
     TRIDENT_CHECK(metrics.good(), "cannot write the metrics file '", metrics_path, "'");
   }
@@ -654,6 +679,11 @@ int train(const TrainOptions& o, TrainTask& task) {
       scaler.scale(l).backward();
       micro_losses.push_back(l.detach());
     }
+    if (!batch_norms.empty()) {  // NOTE [Batch norm in the apps]: the global batch's statistics
+      std::function<void(Tensor&)> over_dp;
+      if (dp_size > 1) over_dp = [&](Tensor& t) { dp->all_reduce(t, parallel::comm::ReduceOp::Sum).wait(); };
+      nn::commit_deferred_batch_norms(batch_norms, over_dp);
+    }
     if (zero) {
       if (o.grad_clip > 0) {
         // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
@@ -725,11 +755,11 @@ int train(const TrainOptions& o, TrainTask& task) {
       const double mfu = count_mfu && peak.known() ? flops_per_s / peak.flops : 0.0;
       const std::string mfu_str = count_mfu ? " | MFU " + (peak.known() ? mfu_text(flops_per_s, peak) : std::string("n/a")) : "";
       // %.9g: any two f32 losses print differently (the resume test compares the lines).
-      say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f tok/s%s | ETA %s%s", tty ? "\r" : "",
-          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, mfu_str.c_str(),
+      say("%sstep %6lld/%lld | loss %.9g | lr %.3e | %.0f %s%s | ETA %s%s", tty ? "\r" : "",
+          static_cast<long long>(step), static_cast<long long>(total), loss, lr, tps, task.rate_unit.c_str(), mfu_str.c_str(),
           format_duration(eta).c_str(), tty ? "   " : "\n");
       std::fflush(stdout);
-      json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {"tokens_per_s", tps}, {"elapsed_s", elapsed}};
+      json rec = {{"step", step}, {"loss", loss}, {"lr", lr}, {task.rate_key, tps}, {"elapsed_s", elapsed}};
       if (mfu > 0) rec["mfu"] = mfu;
       record(rec);
       last_t = now;
@@ -791,6 +821,7 @@ int train(const TrainOptions& o, TrainTask& task) {
     else
       say("loss plot: skipped (gnuplot not found: scripts/setup.sh installs gnuplot-nox)\n");
   }
+  if (task.summary && is_lead()) task.summary(after, end);
   return 0;
 }
 

@@ -34,6 +34,22 @@
 // state); every rank reads the checkpoint back. Evaluation: NOTE [Evaluation over dp]
 // (apps/evaluation.h).
 //
+// NOTE [Optimizer in the apps]: --optimizer adamw (betas 0.9 and --beta2, eps 1e-8) or sgd
+// (--momentum, Nesterov when it is positive; weight decay added to the gradient as PyTorch's
+// SGD does), both in two parameter groups: --weight-decay on matrices, embeddings and
+// convolution kernels (dim >= 2), none on biases and normalization parameters (1-D). The same
+// groups under --zero, --pp and --tp, and in checkpoints (their optimizer part is the serial
+// optimizer's state dict whatever the layout).
+//
+// NOTE [Batch norm in the apps]: a model with BatchNorm2d layers (AmoebaNet) trains with each
+// micro-batch (--batch rows; under --pp a pipeline micro-batch) normalized by its own
+// statistics, as GPipe does, and the running statistics moved once per step by the whole
+// global batch's mean and variance (NOTE [Deferred batch norm], nn/normalization.h), their
+// totals summed over the dp ranks. So the running statistics, and the evaluations that use
+// them, do not depend on --grad-accum, --dp or --pp, and every dp rank holds the same: a serial
+// run with --batch b --grad-accum g x d trains as --dp d --batch b --grad-accum g does, and as
+// --pp with micro-batches of b rows (tests: apps.train_imagenet_parallel).
+//
 // NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
 // --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
 // (parallel/checkpoint.h): the parameters and AdamW's moments of split layers are gathered over
@@ -110,6 +126,9 @@ struct TrainOptions {
   int64_t batch = 8;               // examples per micro-batch
   int64_t grad_accum = 1;          // micro-batches per optimizer step
   double lr = 1e-3;
+  std::string optimizer = "adamw";  // adamw | sgd (NOTE [Optimizer in the apps])
+  double beta2 = 0.95;              // AdamW's second-moment decay (GPT-2's and BERT's 0.95)
+  double momentum = 0.9;            // SGD's (Nesterov) momentum
   std::string schedule = "cosine";  // cosine | linear | constant
   int64_t warmup = 0;
   double min_lr_fraction = 0.1;  // cosine/linear end at lr * this
@@ -202,6 +221,12 @@ struct TrainTask {
   // in `perplexity_of` ("val_ppl" of "val_loss").
   std::function<std::map<std::string, std::pair<double, double>>(const models::Activations&, const models::Batch&)> eval;
   std::map<std::string, std::string> perplexity_of;
+  // What task.tokens counts, for the progress line and the metrics: "tok/s" and "tokens_per_s",
+  // or an image model's "img/s" and "images_per_s".
+  std::string rate_unit = "tok/s", rate_key = "tokens_per_s";
+  // Called on world rank 0 after the last evaluation with its metrics (empty when there was no
+  // evaluation) and the last step: an app's own summary line, printed last.
+  std::function<void(const std::map<std::string, double>&, int64_t)> summary;
   // The mesh from make_mesh(); null: train() makes it.
   const parallel::Mesh* mesh = nullptr;
   // --tp: this rank's dropout stream of the split regions

@@ -2,15 +2,16 @@
 # train_imagenet end to end on tiny synthetic data: exact resume across processes (a run of 8
 # steps with a checkpoint every 4, and a second process resuming from step 4, print the same
 # losses for steps 5..8), --config with a flag overriding it, --dry-run, and bad input giving
-# one line on stderr and exit status 2.
+# one line on stderr and exit status 2. (Data and pipeline parallelism:
+# train_imagenet_parallel_test.sh.)
 set -euo pipefail
 exe="$1"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-common=(--dataset synthetic --batch 8 --grad-accum 2 --steps 8 --lr 0.05 --eval-every -1 --workers 1)
-"$exe" "${common[@]}" --out-dir "$dir/a" --ckpt-dir "$dir/ck" --ckpt-every 4 >"$dir/straight.txt"
-"$exe" "${common[@]}" --out-dir "$dir/b" --resume "$dir/ck/step-4" >"$dir/resumed.txt"
-losses() { grep -oE '^step +[5-8]/8 +loss [^ ]+' "$1"; }
+common=(--dataset synthetic --batch 8 --grad-accum 2 --steps 8 --lr 0.05 --eval-batches 1 --log-every 1 --workers 1)
+"$exe" "${common[@]}" --metrics "$dir/a/metrics.jsonl" --ckpt-dir "$dir/ck" --ckpt-every 4 >"$dir/straight.txt"
+"$exe" "${common[@]}" --metrics "$dir/b/metrics.jsonl" --resume "$dir/ck/step-4" >"$dir/resumed.txt"
+losses() { grep -oE '^step +[5-8]/8 \| loss [^ ]+' "$1"; }
 [ "$(losses "$dir/straight.txt" | wc -l)" -eq 4 ] || { echo "expected 4 logged steps"; cat "$dir/straight.txt"; exit 1; }
 diff <(losses "$dir/straight.txt") <(losses "$dir/resumed.txt")
 echo "steps 5-8 identical after resume"
@@ -39,9 +40,11 @@ expect_error "unknown model preset 'huge'" --dataset synthetic --model huge
 echo '{"batch": 4,' >"$dir/bad.json"
 expect_error "is not valid JSON" --config "$dir/bad.json"
 echo '{"batchsize": 4}' >"$dir/unknown.json"
-expect_error "unknown option 'batchsize'" --config "$dir/unknown.json"
-expect_error "holds amoebanet-d(3,16) for 4 classes of 3x16x16, not amoebanet-d(3,24)" "${common[@]}" --model "amoebanet-d(3,24)" --out-dir "$dir/c" \
-  --resume "$dir/ck/step-4"
+expect_error 'unknown key "batchsize"' --config "$dir/unknown.json"
+expect_error "holds a amoebanet model of another configuration: .*amoebanet-d(3,16) for 4 classes of 3x16x16.*(this run: .*amoebanet-d(3,24)" \
+  "${common[@]}" --model "amoebanet-d(3,24)" --resume "$dir/ck/step-4"
+expect_error "has no tensor-parallel layers" --dataset synthetic --tp 2
+expect_error "optimizer must be adamw or sgd, got 'lamb'" --dataset synthetic --optimizer lamb
 expect_error "device must be cpu, cuda or cuda:N, got 'tpu'" --dataset synthetic --device tpu
 # --device cuda without a GPU (or a CUDA backend): one line saying which (apps/device_option_test.sh
 # covers the other apps).

@@ -35,9 +35,11 @@ class AmoebaLayerView : public Layer {
 
 }  // namespace
 
-AmoebaNetLayered::AmoebaNetLayered(std::shared_ptr<AmoebaNet> net, double aux_weight)
-    : LayeredModel("AmoebaNetLayered"), net_(std::move(net)), aux_weight_(aux_weight) {
+AmoebaNetLayered::AmoebaNetLayered(std::shared_ptr<AmoebaNet> net, double aux_weight, double label_smoothing)
+    : LayeredModel("AmoebaNetLayered"), net_(std::move(net)), aux_weight_(aux_weight), label_smoothing_(label_smoothing) {
   TRIDENT_CHECK(net_ != nullptr, "AmoebaNetLayered: no network given");
+  TRIDENT_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "AmoebaNetLayered: label_smoothing must be in [0, 1], got ",
+                label_smoothing);
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> views;
   for (size_t i = 0; i < net_->size(); ++i) {
     const std::shared_ptr<AmoebaLayer>& l = net_->layers()[i];
@@ -62,6 +64,7 @@ Tensor AmoebaNetLayered::loss(const Activations& outputs, const Batch& batch, co
   TRIDENT_CHECK(n.size() == 1, "AmoebaNet loss: expected 1 label count, got ", n.size());
   CrossEntropyOptions o;
   o.reduction = Reduction::Sum;
+  o.label_smoothing = label_smoothing_;
   Tensor total = cross_entropy(outputs[0], labels, o);
   if (outputs[2].defined() && aux_weight_ != 0) total = add(total, mul(cross_entropy(outputs[2], labels, o), aux_weight_));
   return div(total, n[0]);

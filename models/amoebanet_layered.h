@@ -31,8 +31,9 @@ namespace trident::models {
 
 class AmoebaNetLayered : public LayeredModel {
  public:
-  // `net` must be materialized (not a counting build). aux_weight: the auxiliary loss's weight.
-  explicit AmoebaNetLayered(std::shared_ptr<AmoebaNet> net, double aux_weight = 0.4);
+  // `net` must be materialized (not a counting build). aux_weight: the auxiliary loss's weight;
+  // label_smoothing: cross_entropy's, for both terms (in [0, 1]).
+  explicit AmoebaNetLayered(std::shared_ptr<AmoebaNet> net, double aux_weight = 0.4, double label_smoothing = 0.0);
 
   const LayerList& layers() const override { return layers_; }
   std::vector<double> loss_counts(const Batch& batch) const override;
@@ -42,7 +43,7 @@ class AmoebaNetLayered : public LayeredModel {
 
  private:
   std::shared_ptr<AmoebaNet> net_;
-  double aux_weight_;
+  double aux_weight_, label_smoothing_;
   LayerList layers_;
 };
 

@@ -7,6 +7,8 @@
 #include "core/copy.h"
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/index.h"
+#include "ops/unary.h"
 #include "ops/norm.h"
 #include "ops/reduce.h"
 
@@ -80,27 +82,66 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                     use_batch_stats && !is_training() ? Tensor() : running_var, weight, bias, use_batch_stats, momentum, eps);
 }
 
-void BatchNorm2d::commit_deferred() {
-  if (deferred_count_ == 0) return;
-  TRIDENT_CHECK(deferred_count_ > 1, "BatchNorm2d: deferred statistics of ", deferred_count_,
-                " value per channel have no variance");
-  NoGradGuard no_grad;
-  const auto n = static_cast<double>(deferred_count_);
-  const std::vector<double> s = deferred_sum_.to_vector<double>(), sq = deferred_sq_sum_.to_vector<double>();
-  std::vector<double> rm = running_mean.to_vector<double>(), rv = running_var.to_vector<double>();
-  for (size_t c = 0; c < rm.size(); ++c) {
-    const double mu = s[c] / n;
-    // The biased variance from the totals, made unbiased as batch_norm does for running_var.
-    const double var = std::max(sq[c] / n - mu * mu, 0.0) * n / (n - 1);
-    rm[c] = (1 - momentum) * rm[c] + momentum * mu;
-    rv[c] = (1 - momentum) * rv[c] + momentum * var;
-  }
-  const Shape cshape{num_features};
-  copy_(running_mean, from_vector<double>(rm, cshape));  // converts to their dtype
-  copy_(running_var, from_vector<double>(rv, cshape));
-  if (num_batches_tracked.defined()) count_batch(num_batches_tracked);
+void BatchNorm2d::commit_deferred() { commit_deferred(deferred_sums(), deferred_count_); }
+
+Tensor BatchNorm2d::deferred_sums() const {
+  if (deferred_count_ == 0) return zeros({2 * num_features}, TensorOptions(DType::F64).device(running_mean.device()));
+  return cat({deferred_sum_, deferred_sq_sum_});
+}
+
+void BatchNorm2d::commit_deferred(const Tensor& sums, int64_t count) {
+  TRIDENT_CHECK(sums.dim() == 1 && sums.size(0) == 2 * num_features, "BatchNorm2d: deferred totals of shape ", sums.sizes(),
+                " for ", num_features, " channels (expected [2C] = [", 2 * num_features, "])");
   deferred_sum_ = deferred_sq_sum_ = Tensor();
   deferred_count_ = 0;
+  if (count == 0) return;
+  TRIDENT_CHECK(count > 1, "BatchNorm2d: deferred statistics of ", count, " value per channel have no variance");
+  NoGradGuard no_grad;
+  const auto n = static_cast<double>(count);
+  const Tensor t = sums.to(running_mean.device()).to(DType::F64);
+  const Tensor mu = div(narrow(t, 0, 0, num_features), n);
+  // The biased variance from the totals, made unbiased as batch_norm does for running_var.
+  const Tensor var = mul(clamp(sub(div(narrow(t, 0, num_features, num_features), n), mul(mu, mu)), 0.0, std::nullopt),
+                         n / (n - 1));
+  copy_(running_mean, add(mul(running_mean.to(DType::F64), 1 - momentum), mul(mu, momentum)));  // converts to their dtype
+  copy_(running_var, add(mul(running_var.to(DType::F64), 1 - momentum), mul(var, momentum)));
+  if (num_batches_tracked.defined()) count_batch(num_batches_tracked);
+}
+
+std::vector<BatchNorm2d*> defer_batch_norms(Module& module) {
+  std::vector<BatchNorm2d*> out;
+  module.apply([&out](Module& m) {
+    auto* bn = dynamic_cast<BatchNorm2d*>(&m);
+    if (bn == nullptr || !bn->running_mean.defined() || std::find(out.begin(), out.end(), bn) != out.end()) return;
+    bn->deferred = true;
+    out.push_back(bn);
+  });
+  return out;
+}
+
+void commit_deferred_batch_norms(const std::vector<BatchNorm2d*>& bns, const std::function<void(Tensor& totals)>& all_reduce_sum) {
+  if (!all_reduce_sum) {
+    for (BatchNorm2d* bn : bns) bn->commit_deferred();
+    return;
+  }
+  if (bns.empty()) return;  // the same on every rank: they hold the same modules
+  // One host tensor: every module's sums (one copy from the device), then the counts.
+  std::vector<Tensor> parts;
+  for (const BatchNorm2d* bn : bns) parts.push_back(bn->deferred_sums());
+  std::vector<double> counts;
+  for (const BatchNorm2d* bn : bns) counts.push_back(static_cast<double>(bn->deferred_count()));
+  const Device dev = parts.front().device();
+  Tensor packed = cat({cat(parts).to(kCPU), from_vector<double>(counts, {static_cast<int64_t>(counts.size())})});
+  all_reduce_sum(packed);
+  const int64_t n_sums = packed.numel() - static_cast<int64_t>(bns.size());
+  const std::vector<double> summed_counts = narrow(packed, 0, n_sums, static_cast<int64_t>(bns.size())).to_vector<double>();
+  const Tensor sums = narrow(packed, 0, 0, n_sums).to(dev);  // one copy back
+  int64_t at = 0;
+  for (size_t i = 0; i < bns.size(); ++i) {
+    const int64_t len = 2 * bns[i]->num_features;
+    bns[i]->commit_deferred(narrow(sums, 0, at, len), static_cast<int64_t>(summed_counts[i]));
+    at += len;
+  }
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -2,6 +2,9 @@
 // mean and variance as buffers, updated in training with `momentum`, used in evaluation).
 #pragma once
 
+#include <functional>
+#include <vector>
+
 #include "nn/module.h"
 #include "ops/norm.h"
 
@@ -51,6 +54,13 @@ class BatchNorm2d : public UnaryModule {
   void commit_deferred();
   // Elements per channel gathered since the last commit.
   int64_t deferred_count() const { return deferred_count_; }
+  // The totals gathered since the last commit: f64 [2C] on the module's device, the per-channel
+  // sums then the sums of squares (zeros when nothing was gathered), over deferred_count()
+  // elements per channel. And the commit of totals given that way (with other processes' added
+  // in: commit_deferred_batch_norms), which also clears this module's own; no synchronization
+  // with a GPU. Errors: a shape other than [2C]; a count of 1.
+  Tensor deferred_sums() const;
+  void commit_deferred(const Tensor& sums, int64_t count);
 
  protected:
   std::string extra_repr() const override;
@@ -59,5 +69,17 @@ class BatchNorm2d : public UnaryModule {
   Tensor deferred_sum_, deferred_sq_sum_;  // f64 [C]
   int64_t deferred_count_ = 0;
 };
+
+// NOTE [Deferred batch norm]: sets `deferred` on every BatchNorm2d with running statistics in
+// `module` (each module once) and returns them.
+std::vector<BatchNorm2d*> defer_batch_norms(Module& module);
+
+// Commits the deferred statistics of `bns`. With `all_reduce_sum` (data parallelism: every rank
+// holds the same modules and ran its own rows), their totals are first packed into one f64 host
+// tensor that it sums over the ranks, so that every rank's running statistics move by the whole
+// global batch's mean and variance: those of serial training on it, on every rank alike. Every
+// rank must pass the same modules (none: no communication).
+void commit_deferred_batch_norms(const std::vector<BatchNorm2d*>& bns,
+                                 const std::function<void(Tensor& totals)>& all_reduce_sum = {});
 
 }  // namespace trident::nn

@@ -155,7 +155,7 @@ imagenet() {  # name, flags...
   echo "== train_imagenet $name (timeout $t s): $*" >>"$LOG"
   (( t > 0 )) || { echo "not started: APP_DEADLINE reached" >>"$LOG"; return 1; }
   timeout "$t" "$B/apps/train_imagenet" --dataset synthetic --model tiny --batch 8 --steps 6 --lr 0.05 --eval-every 6 \
-    --eval-batches 2 --seed 7 --workers 1 --threads 8 --out-dir "$dir/$name" "$@" >>"$LOG" 2>&1
+    --eval-batches 2 --seed 7 --workers 1 --threads 8 --metrics "$dir/$name/metrics.jsonl" "$@" >>"$LOG" 2>&1
 }
 if [[ ! -x "$B/apps/train_imagenet" ]]; then
   row imagenet_cuda FAIL "$B/apps/train_imagenet not built"

@@ -45,7 +45,7 @@ case "$job" in
     export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
     exec build/apps/train_imagenet --dataset fashion-mnist --model tiny --stem-stride 2 --optimizer adamw --lr 5e-3 \
       --weight-decay 1e-4 --warmup 20 --dropout 0.1 --batch 64 --steps 500 --eval-every 0 --log-every 10 \
-      --out-dir runs/images "$@"
+      --metrics runs/images/metrics.jsonl "$@"
     ;;
   gpt2)
     build train_gpt2 generate prepare_text prepare_bert

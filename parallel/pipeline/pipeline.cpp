@@ -171,12 +171,8 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
   params_ = layers.named_parameters(begin_, end_);
   if (options_.deferred_batch_norm)
     for (size_t i = begin_; i < end_; ++i)
-      layers[i]->apply([this](nn::Module& m) {
-        auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m);
-        if (bn == nullptr || std::find(deferred_bns_.begin(), deferred_bns_.end(), bn) != deferred_bns_.end()) return;
-        bn->deferred = true;
-        deferred_bns_.push_back(bn);
-      });
+      for (nn::BatchNorm2d* bn : nn::defer_batch_norms(*layers[i]))
+        if (std::find(deferred_bns_.begin(), deferred_bns_.end(), bn) == deferred_bns_.end()) deferred_bns_.push_back(bn);
   check_not_released();
   setup_tied_and_dp();
   release_other_stages();
@@ -588,8 +584,15 @@ void Pipeline::backward(int64_t m) {
 }
 
 void Pipeline::finish_step() {
-  // NOTE [Deferred batch norm]: every micro-batch's forward ran; the running statistics move once.
-  for (nn::BatchNorm2d* bn : deferred_bns_) bn->commit_deferred();
+  // NOTE [Deferred batch norm]: every micro-batch's forward ran; the running statistics move once,
+  // by the whole global batch's statistics (every dp rank's rows) under dp.
+  if (options_.dp && options_.dp->size() > 1)
+    nn::commit_deferred_batch_norms(deferred_bns_, [this](Tensor& t) {
+      Work w = options_.dp->all_reduce(t);
+      failures_->wait(w);
+    });
+  else
+    nn::commit_deferred_batch_norms(deferred_bns_);
   for (Work& w : sends_) failures_->wait(w);
   sends_.clear();
   std::vector<Work> works;

@@ -94,7 +94,9 @@ struct PipelineOptions {
   // Batch norm statistics over the whole mini-batch (NOTE [Deferred batch norm],
   // nn/normalization.h): the stage's BatchNorm2d modules are set to defer at construction and
   // commit their running statistics once at the end of each step, so that they do not depend
-  // on micro_batches. Each micro-batch is still normalized by its own statistics.
+  // on micro_batches. Each micro-batch is still normalized by its own statistics. With `dp`, the
+  // totals are summed over it first (nn::commit_deferred_batch_norms): the statistics of the
+  // global batch, the same on every dp rank.
   bool deferred_batch_norm = false;
   // Record the timeline of every step (NOTE [Pipeline timeline]).
   bool timeline = false;

@@ -94,6 +94,56 @@ TEST(Layers, BatchNorm2dDeferredCommitsMiniBatchStatisticsOnce) {
   EXPECT_EQ(bn.deferred_count(), 0);
 }
 
+TEST(Layers, DeferredBatchNormsCommitTheReducedTotals) {
+  // nn::commit_deferred_batch_norms packs the totals of every module into one host tensor for a
+  // sum over data-parallel ranks. Here "rank 0" saw {1, 2} and "rank 1" {3, 4, 5, 6} (the
+  // reduction adds rank 1's totals, as an all-reduce would): the running statistics move by all
+  // six values, mean 3.5 and unbiased var 3.5, as one module committing all six does. A second
+  // module of two channels (only rank 0's values, 1..4 and 5..8) keeps its own totals apart.
+  BatchNorm2d a(1, 0.0, 0.5), b(2, 0.0, 0.5);
+  const std::vector<BatchNorm2d*> both{&a, &b};
+  for (BatchNorm2d* bn : both) bn->deferred = true;
+  a.forward(reshape(arange(1, 3, 1, kF32), {1, 1, 1, 2}));
+  b.forward(reshape(arange(1, 9, 1, kF32), {1, 2, 2, 2}));
+  int calls = 0;
+  commit_deferred_batch_norms(both, [&](Tensor& t) {
+    ++calls;
+    // a: sums (1), squares (1); b: sums (2), squares (2); then the counts of a and b.
+    ASSERT_EQ(t.sizes(), (Shape{8}));
+    ASSERT_EQ(t.dtype(), DType::F64);
+    const std::vector<double> mine = t.to_vector<double>();
+    EXPECT_EQ(mine, (std::vector<double>{3, 5, 10, 26, 30, 174, 2, 4}));
+    // Rank 1's totals: a saw 3 + 4 + 5 + 6 = 18 and 9 + 16 + 25 + 36 = 86 over 4 values; b nothing.
+    t = from_vector<double>({3 + 18.0, 5 + 86.0, 10, 26, 30, 174, 2 + 4.0, 4}, {8});
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_NEAR(a.running_mean.item<double>(), 0.5 * 3.5, 1e-7);
+  EXPECT_NEAR(a.running_var.item<double>(), 0.5 + 0.5 * 3.5, 1e-6);
+  // b: channel 0 holds 1..4 (mean 2.5, unbiased var 5/3), channel 1 5..8 (mean 6.5, var 5/3).
+  const std::vector<float> bm = b.running_mean.to_vector<float>(), bv = b.running_var.to_vector<float>();
+  EXPECT_NEAR(bm[0], 0.5 * 2.5, 1e-6);
+  EXPECT_NEAR(bm[1], 0.5 * 6.5, 1e-6);
+  EXPECT_NEAR(bv[0], 0.5 + 0.5 * 5.0 / 3.0, 1e-6);
+  EXPECT_NEAR(bv[1], 0.5 + 0.5 * 5.0 / 3.0, 1e-6);
+  for (BatchNorm2d* bn : both) {
+    EXPECT_EQ(bn->deferred_count(), 0);
+    EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+  }
+  // Without a reduction, each module commits its own totals; nothing gathered, nothing moves.
+  commit_deferred_batch_norms(both);
+  EXPECT_EQ(a.num_batches_tracked.item<int64_t>(), 1);
+  // defer_batch_norms finds each module once and sets it to defer.
+  Sequential seq;
+  auto c = std::make_shared<BatchNorm2d>(3);
+  seq.push_back(c);
+  const std::vector<BatchNorm2d*> found = defer_batch_norms(seq);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0], c.get());
+  EXPECT_TRUE(c->deferred);
+  // Totals of the wrong size are an error naming the shapes.
+  EXPECT_THROW(a.commit_deferred(zeros({4}, DType::F64), 4), Error);
+}
+
 TEST(Layers, BatchNorm2dUnderCheckpointUpdatesRunningStatsOnce) {
   // The re-run in backward (autograd::is_recomputing()) must not move the running statistics
   // again: values 1..4 give mean 2.5 and unbiased var 5/3, applied once with momentum 0.5.
