@@ -41,6 +41,12 @@ std::string LayerNorm::extra_repr() const {
   return detail::str(normalized_shape, ", eps=", eps, ", elementwise_affine=", weight.defined() ? "true" : "false");
 }
 
+namespace {
+// NOTE [Deferred batch norm]: the totals' dtype. f64 on the CPU; f32 on a GPU, whose reductions
+// accumulate in f32 and have no f64 kernels (the running statistics are f32 there anyway).
+DType deferred_dtype(Device d) { return d.is_cpu() ? DType::F64 : DType::F32; }
+}  // namespace
+
 BatchNorm2d::BatchNorm2d(int64_t n, double e, double m, bool affine, bool track, DType dtype)
     : UnaryModule("BatchNorm2d"), num_features(n), eps(e), momentum(m) {
   TRIDENT_CHECK(n > 0, "BatchNorm2d: num_features must be positive, got ", n);
@@ -66,7 +72,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   if (is_training() && (autograd::is_recomputing() || (deferred && running_mean.defined()))) {
     if (!autograd::is_recomputing()) {
       NoGradGuard no_grad;
-      const Tensor xd = x.detach().to(DType::F64);
+      const Tensor xd = x.detach().to(deferred_dtype(x.device()));
       const Tensor s = sum(xd, {0, 2, 3}), sq = sum(mul(xd, xd), {0, 2, 3});
       deferred_sum_ = deferred_sum_.defined() ? add(deferred_sum_, s) : s;
       deferred_sq_sum_ = deferred_sq_sum_.defined() ? add(deferred_sq_sum_, sq) : sq;
@@ -85,7 +91,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 void BatchNorm2d::commit_deferred() { commit_deferred(deferred_sums(), deferred_count_); }
 
 Tensor BatchNorm2d::deferred_sums() const {
-  if (deferred_count_ == 0) return zeros({2 * num_features}, TensorOptions(DType::F64).device(running_mean.device()));
+  if (deferred_count_ == 0)
+    return zeros({2 * num_features}, TensorOptions(deferred_dtype(running_mean.device())).device(running_mean.device()));
   return cat({deferred_sum_, deferred_sq_sum_});
 }
 
@@ -98,13 +105,14 @@ void BatchNorm2d::commit_deferred(const Tensor& sums, int64_t count) {
   TRIDENT_CHECK(count > 1, "BatchNorm2d: deferred statistics of ", count, " value per channel have no variance");
   NoGradGuard no_grad;
   const auto n = static_cast<double>(count);
-  const Tensor t = sums.to(running_mean.device()).to(DType::F64);
+  const DType acc = deferred_dtype(running_mean.device());
+  const Tensor t = sums.to(acc).to(running_mean.device());  // converted where it is (the host, from commit_deferred_batch_norms)
   const Tensor mu = div(narrow(t, 0, 0, num_features), n);
   // The biased variance from the totals, made unbiased as batch_norm does for running_var.
   const Tensor var = mul(clamp(sub(div(narrow(t, 0, num_features, num_features), n), mul(mu, mu)), 0.0, std::nullopt),
                          n / (n - 1));
-  copy_(running_mean, add(mul(running_mean.to(DType::F64), 1 - momentum), mul(mu, momentum)));  // converts to their dtype
-  copy_(running_var, add(mul(running_var.to(DType::F64), 1 - momentum), mul(var, momentum)));
+  copy_(running_mean, add(mul(running_mean.to(acc), 1 - momentum), mul(mu, momentum)));  // converts to their dtype
+  copy_(running_var, add(mul(running_var.to(acc), 1 - momentum), mul(var, momentum)));
   if (num_batches_tracked.defined()) count_batch(num_batches_tracked);
 }
 
@@ -131,11 +139,11 @@ void commit_deferred_batch_norms(const std::vector<BatchNorm2d*>& bns, const std
   std::vector<double> counts;
   for (const BatchNorm2d* bn : bns) counts.push_back(static_cast<double>(bn->deferred_count()));
   const Device dev = parts.front().device();
-  Tensor packed = cat({cat(parts).to(kCPU), from_vector<double>(counts, {static_cast<int64_t>(counts.size())})});
+  Tensor packed = cat({cat(parts).to(kCPU).to(DType::F64), from_vector<double>(counts, {static_cast<int64_t>(counts.size())})});
   all_reduce_sum(packed);
   const int64_t n_sums = packed.numel() - static_cast<int64_t>(bns.size());
   const std::vector<double> summed_counts = narrow(packed, 0, n_sums, static_cast<int64_t>(bns.size())).to_vector<double>();
-  const Tensor sums = narrow(packed, 0, 0, n_sums).to(dev);  // one copy back
+  const Tensor sums = narrow(packed, 0, 0, n_sums).to(deferred_dtype(dev)).to(dev);  // one copy back
   int64_t at = 0;
   for (size_t i = 0; i < bns.size(); ++i) {
     const int64_t len = 2 * bns[i]->num_features;

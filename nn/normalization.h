@@ -29,11 +29,13 @@ class LayerNorm : public UnaryModule {
 // normalizes each micro-batch by its own statistics (as GPipe does), and by default each
 // micro-batch also moves the running statistics, so they depend on M. With `deferred` set
 // (torchgpipe's deferred batch norm), a training forward instead adds the micro-batch's
-// per-channel sum and sum of squares (f64) to totals and leaves the running statistics alone;
-// commit_deferred() then moves them once, by the mini-batch's mean and unbiased variance from the
-// totals, and counts one batch in num_batches_tracked: the running statistics after a step are
-// those of serial training on the whole mini-batch, whatever M. Whoever runs the micro-batches
-// (Pipeline with deferred_batch_norm) calls commit_deferred() at the end of each step.
+// per-channel sum and sum of squares (f64; f32 on a GPU, which has no f64 reductions) to totals
+// and leaves the running statistics alone; commit_deferred() then moves them once, by the
+// mini-batch's mean and unbiased variance from the totals, and counts one batch in
+// num_batches_tracked: the running statistics after a step are those of serial training on the
+// whole mini-batch, whatever M. Whoever runs the micro-batches (Pipeline with
+// deferred_batch_norm, the training apps: NOTE [Batch norm in the apps]) commits at the end of
+// each step.
 //
 // Under re-materialization (autograd::checkpoint) a forward runs again in backward; that re-run
 // (autograd::is_recomputing()) normalizes by the batch statistics as the first run did but
@@ -54,9 +56,9 @@ class BatchNorm2d : public UnaryModule {
   void commit_deferred();
   // Elements per channel gathered since the last commit.
   int64_t deferred_count() const { return deferred_count_; }
-  // The totals gathered since the last commit: f64 [2C] on the module's device, the per-channel
-  // sums then the sums of squares (zeros when nothing was gathered), over deferred_count()
-  // elements per channel. And the commit of totals given that way (with other processes' added
+  // The totals gathered since the last commit: [2C] on the module's device (f64; f32 on a GPU),
+  // the per-channel sums then the sums of squares (zeros when nothing was gathered), over
+  // deferred_count() elements per channel. And the commit of totals given that way (with other processes' added
   // in: commit_deferred_batch_norms), which also clears this module's own; no synchronization
   // with a GPU. Errors: a shape other than [2C]; a count of 1.
   Tensor deferred_sums() const;
@@ -66,7 +68,7 @@ class BatchNorm2d : public UnaryModule {
   std::string extra_repr() const override;
 
  private:
-  Tensor deferred_sum_, deferred_sq_sum_;  // f64 [C]
+  Tensor deferred_sum_, deferred_sq_sum_;  // [C], f64 (f32 on a GPU)
   int64_t deferred_count_ = 0;
 };
 

@@ -107,8 +107,7 @@ TEST_F(CudaNorm, BatchNormTrainingUpdatesRunningStatsAsTheCpu) {
 // nn::BatchNorm2d moved to the GPU (as AmoebaNet's are by train_imagenet --device cuda) trains
 // as on the CPU: its i64 num_batches_tracked buffer counts the training forwards on the device
 // (an add the CUDA arithmetic ops, floating only, cannot do), the running statistics follow the
-// CPU module's, and an evaluation forward uses them. (Deferred batch norm, NOTE [Deferred batch
-// norm], sums in f64, which the CUDA reductions refuse: pipelines run on the CPU only so far.)
+// CPU module's, and an evaluation forward uses them.
 TEST_F(CudaNorm, BatchNorm2dModuleCountsBatchesAndTracksStatsOnTheGpu) {
   nn::BatchNorm2d cpu(5), gpu(5);
   gpu.to(kGPU);
@@ -127,6 +126,42 @@ TEST_F(CudaNorm, BatchNorm2dModuleCountsBatchesAndTracksStatsOnTheGpu) {
   const Tensor x = randn_dt({2, 5, 3, 3}, kF32, 320);
   EXPECT_TRUE(close(gpu.forward(x.to(kGPU)), cpu.forward(x), tol(kF32)));
   EXPECT_EQ(gpu.num_batches_tracked.item<int64_t>(), 3) << "an evaluation forward counts no batch";
+}
+
+// NOTE [Deferred batch norm] on the GPU (train_imagenet --device cuda defers every batch norm,
+// NOTE [Batch norm in the apps]): the totals are f32 there (no f64 reductions), the commit runs
+// on the device, and the running statistics after two micro-batches follow the CPU module's;
+// through commit_deferred_batch_norms with a reduction too (the host tensor it sums is f64).
+TEST_F(CudaNorm, DeferredBatchNormCommitsOnTheGpuAsOnTheCpu) {
+  for (const bool reduced : {false, true}) {
+    SCOPED_TRACE(reduced ? "reduced" : "plain");
+    nn::BatchNorm2d cpu(6), gpu(6);
+    gpu.to(kGPU);
+    cpu.deferred = gpu.deferred = true;
+    for (int i = 0; i < 2; ++i) {
+      const Tensor x = randn_dt({3 + i, 6, 4, 5}, kF32, 400 + static_cast<uint64_t>(i), 1.5, 0.7);
+      EXPECT_TRUE(close(gpu.forward(x.to(kGPU)), cpu.forward(x), tol(kF32))) << "forward " << i;
+    }
+    ASSERT_EQ(gpu.deferred_count(), cpu.deferred_count());
+    if (reduced) {
+      // A second "rank" with the same rows: the totals and counts double (the mean stays the rows').
+      auto twice = [](Tensor& t) {
+        ASSERT_EQ(t.device(), kCPU);
+        ASSERT_EQ(t.dtype(), DType::F64);
+        t = mul(t, 2.0);
+      };
+      nn::commit_deferred_batch_norms({&cpu}, twice);
+      nn::commit_deferred_batch_norms({&gpu}, twice);
+    } else {
+      cpu.commit_deferred();
+      gpu.commit_deferred();
+    }
+    EXPECT_EQ(gpu.deferred_count(), 0);
+    EXPECT_EQ(gpu.num_batches_tracked.item<int64_t>(), 1);
+    ASSERT_EQ(gpu.running_mean.device(), kGPU);
+    EXPECT_TRUE(close(gpu.running_mean, cpu.running_mean, tol(kF32)));
+    EXPECT_TRUE(close(gpu.running_var, cpu.running_var, tol(kF32)));
+  }
 }
 
 TEST_F(CudaNorm, BatchNormWithoutRunningStatsAndEmptyBatch) {
