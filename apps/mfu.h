@@ -21,6 +21,9 @@
 //     (models/bert.h: index_select before the head), and its pooler and NSP head once per
 //     sequence: counted there, not at every position (counting the decoder at every position
 //     made BERT-base's MFU about 23% high at T = 128 with 20 predictions).
+//   - a convolutional network (AmoebaNet) has no "per position" parameters: its model FLOPs are
+//     6 per multiply-add of its convolutions and linear layers per image (NOTE [AmoebaNet
+//     multiply-adds], models/amoebanet_builder.h; the auxiliary head's included in training).
 // The peak is the dense (no 2:4 sparsity) tensor-core number for bf16/fp16 autocast, TF32's when
 // f32 products may use TF32 (ops::set_matmul_allow_tf32), else plain FP32's (CUDA cores), from
 // NVIDIA's data sheets (mfu.cpp), scaled down to the SMs the runtime reports when that is fewer

@@ -216,6 +216,10 @@ void print_dry_run(const AmoebaNetConfig& c, const apps::TrainOptions& o) {
     std::printf("%-18s %-14s [%lld, %lld, %lld]%*s %14lld\n", l.name.c_str(), l.type.c_str(), static_cast<long long>(l.out.c),
                 static_cast<long long>(l.out.h), static_cast<long long>(l.out.w), 4, "", static_cast<long long>(l.parameters));
   std::printf("parameters: %lld (%.1fM)\n", static_cast<long long>(plan.parameters), static_cast<double>(plan.parameters) / 1e6);
+  // NOTE [AmoebaNet multiply-adds]
+  std::printf("multiply-adds per image (forward, convolutions and linear layers): %lld (%.2f G); training: %.2f GFLOP per image\n",
+              static_cast<long long>(plan.multiply_adds), static_cast<double>(plan.multiply_adds) / 1e9,
+              6 * static_cast<double>(plan.multiply_adds) / 1e9);
   const DType act = o.precision == "fp32" ? kF32 : apps::autocast_dtype(o.precision);
   const AmoebaNetMemory mem = amoebanet_memory(c, o.optimizer == "sgd" ? 1 : 2, act);
   std::printf("training memory estimate (%s, %s):\n%s\n", o.optimizer.c_str(), o.precision.c_str(), mem.str(o.batch).c_str());
@@ -290,6 +294,11 @@ int main(int argc, char** argv) {
     task.val = d.test;
     task.to_batch = [](const data::Example& ex) { return Batch{{"images", ex.at(0)}, {"labels", ex.at(1)}}; };
     task.tokens = [](const Batch& b) { return b.at("labels").size(0); };
+    // NOTE [MFU] (GPU runs): 6 FLOPs per multiply-add per image (NOTE [AmoebaNet multiply-adds]).
+    if (o.device != "cpu")
+      task.flops = [macs = static_cast<double>(amoebanet_plan(c).multiply_adds)](const Batch& b, const std::vector<double>&) {
+        return 6 * macs * static_cast<double>(b.at("labels").size(0));
+      };
     task.rate_unit = "img/s";
     task.rate_key = "images_per_s";
     task.eval = image_metrics;

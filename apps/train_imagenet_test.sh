@@ -22,6 +22,7 @@ echo '{"dataset": "imagenet", "model": "amoebanet-d(18,208)", "aux": true, "batc
 "$exe" --config "$dir/c.json" --batch 32 >"$dir/dry.txt"
 grep -q 'parameters: 81781529 ' "$dir/dry.txt" || { cat "$dir/dry.txt"; exit 1; }
 grep -q 'for a batch of 32' "$dir/dry.txt" || { cat "$dir/dry.txt"; exit 1; }
+grep -q 'multiply-adds per image (forward, convolutions and linear layers): [0-9]' "$dir/dry.txt" || { cat "$dir/dry.txt"; exit 1; }
 echo "dry run and config ok"
 
 # Bad input: exit status 2 and one line naming the problem.

@@ -82,12 +82,13 @@ AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize)
   LayerBuilder b({materialize, c.dtype, c.bn_eps, c.bn_momentum, gen});
   // Builds one layer, registers it in order and records what the builder tallied for it.
   auto add = [&](const std::string& name, const std::function<std::shared_ptr<AmoebaLayer>()>& make) {
-    const int64_t p0 = b.parameters(), k0 = b.kept(), i0 = b.kept_indices();
+    const int64_t p0 = b.parameters(), k0 = b.kept(), i0 = b.kept_indices(), m0 = b.multiply_adds();
     std::shared_ptr<AmoebaLayer> layer = make();
     layer->layer_name = name;
     register_module(name, layer);
     layers_.push_back(layer);
-    info_.push_back({name, layer->type_name(), layer->out, b.parameters() - p0, b.kept() - k0, b.kept_indices() - i0});
+    info_.push_back({name, layer->type_name(), layer->out, b.parameters() - p0, b.kept() - k0, b.kept_indices() - i0,
+                     b.multiply_adds() - m0});
     return layer;
   };
 
@@ -139,8 +140,11 @@ AmoebaState AmoebaNet::forward(const AmoebaState& state, size_t begin, size_t en
 
 AmoebaNetPlan amoebanet_plan(const AmoebaNetConfig& config) {
   AmoebaNet counted(config, nullptr, false);
-  AmoebaNetPlan plan{config, counted.layer_info(), 0};
-  for (const AmoebaLayerInfo& l : plan.layers) plan.parameters += l.parameters;
+  AmoebaNetPlan plan{config, counted.layer_info(), 0, 0};
+  for (const AmoebaLayerInfo& l : plan.layers) {
+    plan.parameters += l.parameters;
+    plan.multiply_adds += l.multiply_adds;
+  }
   return plan;
 }
 

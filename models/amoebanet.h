@@ -84,12 +84,16 @@ struct AmoebaLayerInfo {
   // Per image, what autograd keeps for backward (NOTE [AmoebaNet activation memory]):
   int64_t activation_elements = 0;  // in the activation dtype
   int64_t index_elements = 0;       // i64 argmax indices of max pooling
+  // NOTE [AmoebaNet multiply-adds]: per image, in the forward (the auxiliary head's in
+  // training only, as it runs).
+  int64_t multiply_adds = 0;
 };
 
 struct AmoebaNetPlan {
   AmoebaNetConfig config;
   std::vector<AmoebaLayerInfo> layers;
   int64_t parameters = 0;
+  int64_t multiply_adds = 0;  // per image, forward in training (all layers)
 };
 
 // The layers, shapes, parameter and activation counts of a configuration, from a counting

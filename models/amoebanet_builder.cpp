@@ -4,11 +4,15 @@
 
 namespace trident::models::amoebanet {
 
-std::shared_ptr<nn::Conv2d> LayerBuilder::conv(nn::Module& owner, const std::string& name, int64_t in, int64_t out,
+std::shared_ptr<nn::Conv2d> LayerBuilder::conv(nn::Module& owner, const std::string& name, Chw input, int64_t out,
                                                Int2 kernel, Int2 stride, Int2 padding, int64_t groups) {
+  const int64_t in = input.c;
   TRIDENT_CHECK(in > 0 && out > 0 && groups > 0 && in % groups == 0 && out % groups == 0, "AmoebaNet: ", owner.type_name(),
                 ".", name, ": a convolution from ", in, " to ", out, " channels in ", groups, " groups is impossible");
   parameters_ += out * (in / groups) * kernel[0] * kernel[1];
+  // NOTE [AmoebaNet multiply-adds]: every output element sums (in / groups) x kh x kw products.
+  const int64_t oh = (input.h + 2 * padding[0] - kernel[0]) / stride[0] + 1, ow = (input.w + 2 * padding[1] - kernel[1]) / stride[1] + 1;
+  if (oh > 0 && ow > 0) multiply_adds_ += oh * ow * out * (in / groups) * kernel[0] * kernel[1];
   if (!opt_.materialize) return nullptr;
   nn::Conv2dOptions o;
   o.stride = stride;
@@ -29,6 +33,7 @@ std::shared_ptr<nn::BatchNorm2d> LayerBuilder::batch_norm(nn::Module& owner, con
 
 std::shared_ptr<nn::Linear> LayerBuilder::linear(nn::Module& owner, const std::string& name, int64_t in, int64_t out) {
   parameters_ += in * out + out;
+  multiply_adds_ += in * out;
   if (!opt_.materialize) return nullptr;
   return owner.register_module(name, std::make_shared<nn::Linear>(in, out, true, opt_.dtype, opt_.gen));
 }

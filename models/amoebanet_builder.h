@@ -16,6 +16,12 @@
 // batch norm its input, max pooling its argmax indices (i64), linear its input; additions,
 // concatenations, average pooling, dropout (its mask is regenerated) and the mean keep
 // nothing. Modules call keep() for each tensor so kept, where they know whether it is new.
+//
+// NOTE [AmoebaNet multiply-adds]: the builder also tallies, per image, the multiply-adds of the
+// forward's convolutions and linear layers (a convolution knows its input's shape, so its
+// output's), the work that model FLOPs count (NOTE [MFU] in apps/mfu.h: a training step is 3
+// forwards' worth, 2 FLOPs per multiply-add); pooling, batch norm, activations and additions are
+// left out, as the FLOP counts of the literature leave them out.
 #pragma once
 
 #include <memory>
@@ -53,9 +59,10 @@ class LayerBuilder {
   bool materialize() const { return opt_.materialize; }
 
   // Leaf layers, registered on `owner` as `name` and returned when materializing; null when
-  // counting. Either way their parameters are tallied. Convolutions have no bias and He-normal
-  // fan-out weights (the reference's variance_scaling_initializer(mode='FAN_OUT')).
-  std::shared_ptr<nn::Conv2d> conv(nn::Module& owner, const std::string& name, int64_t in, int64_t out, Int2 kernel,
+  // counting. Either way their parameters (and multiply-adds) are tallied. Convolutions have no
+  // bias and He-normal fan-out weights (the reference's variance_scaling_initializer(mode='FAN_OUT'));
+  // `input` is the per-image shape of the convolution's input (its channels are `in`).
+  std::shared_ptr<nn::Conv2d> conv(nn::Module& owner, const std::string& name, Chw input, int64_t out, Int2 kernel,
                                    Int2 stride = {1, 1}, Int2 padding = {0, 0}, int64_t groups = 1);
   // Batch norm with weight and bias (the reference's scale=True, center=True), eps and momentum
   // from the options.
@@ -70,10 +77,12 @@ class LayerBuilder {
   int64_t parameters() const { return parameters_; }
   int64_t kept() const { return kept_; }
   int64_t kept_indices() const { return kept_indices_; }
+  // NOTE [AmoebaNet multiply-adds]: per image, forward.
+  int64_t multiply_adds() const { return multiply_adds_; }
 
  private:
   LayerBuilderOptions opt_;
-  int64_t parameters_ = 0, kept_ = 0, kept_indices_ = 0;
+  int64_t parameters_ = 0, kept_ = 0, kept_indices_ = 0, multiply_adds_ = 0;
 };
 
 }  // namespace trident::models::amoebanet

@@ -37,7 +37,7 @@ void check_built(const void* layer, const std::string& name) {
 // ---- Stem ----
 
 Stem::Stem(LayerBuilder& b, Chw img, int64_t filters, int64_t stride) : AmoebaLayer("Stem"), image(img) {
-  conv = b.conv(*this, "conv", img.c, filters, {3, 3}, {stride, stride});
+  conv = b.conv(*this, "conv", img, filters, {3, 3}, {stride, stride});
   bn = b.batch_norm(*this, "bn", filters);
   out = {filters, (img.h - 3) / stride + 1, (img.w - 3) / stride + 1};
   TRIDENT_CHECK(img.h >= 3 && img.w >= 3, "AmoebaNet: images of ", img.h, "x", img.w, " are too small for the stem");

@@ -22,7 +22,7 @@ void check_built(const void* layer, const char* module) {
 
 ConvBn::ConvBn(LayerBuilder& b, Chw in, int64_t out_channels, Int2 kernel, Int2 stride, Int2 padding, bool relu)
     : UnaryModule("ConvBn"), pre_relu(relu) {
-  conv = b.conv(*this, "conv", in.c, out_channels, kernel, stride, padding);
+  conv = b.conv(*this, "conv", in, out_channels, kernel, stride, padding);
   bn = b.batch_norm(*this, "bn", out_channels);
   out = {out_channels, (in.h + 2 * padding[0] - kernel[0]) / stride[0] + 1,
          (in.w + 2 * padding[1] - kernel[1]) / stride[1] + 1};
@@ -47,8 +47,8 @@ FactorizedReduction::FactorizedReduction(LayerBuilder& b, Chw in, int64_t out_ch
     : UnaryModule("FactorizedReduction"), pre_relu(relu) {
   TRIDENT_CHECK(out_channels % 2 == 0, "AmoebaNet: a factorized reduction needs an even number of filters, got ",
                 out_channels, " (choose filters D divisible by 8)");
-  path1_conv = b.conv(*this, "path1_conv", in.c, out_channels / 2, {1, 1}, {2, 2});
-  path2_conv = b.conv(*this, "path2_conv", in.c, out_channels / 2, {1, 1}, {2, 2});
+  path1_conv = b.conv(*this, "path1_conv", in, out_channels / 2, {1, 1}, {2, 2});
+  path2_conv = b.conv(*this, "path2_conv", in, out_channels / 2, {1, 1}, {2, 2});
   bn = b.batch_norm(*this, "bn", out_channels);
   out = {out_channels, ceil_div(in.h, 2), ceil_div(in.w, 2)};
   // Kept: path 1's conv input (the relu output or x), path 2's shifted copy, batch norm's input.
@@ -111,10 +111,10 @@ SeparableConv::SeparableConv(LayerBuilder& b, Chw in, int64_t filters, int64_t k
   for (int64_t i = 0; i < repeats; ++i) {
     const int64_t s = i == 0 ? stride : 1;
     auto block = register_module("separable_" + std::to_string(i + 1), std::make_shared<Block>());
-    block->depthwise = b.conv(*block, "depthwise", h.c, h.c, {kernel, kernel}, {s, s}, {kernel / 2, kernel / 2}, h.c);
-    block->pointwise = b.conv(*block, "pointwise", h.c, filters, {1, 1});
-    block->bn = b.batch_norm(*block, "bn", filters);
     const Chw mid{h.c, (h.h - 1) / s + 1, (h.w - 1) / s + 1};
+    block->depthwise = b.conv(*block, "depthwise", h, h.c, {kernel, kernel}, {s, s}, {kernel / 2, kernel / 2}, h.c);
+    block->pointwise = b.conv(*block, "pointwise", mid, filters, {1, 1});
+    block->bn = b.batch_norm(*block, "bn", filters);
     // Kept: the relu output (depthwise input), the depthwise output, the pointwise output.
     b.keep(h.numel() + mid.numel() + filters * mid.h * mid.w);
     h = {filters, mid.h, mid.w};

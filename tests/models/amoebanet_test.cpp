@@ -113,8 +113,34 @@ TEST(AmoebaNet, CountOnlyBuildEqualsRealModel) {
       EXPECT_EQ(plan.layers[i].name, model.layer_info()[i].name);
       EXPECT_EQ(plan.layers[i].parameters, module_params(*model.layers()[i])) << plan.layers[i].name;
       EXPECT_EQ(plan.layers[i].activation_elements, model.layer_info()[i].activation_elements);
+      EXPECT_EQ(plan.layers[i].multiply_adds, model.layer_info()[i].multiply_adds);
     }
   }
+}
+
+// NOTE [AmoebaNet multiply-adds] by hand for the layers simple enough to count on paper: the
+// small stem's 3x3 'VALID' convolution of 3 to 32 channels on 16x16 images gives 14x14 outputs
+// of 3 x 9 products each; the classifier's linear layer in_channels x classes. The counting and
+// the materializing builds agree, and the plan's total is the layers' sum. (The cells are
+// checked against PyTorch's convolutions in tests/models/torch_reference_test.cpp.)
+TEST(AmoebaNet, MultiplyAddsOfTheStemAndTheClassifierByHand) {
+  AmoebaNetConfig c = config("amoebanet-d(3,16)", 10, 16);
+  c.stem = AmoebaNetConfig::Stem::Small;
+  const AmoebaNetPlan plan = amoebanet_plan(c);
+  ASSERT_EQ(plan.layers.front().name, "stem");
+  EXPECT_EQ(plan.layers.front().multiply_adds, 14 * 14 * 32 * 3 * 9);
+  const AmoebaLayerInfo& head = plan.layers.back();
+  ASSERT_EQ(head.name, "classifier");
+  const int64_t width = plan.layers[plan.layers.size() - 2].out.c;
+  EXPECT_EQ(head.multiply_adds, width * 10);
+  int64_t total = 0;
+  for (const AmoebaLayerInfo& l : plan.layers) {
+    EXPECT_GT(l.multiply_adds, 0) << l.name;
+    total += l.multiply_adds;
+  }
+  EXPECT_EQ(plan.multiply_adds, total);
+  AmoebaNet model(c);
+  for (size_t i = 0; i < model.size(); ++i) EXPECT_EQ(plan.layers[i].multiply_adds, model.layer_info()[i].multiply_adds);
 }
 
 // Every layer's output shape, for each input size, against hand-computed sizes: the stem conv

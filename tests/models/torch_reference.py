@@ -201,9 +201,24 @@ def amoebanet(W, cfg):
                 raise SystemExit(f"{k}: shape {list(W[k].shape)} from Trident, {list(p.shape)} for {name} here")
             p.copy_(W[k])
             names[k] = p
-    logits = m(W["in.images"])
+    # NOTE [AmoebaNet multiply-adds]: counted here from what each convolution and linear layer
+    # actually produced in the forward, per image.
+    macs = [0]
+
+    def count(mod, inp, out):
+        if isinstance(mod, torch.nn.Conv2d):
+            macs[0] += out.numel() * (mod.in_channels // mod.groups) * mod.kernel_size[0] * mod.kernel_size[1]
+        elif isinstance(mod, torch.nn.Linear):
+            macs[0] += out.numel() * mod.in_features
+
+    hooks = [mod.register_forward_hook(count) for mod in m.modules() if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear))]
+    images = W["in.images"]
+    logits = m(images)
+    for h in hooks:
+        h.remove()
     loss = F.cross_entropy(logits, W["in.labels"])
-    outs = {"out.logits": logits, "out.loss": loss.reshape(1)}
+    outs = {"out.logits": logits, "out.loss": loss.reshape(1),
+            "out.multiply_adds": torch.tensor([macs[0] / images.shape[0]], dtype=torch.float64)}
     # Batch-norm running statistics after this one training step, in the same order.
     for kind in ("running_mean", "running_var"):
         bufs = [b for n, b in m.named_buffers() if n.endswith(kind)]

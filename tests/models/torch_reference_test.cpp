@@ -236,7 +236,9 @@ void compare_amoebanet(const std::string& genotype) {
                       {"cfg.cells", scalar_row(3)},
                       {"cfg.filters", scalar_row(8)},
                       {"cfg.classes", scalar_row(10)},
-                      {"cfg.image", scalar_row(16)}};
+                      {"cfg.image", scalar_row(16)},
+                      // NOTE [AmoebaNet multiply-adds]: the plan's count per image.
+                      {"out.multiply_adds", from_vector<double>({static_cast<double>(amoebanet_plan(c).multiply_adds)}, {1})}};
   // The running statistics after this step (momentum, and the unbiased variance they keep).
   for (const char* kind : {"running_mean", "running_var"}) {
     int64_t i = 0;
