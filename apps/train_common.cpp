@@ -29,6 +29,7 @@
 #include "nn/checkpoint.h"
 #include "nn/grad_scaler.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/rmsprop.h"
 #include "nn/optim/sgd.h"
 #include "nn/normalization.h"
 #include "nn/optim/clip_grad.h"
@@ -172,9 +173,11 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--batch", o.batch, "examples per micro-batch")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->capture_default_str();
   app.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "adamw, or sgd (Nesterov momentum)")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "adamw, sgd (Nesterov momentum) or rmsprop")->capture_default_str();
   app.add_option("--beta2", o.beta2, "AdamW's second-moment decay")->capture_default_str();
-  app.add_option("--momentum", o.momentum, "SGD's momentum (Nesterov when positive)")->capture_default_str();
+  app.add_option("--eps", o.eps, "AdamW's and RMSProp's epsilon")->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD's momentum (Nesterov when positive) and RMSProp's")->capture_default_str();
+  app.add_option("--rmsprop-alpha", o.rmsprop_alpha, "RMSProp's squared-gradient decay")->capture_default_str();
   app.add_option("--schedule", o.schedule, "learning-rate schedule: cosine, linear or constant")->capture_default_str();
   app.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str();
   app.add_option("--min-lr-fraction", o.min_lr_fraction, "cosine/linear decay ends at lr times this")->capture_default_str();
@@ -278,8 +281,11 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.batch > 0, "--batch must be positive, got ", o.batch);
   TRIDENT_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
   TRIDENT_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be positive, got ", o.lr);
-  TRIDENT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer must be adamw or sgd, got '", o.optimizer, "'");
+  TRIDENT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd" || o.optimizer == "rmsprop",
+                "--optimizer must be adamw, sgd or rmsprop, got '", o.optimizer, "'");
   TRIDENT_CHECK(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1), got ", o.beta2);
+  TRIDENT_CHECK(o.eps > 0 && std::isfinite(o.eps), "--eps must be positive, got ", o.eps);
+  TRIDENT_CHECK(o.rmsprop_alpha >= 0 && o.rmsprop_alpha < 1, "--rmsprop-alpha must be in [0, 1), got ", o.rmsprop_alpha);
   TRIDENT_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
   TRIDENT_CHECK(o.weight_decay >= 0, "--weight-decay must be >= 0, got ", o.weight_decay);
   TRIDENT_CHECK(o.steps >= 0 && o.warmup >= 0 && o.eval_every >= 0 && o.ckpt_every >= 0 && o.eval_batches >= 0,
@@ -458,8 +464,17 @@ int train(const TrainOptions& o, TrainTask& task) {
       return std::make_unique<nn::optim::SGD>(
           std::vector<nn::optim::ParamGroup<nn::optim::SGDOptions>>{{g.at(0), with}, {g.at(1), without}});
     };
+  } else if (o.optimizer == "rmsprop") {
+    nn::optim::RMSPropOptions with{
+        .lr = o.lr, .alpha = o.rmsprop_alpha, .eps = o.eps, .weight_decay = o.weight_decay, .momentum = o.momentum};
+    nn::optim::RMSPropOptions without = with;
+    without.weight_decay = 0.0;
+    make_optimizer = [with, without](const parallel::ParamGroups& g) {
+      return std::make_unique<nn::optim::RMSProp>(
+          std::vector<nn::optim::ParamGroup<nn::optim::RMSPropOptions>>{{g.at(0), with}, {g.at(1), without}});
+    };
   } else {
-    nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = o.beta2, .eps = 1e-8, .weight_decay = o.weight_decay};
+    nn::optim::AdamWOptions with{.lr = o.lr, .beta1 = 0.9, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
     nn::optim::AdamWOptions without = with;
     without.weight_decay = 0.0;
     make_optimizer = [with, without](const parallel::ParamGroups& g) {

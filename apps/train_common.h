@@ -34,9 +34,11 @@
 // state); every rank reads the checkpoint back. Evaluation: NOTE [Evaluation over dp]
 // (apps/evaluation.h).
 //
-// NOTE [Optimizer in the apps]: --optimizer adamw (betas 0.9 and --beta2, eps 1e-8) or sgd
+// NOTE [Optimizer in the apps]: --optimizer adamw (betas 0.9 and --beta2, --eps), sgd
 // (--momentum, Nesterov when it is positive; weight decay added to the gradient as PyTorch's
-// SGD does), both in two parameter groups: --weight-decay on matrices, embeddings and
+// SGD does) or rmsprop (AmoebaNet's optimizer in its paper: --rmsprop-alpha, --momentum, --eps,
+// in PyTorch's form, eps outside the square root; nn/optim/rmsprop.h on translating TensorFlow's
+// hyperparameters), all in two parameter groups: --weight-decay on matrices, embeddings and
 // convolution kernels (dim >= 2), none on biases and normalization parameters (1-D). The same
 // groups under --zero, --pp and --tp, and in checkpoints (their optimizer part is the serial
 // optimizer's state dict whatever the layout).
@@ -126,9 +128,11 @@ struct TrainOptions {
   int64_t batch = 8;               // examples per micro-batch
   int64_t grad_accum = 1;          // micro-batches per optimizer step
   double lr = 1e-3;
-  std::string optimizer = "adamw";  // adamw | sgd (NOTE [Optimizer in the apps])
+  std::string optimizer = "adamw";  // adamw | sgd | rmsprop (NOTE [Optimizer in the apps])
   double beta2 = 0.95;              // AdamW's second-moment decay (GPT-2's and BERT's 0.95)
-  double momentum = 0.9;            // SGD's (Nesterov) momentum
+  double eps = 1e-8;                // AdamW's and RMSProp's epsilon
+  double momentum = 0.9;            // SGD's (Nesterov) and RMSProp's momentum
+  double rmsprop_alpha = 0.9;       // RMSProp's squared-gradient decay (AmoebaNet's 0.9)
   std::string schedule = "cosine";  // cosine | linear | constant
   int64_t warmup = 0;
   double min_lr_fraction = 0.1;  // cosine/linear end at lr * this

@@ -23,6 +23,7 @@
 #include "apps/train_common.h"
 #include "data/image_datasets.h"
 #include "models/amoebanet_layered.h"
+#include "parallel/pipeline/partition.h"
 #include "trident.h"
 
 using namespace trident;
@@ -221,7 +222,8 @@ void print_dry_run(const AmoebaNetConfig& c, const apps::TrainOptions& o) {
               static_cast<long long>(plan.multiply_adds), static_cast<double>(plan.multiply_adds) / 1e9,
               6 * static_cast<double>(plan.multiply_adds) / 1e9);
   const DType act = o.precision == "fp32" ? kF32 : apps::autocast_dtype(o.precision);
-  const AmoebaNetMemory mem = amoebanet_memory(c, o.optimizer == "sgd" ? 1 : 2, act);
+  // Optimizer slots: SGD's momentum; AdamW's two moments; RMSProp's square average and momentum.
+  const AmoebaNetMemory mem = amoebanet_memory(c, o.optimizer == "sgd" || (o.optimizer == "rmsprop" && o.momentum == 0) ? 1 : 2, act);
   std::printf("training memory estimate (%s, %s):\n%s\n", o.optimizer.c_str(), o.precision.c_str(), mem.str(o.batch).c_str());
 }
 
@@ -275,11 +277,22 @@ int main(int argc, char** argv) {
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);  // dropout draws from the default generator
     Generator init(o.seed);
-    // NOTE [Stage-only model]: under --pp the ranks build in turn, each keeping its stage.
-    std::optional<AmoebaNetLayered> built;
-    auto& model = static_cast<AmoebaNetLayered&>(apps::build_in_turn(mesh, [&]() -> LayeredModel& {
-      return built.emplace(std::make_shared<AmoebaNet>(c, &init), c.aux_scaling, im.label_smoothing);
-    }));
+    // Under --pp each rank builds its stage only (NOTE [AmoebaNet stage-only build]): the layers
+    // of the pipeline's cut by parameter count, from the plan's per-layer counts (the cut
+    // parallel::pipeline::plan_balance makes of the built network, which the Pipeline checks).
+    std::pair<size_t, size_t> keep{0, 0};
+    if (o.pp > 1) {
+      std::vector<double> costs;
+      for (const AmoebaLayerInfo& l : amoebanet_plan(c).layers) costs.push_back(static_cast<double>(l.parameters));
+      TRIDENT_CHECK(static_cast<int64_t>(costs.size()) >= o.pp, "--pp ", o.pp, ": ", c.name(), " has only ", costs.size(),
+                    " layers (every stage needs one)");
+      const auto range = parallel::pipeline::stage_ranges(parallel::pipeline::balance_by_costs(costs, o.pp))
+          .at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
+      keep = {static_cast<size_t>(range.first), static_cast<size_t>(range.second)};
+    }
+    AmoebaNetLayered model(keep.second > keep.first ? std::make_shared<AmoebaNet>(c, &init, keep)
+                                                    : std::make_shared<AmoebaNet>(c, &init),
+                           c.aux_scaling, im.label_smoothing);
     apps::say("%s: %lld parameters, %lld training images, %lld test images\n", model_id(c).c_str(),
               static_cast<long long>(model.num_parameters()), static_cast<long long>(d.train->size()),
               static_cast<long long>(d.test->size()));

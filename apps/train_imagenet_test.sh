@@ -8,7 +8,10 @@ set -euo pipefail
 exe="$1"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-common=(--dataset synthetic --batch 8 --grad-accum 2 --steps 8 --lr 0.05 --eval-batches 1 --log-every 1 --workers 1)
+# RMSProp (AmoebaNet's optimizer) with momentum: its square averages and momentum buffers must
+# come back from the checkpoint for the losses to match.
+common=(--dataset synthetic --batch 8 --grad-accum 2 --steps 8 --optimizer rmsprop --lr 0.01 --eps 1e-3 --eval-batches 1
+        --log-every 1 --workers 1)
 "$exe" "${common[@]}" --metrics "$dir/a/metrics.jsonl" --ckpt-dir "$dir/ck" --ckpt-every 4 >"$dir/straight.txt"
 "$exe" "${common[@]}" --metrics "$dir/b/metrics.jsonl" --resume "$dir/ck/step-4" >"$dir/resumed.txt"
 losses() { grep -oE '^step +[5-8]/8 \| loss [^ ]+' "$1"; }
@@ -45,7 +48,7 @@ expect_error 'unknown key "batchsize"' --config "$dir/unknown.json"
 expect_error "holds a amoebanet model of another configuration: .*amoebanet-d(3,16) for 4 classes of 3x16x16.*(this run: .*amoebanet-d(3,24)" \
   "${common[@]}" --model "amoebanet-d(3,24)" --resume "$dir/ck/step-4"
 expect_error "has no tensor-parallel layers" --dataset synthetic --tp 2
-expect_error "optimizer must be adamw or sgd, got 'lamb'" --dataset synthetic --optimizer lamb
+expect_error "optimizer must be adamw, sgd or rmsprop, got 'lamb'" --dataset synthetic --optimizer lamb
 expect_error "device must be cpu, cuda or cuda:N, got 'tpu'" --dataset synthetic --device tpu
 # --device cuda without a GPU (or a CUDA backend): one line saying which (apps/device_option_test.sh
 # covers the other apps).

@@ -16,6 +16,10 @@
 //     allocator's current bytes above what the rank held before building), and the process's
 //     resident memory (VmRSS) above its start at the same two points. GPipe's memory argument:
 //     the cut columns fall to the stage's share.
+//   build [amoebanet-d(L,D)]   (default amoebanet-d(18,208), 1000 classes at 224)
+//     NOTE [AmoebaNet stage-only build]: per stage, the peak resident memory (VmHWM, reset
+//     between the two) of building the stage as the whole network cut by keep_stage, and as the
+//     stage-only build, above the process's resident memory before each; and what stays.
 //
 // Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
 #include <algorithm>
@@ -134,6 +138,66 @@ double resident_bytes() {
   return kb * 1024;
 }
 
+// Resets the process's peak resident memory to its current one (Linux 4.0 and later: writing 5
+// to /proc/self/clear_refs); false where that is not possible.
+bool reset_peak_resident() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+// The process's peak resident memory (VmHWM), bytes; 0 where /proc is missing.
+double peak_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+void build_peak(const std::string& which) {
+  const int K = world()->size(), stage = world()->rank();
+  const models::AmoebaNetConfig c = models::AmoebaNetConfig::from_name(which, 1000, 224);
+  std::vector<double> costs;
+  for (const models::AmoebaLayerInfo& l : models::amoebanet_plan(c).layers) costs.push_back(static_cast<double>(l.parameters));
+  const Balance balance = balance_by_costs(costs, K);
+  const auto range = stage_ranges(balance)[static_cast<size_t>(stage)];
+  double v[3] = {0, 0, 0};  // whole then cut: peak; stage-only: peak; held after the stage-only build
+  for (int mode = 0; mode < 2; ++mode) {
+    empty_cache(Device::cpu());
+    TRIDENT_CHECK(reset_peak_resident(), "build: cannot reset the peak resident memory (/proc/self/clear_refs)");
+    const double rss0 = resident_bytes();
+    Generator init(1);
+    if (mode == 0) {
+      models::AmoebaNetLayered model(std::make_shared<models::AmoebaNet>(c, &init));
+      keep_stage(model, balance, stage);
+      v[0] = peak_resident_bytes() - rss0;
+    } else {
+      const models::AmoebaNet net(c, &init, {static_cast<size_t>(range.first), static_cast<size_t>(range.second)});
+      v[1] = peak_resident_bytes() - rss0;
+      v[2] = resident_bytes() - rss0;
+    }
+  }
+  Tensor t = zeros({K, 3}, DType::F64);
+  std::copy(v, v + 3, t.data<double>() + 3 * stage);
+  world()->all_reduce(t).wait();
+  if (world()->rank() != 0) return;
+  std::printf("building one stage per rank, %s (%.1fM parameters), K = %d stages cut by parameter count %s\n",
+              which.c_str(), static_cast<double>(models::amoebanet_plan(c).parameters) / 1e6, K, balance_str(balance).c_str());
+  std::printf("%6s %10s %26s %24s %14s %8s\n", "stage", "layers", "peak MB: whole, then cut", "peak MB: stage-only",
+              "MB held", "ratio");
+  const double* r = t.data<double>();
+  const auto ranges = stage_ranges(balance);
+  for (int s = 0; s < K; ++s)
+    std::printf("%6d %4lld-%-5lld %26.1f %24.1f %14.1f %8.2f\n", s, static_cast<long long>(ranges[static_cast<size_t>(s)].first),
+                static_cast<long long>(ranges[static_cast<size_t>(s)].second), r[3 * s] / 1e6, r[3 * s + 1] / 1e6,
+                r[3 * s + 2] / 1e6, r[3 * s + 1] / r[3 * s]);
+}
+
 void held(const std::string& which) {
   const int K = world()->size();
   const int64_t base = memory_stats(Device::cpu()).current_bytes;
@@ -180,7 +244,7 @@ int main(int argc, char** argv) {
     const std::string what = argc > 1 ? argv[1] : "bubble";
     int64_t max_m = 32;
     std::string trace;
-    for (int i = what == "held" ? argc : 2; i + 1 < argc; i += 2) {
+    for (int i = what == "held" || what == "build" ? argc : 2; i + 1 < argc; i += 2) {
       const std::string k = argv[i];
       if (k == "--max-m") max_m = std::stoll(argv[i + 1]);
       else if (k == "--trace") trace = argv[i + 1];
@@ -204,7 +268,8 @@ int main(int argc, char** argv) {
       memory(model, batch, "16 images 32x32, AmoebaNet-D(6, 16)");
     }
     else if (what == "held") held(argc > 2 ? argv[2] : "gpt2-124m");
-    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble, memory, memory-amoebanet or held");
+    else if (what == "build") build_peak(argc > 2 ? argv[2] : "amoebanet-d(18,208)");
+    else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble, memory, memory-amoebanet, held or build");
   } catch (const Error& e) {
     std::fprintf(stderr, "pipeline_bench: %s\n", e.message().c_str());
     return 2;

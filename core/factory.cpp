@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/copy.h"
 #include "core/strided.h"
@@ -43,6 +44,14 @@ bool is_broadcast_scalar(const Tensor& t) {
   for (int64_t s : t.strides())
     if (s != 0) return false;
   return true;
+}
+
+int64_t release_to_placeholder(Tensor& t) {
+  if (t.numel() <= 1 || is_broadcast_scalar(t)) return 0;
+  const int64_t bytes = t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
+  t.set_data(broadcast_scalar(t.sizes(), is_floating(t.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
+                              TensorOptions(t.dtype()).device(t.device())));
+  return bytes;
 }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {

@@ -21,6 +21,10 @@ Tensor scalar_tensor(double value, TensorOptions opts = {});
 Tensor broadcast_scalar(const Shape& sizes, double value, TensorOptions opts = {});
 // Whether t is such a tensor: more than one element, every stride 0.
 bool is_broadcast_scalar(const Tensor& t);
+// NOTE [Stage-only model]: replaces t's data (every handle to t sees it) with its placeholder, a
+// broadcast_scalar of t's shape, dtype and device holding NaN (0 for integer dtypes), and returns
+// the bytes released; tensors of one element or none, and placeholders, are left alone (0).
+int64_t release_to_placeholder(Tensor& t);
 // [start, end) in steps of step (PyTorch's length: ceil((end - start) / step)).
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
 inline Tensor arange(double end, TensorOptions opts = {}) { return arange(0.0, end, 1.0, opts); }

@@ -6,6 +6,9 @@
 #include <functional>
 #include <regex>
 
+#include "autograd/grad_mode.h"
+#include "core/allocator.h"
+#include "core/factory.h"
 #include "ops/arith.h"
 #include "ops/loss.h"
 
@@ -75,7 +78,14 @@ void AmoebaNetConfig::validate() const {
 
 AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen) : AmoebaNet(config, gen, true) {}
 
-AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize)
+AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen, std::pair<size_t, size_t> keep)
+    : AmoebaNet(config, gen, true, keep) {
+  TRIDENT_CHECK(keep.first < keep.second && keep.second <= layers_.size(), "AmoebaNet: layers [", keep.first, ", ",
+                keep.second, ") to keep are not a non-empty range of the ", layers_.size(), " layers");
+  empty_cache(kCPU);  // the released layers' blocks back to the system (NOTE [Stage-only model])
+}
+
+AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize, std::pair<size_t, size_t> keep)
     : nn::Module("AmoebaNet"), config_(c), materialized_(materialize) {
   c.validate();
   const Genotype& g = amoebanet_genotype(c.genotype);
@@ -89,6 +99,13 @@ AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize)
     layers_.push_back(layer);
     info_.push_back({name, layer->type_name(), layer->out, b.parameters() - p0, b.kept() - k0, b.kept_indices() - i0,
                      b.multiply_adds() - m0});
+    // NOTE [AmoebaNet stage-only build]: a layer outside the kept range is released at once.
+    if (materialize && (layers_.size() - 1 < keep.first || layers_.size() - 1 >= keep.second)) {
+      NoGradGuard no_grad;
+      for (Tensor t : layer->parameters()) release_to_placeholder(t);
+      for (Tensor t : layer->buffers()) release_to_placeholder(t);
+      empty_cache(kCPU);  // its blocks back to the system before the next layer is built
+    }
     return layer;
   };
 

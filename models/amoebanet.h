@@ -31,8 +31,10 @@
 // padding is symmetric (see models/amoebanet_ops.h); weights are He-normal by PyTorch's fan-out.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -124,6 +126,14 @@ class AmoebaNet : public nn::Module {
   // Builds and initializes the network (initialization draws from gen, the default generator
   // when null; dropout draws from the default generator).
   explicit AmoebaNet(const AmoebaNetConfig& config, Generator* gen = nullptr);
+  // NOTE [AmoebaNet stage-only build]: the same network, but the parameters and buffers of the
+  // layers outside [keep.first, keep.second) are released to placeholders (release_to_placeholder:
+  // their shape and dtype, NaN, one element of memory) as soon as each such layer is built. Every
+  // layer is still built and initialized in order, so the kept layers hold exactly the values of
+  // the whole network's (the generator makes every draw it would), while the memory never holds
+  // more than the kept layers and the one layer being built. For a pipeline stage: the cut
+  // Pipeline (or keep_stage) would make, without the whole network ever in memory.
+  AmoebaNet(const AmoebaNetConfig& config, Generator* gen, std::pair<size_t, size_t> keep);
 
   // images [N, in_channels, image_size, image_size] -> logits [N, num_classes].
   Tensor forward(const Tensor& images);
@@ -140,7 +150,8 @@ class AmoebaNet : public nn::Module {
 
  private:
   friend AmoebaNetPlan amoebanet_plan(const AmoebaNetConfig& config);
-  AmoebaNet(const AmoebaNetConfig& config, Generator* gen, bool materialize);
+  AmoebaNet(const AmoebaNetConfig& config, Generator* gen, bool materialize,
+            std::pair<size_t, size_t> keep = {0, std::numeric_limits<size_t>::max()});
 
   AmoebaNetConfig config_;
   std::vector<std::shared_ptr<AmoebaLayer>> layers_;

@@ -28,3 +28,6 @@ for np in 2 4; do
   "${mpirun[@]}" -np $np "$bench" held "amoebanet-d(18,208)"
   echo
 done
+# NOTE [AmoebaNet stage-only build]: peak memory of building one stage per rank, whole-then-cut
+# against stage-only.
+"${mpirun[@]}" -np 4 "$bench" build "amoebanet-d(18,208)"

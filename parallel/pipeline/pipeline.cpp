@@ -102,11 +102,8 @@ StageCut cut_model(models::LayeredModel& model, const Balance& balance, int64_t 
     }
     // A tensor of one element or none is as small as its placeholder: kept.
     if (held || t.numel() <= 1 || is_broadcast_scalar(t) || !released.insert(t.impl()).second) continue;
-    cut.released_bytes += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
     devices.insert(t.device().str());
-    // The placeholder: t's shape and dtype, NaN (0 for integers) broadcast from one element.
-    t.set_data(broadcast_scalar(t.sizes(), is_floating(t.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
-                                TensorOptions(t.dtype()).device(t.device())));
+    cut.released_bytes += release_to_placeholder(t);
   }
   // The caching allocators would keep the released blocks for this rank: give them back, so the
   // other ranks on the host (or GPU) can use them.
