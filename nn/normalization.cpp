@@ -69,16 +69,27 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const bool use_batch_stats = is_training() || !running_mean.defined();
   // NOTE [Deferred batch norm]: a re-run under re-materialization, or a deferred forward,
   // normalizes by the batch statistics without touching the running ones.
-  if (is_training() && (autograd::is_recomputing() || (deferred && running_mean.defined()))) {
-    if (!autograd::is_recomputing()) {
+  if (is_training() && autograd::is_recomputing()) return batch_norm(x, Tensor(), Tensor(), weight, bias, true, momentum, eps);
+  if (is_training() && deferred && running_mean.defined()) {
+    // The op's own batch statistics, from the pass it makes anyway: "running" statistics of
+    // momentum 1 are the batch's mean and unbiased variance (f32; f64 for f64 inputs). Their sum
+    // and sum of squares go to the totals: s = m mean, sq = (m - 1) var + m mean^2.
+    const TensorOptions so = TensorOptions(x.dtype() == DType::F64 ? DType::F64 : DType::F32).device(x.device());
+    Tensor mean = zeros({num_features}, so), var = zeros({num_features}, so);
+    Tensor y = batch_norm(x, mean, var, weight, bias, true, 1.0, eps);
+    const int64_t m = x.numel() / num_features;
+    if (m > 0) {
       NoGradGuard no_grad;
-      const Tensor xd = x.detach().to(deferred_dtype(x.device()));
-      const Tensor s = sum(xd, {0, 2, 3}), sq = sum(mul(xd, xd), {0, 2, 3});
+      const DType acc = deferred_dtype(x.device());
+      mean = mean.to(acc);
+      var = var.to(acc);
+      const auto md = static_cast<double>(m);
+      const Tensor s = mul(mean, md), sq = add(mul(var, md - 1), mul(mul(mean, mean), md));
       deferred_sum_ = deferred_sum_.defined() ? add(deferred_sum_, s) : s;
       deferred_sq_sum_ = deferred_sq_sum_.defined() ? add(deferred_sq_sum_, sq) : sq;
-      deferred_count_ += x.numel() / num_features;
+      deferred_count_ += m;
     }
-    return batch_norm(x, Tensor(), Tensor(), weight, bias, true, momentum, eps);
+    return y;
   }
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard no_grad;

@@ -29,8 +29,9 @@ class LayerNorm : public UnaryModule {
 // normalizes each micro-batch by its own statistics (as GPipe does), and by default each
 // micro-batch also moves the running statistics, so they depend on M. With `deferred` set
 // (torchgpipe's deferred batch norm), a training forward instead adds the micro-batch's
-// per-channel sum and sum of squares (f64; f32 on a GPU, which has no f64 reductions) to totals
-// and leaves the running statistics alone; commit_deferred() then moves them once, by the
+// per-channel sum and sum of squares to totals (f64; f32 on a GPU, which has no f64 kernels),
+// from the mean and variance the batch norm op computes for its own normalization (no second
+// pass over the input), and leaves the running statistics alone; commit_deferred() then moves them once, by the
 // mini-batch's mean and unbiased variance from the totals, and counts one batch in
 // num_batches_tracked: the running statistics after a step are those of serial training on the
 // whole mini-batch, whatever M. Whoever runs the micro-batches (Pipeline with
