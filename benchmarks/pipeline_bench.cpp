@@ -126,17 +126,21 @@ void memory(models::LayeredModel& model, const models::Batch& batch, const std::
   }
 }
 
-// This process's resident memory (VmRSS), bytes; 0 where /proc is missing.
-double resident_bytes() {
+// A memory field of /proc/self/status ("VmRSS", "VmHWM"), bytes; 0 where /proc is missing.
+double status_bytes(const char* field) {
   std::FILE* f = std::fopen("/proc/self/status", "r");
   if (f == nullptr) return 0;
+  const std::string format = std::string(field) + ": %lf kB";
   char line[256];
   double kb = 0;
   while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmRSS: %lf kB", &kb) == 1) break;
+    if (std::sscanf(line, format.c_str(), &kb) == 1) break;
   std::fclose(f);
   return kb * 1024;
 }
+// This process's resident memory, and its peak.
+double resident_bytes() { return status_bytes("VmRSS"); }
+double peak_resident_bytes() { return status_bytes("VmHWM"); }
 
 // Resets the process's peak resident memory to its current one (Linux 4.0 and later: writing 5
 // to /proc/self/clear_refs); false where that is not possible.
@@ -145,18 +149,6 @@ bool reset_peak_resident() {
   if (f == nullptr) return false;
   const bool ok = std::fputs("5", f) >= 0;
   return std::fclose(f) == 0 && ok;
-}
-
-// The process's peak resident memory (VmHWM), bytes; 0 where /proc is missing.
-double peak_resident_bytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
-  std::fclose(f);
-  return kb * 1024;
 }
 
 void build_peak(const std::string& which) {
