@@ -154,7 +154,7 @@ imagenet() {  # name, flags...
   local t; t=$(tmo 120)
   echo "== train_imagenet $name (timeout $t s): $*" >>"$LOG"
   (( t > 0 )) || { echo "not started: APP_DEADLINE reached" >>"$LOG"; return 1; }
-  timeout "$t" "$B/apps/train_imagenet" --dataset synthetic --model tiny --batch 8 --steps 6 --lr 0.05 --eval-every 6 \
+  timeout "$t" "$B/apps/train_imagenet" --dataset synthetic --model tiny --batch 8 --steps 6 --log-every 1 --lr 0.05 --eval-every 6 \
     --eval-batches 2 --seed 7 --workers 1 --threads 8 --metrics "$dir/$name/metrics.jsonl" "$@" >>"$LOG" 2>&1
 }
 if [[ ! -x "$B/apps/train_imagenet" ]]; then
