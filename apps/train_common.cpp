@@ -186,7 +186,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "optimizer steps (0: from --epochs)")->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs over the training set when --steps is 0")->capture_default_str();
   app.add_option("--time-limit", o.time_limit, "stop after this many seconds of training (0: no limit)")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "evaluate every N steps (0: before and after training only)")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "evaluate every N steps (0: before and after training only; -1: never)")->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation (0: all)")->capture_default_str();
   app.add_option("--log-every", o.log_every, "a log line and a metrics record every N steps")->capture_default_str();
   app.add_option("--ckpt-dir", o.ckpt_dir, "folder for checkpoints (step-N subfolders) and metrics.jsonl");
@@ -288,8 +288,9 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.rmsprop_alpha >= 0 && o.rmsprop_alpha < 1, "--rmsprop-alpha must be in [0, 1), got ", o.rmsprop_alpha);
   TRIDENT_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
   TRIDENT_CHECK(o.weight_decay >= 0, "--weight-decay must be >= 0, got ", o.weight_decay);
-  TRIDENT_CHECK(o.steps >= 0 && o.warmup >= 0 && o.eval_every >= 0 && o.ckpt_every >= 0 && o.eval_batches >= 0,
-                "--steps, --warmup, --eval-every, --eval-batches and --ckpt-every must be >= 0");
+  TRIDENT_CHECK(o.steps >= 0 && o.warmup >= 0 && o.ckpt_every >= 0 && o.eval_batches >= 0,
+                "--steps, --warmup, --eval-batches and --ckpt-every must be >= 0");
+  TRIDENT_CHECK(o.eval_every >= -1, "--eval-every must be >= 0, or -1 for no evaluation, got ", o.eval_every);
   TRIDENT_CHECK(o.steps > 0 || o.epochs > 0, "--epochs must be positive when --steps is 0, got ", o.epochs);
   TRIDENT_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
   TRIDENT_CHECK(o.ckpt_every == 0 || !o.ckpt_dir.empty(), "--ckpt-every needs --ckpt-dir");
@@ -587,7 +588,7 @@ int train(const TrainOptions& o, TrainTask& task) {
 
   auto evaluate = [&](int64_t step) -> std::map<std::string, double> {
     std::map<std::string, double> out;
-    if (!task.val || !task.eval) return out;
+    if (!task.val || !task.eval || o.eval_every < 0) return out;
     const MetricSums sums = evaluation_sums(o, task, *dp, pipe.get(), dev);
     json j = {{"step", step}};
     for (const auto& [k, v] : sums) j[k] = out[k] = v.second > 0 ? v.first / v.second : 0.0;

@@ -141,7 +141,7 @@ struct TrainOptions {
   int64_t steps = 0;       // 0: from --epochs
   double epochs = 1;
   double time_limit = 0;  // seconds; > 0: stop after the first step past it (then evaluate, checkpoint)
-  int64_t eval_every = 0;  // 0: only before and after training
+  int64_t eval_every = 0;  // 0: only before and after training; -1: never
   int64_t eval_batches = 20;
   int64_t log_every = 10;  // a line (not a tty) or a metrics record every N steps
   std::string ckpt_dir;

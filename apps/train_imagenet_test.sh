@@ -19,6 +19,10 @@ losses() { grep -oE '^step +[5-8]/8 \| loss [^ ]+' "$1"; }
 diff <(losses "$dir/straight.txt") <(losses "$dir/resumed.txt")
 echo "steps 5-8 identical after resume"
 grep -q '"loss"' "$dir/a/metrics.jsonl"
+# --eval-every -1: no evaluation at all (an ImageNet run need not evaluate 50,000 images first).
+"$exe" --dataset synthetic --batch 8 --steps 2 --eval-every -1 --workers 1 >"$dir/noeval.txt"
+if grep -q 'validation\|test top-1' "$dir/noeval.txt"; then echo "--eval-every -1 evaluated:"; cat "$dir/noeval.txt"; exit 1; fi
+grep -qE '^step +2/2' "$dir/noeval.txt" || { cat "$dir/noeval.txt"; exit 1; }
 
 # --config, with a flag overriding it; --dry-run opens no data.
 echo '{"dataset": "imagenet", "model": "amoebanet-d(18,208)", "aux": true, "batch": 4, "dry-run": true}' >"$dir/c.json"
@@ -48,6 +52,7 @@ expect_error 'unknown key "batchsize"' --config "$dir/unknown.json"
 expect_error "holds a amoebanet model of another configuration: .*amoebanet-d(3,16) for 4 classes of 3x16x16.*(this run: .*amoebanet-d(3,24)" \
   "${common[@]}" --model "amoebanet-d(3,24)" --resume "$dir/ck/step-4"
 expect_error "has no tensor-parallel layers" --dataset synthetic --tp 2
+expect_error "eval-every must be >= 0, or -1 for no evaluation, got -2" --dataset synthetic --eval-every -2
 expect_error "optimizer must be adamw, sgd or rmsprop, got 'lamb'" --dataset synthetic --optimizer lamb
 expect_error "device must be cpu, cuda or cuda:N, got 'tpu'" --dataset synthetic --device tpu
 # --device cuda without a GPU (or a CUDA backend): one line saying which (apps/device_option_test.sh
