@@ -208,6 +208,9 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--pp-schedule", o.pp_schedule, "--pp: gpipe (all forwards, then all backwards) or 1f1b")
       ->capture_default_str();
   app.add_option("--remat", o.remat, "--pp: re-materialize always, except_last or never")->capture_default_str();
+  app.add_option("--pp-balance", o.pp_balance,
+                 "--pp: cut the layers into stages of equal parameters, or of equal compute (train_imagenet)")
+      ->capture_default_str();
   app.add_option("--trace", o.trace, "--pp: write the last step's pipeline timeline here (Chrome trace JSON)");
   app.add_option("--tp", o.tp, "tensor-parallel ranks, Megatron-LM's split of every layer (innermost axis)")
       ->capture_default_str();
@@ -306,6 +309,8 @@ void check_train_options(const TrainOptions& o) {
     TRIDENT_CHECK(o.remat == "always" || o.remat == "except_last" || o.remat == "never",
                   "--remat must be always, except_last or never, got '", o.remat, "'");
     TRIDENT_CHECK(o.micro_batches >= 1, "--micro-batches must be positive, got ", o.micro_batches);
+    TRIDENT_CHECK(o.pp_balance == "parameters" || o.pp_balance == "compute", "--pp-balance must be parameters or compute, got '",
+                  o.pp_balance, "'");
     TRIDENT_CHECK(o.batch * o.grad_accum % o.micro_batches == 0, "--micro-batches ", o.micro_batches,
                   " does not divide a step's batch of ", o.batch * o.grad_accum, " rows (--batch ", o.batch,
                   " x --grad-accum ", o.grad_accum, ")");
@@ -442,11 +447,15 @@ int train(const TrainOptions& o, TrainTask& task) {
   // NOTE [Pipeline training apps]: this rank's stage of the model; it does the dp averaging too.
   std::unique_ptr<parallel::pipeline::Pipeline> pipe;
   if (mesh.size(parallel::Axis::PP) > 1) {
+    // NOTE [Pipeline balance in the apps]
+    TRIDENT_CHECK(o.pp_balance == "parameters" || !task.pp_balance.empty(), "--pp-balance ", o.pp_balance, ": ", task.app,
+                  " has no per-layer compute counts; use --pp-balance parameters");
     pipe = std::make_unique<parallel::pipeline::Pipeline>(
         model, mesh.group_ptr(parallel::Axis::PP),
         parallel::pipeline::PipelineOptions{.micro_batches = o.micro_batches,
                                             .schedule = parallel::pipeline::parse_schedule(o.pp_schedule),
                                             .remat = parallel::pipeline::parse_remat(o.remat),
+                                            .balance = task.pp_balance,
                                             .dp = dp,
                                             .deferred_batch_norm = true,  // NOTE [Batch norm in the apps]
                                             .timeline = true});
@@ -616,8 +625,8 @@ int train(const TrainOptions& o, TrainTask& task) {
       zero ? ", ZeRO-1" : "", o.precision.c_str(), get_num_threads());
   if (mesh.world().size() > 1) say("%s\n", mesh.str().c_str());
   if (pipe)
-    say("pipeline: %lld stages (layers per stage %s), %lld micro-batches of %lld rows, schedule %s, remat %s\n",
-        static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(),
+    say("pipeline: %lld stages (layers per stage %s, by %s), %lld micro-batches of %lld rows, schedule %s, remat %s\n",
+        static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(), o.pp_balance.c_str(),
         static_cast<long long>(o.micro_batches), static_cast<long long>(per_step / o.micro_batches), o.pp_schedule.c_str(),
         o.remat.c_str());
   if (pipe) {  // NOTE [Stage-only model]: what each rank holds (a tied parameter on each of its stages)

@@ -52,6 +52,15 @@
 // run with --batch b --grad-accum g x d trains as --dp d --batch b --grad-accum g does, and as
 // --pp with micro-batches of b rows (tests: apps.train_imagenet_parallel).
 //
+// NOTE [Pipeline balance in the apps]: --pp-balance parameters (the default) cuts the layers into
+// stages of about equal parameter counts, which evens out the memory of parameters, gradients
+// and optimizer state; --pp-balance compute cuts by the model's own count of each layer's work,
+// which evens out the stages' step times (GPipe balances by compute): train_imagenet counts each
+// layer's multiply-adds per image (NOTE [AmoebaNet multiply-adds]; AmoebaNet's early cells work
+// on large maps with few parameters: at pp = 4, AmoebaNet-D(18, 208) cut by parameters gives
+// stage 0 64% of the work, cut by compute 24-26% to each stage). The transformers' apps offer
+// parameters only. The losses do not depend on the cut.
+//
 // NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
 // --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
 // (parallel/checkpoint.h): the parameters and AdamW's moments of split layers are gathered over
@@ -164,6 +173,7 @@ struct TrainOptions {
   int64_t micro_batches = 1;          // the pipeline's micro-batches per step
   std::string pp_schedule = "gpipe";  // gpipe | 1f1b
   std::string remat = "except_last";  // always | except_last | never
+  std::string pp_balance = "parameters";  // parameters | compute (NOTE [Pipeline balance in the apps])
   std::string trace;                  // Chrome trace (JSON) of the last step
 };
 
@@ -231,6 +241,10 @@ struct TrainTask {
   // Called on world rank 0 after the last evaluation with its metrics (empty when there was no
   // evaluation) and the last step: an app's own summary line, printed last.
   std::function<void(const std::map<std::string, double>&, int64_t)> summary;
+  // NOTE [Pipeline balance in the apps]: under --pp, the layers per stage the app chose (it may
+  // have built only its stage: NOTE [AmoebaNet stage-only build]); empty: the Pipeline cuts by
+  // parameter count itself, and --pp-balance compute is refused.
+  std::vector<int64_t> pp_balance;
   // The mesh from make_mesh(); null: train() makes it.
   const parallel::Mesh* mesh = nullptr;
   // --tp: this rank's dropout stream of the split regions

@@ -277,17 +277,19 @@ int main(int argc, char** argv) {
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);  // dropout draws from the default generator
     Generator init(o.seed);
-    // Under --pp each rank builds its stage only (NOTE [AmoebaNet stage-only build]): the layers
-    // of the pipeline's cut by parameter count, from the plan's per-layer counts (the cut
-    // parallel::pipeline::plan_balance makes of the built network, which the Pipeline checks).
+    // Under --pp each rank builds its stage only (NOTE [AmoebaNet stage-only build]): the cut
+    // by the plan's per-layer parameter counts (the cut the Pipeline would make of the built
+    // network) or multiply-adds (NOTE [Pipeline balance in the apps]), given to the Pipeline.
     std::pair<size_t, size_t> keep{0, 0};
+    parallel::pipeline::Balance balance;
     if (o.pp > 1) {
       std::vector<double> costs;
-      for (const AmoebaLayerInfo& l : amoebanet_plan(c).layers) costs.push_back(static_cast<double>(l.parameters));
+      for (const AmoebaLayerInfo& l : amoebanet_plan(c).layers)
+        costs.push_back(static_cast<double>(o.pp_balance == "compute" ? l.multiply_adds : l.parameters));
       TRIDENT_CHECK(static_cast<int64_t>(costs.size()) >= o.pp, "--pp ", o.pp, ": ", c.name(), " has only ", costs.size(),
                     " layers (every stage needs one)");
-      const auto range = parallel::pipeline::stage_ranges(parallel::pipeline::balance_by_costs(costs, o.pp))
-          .at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
+      balance = parallel::pipeline::balance_by_costs(costs, o.pp);
+      const auto range = parallel::pipeline::stage_ranges(balance).at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
       keep = {static_cast<size_t>(range.first), static_cast<size_t>(range.second)};
     }
     AmoebaNetLayered model(keep.second > keep.first ? std::make_shared<AmoebaNet>(c, &init, keep)
@@ -303,6 +305,7 @@ int main(int argc, char** argv) {
     task.config_json = json{{"network", model_id(c)}, {"dropout", c.dropout}, {"label_smoothing", im.label_smoothing}}.dump();
     task.model = &model;
     task.mesh = &mesh;
+    task.pp_balance = balance;
     task.train = d.train;
     task.val = d.test;
     task.to_batch = [](const data::Example& ex) { return Batch{{"images", ex.at(0)}, {"labels", ex.at(1)}}; };

@@ -5,8 +5,8 @@
 # 8 images. The serial run is --batch 8 --grad-accum 4; every layout below must print its losses
 # within 1e-5 relative, and its evaluations (the test set's loss, top-1 and top-5, through the
 # running statistics, which move by the whole global batch's statistics whatever the layout)
-# must be within 1e-5 relative too. NP = 2: --dp 2, --dp 2 --zero, --pp 2 (GPipe; and 1F1B with
-# re-materialization always). NP = 4: --dp 4, --pp 4, --dp 2 --pp 2, whose checkpoint at step 2
+# must be within 1e-5 relative too. NP = 2: --dp 2, --dp 2 --zero, --pp 2 (GPipe; 1F1B with
+# re-materialization always; cut by compute). NP = 4: --dp 4, --pp 4, --dp 2 --pp 2, whose checkpoint at step 2
 # then resumes serially with the uninterrupted serial run's losses.
 #
 # Why 3 steps of 8-image micro-batches: on this tiny network a rounding difference can flip a max
@@ -68,6 +68,9 @@ if [ "$np" -eq 2 ]; then
   check zero2 --dp 2 --zero --batch 8 --grad-accum 2
   check pp2 --pp 2 --batch 32 --micro-batches 4
   check pp2_1f1b --pp 2 --batch 32 --micro-batches 4 --pp-schedule 1f1b --remat always
+  # NOTE [Pipeline balance in the apps]: another cut, the same numbers.
+  check pp2_compute --pp 2 --batch 32 --micro-batches 4 --pp-balance compute
+  grep -q 'layers per stage {.*}, by compute' "$dir/pp2_compute.txt" || { cat "$dir/pp2_compute.txt"; exit 1; }
 else
   check dp4 --dp 4 --batch 8
   check pp4 --pp 4 --batch 32 --micro-batches 4

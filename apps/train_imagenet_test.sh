@@ -52,6 +52,7 @@ expect_error 'unknown key "batchsize"' --config "$dir/unknown.json"
 expect_error "holds a amoebanet model of another configuration: .*amoebanet-d(3,16) for 4 classes of 3x16x16.*(this run: .*amoebanet-d(3,24)" \
   "${common[@]}" --model "amoebanet-d(3,24)" --resume "$dir/ck/step-4"
 expect_error "has no tensor-parallel layers" --dataset synthetic --tp 2
+expect_error "pp-balance must be parameters or compute, got 'time'" --dataset synthetic --pp 2 --pp-balance time
 expect_error "eval-every must be >= 0, or -1 for no evaluation, got -2" --dataset synthetic --eval-every -2
 expect_error "optimizer must be adamw, sgd or rmsprop, got 'lamb'" --dataset synthetic --optimizer lamb
 expect_error "device must be cpu, cuda or cuda:N, got 'tpu'" --dataset synthetic --device tpu
