@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
 
   try {
     apps::check_train_options(o);
+    // NOTE [Pipeline balance in the apps]: BERT's layers have no compute counts yet.
+    TRIDENT_CHECK(o.pp <= 1 || o.pp_balance == "parameters", "--pp-balance ", o.pp_balance,
+                  ": train_bert cuts by parameters only; use --pp-balance parameters");
     BertConfig config = BertConfig::preset(preset, model_json);
     std::shared_ptr<data::BertExampleDataset> train, val;
     int64_t seq_len = 128;

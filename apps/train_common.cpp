@@ -348,7 +348,8 @@ void say(const char* format, ...) {
   va_end(args);
 }
 
-models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build) {
+models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build,
+                                    const std::vector<int64_t>& balance) {
   parallel::comm::Communicator& pp = mesh.group(parallel::Axis::PP);
   if (pp.size() == 1) return build();
   const int r = pp.rank();
@@ -361,7 +362,8 @@ models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::funct
   } else {
     try {
       model = &build();
-      parallel::pipeline::keep_stage(*model, parallel::pipeline::plan_balance(model->layers(), pp.size()), r);
+      parallel::pipeline::keep_stage(
+          *model, parallel::pipeline::plan_balance(model->layers(), pp.size(), {.balance = balance}), r);
     } catch (const Error& e) {
       failure = e.message();
     } catch (const std::exception& e) {

@@ -58,8 +58,12 @@
 // which evens out the stages' step times (GPipe balances by compute): train_imagenet counts each
 // layer's multiply-adds per image (NOTE [AmoebaNet multiply-adds]; AmoebaNet's early cells work
 // on large maps with few parameters: at pp = 4, AmoebaNet-D(18, 208) cut by parameters gives
-// stage 0 64% of the work, cut by compute 24-26% to each stage). The transformers' apps offer
-// parameters only. The losses do not depend on the cut.
+// stage 0 64% of the work, cut by compute 24-26% to each stage); train_gpt2 its layers' model
+// FLOPs per token (NOTE [MFU]: none for the embedding lookup, 6 per weight plus 12 T d of
+// attention for a block, 6 per weight of the tied output layer for the head: by parameters the
+// tied embedding makes the embedding layer as heavy as the head, so GPT-2 124M at pp = 4 cuts
+// {1, 6, 6, 1}, a first stage that only looks up; by compute the first stage takes blocks too).
+// train_bert offers parameters only. The losses do not depend on the cut.
 //
 // NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
 // --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
@@ -201,8 +205,10 @@ parallel::Mesh make_mesh(const TrainOptions& o);
 // before the next rank begins, so a host running the stages of one pipeline holds one whole
 // model at a time instead of one per rank. `build` makes the model (called once on every rank).
 // Collective over the mesh's pp group; a rank whose build fails tells the ranks after it, which
-// fail too instead of waiting. Without --pp: build().
-models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build);
+// fail too instead of waiting. Without --pp: build(). `balance`: the cut (TrainTask::pp_balance);
+// empty: the cut by parameter count.
+models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build,
+                                    const std::vector<int64_t>& balance = {});
 // Under --tp > 1 the factory of the model's splittable layers on the mesh's tp group (Megatron-LM's
 // split, with --sequence-parallel), to put in the model's config; null at tp = 1.
 std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,

@@ -13,6 +13,7 @@
 #include "data/lm_dataset.h"
 #include "data/token_shard.h"
 #include "models/gpt2.h"
+#include "parallel/pipeline/partition.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -65,6 +66,19 @@ int main(int argc, char** argv) {
                   " tokens: not one window of --seq-len ", seq_len, " + 1");
 
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
+    // NOTE [Pipeline balance in the apps]: --pp-balance compute cuts by each layer's model FLOPs
+    // per token (the serial model's: under --tp every layer's work divides alike).
+    std::vector<int64_t> balance;
+    if (o.pp > 1 && o.pp_balance == "compute") {
+      const double C = static_cast<double>(config.n_embd);
+      const double block = 6 * (12 * C * C + 13 * C) + 12 * static_cast<double>(seq_len) * C;
+      std::vector<double> costs{0.0};  // the embedding: lookups
+      costs.insert(costs.end(), static_cast<size_t>(config.n_layer), block);
+      costs.push_back(6 * (static_cast<double>(config.vocab_rows()) * C + 2 * C));  // ln_f, the tied output layer
+      TRIDENT_CHECK(static_cast<int64_t>(costs.size()) >= o.pp, "--pp ", o.pp, ": the model has only ", costs.size(),
+                    " layers (every stage needs one)");
+      balance = parallel::pipeline::balance_by_costs(costs, o.pp);
+    }
     manual_seed(o.seed);  // dropout
     Generator init(o.seed);
     // --tp: the model's splittable layers come from the mesh's tp group (NOTE [Parallel training apps]).
@@ -73,7 +87,7 @@ int main(int argc, char** argv) {
     // NOTE [Stage-only model]: under --pp the ranks build in turn, each keeping its stage.
     std::optional<GPT2LMHeadModel> built;
     auto& model = static_cast<GPT2LMHeadModel&>(
-        apps::build_in_turn(mesh, [&]() -> models::LayeredModel& { return built.emplace(config, &init); }));
+        apps::build_in_turn(mesh, [&]() -> models::LayeredModel& { return built.emplace(config, &init); }, balance));
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));
@@ -84,6 +98,7 @@ int main(int argc, char** argv) {
     task.config_json = config.to_json();
     task.model = &model;
     task.mesh = &mesh;
+    task.pp_balance = balance;
     task.split_dropout = tp_layers ? tp_layers->split_generator() : nullptr;
     task.train = train;
     task.val = val;
