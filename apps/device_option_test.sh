@@ -2,8 +2,7 @@
 # --device on a machine without a usable GPU (NOTE [Device in the apps], apps/device.h): each of
 # train_gpt2, train_bert and generate refuses --device cuda in one line on stderr that names the
 # flag and the reason (a build without CUDA, or no CUDA device found), with exit status 2, and
-# refuses a device that is not cpu/cuda/cuda:N naming the flag; train_bert refuses --pp-balance
-# compute the same way.
+# refuses a device that is not cpu/cuda/cuda:N naming the flag.
 #   device_option_test.sh BIN_DIR HAVE_CUDA(ON|OFF)
 set -euo pipefail
 bin="$1"
@@ -26,8 +25,6 @@ for app in train_gpt2 train_bert; do
   expect_fail "--device must be cpu, cuda or cuda:N, got 'cuda:x'" "$bin/$app" --device cuda:x --dry-run
 done
 expect_fail "--device must be cpu, cuda or cuda:N, got 'tpu'" "$bin/generate" --ckpt "$dir/none" --device tpu
-# Not a device option, but a one-line refusal of the same kind (NOTE [Pipeline balance in the apps]).
-expect_fail "--pp-balance compute: train_bert cuts by parameters only" "$bin/train_bert" --pp 2 --pp-balance compute
 
 if [ "$have_cuda" = ON ] && nvidia-smi -L >/dev/null 2>&1; then
   echo "a GPU is present: the refusals of --device cuda are not tested here (scripts/app-cuda-check.sh runs it)"

@@ -63,7 +63,8 @@
 // attention for a block, 6 per weight of the tied output layer for the head: by parameters the
 // tied embedding makes the embedding layer as heavy as the head, so GPT-2 124M at pp = 4 cuts
 // {1, 6, 6, 1}, a first stage that only looks up; by compute the first stage takes blocks too).
-// train_bert offers parameters only. The losses do not depend on the cut.
+// train_bert the same by positions (the MLM head at the predicted ~15% only, the pooler and NSP
+// head once per sequence). The losses do not depend on the cut.
 //
 // NOTE [Model-parallel training checkpoints]: under --tp and --pp (with or without --dp,
 // --zero, --sequence-parallel) --ckpt-dir/--resume write and read layout-independent checkpoints
