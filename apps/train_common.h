@@ -99,8 +99,9 @@
 // loss (Pipeline::set_loss_scale) and the unscaled gradients' finiteness agreed over the world
 // (nn::GradScaler::unscale_ with all_finite), since an overflow in one stage's gradients need not
 // reach the other stages', and every rank must skip that step and back off alike. Every rank
-// builds the whole model from the seed and a parallel::pipeline::Pipeline over the mesh's pp
-// group (and its dp group) cuts it into K stages by parameter count; every pp rank of a dp index
+// builds the model from the seed (train_imagenet its stage only: NOTE [AmoebaNet stage-only
+// build]) and a parallel::pipeline::Pipeline over the mesh's pp group (and its dp group) cuts it
+// into K stages (NOTE [Pipeline balance in the apps]); every pp rank of a dp index
 // reads the same rows. A step's batch (--batch x --grad-accum rows per dp rank) goes to
 // Pipeline::step with the global batch's loss counts (as above), which cuts it into M
 // micro-batches, runs the schedule, sums the tied embedding's gradient between its stages,
@@ -202,7 +203,7 @@ parallel::Mesh make_mesh(const TrainOptions& o);
 
 // NOTE [Stage-only model] (parallel/pipeline/pipeline.h): under --pp the ranks of each pp group
 // build their models one after another, each cutting its model to its stage
-// (parallel::pipeline::keep_stage, the cut by parameter count that train() pipelines with)
+// (parallel::pipeline::keep_stage, the cut that train() pipelines with)
 // before the next rank begins, so a host running the stages of one pipeline holds one whole
 // model at a time instead of one per rank. `build` makes the model (called once on every rank).
 // Collective over the mesh's pp group; a rank whose build fails tells the ranks after it, which
