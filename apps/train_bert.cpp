@@ -84,8 +84,6 @@ int main(int argc, char** argv) {
       std::vector<double> costs{0.0};
       costs.insert(costs.end(), static_cast<size_t>(config.num_hidden_layers), layer);
       costs.push_back(heads);
-      TRIDENT_CHECK(static_cast<int64_t>(costs.size()) >= o.pp, "--pp ", o.pp, ": the model has only ", costs.size(),
-                    " layers (every stage needs one)");
       balance = parallel::pipeline::balance_by_costs(costs, o.pp);
     }
     manual_seed(o.seed);

@@ -1,7 +1,8 @@
-// What train_gpt2 and train_bert share: the common command-line options (and --config FILE.json
-// with flags overriding it), the training loop over a models::LayeredModel (gradient
-// accumulation, mixed precision, learning-rate schedule, evaluation, checkpoints, exact resume),
-// the live progress line, metrics as JSON lines and the final loss plot.
+// What train_gpt2, train_bert and train_imagenet share: the common command-line options (and
+// --config FILE.json with flags overriding it; apps/train_options.cpp), the training loop over a
+// models::LayeredModel (gradient accumulation, mixed precision, learning-rate schedule,
+// evaluation, checkpoints, exact resume; apps/train_common.cpp), the live progress line, metrics
+// as JSON lines and the final loss plot.
 //
 // NOTE [Training apps]: a step takes one loader batch of batch * grad_accum examples, splits it
 // into grad_accum micro-batches (models::Batch::split) and weights each micro-batch's loss by

@@ -75,8 +75,6 @@ int main(int argc, char** argv) {
       std::vector<double> costs{0.0};  // the embedding: lookups
       costs.insert(costs.end(), static_cast<size_t>(config.n_layer), block);
       costs.push_back(6 * (static_cast<double>(config.vocab_rows()) * C + 2 * C));  // ln_f, the tied output layer
-      TRIDENT_CHECK(static_cast<int64_t>(costs.size()) >= o.pp, "--pp ", o.pp, ": the model has only ", costs.size(),
-                    " layers (every stage needs one)");
       balance = parallel::pipeline::balance_by_costs(costs, o.pp);
     }
     manual_seed(o.seed);  // dropout

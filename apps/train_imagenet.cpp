@@ -273,6 +273,7 @@ int main(int argc, char** argv) {
     Data d = open_data(im, o.seed);
     if (im.train_limit > 0) d.train = std::make_shared<Prefix>(d.train, im.train_limit);
     const AmoebaNetConfig c = model_config(im, d.classes, d.channels, d.image_size);
+    const AmoebaNetPlan plan = amoebanet_plan(c);  // per-layer counts, without building (NOTE [AmoebaNet dry build])
 
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
     manual_seed(o.seed);  // dropout draws from the default generator
@@ -284,10 +285,8 @@ int main(int argc, char** argv) {
     parallel::pipeline::Balance balance;
     if (o.pp > 1) {
       std::vector<double> costs;
-      for (const AmoebaLayerInfo& l : amoebanet_plan(c).layers)
+      for (const AmoebaLayerInfo& l : plan.layers)
         costs.push_back(static_cast<double>(o.pp_balance == "compute" ? l.multiply_adds : l.parameters));
-      TRIDENT_CHECK(static_cast<int64_t>(costs.size()) >= o.pp, "--pp ", o.pp, ": ", c.name(), " has only ", costs.size(),
-                    " layers (every stage needs one)");
       balance = parallel::pipeline::balance_by_costs(costs, o.pp);
       const auto range = parallel::pipeline::stage_ranges(balance).at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
       keep = {static_cast<size_t>(range.first), static_cast<size_t>(range.second)};
@@ -312,7 +311,7 @@ int main(int argc, char** argv) {
     task.tokens = [](const Batch& b) { return b.at("labels").size(0); };
     // NOTE [MFU] (GPU runs): 6 FLOPs per multiply-add per image (NOTE [AmoebaNet multiply-adds]).
     if (o.device != "cpu")
-      task.flops = [macs = static_cast<double>(amoebanet_plan(c).multiply_adds)](const Batch& b, const std::vector<double>&) {
+      task.flops = [macs = static_cast<double>(plan.multiply_adds)](const Batch& b, const std::vector<double>&) {
         return 6 * macs * static_cast<double>(b.at("labels").size(0));
       };
     task.rate_unit = "img/s";
