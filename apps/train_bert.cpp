@@ -70,31 +70,34 @@ int main(int argc, char** argv) {
     TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin')");
 
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
-    // NOTE [Pipeline balance in the apps]: --pp-balance compute cuts by each layer's model FLOPs
-    // per position (NOTE [MFU]; the serial model's): the embeddings are lookups; a layer's
-    // weights run at every position, plus 12 T H of attention; the pooler and NSP head run once
-    // per sequence, the MLM head (transform and tied decoder) at the ~15% predicted positions.
-    std::vector<int64_t> balance;
-    if (o.pp > 1 && o.pp_balance == "compute") {
-      const double H = static_cast<double>(config.hidden_size), I = static_cast<double>(config.intermediate_size);
-      const double T = static_cast<double>(seq_len), P = static_cast<double>(predictions);
-      const double layer = 6 * (4 * H * H + 4 * H + 2 * H * I + I + H + 4 * H) + 12 * T * H;
-      const double heads = 6 * ((H * H + H + 2 * H + 2) / T +
-                                (H * H + 3 * H + static_cast<double>(config.vocab_rows()) * (H + 1)) * P / T);
-      std::vector<double> costs{0.0};
-      costs.insert(costs.end(), static_cast<size_t>(config.num_hidden_layers), layer);
-      costs.push_back(heads);
-      balance = parallel::pipeline::balance_by_costs(costs, o.pp);
-    }
     manual_seed(o.seed);
     Generator init(o.seed);
     // --tp: the model's splittable layers come from the mesh's tp group (NOTE [Parallel training apps]).
     const auto tp_layers = apps::tensor_parallel_layers(o, mesh);
     if (tp_layers) config.layers = tp_layers;
-    // NOTE [Stage-only model]: under --pp the ranks build in turn, each keeping its stage.
-    std::optional<BertForPreTraining> built;
-    auto& model = static_cast<BertForPreTraining&>(
-        apps::build_in_turn(mesh, [&]() -> models::LayeredModel& { return built.emplace(config, &init); }, balance));
+    // Under --pp each rank builds its stage only (NOTE [Stage-only build]), cut by each layer's
+    // parameters (this rank's shards under --tp) or, with --pp-balance compute, by its model
+    // FLOPs per position (NOTE [Pipeline balance in the apps], NOTE [MFU]; the serial model's):
+    // the embeddings are lookups; a layer's weights run at every position, plus 12 T H of
+    // attention; the pooler and NSP head run once per sequence, the MLM head (transform and tied
+    // decoder) at the ~15% predicted positions.
+    const apps::StageCut cut = apps::cut_for_stage(o, mesh, [&] {
+      std::vector<double> costs;
+      if (o.pp_balance == "compute") {
+        const double H = static_cast<double>(config.hidden_size), I = static_cast<double>(config.intermediate_size);
+        const double T = static_cast<double>(seq_len), P = static_cast<double>(predictions);
+        const double layer = 6 * (4 * H * H + 4 * H + 2 * H * I + I + H + 4 * H) + 12 * T * H;
+        const double heads = 6 * ((H * H + H + 2 * H + 2) / T +
+                                  (H * H + 3 * H + static_cast<double>(config.vocab_rows()) * (H + 1)) * P / T);
+        costs.push_back(0.0);
+        costs.insert(costs.end(), static_cast<size_t>(config.num_hidden_layers), layer);
+        costs.push_back(heads);
+      } else {
+        for (const int64_t n : models::bert_layer_parameters(config)) costs.push_back(static_cast<double>(n));
+      }
+      return costs;
+    });
+    BertForPreTraining model(config, &init, cut.keep);
     apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len));
@@ -105,7 +108,7 @@ int main(int argc, char** argv) {
     task.config_json = config.to_json();
     task.model = &model;
     task.mesh = &mesh;
-    task.pp_balance = balance;
+    task.pp_balance = cut.balance;
     task.split_dropout = tp_layers ? tp_layers->split_generator() : nullptr;
     task.train = train;
     task.val = val;

@@ -179,31 +179,13 @@ void say(const char* format, ...) {
   va_end(args);
 }
 
-models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build,
-                                    const std::vector<int64_t>& balance) {
-  parallel::comm::Communicator& pp = mesh.group(parallel::Axis::PP);
-  if (pp.size() == 1) return build();
-  const int r = pp.rank();
-  Tensor token = scalar_tensor(1.0, DType::I32);
-  if (r > 0) pp.recv(token, r - 1).wait();
-  models::LayeredModel* model = nullptr;
-  std::string failure;
-  if (token.item<int>() != 1) {
-    failure = "pp rank " + std::to_string(r - 1) + " failed to build its model (its error says why)";
-  } else {
-    try {
-      model = &build();
-      parallel::pipeline::keep_stage(
-          *model, parallel::pipeline::plan_balance(model->layers(), pp.size(), {.balance = balance}), r);
-    } catch (const Error& e) {
-      failure = e.message();
-    } catch (const std::exception& e) {
-      failure = std::string("building the model: ") + e.what();
-    }
-  }
-  if (r + 1 < pp.size()) pp.send(scalar_tensor(failure.empty() ? 1.0 : 0.0, DType::I32), r + 1).wait();
-  TRIDENT_CHECK(failure.empty(), failure);
-  return *model;
+StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const std::function<std::vector<double>()>& costs) {
+  StageCut cut;
+  if (o.pp <= 1) return cut;
+  cut.balance = parallel::pipeline::balance_by_costs(costs(), o.pp);
+  const auto range = parallel::pipeline::stage_ranges(cut.balance).at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
+  cut.keep = {static_cast<size_t>(range.first), static_cast<size_t>(range.second)};
+  return cut;
 }
 
 models::MemoryOptions memory_options(const std::string& precision) {

@@ -110,8 +110,8 @@
 // rank 0). The optimizer (--optimizer, the same groups) holds this stage's parameters only; gradient
 // clipping uses the whole model's norm (parallel/pipeline/grad_norm.h: squares all-reduced over
 // pp, and first over tp for split parameters; tied parameters counted once), so the losses equal
-// serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]; the
-// apps build the pp ranks' models in turn, build_in_turn).
+// serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]) and
+// builds only those (NOTE [Stage-only build], cut_for_stage).
 // Evaluation runs the validation batches through the stages (apps/evaluation.h), so world rank
 // 0 prints what a serial run prints. At the end every run prints the last step's measured bubble
 // beside (K-1)/(M+K-1) and each stage's peak activation bytes; --trace FILE writes that step's
@@ -202,16 +202,18 @@ void check_train_options(const TrainOptions& o);
 // same on every rank): sizes that do not multiply to the number of processes.
 parallel::Mesh make_mesh(const TrainOptions& o);
 
-// NOTE [Stage-only model] (parallel/pipeline/pipeline.h): under --pp the ranks of each pp group
-// build their models one after another, each cutting its model to its stage
-// (parallel::pipeline::keep_stage, the cut that train() pipelines with)
-// before the next rank begins, so a host running the stages of one pipeline holds one whole
-// model at a time instead of one per rank. `build` makes the model (called once on every rank).
-// Collective over the mesh's pp group; a rank whose build fails tells the ranks after it, which
-// fail too instead of waiting. Without --pp: build(). `balance`: the cut (TrainTask::pp_balance);
-// empty: the cut by parameter count.
-models::LayeredModel& build_in_turn(const parallel::Mesh& mesh, const std::function<models::LayeredModel&()>& build,
-                                    const std::vector<int64_t>& balance = {});
+// NOTE [Stage-only build] (models/layer_list.h): under --pp the cut of the model's layer list into
+// the mesh's pp stages by `costs()` (one cost per layer: its parameters or its compute, NOTE
+// [Pipeline balance in the apps]; parallel::pipeline::balance_by_costs), and the layers of this
+// rank's stage, which it builds alone (the model's stage-only constructor) while every other rank
+// builds its own; the balance goes to the Pipeline (TrainTask::pp_balance), which then finds its
+// stage built and the rest placeholders. Without --pp: no balance (costs() is not called) and
+// every layer.
+struct StageCut {
+  std::vector<int64_t> balance;
+  models::LayerRange keep = models::kAllLayers;
+};
+StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const std::function<std::vector<double>()>& costs);
 // Under --tp > 1 the factory of the model's splittable layers on the mesh's tp group (Megatron-LM's
 // split, with --sequence-parallel), to put in the model's config; null at tp = 1.
 std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,

@@ -66,26 +66,29 @@ int main(int argc, char** argv) {
                   " tokens: not one window of --seq-len ", seq_len, " + 1");
 
     const parallel::Mesh mesh = apps::make_mesh(o);  // NOTE [Parallel training apps]
-    // NOTE [Pipeline balance in the apps]: --pp-balance compute cuts by each layer's model FLOPs
-    // per token (the serial model's: under --tp every layer's work divides alike).
-    std::vector<int64_t> balance;
-    if (o.pp > 1 && o.pp_balance == "compute") {
-      const double C = static_cast<double>(config.n_embd);
-      const double block = 6 * (12 * C * C + 13 * C) + 12 * static_cast<double>(seq_len) * C;
-      std::vector<double> costs{0.0};  // the embedding: lookups
-      costs.insert(costs.end(), static_cast<size_t>(config.n_layer), block);
-      costs.push_back(6 * (static_cast<double>(config.vocab_rows()) * C + 2 * C));  // ln_f, the tied output layer
-      balance = parallel::pipeline::balance_by_costs(costs, o.pp);
-    }
     manual_seed(o.seed);  // dropout
     Generator init(o.seed);
     // --tp: the model's splittable layers come from the mesh's tp group (NOTE [Parallel training apps]).
     const auto tp_layers = apps::tensor_parallel_layers(o, mesh);
     if (tp_layers) config.layers = tp_layers;
-    // NOTE [Stage-only model]: under --pp the ranks build in turn, each keeping its stage.
-    std::optional<GPT2LMHeadModel> built;
-    auto& model = static_cast<GPT2LMHeadModel&>(
-        apps::build_in_turn(mesh, [&]() -> models::LayeredModel& { return built.emplace(config, &init); }, balance));
+    // Under --pp each rank builds its stage only (NOTE [Stage-only build]), cut by each layer's
+    // parameters (this rank's shards under --tp: the cut the Pipeline would make of the built
+    // model) or, with --pp-balance compute, by its model FLOPs per token (NOTE [Pipeline balance
+    // in the apps]; the serial model's: under --tp every layer's work divides alike).
+    const apps::StageCut cut = apps::cut_for_stage(o, mesh, [&] {
+      std::vector<double> costs;
+      if (o.pp_balance == "compute") {
+        const double C = static_cast<double>(config.n_embd);
+        const double block = 6 * (12 * C * C + 13 * C) + 12 * static_cast<double>(seq_len) * C;
+        costs.push_back(0.0);  // the embedding: lookups
+        costs.insert(costs.end(), static_cast<size_t>(config.n_layer), block);
+        costs.push_back(6 * (static_cast<double>(config.vocab_rows()) * C + 2 * C));  // ln_f, the tied output layer
+      } else {
+        for (const int64_t n : models::gpt2_layer_parameters(config)) costs.push_back(static_cast<double>(n));
+      }
+      return costs;
+    });
+    GPT2LMHeadModel model(config, &init, cut.keep);
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
     task.config_json = config.to_json();
     task.model = &model;
     task.mesh = &mesh;
-    task.pp_balance = balance;
+    task.pp_balance = cut.balance;
     task.split_dropout = tp_layers ? tp_layers->split_generator() : nullptr;
     task.train = train;
     task.val = val;

@@ -281,19 +281,13 @@ int main(int argc, char** argv) {
     // Under --pp each rank builds its stage only (NOTE [AmoebaNet stage-only build]): the cut
     // by the plan's per-layer parameter counts (the cut the Pipeline would make of the built
     // network) or multiply-adds (NOTE [Pipeline balance in the apps]), given to the Pipeline.
-    std::pair<size_t, size_t> keep{0, 0};
-    parallel::pipeline::Balance balance;
-    if (o.pp > 1) {
+    const apps::StageCut cut = apps::cut_for_stage(o, mesh, [&] {
       std::vector<double> costs;
       for (const AmoebaLayerInfo& l : plan.layers)
         costs.push_back(static_cast<double>(o.pp_balance == "compute" ? l.multiply_adds : l.parameters));
-      balance = parallel::pipeline::balance_by_costs(costs, o.pp);
-      const auto range = parallel::pipeline::stage_ranges(balance).at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
-      keep = {static_cast<size_t>(range.first), static_cast<size_t>(range.second)};
-    }
-    AmoebaNetLayered model(keep.second > keep.first ? std::make_shared<AmoebaNet>(c, &init, keep)
-                                                    : std::make_shared<AmoebaNet>(c, &init),
-                           c.aux_scaling, im.label_smoothing);
+      return costs;
+    });
+    AmoebaNetLayered model(std::make_shared<AmoebaNet>(c, &init, cut.keep), c.aux_scaling, im.label_smoothing);
     apps::say("%s: %lld parameters, %lld training images, %lld test images\n", model_id(c).c_str(),
               static_cast<long long>(model.num_parameters()), static_cast<long long>(d.train->size()),
               static_cast<long long>(d.test->size()));
@@ -304,7 +298,7 @@ int main(int argc, char** argv) {
     task.config_json = json{{"network", model_id(c)}, {"dropout", c.dropout}, {"label_smoothing", im.label_smoothing}}.dump();
     task.model = &model;
     task.mesh = &mesh;
-    task.pp_balance = balance;
+    task.pp_balance = cut.balance;
     task.train = d.train;
     task.val = d.test;
     task.to_batch = [](const data::Example& ex) { return Batch{{"images", ex.at(0)}, {"labels", ex.at(1)}}; };

@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
 #include "core/factory.h"
+#include "models/layer_list.h"
 #include "ops/arith.h"
 #include "ops/loss.h"
 
@@ -80,9 +81,7 @@ AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen) : AmoebaNet(
 
 AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen, std::pair<size_t, size_t> keep)
     : AmoebaNet(config, gen, true, keep) {
-  TRIDENT_CHECK(keep.first < keep.second && keep.second <= layers_.size(), "AmoebaNet: layers [", keep.first, ", ",
-                keep.second, ") to keep are not a non-empty range of the ", layers_.size(), " layers");
-  empty_cache(kCPU);  // the released layers' blocks back to the system (NOTE [Stage-only model])
+  check_keep(keep, layers_.size(), "AmoebaNet");
 }
 
 AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize, std::pair<size_t, size_t> keep)
@@ -100,12 +99,7 @@ AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize,
     info_.push_back({name, layer->type_name(), layer->out, b.parameters() - p0, b.kept() - k0, b.kept_indices() - i0,
                      b.multiply_adds() - m0});
     // NOTE [AmoebaNet stage-only build]: a layer outside the kept range is released at once.
-    if (materialize && (layers_.size() - 1 < keep.first || layers_.size() - 1 >= keep.second)) {
-      NoGradGuard no_grad;
-      for (Tensor t : layer->parameters()) release_to_placeholder(t);
-      for (Tensor t : layer->buffers()) release_to_placeholder(t);
-      empty_cache(kCPU);  // its blocks back to the system before the next layer is built
-    }
+    if (materialize && !keeps(keep, layers_.size() - 1)) release_module(*layer);
     return layer;
   };
 

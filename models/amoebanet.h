@@ -132,7 +132,9 @@ class AmoebaNet : public nn::Module {
   // layer is still built and initialized in order, so the kept layers hold exactly the values of
   // the whole network's (the generator makes every draw it would), while the memory never holds
   // more than the kept layers and the one layer being built. For a pipeline stage: the cut
-  // Pipeline (or keep_stage) would make, without the whole network ever in memory.
+  // Pipeline (or keep_stage) would make, without the whole network ever in memory (NOTE
+  // [Stage-only build] in models/layer_list.h). keep {0, SIZE_MAX} (models::kAllLayers) builds
+  // the whole network; any other range must be a non-empty range of the layers.
   AmoebaNet(const AmoebaNetConfig& config, Generator* gen, std::pair<size_t, size_t> keep);
 
   // images [N, in_channels, image_size, image_size] -> logits [N, num_classes].

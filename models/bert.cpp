@@ -234,9 +234,12 @@ Activations BertLayer::forward(const Activations& x, const Batch& batch) {
   return {forward(x[0], attention_mask_for_keys(batch.get("attention_mask")))};
 }
 
-BertEncoder::BertEncoder(const BertConfig& c, Generator* gen) : nn::Module("BertEncoder") {
+BertEncoder::BertEncoder(const BertConfig& c, Generator* gen, const LayerRange& keep) : nn::Module("BertEncoder") {
   layer = register_module("layer", std::make_shared<nn::ModuleList<BertLayer>>());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layer->push_back(std::make_shared<BertLayer>(c, gen));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layer->push_back(std::make_shared<BertLayer>(c, gen));
+    if (!keeps(keep, static_cast<size_t>(i) + 1)) release_module(*(*layer)[layer->size() - 1]);
+  }
 }
 
 BertPooler::BertPooler(const BertConfig& c, Generator* gen) : nn::Module("BertPooler") {
@@ -246,11 +249,19 @@ BertPooler::BertPooler(const BertConfig& c, Generator* gen) : nn::Module("BertPo
 
 Tensor BertPooler::forward(const Tensor& hidden) { return tanh(dense->forward(select(hidden, 1, 0))); }
 
-BertModel::BertModel(const BertConfig& c, Generator* gen)
+BertModel::BertModel(const BertConfig& c, Generator* gen, const LayerRange& keep)
     : nn::Module("BertModel"), factory_(c.layers ? c.layers : serial_layers()) {
+  // NOTE [Stage-only build]: the list is "embeddings" (layer 0), "layer.0" ... (layer i + 1),
+  // "heads" (the pooler, the cls heads and the tied word embeddings: layer num_hidden_layers + 1).
+  const auto heads = static_cast<size_t>(c.num_hidden_layers) + 1;
   embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(c, gen));
-  encoder = register_module("encoder", std::make_shared<BertEncoder>(c, gen));
+  if (!keeps(keep, 0)) {
+    for (const auto& [name, m] : embeddings->named_children())
+      if (m != embeddings->word_embeddings || !keeps(keep, heads)) release_module(*m);
+  }
+  encoder = register_module("encoder", std::make_shared<BertEncoder>(c, gen, keep));
   pooler = register_module("pooler", std::make_shared<BertPooler>(c, gen));
+  if (!keeps(keep, heads)) release_module(*pooler);
 }
 
 BertModel::Output BertModel::forward(const Tensor& ids, const Tensor& types, const Tensor& attention_mask) {
@@ -286,17 +297,35 @@ BertPreTrainingHeads::BertPreTrainingHeads(const BertConfig& c, Generator* gen) 
 
 // ---- the pre-training model ----
 
-BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen) : LayeredModel("BertForPreTraining") {
+BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen)
+    : BertForPreTraining(config, gen, kAllLayers) {}
+
+BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen, const LayerRange& keep)
+    : LayeredModel("BertForPreTraining") {
   config.validate();
+  check_keep(keep, static_cast<size_t>(config.num_hidden_layers) + 2, "BERT");
   config_ = config;
-  bert = register_module("bert", std::make_shared<BertModel>(config_, gen));
+  bert = register_module("bert", std::make_shared<BertModel>(config_, gen, keep));
   cls = register_module("cls", std::make_shared<BertPreTrainingHeads>(config_, gen));
+  if (!keeps(keep, static_cast<size_t>(config_.num_hidden_layers) + 1)) release_module(*cls);
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> list;
   list.emplace_back("embeddings", bert->embeddings);
   for (size_t i = 0; i < bert->encoder->layer->size(); ++i)
     list.emplace_back("layer." + std::to_string(i), (*bert->encoder->layer)[i]);
   list.emplace_back("heads", std::make_shared<BertHeadsLayer>(bert, cls, config_));
   layers_ = LayerList(std::move(list), *this);
+}
+
+std::vector<int64_t> bert_layer_parameters(const BertConfig& config) {
+  BertConfig one = config;
+  one.num_hidden_layers = 1;
+  Generator scratch(0);
+  const BertForPreTraining m(one, &scratch);
+  const LayerList& l = m.layers();
+  std::vector<int64_t> counts(static_cast<size_t>(config.num_hidden_layers), l.num_parameters(1, 2));
+  counts.insert(counts.begin(), l.num_parameters(0, 1));
+  counts.push_back(l.num_parameters(2, 3));
+  return counts;
 }
 
 BertPreTrainingOutput BertForPreTraining::forward(const Batch& batch) {

@@ -116,7 +116,8 @@ class BertLayer : public Layer {
 
 class BertEncoder : public nn::Module {
  public:
-  BertEncoder(const BertConfig& config, Generator* init_gen);
+  // Layer i is layer i + 1 of BertForPreTraining's list (NOTE [Stage-only build]).
+  BertEncoder(const BertConfig& config, Generator* init_gen, const LayerRange& keep = kAllLayers);
   std::shared_ptr<nn::ModuleList<BertLayer>> layer;
 };
 
@@ -130,7 +131,8 @@ class BertPooler : public nn::Module {
 // Hugging Face's BertModel.
 class BertModel : public nn::Module {
  public:
-  BertModel(const BertConfig& config, Generator* init_gen);
+  // keep: the range of BertForPreTraining's layer list to keep (NOTE [Stage-only build]).
+  BertModel(const BertConfig& config, Generator* init_gen, const LayerRange& keep = kAllLayers);
   struct Output {
     Tensor sequence;  // [B, T, H]
     Tensor pooled;    // [B, H]
@@ -178,6 +180,10 @@ struct BertPreTrainingOutput {
 class BertForPreTraining : public LayeredModel {
  public:
   explicit BertForPreTraining(const BertConfig& config, Generator* init_gen = nullptr);
+  // NOTE [Stage-only build]: the same model with only the layers in `keep` of its list
+  // (num_hidden_layers + 2 layers) held; the others' tensors are placeholders. Errors: keep not a
+  // non-empty range of the list (kAllLayers builds whole).
+  BertForPreTraining(const BertConfig& config, Generator* init_gen, const LayerRange& keep);
 
   BertPreTrainingOutput forward(const Batch& batch);
 
@@ -197,6 +203,12 @@ class BertForPreTraining : public LayeredModel {
   BertConfig config_;
   LayerList layers_;
 };
+
+// The parameter count of each layer of BertForPreTraining(config)'s list, as its
+// layers().num_parameters(i, i + 1) counts them (the tied word embeddings in the embeddings and
+// the heads; under a tensor-parallel factory, this rank's shards), without building the whole
+// model: one encoder layer is built, with a generator of its own, and stands for all of them.
+std::vector<int64_t> bert_layer_parameters(const BertConfig& config);
 
 // The positions (flat indices into [B T]) where labels [B, T] are not -100, in order: i64 [M].
 Tensor masked_positions(const Tensor& labels);

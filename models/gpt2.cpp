@@ -207,8 +207,11 @@ Activations GPT2Block::forward(const Activations& x, const Batch&) {
 
 // ---- the model ----
 
-GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen)
+GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen, const LayerRange& keep)
     : nn::Module("GPT2Model"), factory(c.layers ? c.layers : serial_layers()) {
+  // NOTE [Stage-only build]: the list is "embedding" (wte, wpe), "h.0" ... (block i is layer
+  // i + 1), "head" (ln_f and the tied wte: layer n_layer + 1).
+  const auto head = static_cast<size_t>(c.n_layer) + 1;
   const LayerFactory& f = *factory;
   EmbeddingSpec e;
   e.name = "wte";
@@ -221,12 +224,18 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen)
     if (w.size(0) > V) fill_(narrow(w, 0, V, w.size(0) - V), 0.0);
   };
   wte = register_module("wte", f.vocab_embedding(e));
+  if (!keeps(keep, 0) && !keeps(keep, head)) release_module(*wte);
   wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.n_positions, c.n_embd, std::nullopt, c.dtype));
   nn::init::normal_(wpe->weight, 0.0, c.initializer_range, gen);
+  if (!keeps(keep, 0)) release_module(*wpe);
   drop = register_module("drop", std::make_shared<nn::Dropout>(c.embd_pdrop, f.dropout_generator(DropoutSite::Residual, c.dropout_generator)));
   h = register_module("h", std::make_shared<nn::ModuleList<GPT2Block>>());
-  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, gen));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    h->push_back(std::make_shared<GPT2Block>(c, gen));
+    if (!keeps(keep, static_cast<size_t>(i) + 1)) release_module(*(*h)[h->size() - 1]);
+  }
   ln_f = register_module("ln_f", f.residual_layer_norm(c.n_embd, c.layer_norm_epsilon, c.dtype));
+  if (!keeps(keep, head)) release_module(*ln_f);
 }
 
 Tensor GPT2Model::wte_weight() const {
@@ -235,15 +244,32 @@ Tensor GPT2Model::wte_weight() const {
   TRIDENT_FAIL("GPT-2: the token embedding module ", wte->type_name(), " has no parameter 'weight'");
 }
 
-GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen) : LayeredModel("GPT2LMHeadModel") {
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen)
+    : GPT2LMHeadModel(config, init_gen, kAllLayers) {}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerRange& keep)
+    : LayeredModel("GPT2LMHeadModel") {
   config.validate();
+  check_keep(keep, static_cast<size_t>(config.n_layer) + 2, "GPT-2");
   config_ = config;
-  transformer = register_module("transformer", std::make_shared<GPT2Model>(config_, init_gen));
+  transformer = register_module("transformer", std::make_shared<GPT2Model>(config_, init_gen, keep));
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> list;
   list.emplace_back("embedding", std::make_shared<GPT2EmbeddingLayer>(transformer, config_));
   for (size_t i = 0; i < transformer->h->size(); ++i) list.emplace_back("h." + std::to_string(i), (*transformer->h)[i]);
   list.emplace_back("head", std::make_shared<GPT2HeadLayer>(transformer, config_));
   layers_ = LayerList(std::move(list), *this);
+}
+
+std::vector<int64_t> gpt2_layer_parameters(const GPT2Config& config) {
+  GPT2Config one = config;
+  one.n_layer = 1;
+  Generator scratch(0);
+  const GPT2LMHeadModel m(one, &scratch);
+  const LayerList& l = m.layers();
+  std::vector<int64_t> counts(static_cast<size_t>(config.n_layer), l.num_parameters(1, 2));
+  counts.insert(counts.begin(), l.num_parameters(0, 1));
+  counts.push_back(l.num_parameters(2, 3));
+  return counts;
 }
 
 LMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& targets) {

@@ -80,7 +80,8 @@ class GPT2Block : public Layer {
 // Hugging Face's GPT2Model: the embeddings, the blocks and the final LayerNorm.
 class GPT2Model : public nn::Module {
  public:
-  GPT2Model(const GPT2Config& config, Generator* init_gen);
+  // keep: the range of GPT2LMHeadModel's layer list to keep (NOTE [Stage-only build]).
+  GPT2Model(const GPT2Config& config, Generator* init_gen, const LayerRange& keep = kAllLayers);
   std::shared_ptr<nn::UnaryModule> wte;  // from the config's factory (vocab-parallel under tp)
   std::shared_ptr<nn::Embedding> wpe;
   std::shared_ptr<nn::Dropout> drop;
@@ -99,6 +100,10 @@ struct LMOutput {
 class GPT2LMHeadModel : public LayeredModel {
  public:
   explicit GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen = nullptr);
+  // NOTE [Stage-only build]: the same model with only the layers in `keep` of its list (n_layer +
+  // 2 layers) held; the others' tensors are placeholders. Errors: keep not a non-empty range of
+  // the list (kAllLayers builds whole).
+  GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerRange& keep);
 
   // Logits, and the loss when targets are given; runs the whole layer list.
   LMOutput forward(const Tensor& input_ids, const Tensor& targets = {});
@@ -119,6 +124,13 @@ class GPT2LMHeadModel : public LayeredModel {
   GPT2Config config_;
   LayerList layers_;
 };
+
+// The parameter count of each layer of GPT2LMHeadModel(config)'s list, as its
+// layers().num_parameters(i, i + 1) counts them (the tied table in the embedding and the head;
+// under a tensor-parallel factory, this rank's shards), without building the whole model: one
+// block is built, with a generator of its own, and stands for all of them. For a pipeline's cut
+// by parameters before a stage-only build.
+std::vector<int64_t> gpt2_layer_parameters(const GPT2Config& config);
 
 // Keys and values of the positions seen so far, per block: [B, local heads, capacity, head_dim]
 // each, filled up to `length`.

@@ -2,9 +2,24 @@
 
 #include <unordered_map>
 
+#include "autograd/grad_mode.h"
+#include "core/allocator.h"
+#include "core/factory.h"
 #include "ops/index.h"
 
 namespace trident::models {
+
+void check_keep(const LayerRange& keep, size_t layers, const char* model) {
+  TRIDENT_CHECK(keep == kAllLayers || (keep.first < keep.second && keep.second <= layers), model, ": layers [", keep.first,
+                ", ", keep.second, ") to keep are not a non-empty range of the ", layers, " layers");
+}
+
+void release_module(nn::Module& m) {
+  NoGradGuard no_grad;
+  for (Tensor t : m.parameters()) release_to_placeholder(t);
+  for (Tensor t : m.buffers()) release_to_placeholder(t);
+  empty_cache(kCPU);
+}
 
 // ---- Batch ----
 

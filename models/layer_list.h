@@ -116,6 +116,25 @@ class LayerList {
   std::vector<TiedParameter> tied_;
 };
 
+// NOTE [Stage-only build]: a model's constructor may take the range of its layer list to keep,
+// [first, second), for a pipeline stage. It still builds and initializes every layer in order, so
+// the generator makes every draw the whole build makes and the kept layers hold exactly the whole
+// model's values, but it releases each tensor no kept layer holds (release_module: a placeholder
+// of the same shape and dtype, NOTE [Stage-only model] in parallel/pipeline/pipeline.h) as soon
+// as the module holding it is built. Memory then never holds more than the stage and the one
+// module being built, and every rank builds at once, where building whole and cutting
+// (pipeline::keep_stage) needs the whole model on each rank. The result is what the cut gives.
+// AmoebaNet, GPT-2 and BERT take it (AmoebaNet's NOTE [AmoebaNet stage-only build]).
+using LayerRange = std::pair<size_t, size_t>;
+inline constexpr LayerRange kAllLayers{0, std::numeric_limits<size_t>::max()};
+// Whether layer i is in `keep`.
+inline bool keeps(const LayerRange& keep, size_t i) { return i >= keep.first && i < keep.second; }
+// Checks that `keep` is kAllLayers or a non-empty range of a list of `layers` layers, naming the model.
+void check_keep(const LayerRange& keep, size_t layers, const char* model);
+// Releases every parameter and buffer of `m` that is not one already to its placeholder, and gives
+// the CPU allocator's free blocks back to the system (the next module is built in them).
+void release_module(nn::Module& m);
+
 // What the training applications and the pipeline need from a model written as a layer list.
 class LayeredModel : public nn::Module {
  public:

@@ -27,9 +27,10 @@
 // stage's parameters (accumulated onto what was there: call zero_grad() between steps), ready for
 // an optimizer over parameters().
 //
-// NOTE [Stage-only model]: every rank builds the whole model from the same seed (so the stages'
-// initial values are the serial model's, whatever the partitioning), and the constructor then
-// releases every parameter and buffer that no layer of this rank's stage holds (but those of one
+// NOTE [Stage-only model]: every rank builds the model from the same seed (so the stages'
+// initial values are the serial model's, whatever the partitioning): whole, or only its stage
+// (NOTE [Stage-only build] in models/layer_list.h: the same result without the whole model in
+// memory). The constructor then releases every parameter and buffer that no layer of this rank's stage holds (but those of one
 // element, as small as a placeholder, like batch norm's num_batches_tracked): each becomes a
 // placeholder of the same shape and dtype that broadcasts one element (NaN for floating types,
 // 0 otherwise; every stride 0), and the freed blocks go back to the system (empty_cache). A
@@ -108,10 +109,9 @@ struct PipelineOptions {
 Balance plan_balance(const models::LayerList& layers, int64_t stages, const PipelineOptions& options = {});
 
 // NOTE [Stage-only model]: releases what stage `stage` of `balance` does not hold, as the
-// Pipeline constructor does, but alone (no communication). Ranks sharing a host can so build
-// their models one after another, each cut to its stage before the next begins, and the host
-// holds one whole model at a time instead of one per rank (apps::build_in_turn); the Pipeline
-// built afterwards with the same balance finds its stage whole.
+// Pipeline constructor does, but alone (no communication): a model built whole, cut as the
+// Pipeline built afterwards with the same balance would (it then finds its stage whole). A
+// stage-only build (NOTE [Stage-only build]) gives the same without the whole model in memory.
 void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage);
 
 class Pipeline {

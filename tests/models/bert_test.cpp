@@ -176,3 +176,30 @@ TEST(Bert, LayerListInStagesEqualsTheWholeModelWithDropout) {
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_TRUE(all_close(staged[i], whole[i], 0, 0)) << "quantity " << i;
   expect_error([&] { m.forward(Batch{{"input_ids", ids(1, 17, 37, 1)}}); }, {"17", "16"});
 }
+
+TEST(Bert, StageOnlyBuildKeepsTheWholeBuildsValues) {
+  BertConfig c = small_bert_config();
+  c.num_hidden_layers = 3;
+  const Tensor x = ids(2, 8, 37, 12);
+  const Batch batch{{"input_ids", x}, {"mlm_labels", mlm_labels(x, 2)}, {"next_sentence_label", from_vector<int64_t>({1, 0}, {2})}};
+  expect_stage_only_builds_keep_the_whole_builds_values(
+      [&](Generator* g, const LayerRange& keep) { return std::make_unique<BertForPreTraining>(c, g, keep); }, batch);
+}
+
+// bert_layer_parameters counts what the built model's list counts, layer by layer.
+TEST(Bert, LayerParameterCountsWithoutBuildingTheModel) {
+  for (const int64_t L : {1, 3}) {
+    BertConfig c = small_bert_config();
+    c.num_hidden_layers = L;
+    Generator g(3);
+    const BertForPreTraining m(c, &g);
+    const std::vector<int64_t> counts = bert_layer_parameters(c);
+    ASSERT_EQ(counts.size(), m.layers().size());
+    int64_t total = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      EXPECT_EQ(counts[i], m.layers().num_parameters(i, i + 1)) << m.layers().name(i);
+      total += counts[i];
+    }
+    EXPECT_EQ(total - m.bert->embeddings->word_embeddings_weight().numel(), m.num_parameters());
+  }
+}

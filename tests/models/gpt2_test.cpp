@@ -266,6 +266,33 @@ TEST(GPT2, LayerListInStagesEqualsTheWholeModelWithDropout) {
   expect_error([&] { L.run(batch, {}, 1, 2); }, {"layer 1 (h.0)", "expected one activation"});
 }
 
+TEST(GPT2, StageOnlyBuildKeepsTheWholeBuildsValues) {
+  GPT2Config c = small_gpt2_config();
+  c.n_layer = 3;
+  const Batch batch{{"input_ids", tokens(2, 10, 61, 15)}, {"targets", tokens(2, 10, 61, 16)}};
+  expect_stage_only_builds_keep_the_whole_builds_values(
+      [&](Generator* g, const LayerRange& keep) { return std::make_unique<GPT2LMHeadModel>(c, g, keep); }, batch);
+}
+
+// gpt2_layer_parameters counts what the built model's list counts, layer by layer, and adds up to
+// the whole model's parameters once the tied table is counted once.
+TEST(GPT2, LayerParameterCountsWithoutBuildingTheModel) {
+  for (const int64_t L : {1, 3}) {
+    GPT2Config c = small_gpt2_config();
+    c.n_layer = L;
+    Generator g(3);
+    const GPT2LMHeadModel m(c, &g);
+    const std::vector<int64_t> counts = gpt2_layer_parameters(c);
+    ASSERT_EQ(counts.size(), m.layers().size());
+    int64_t total = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      EXPECT_EQ(counts[i], m.layers().num_parameters(i, i + 1)) << m.layers().name(i);
+      total += counts[i];
+    }
+    EXPECT_EQ(total - m.transformer->wte_weight().numel(), m.num_parameters());
+  }
+}
+
 TEST(GPT2, MicroBatchLossesAddUpToTheBatchLoss) {
   const GPT2Config c = small_gpt2_config();
   Generator init(17);
