@@ -53,6 +53,7 @@ void write_split(const std::string& prefix, const std::vector<BertInstance>& ins
 }
 
 int run(const Options& o) {
+  make_prefix_folder(o.out);  // --out data/brown: data/ made when missing
   const DocumentSplit split = parse_document_split(o.docs);
   TRIDENT_CHECK(split != DocumentSplit::kLine, "--docs line makes one-sentence documents, which cannot give next sentences");
   const std::vector<TextFile> files = list_text_files(o.inputs);

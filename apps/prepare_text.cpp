@@ -46,6 +46,7 @@ int run(const Options& o) {
   TRIDENT_CHECK(eot >= 0, "the vocabulary in '", o.vocab, "' has no <|endoftext|> token");
   const ValidationSplit val_rule{o.val_fraction, o.val_docs, o.seed};
 
+  make_prefix_folder(o.out);  // --out data/brown: data/ made when missing
   ShardedTokenWriter train(o.out + "_train", o.shard_tokens), val(o.out + "_val", o.shard_tokens);
   apps::Progress progress("prepare_text", total, o.quiet);
   // Batches of whole files, about a twentieth of the input (1 to 64 MB), so the bar moves and

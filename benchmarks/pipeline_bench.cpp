@@ -16,13 +16,18 @@
 //     allocator's current bytes above what the rank held before building), and the process's
 //     resident memory (VmRSS) above its start at the same two points. GPipe's memory argument:
 //     the cut columns fall to the stage's share.
-//   build [amoebanet-d(L,D)]   (default amoebanet-d(18,208), 1000 classes at 224)
-//     NOTE [AmoebaNet stage-only build]: per stage, the peak resident memory (VmHWM, reset
-//     between the two) of building the stage as the whole network cut by keep_stage, and as the
-//     stage-only build, above the process's resident memory before each; and what stays.
+//   build [amoebanet-d(L,D) | gpt2-PRESET | bert-PRESET]   (default amoebanet-d(18,208), 1000
+//   classes at 224; gpt2-124m, bert-large, ...)
+//     NOTE [Stage-only build]: per stage, the peak resident memory (VmHWM, reset between the
+//     two) of building the stage as the whole model cut by keep_stage, and as the stage-only
+//     build, above the process's resident memory before each; what stays; and the seconds each
+//     build took (all ranks build at once: the apps used to build whole models one rank after
+//     another, K times the whole build's seconds in all).
 //
 // Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -151,43 +156,70 @@ bool reset_peak_resident() {
   return std::fclose(f) == 0 && ok;
 }
 
+// The model `which` names, built whole (keep = kAllLayers) or its layers `keep` only.
+std::unique_ptr<models::LayeredModel> build_model(const std::string& which, Generator* gen, const models::LayerRange& keep) {
+  if (which.rfind("gpt2-", 0) == 0)
+    return std::make_unique<models::GPT2LMHeadModel>(models::GPT2Config::preset(which.substr(5)), gen, keep);
+  if (which.rfind("bert-", 0) == 0)
+    return std::make_unique<models::BertForPreTraining>(models::BertConfig::preset(which.substr(5)), gen, keep);
+  return std::make_unique<models::AmoebaNetLayered>(
+      std::make_shared<models::AmoebaNet>(models::AmoebaNetConfig::from_name(which, 1000, 224), gen, keep));
+}
+
 void build_peak(const std::string& which) {
   const int K = world()->size(), stage = world()->rank();
-  const models::AmoebaNetConfig c = models::AmoebaNetConfig::from_name(which, 1000, 224);
   std::vector<double> costs;
-  for (const models::AmoebaLayerInfo& l : models::amoebanet_plan(c).layers) costs.push_back(static_cast<double>(l.parameters));
+  int64_t parameters = 0;
+  if (which.rfind("gpt2-", 0) == 0 || which.rfind("bert-", 0) == 0) {
+    // Per-layer counts without building the model (one block is built to count).
+    const std::vector<int64_t> n = which[0] == 'g' ? models::gpt2_layer_parameters(models::GPT2Config::preset(which.substr(5)))
+                                                   : models::bert_layer_parameters(models::BertConfig::preset(which.substr(5)));
+    for (const int64_t p : n) costs.push_back(static_cast<double>(p));
+    parameters = which[0] == 'g' ? models::GPT2Config::preset(which.substr(5)).num_parameters()
+                                 : models::BertConfig::preset(which.substr(5)).num_parameters();
+  } else {
+    const models::AmoebaNetPlan plan = models::amoebanet_plan(models::AmoebaNetConfig::from_name(which, 1000, 224));
+    for (const models::AmoebaLayerInfo& l : plan.layers) costs.push_back(static_cast<double>(l.parameters));
+    parameters = plan.parameters;
+  }
   const Balance balance = balance_by_costs(costs, K);
   const auto range = stage_ranges(balance)[static_cast<size_t>(stage)];
-  double v[3] = {0, 0, 0};  // whole then cut: peak; stage-only: peak; held after the stage-only build
+  // Per stage: whole then cut: peak, seconds; stage-only: peak, seconds; held after the stage-only build.
+  double v[5] = {0, 0, 0, 0, 0};
   for (int mode = 0; mode < 2; ++mode) {
     empty_cache(Device::cpu());
     TRIDENT_CHECK(reset_peak_resident(), "build: cannot reset the peak resident memory (/proc/self/clear_refs)");
     const double rss0 = resident_bytes();
     Generator init(1);
+    const auto t0 = std::chrono::steady_clock::now();
     if (mode == 0) {
-      models::AmoebaNetLayered model(std::make_shared<models::AmoebaNet>(c, &init));
-      keep_stage(model, balance, stage);
+      const std::unique_ptr<models::LayeredModel> model = build_model(which, &init, models::kAllLayers);
+      keep_stage(*model, balance, stage);
       v[0] = peak_resident_bytes() - rss0;
+      v[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
-      const models::AmoebaNet net(c, &init, {static_cast<size_t>(range.first), static_cast<size_t>(range.second)});
-      v[1] = peak_resident_bytes() - rss0;
-      v[2] = resident_bytes() - rss0;
+      const std::unique_ptr<models::LayeredModel> model =
+          build_model(which, &init, {static_cast<size_t>(range.first), static_cast<size_t>(range.second)});
+      v[2] = peak_resident_bytes() - rss0;
+      v[3] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      v[4] = resident_bytes() - rss0;
     }
   }
-  Tensor t = zeros({K, 3}, DType::F64);
-  std::copy(v, v + 3, t.data<double>() + 3 * stage);
+  Tensor t = zeros({K, 5}, DType::F64);
+  std::copy(v, v + 5, t.data<double>() + 5 * stage);
   world()->all_reduce(t).wait();
   if (world()->rank() != 0) return;
   std::printf("building one stage per rank, %s (%.1fM parameters), K = %d stages cut by parameter count %s\n",
-              which.c_str(), static_cast<double>(models::amoebanet_plan(c).parameters) / 1e6, K, balance_str(balance).c_str());
-  std::printf("%6s %10s %26s %24s %14s %8s\n", "stage", "layers", "peak MB: whole, then cut", "peak MB: stage-only",
-              "MB held", "ratio");
+              which.c_str(), static_cast<double>(parameters) / 1e6, K, balance_str(balance).c_str());
+  std::printf("%6s %10s %26s %24s %14s %8s %18s %18s\n", "stage", "layers", "peak MB: whole, then cut", "peak MB: stage-only",
+              "MB held", "ratio", "s: whole, then cut", "s: stage-only");
   const double* r = t.data<double>();
   const auto ranges = stage_ranges(balance);
   for (int s = 0; s < K; ++s)
-    std::printf("%6d %4lld-%-5lld %26.1f %24.1f %14.1f %8.2f\n", s, static_cast<long long>(ranges[static_cast<size_t>(s)].first),
-                static_cast<long long>(ranges[static_cast<size_t>(s)].second), r[3 * s] / 1e6, r[3 * s + 1] / 1e6,
-                r[3 * s + 2] / 1e6, r[3 * s + 1] / r[3 * s]);
+    std::printf("%6d %4lld-%-5lld %26.1f %24.1f %14.1f %8.2f %18.2f %18.2f\n", s,
+                static_cast<long long>(ranges[static_cast<size_t>(s)].first),
+                static_cast<long long>(ranges[static_cast<size_t>(s)].second), r[5 * s] / 1e6, r[5 * s + 2] / 1e6,
+                r[5 * s + 4] / 1e6, r[5 * s + 2] / r[5 * s], r[5 * s + 1], r[5 * s + 3]);
 }
 
 void held(const std::string& which) {

@@ -68,6 +68,12 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   return cpu_then_move(t, opts);
 }
 
+void skip_random(int64_t numel, DType dtype, Generator* gen) {
+  TRIDENT_CHECK(is_floating(dtype), "skip_random: needs a floating dtype, got ", dtype);
+  Generator& g = gen ? *gen : default_generator();
+  g.reserve(philox::blocks_for(static_cast<uint64_t>(numel), dtype == DType::F64));  // as rand and randn reserve
+}
+
 Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) {
   TRIDENT_CHECK(is_floating(opts.dtype_), "rand: needs a floating dtype, got ", opts.dtype_);
   Generator& g = gen ? *gen : default_generator();

@@ -8,10 +8,21 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "core/error.h"
 
 namespace trident::data {
+
+void make_prefix_folder(const std::string& prefix) {
+  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
+  if (folder.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  TRIDENT_CHECK(!ec && std::filesystem::is_directory(folder), "output prefix '", prefix, "': cannot create the folder '",
+                folder.string(), "'", ec ? ": " + ec.message() : std::string(": a file of that name is in the way"));
+}
 
 std::string read_file(const std::string& path, const char* what) {
   std::FILE* f = std::fopen(path.c_str(), "rb");

@@ -12,6 +12,10 @@ namespace trident::data {
 // The whole file as bytes. `what` says what the file is ("GPT-2 vocabulary") for the error.
 std::string read_file(const std::string& path, const char* what);
 
+// Creates the folder that output prefix `prefix` ("data/brown" writes data/brown_train_000000.bin)
+// puts its files in, with its parents, when missing. Errors name the prefix and the folder.
+void make_prefix_folder(const std::string& prefix);
+
 // A file written under a temporary name in the same directory and renamed to `path` by
 // commit(), so that readers never see a partial file. Without commit() (an exception on the way)
 // the destructor removes the temporary file.

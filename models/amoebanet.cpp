@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/factory.h"
 #include "models/layer_list.h"
+#include "nn/init.h"
 #include "ops/arith.h"
 #include "ops/loss.h"
 
@@ -92,14 +93,20 @@ AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize,
   // Builds one layer, registers it in order and records what the builder tallied for it.
   auto add = [&](const std::string& name, const std::function<std::shared_ptr<AmoebaLayer>()>& make) {
     const int64_t p0 = b.parameters(), k0 = b.kept(), i0 = b.kept_indices(), m0 = b.multiply_adds();
-    std::shared_ptr<AmoebaLayer> layer = make();
+    // NOTE [Skipped draws]: a layer released at once is built without computing its values.
+    const bool kept = !materialize || keeps(keep, layers_.size());
+    std::shared_ptr<AmoebaLayer> layer;
+    {
+      const nn::init::SkipDrawsGuard skip(!kept);
+      layer = make();
+    }
     layer->layer_name = name;
     register_module(name, layer);
     layers_.push_back(layer);
     info_.push_back({name, layer->type_name(), layer->out, b.parameters() - p0, b.kept() - k0, b.kept_indices() - i0,
                      b.multiply_adds() - m0});
     // NOTE [AmoebaNet stage-only build]: a layer outside the kept range is released at once.
-    if (materialize && !keeps(keep, layers_.size() - 1)) release_module(*layer);
+    if (!kept) release_module(*layer);
     return layer;
   };
 

@@ -237,8 +237,12 @@ Activations BertLayer::forward(const Activations& x, const Batch& batch) {
 BertEncoder::BertEncoder(const BertConfig& c, Generator* gen, const LayerRange& keep) : nn::Module("BertEncoder") {
   layer = register_module("layer", std::make_shared<nn::ModuleList<BertLayer>>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layer->push_back(std::make_shared<BertLayer>(c, gen));
-    if (!keeps(keep, static_cast<size_t>(i) + 1)) release_module(*(*layer)[layer->size() - 1]);
+    const bool kept = keeps(keep, static_cast<size_t>(i) + 1);
+    {
+      const nn::init::SkipDrawsGuard skip(!kept);  // NOTE [Skipped draws]
+      layer->push_back(std::make_shared<BertLayer>(c, gen));
+    }
+    if (!kept) release_module(*(*layer)[layer->size() - 1]);
   }
 }
 
@@ -254,13 +258,22 @@ BertModel::BertModel(const BertConfig& c, Generator* gen, const LayerRange& keep
   // NOTE [Stage-only build]: the list is "embeddings" (layer 0), "layer.0" ... (layer i + 1),
   // "heads" (the pooler, the cls heads and the tied word embeddings: layer num_hidden_layers + 1).
   const auto heads = static_cast<size_t>(c.num_hidden_layers) + 1;
-  embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(c, gen));
+  // A module no kept layer holds is built with its draws skipped (NOTE [Skipped draws]) and
+  // released at once; the embeddings whole when neither they nor the heads (the tied word
+  // embeddings) are kept.
+  {
+    const nn::init::SkipDrawsGuard skip(!keeps(keep, 0) && !keeps(keep, heads));
+    embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(c, gen));
+  }
   if (!keeps(keep, 0)) {
     for (const auto& [name, m] : embeddings->named_children())
       if (m != embeddings->word_embeddings || !keeps(keep, heads)) release_module(*m);
   }
   encoder = register_module("encoder", std::make_shared<BertEncoder>(c, gen, keep));
-  pooler = register_module("pooler", std::make_shared<BertPooler>(c, gen));
+  {
+    const nn::init::SkipDrawsGuard skip(!keeps(keep, heads));
+    pooler = register_module("pooler", std::make_shared<BertPooler>(c, gen));
+  }
   if (!keeps(keep, heads)) release_module(*pooler);
 }
 
@@ -306,8 +319,12 @@ BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen,
   check_keep(keep, static_cast<size_t>(config.num_hidden_layers) + 2, "BERT");
   config_ = config;
   bert = register_module("bert", std::make_shared<BertModel>(config_, gen, keep));
-  cls = register_module("cls", std::make_shared<BertPreTrainingHeads>(config_, gen));
-  if (!keeps(keep, static_cast<size_t>(config_.num_hidden_layers) + 1)) release_module(*cls);
+  const bool heads_kept = keeps(keep, static_cast<size_t>(config_.num_hidden_layers) + 1);
+  {
+    const nn::init::SkipDrawsGuard skip(!heads_kept);
+    cls = register_module("cls", std::make_shared<BertPreTrainingHeads>(config_, gen));
+  }
+  if (!heads_kept) release_module(*cls);
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> list;
   list.emplace_back("embeddings", bert->embeddings);
   for (size_t i = 0; i < bert->encoder->layer->size(); ++i)
@@ -320,6 +337,7 @@ std::vector<int64_t> bert_layer_parameters(const BertConfig& config) {
   BertConfig one = config;
   one.num_hidden_layers = 1;
   Generator scratch(0);
+  const nn::init::SkipDrawsGuard skip;  // counts only: no values needed
   const BertForPreTraining m(one, &scratch);
   const LayerList& l = m.layers();
   std::vector<int64_t> counts(static_cast<size_t>(config.num_hidden_layers), l.num_parameters(1, 2));

@@ -223,16 +223,29 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen, const LayerRange& keep
     nn::init::normal_(w, 0.0, std, gen);
     if (w.size(0) > V) fill_(narrow(w, 0, V, w.size(0) - V), 0.0);
   };
-  wte = register_module("wte", f.vocab_embedding(e));
-  if (!keeps(keep, 0) && !keeps(keep, head)) release_module(*wte);
-  wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.n_positions, c.n_embd, std::nullopt, c.dtype));
-  nn::init::normal_(wpe->weight, 0.0, c.initializer_range, gen);
+  // A module no kept layer holds is built with its draws skipped (NOTE [Skipped draws]) and
+  // released at once.
+  const bool wte_kept = keeps(keep, 0) || keeps(keep, head);
+  {
+    const nn::init::SkipDrawsGuard skip(!wte_kept);
+    wte = register_module("wte", f.vocab_embedding(e));
+  }
+  if (!wte_kept) release_module(*wte);
+  {
+    const nn::init::SkipDrawsGuard skip(!keeps(keep, 0));
+    wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.n_positions, c.n_embd, std::nullopt, c.dtype));
+    nn::init::normal_(wpe->weight, 0.0, c.initializer_range, gen);
+  }
   if (!keeps(keep, 0)) release_module(*wpe);
   drop = register_module("drop", std::make_shared<nn::Dropout>(c.embd_pdrop, f.dropout_generator(DropoutSite::Residual, c.dropout_generator)));
   h = register_module("h", std::make_shared<nn::ModuleList<GPT2Block>>());
   for (int64_t i = 0; i < c.n_layer; ++i) {
-    h->push_back(std::make_shared<GPT2Block>(c, gen));
-    if (!keeps(keep, static_cast<size_t>(i) + 1)) release_module(*(*h)[h->size() - 1]);
+    const bool kept = keeps(keep, static_cast<size_t>(i) + 1);
+    {
+      const nn::init::SkipDrawsGuard skip(!kept);
+      h->push_back(std::make_shared<GPT2Block>(c, gen));
+    }
+    if (!kept) release_module(*(*h)[h->size() - 1]);
   }
   ln_f = register_module("ln_f", f.residual_layer_norm(c.n_embd, c.layer_norm_epsilon, c.dtype));
   if (!keeps(keep, head)) release_module(*ln_f);
@@ -264,6 +277,7 @@ std::vector<int64_t> gpt2_layer_parameters(const GPT2Config& config) {
   GPT2Config one = config;
   one.n_layer = 1;
   Generator scratch(0);
+  const nn::init::SkipDrawsGuard skip;  // counts only: no values needed
   const GPT2LMHeadModel m(one, &scratch);
   const LayerList& l = m.layers();
   std::vector<int64_t> counts(static_cast<size_t>(config.n_layer), l.num_parameters(1, 2));

@@ -19,6 +19,14 @@ void check_float(const Tensor& t, const char* what) {
 }
 }  // namespace
 
+namespace {
+thread_local bool t_skip_draws = false;
+}  // namespace
+
+SkipDrawsGuard::SkipDrawsGuard(bool enabled) : prev_(t_skip_draws) { t_skip_draws = prev_ || enabled; }
+SkipDrawsGuard::~SkipDrawsGuard() { t_skip_draws = prev_; }
+bool SkipDrawsGuard::active() { return t_skip_draws; }
+
 std::pair<int64_t, int64_t> fans(const Tensor& w) {
   TRIDENT_CHECK(w.dim() >= 2, "fan in and fan out need a tensor of at least 2 dims, got shape ", w.sizes());
   int64_t receptive = 1;
@@ -49,29 +57,29 @@ void normal_(const Tensor& t, double mean, double std, Generator* gen) {
   // Drawn in f32 for f32/f16/bf16 tensors and in f64 for f64 (NOTE [Philox streams]): the same
   // seed gives the same f32 weights whatever the storage precision.
   const DType draw = t.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  if (SkipDrawsGuard::active()) return skip_random(t.numel(), draw, gen);
+  // Scaled in place: the draw is the one temporary (a model's largest table is built with one
+  // copy of itself beside it, not two).
   Tensor r = randn(t.sizes(), draw, gen);
   NoGradGuard no_grad;
-  Tensor v = empty(t.sizes(), draw);
   TRIDENT_DISPATCH_F32_F64(draw, "normal_", [&] {
-    const scalar_t* p = r.data<scalar_t>();
-    scalar_t* q = v.data<scalar_t>();
-    for (int64_t i = 0; i < r.numel(); ++i) q[i] = static_cast<scalar_t>(mean + std * static_cast<double>(p[i]));
+    scalar_t* p = r.data<scalar_t>();
+    for (int64_t i = 0; i < r.numel(); ++i) p[i] = static_cast<scalar_t>(mean + std * static_cast<double>(p[i]));
   });
-  assign(t, v);
+  assign(t, r);
 }
 
 void uniform_(const Tensor& t, double low, double high, Generator* gen) {
   check_float(t, "uniform_");
   TRIDENT_CHECK(low <= high, "uniform_: low ", low, " must not exceed high ", high);
   const DType draw = t.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  if (SkipDrawsGuard::active()) return skip_random(t.numel(), draw, gen);
   Tensor r = rand(t.sizes(), draw, gen);
-  Tensor v = empty(t.sizes(), draw);
   TRIDENT_DISPATCH_F32_F64(draw, "uniform_", [&] {
-    const scalar_t* p = r.data<scalar_t>();
-    scalar_t* q = v.data<scalar_t>();
-    for (int64_t i = 0; i < r.numel(); ++i) q[i] = static_cast<scalar_t>(low + (high - low) * static_cast<double>(p[i]));
+    scalar_t* p = r.data<scalar_t>();
+    for (int64_t i = 0; i < r.numel(); ++i) p[i] = static_cast<scalar_t>(low + (high - low) * static_cast<double>(p[i]));
   });
-  assign(t, v);
+  assign(t, r);
 }
 
 void xavier_uniform_(const Tensor& w, double gain, Generator* gen) {

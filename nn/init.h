@@ -19,6 +19,24 @@ std::pair<int64_t, int64_t> fans(const Tensor& w);
 // "leaky_relu" with its negative slope, "selu"), as torch.nn.init.calculate_gain.
 double calculate_gain(const std::string& nonlinearity, double param = 0.01);
 
+// NOTE [Skipped draws]: while a SkipDrawsGuard lives on this thread, normal_ and uniform_ (and
+// the xavier, kaiming and GPT-2 initializers made of them) advance their generator exactly as their draw would (the same
+// Philox blocks, core/factory.h skip_random) and leave the tensor unwritten. A stage-only build
+// (NOTE [Stage-only build] in models/layer_list.h) builds the layers it releases at once under
+// it: every generator ends where the whole build leaves it, without computing the other stages'
+// values. Only for tensors that are released or overwritten before anything reads them.
+class SkipDrawsGuard {
+ public:
+  explicit SkipDrawsGuard(bool enabled = true);
+  ~SkipDrawsGuard();
+  SkipDrawsGuard(const SkipDrawsGuard&) = delete;
+  SkipDrawsGuard& operator=(const SkipDrawsGuard&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
 void zeros_(const Tensor& t);
 void ones_(const Tensor& t);
 void constant_(const Tensor& t, double value);

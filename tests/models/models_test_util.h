@@ -46,7 +46,7 @@ inline models::BertConfig small_bert_config(double dropout = 0.0) {
 }
 
 // NOTE [Stage-only build]: build(gen, keep) for several ranges of the list against build(gen,
-// kAllLayers): the same draws; every state-dict entry a kept layer holds equal bit for bit to the
+// kAllLayers): the same draws (from gen and the default generator; NOTE [Skipped draws]); every state-dict entry a kept layer holds equal bit for bit to the
 // whole build's, every other a NaN placeholder of the same shape and dtype (tensors of one
 // element aside); the kept layers compute what the whole model's do on `batch` (evaluation, the
 // input of the first kept layer computed by the whole model); ranges that are not non-empty
@@ -55,7 +55,9 @@ inline void expect_stage_only_builds_keep_the_whole_builds_values(
     const std::function<std::unique_ptr<models::LayeredModel>(Generator*, const models::LayerRange&)>& build,
     const models::Batch& batch) {
   Generator g0(11);
+  manual_seed(12);  // a build may draw from the default generator too (nn::Embedding's own init)
   const std::unique_ptr<models::LayeredModel> whole = build(&g0, models::kAllLayers);
+  const PhiloxState default_after = default_generator().state();
   whole->eval();
   std::map<std::string, Tensor> whole_state;
   for (const auto& [name, t] : whole->state_dict()) whole_state[name] = t.clone();
@@ -63,9 +65,11 @@ inline void expect_stage_only_builds_keep_the_whole_builds_values(
   for (const models::LayerRange& keep : {models::LayerRange{0, 1}, {1, L - 1}, {L - 1, L}, {0, 2}, {2, L}}) {
     SCOPED_TRACE("keep [" + std::to_string(keep.first) + ", " + std::to_string(keep.second) + ")");
     Generator g(11);
+    manual_seed(12);
     const std::unique_ptr<models::LayeredModel> stage = build(&g, keep);
     stage->eval();
     EXPECT_EQ(g.state(), g0.state()) << "the same draws as the whole build";
+    EXPECT_EQ(default_generator().state(), default_after) << "the same draws from the default generator";
     EXPECT_EQ(stage->num_parameters(), whole->num_parameters()) << "placeholders keep the shapes";
     std::set<std::string> kept_names;
     ASSERT_TRUE(stage->buffers().empty()) << "the kept entries are the kept layers' parameters";

@@ -267,6 +267,46 @@ TEST(Init, DeterministicForASeedAndTheRightScale) {
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1, 1, 1}));
 }
 
+// NOTE [Skipped draws]: under the guard each initializer leaves its generator (the default one
+// when none is given) where the real draw leaves it, for odd sizes and both widths, writes
+// nothing, and the draws after it are the ones after a real draw; the guard nests and restores.
+TEST(Init, SkippedDrawsAdvanceTheGeneratorAsTheDrawsWould) {
+  auto inits = [](Generator* g) {
+    init::normal_(empty({7, 3}), 0.0, 1.0, g);
+    init::uniform_(empty({5}, DType::F64), -1.0, 1.0, g);
+    init::normal_(empty({3}, DType::F64), 0.0, 2.0, g);
+    init::kaiming_normal_(empty({6, 4, 3, 3}), 0.0, init::FanMode::FanOut, "relu", g);
+    init::xavier_uniform_(empty({9, 2}, DType::BF16), 1.0, g);
+    init::normal_(empty({1}), 0.0, 1.0, g);
+  };
+  Generator real(5), skipped(5);
+  manual_seed(8);
+  inits(&real);
+  init::normal_(empty({11}));  // the default generator
+  const PhiloxState default_after = default_generator().state();
+  manual_seed(8);
+  EXPECT_FALSE(init::SkipDrawsGuard::active());
+  {
+    const init::SkipDrawsGuard skip;
+    EXPECT_TRUE(init::SkipDrawsGuard::active());
+    {
+      const init::SkipDrawsGuard inner(false);  // nested, disabled: still skipping
+      EXPECT_TRUE(init::SkipDrawsGuard::active());
+    }
+    inits(&skipped);
+    const Tensor untouched = full({11}, 3.0);
+    init::normal_(untouched);
+    EXPECT_EQ(untouched.to_vector<float>(), std::vector<float>(11, 3.0f)) << "nothing written";
+  }
+  EXPECT_FALSE(init::SkipDrawsGuard::active());
+  EXPECT_EQ(skipped.state(), real.state());
+  EXPECT_EQ(default_generator().state(), default_after);
+  Tensor a = empty({4}), b = empty({4});
+  init::normal_(a, 0.0, 1.0, &real);
+  init::normal_(b, 0.0, 1.0, &skipped);
+  EXPECT_TRUE(all_close(a, b, 0, 0));
+}
+
 TEST(Training, AnMlpAndAConvnetLearnSyntheticTasks) {
   manual_seed(11);
   Generator g(11);
