@@ -100,9 +100,9 @@
 // loss (Pipeline::set_loss_scale) and the unscaled gradients' finiteness agreed over the world
 // (nn::GradScaler::unscale_ with all_finite), since an overflow in one stage's gradients need not
 // reach the other stages', and every rank must skip that step and back off alike. Every rank
-// builds the model from the seed (train_imagenet its stage only: NOTE [AmoebaNet stage-only
-// build]) and a parallel::pipeline::Pipeline over the mesh's pp group (and its dp group) cuts it
-// into K stages (NOTE [Pipeline balance in the apps]); every pp rank of a dp index
+// builds its stage of the model from the seed (cut_for_stage, NOTE [Stage-only build]) and a
+// parallel::pipeline::Pipeline over the mesh's pp group (and its dp group) takes that cut
+// (NOTE [Pipeline balance in the apps]); every pp rank of a dp index
 // reads the same rows. A step's batch (--batch x --grad-accum rows per dp rank) goes to
 // Pipeline::step with the global batch's loss counts (as above), which cuts it into M
 // micro-batches, runs the schedule, sums the tied embedding's gradient between its stages,
@@ -253,7 +253,7 @@ struct TrainTask {
   // evaluation) and the last step: an app's own summary line, printed last.
   std::function<void(const std::map<std::string, double>&, int64_t)> summary;
   // NOTE [Pipeline balance in the apps]: under --pp, the layers per stage the app chose (it may
-  // have built only its stage: NOTE [AmoebaNet stage-only build]); empty: the Pipeline cuts by
+  // have built only its stage: cut_for_stage, NOTE [Stage-only build]); empty: the Pipeline cuts by
   // parameter count itself, and --pp-balance compute is refused.
   std::vector<int64_t> pp_balance;
   // The mesh from make_mesh(); null: train() makes it.

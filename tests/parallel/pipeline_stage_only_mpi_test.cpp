@@ -85,7 +85,7 @@ TEST_P(StageOnly, RankHoldsItsStageOnly) {
     }
 }
 
-// keep_stage (no communication: the apps' build_in_turn) cuts the model as the pipeline would;
+// keep_stage (no communication) cuts the model as the pipeline would;
 // the pipeline built afterwards finds its stage whole, releases nothing more and trains as serial.
 TEST_P(StageOnly, KeepStageBeforeThePipelineIsThePipelinesCut) {
   const std::string kind = GetParam();
