@@ -95,11 +95,10 @@ Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) {
   return cpu_then_move(t, opts);
 }
 
-Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) {
-  TRIDENT_CHECK(is_floating(opts.dtype_), "randn: needs a floating dtype, got ", opts.dtype_);
-  Generator& g = gen ? *gen : default_generator();
-  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
-  const bool wide = opts.dtype_ == DType::F64;
+namespace {
+// Fills the contiguous CPU tensor t with standard normal values drawn from g.
+void fill_randn(const Tensor& t, Generator& g) {
+  const bool wide = t.dtype() == DType::F64;
   const PhiloxState s = g.reserve(philox::blocks_for(static_cast<uint64_t>(t.numel()), wide));
   TRIDENT_DISPATCH_FLOATING(t.dtype(), "randn", [&] {
     scalar_t* p = t.data<scalar_t>();
@@ -113,7 +112,21 @@ Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) {
       }
     });
   });
+}
+}  // namespace
+
+Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) {
+  TRIDENT_CHECK(is_floating(opts.dtype_), "randn: needs a floating dtype, got ", opts.dtype_);
+  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
+  fill_randn(t, gen ? *gen : default_generator());
   return cpu_then_move(t, opts);
+}
+
+void randn_(const Tensor& t, Generator* gen) {
+  TRIDENT_CHECK(t.defined() && is_floating(t.dtype()) && t.device().is_cpu() && t.is_contiguous(),
+                "randn_: needs a contiguous floating-point CPU tensor, got ", t.defined() ? t.dtype() : DType::F32,
+                " of shape ", t.defined() ? t.sizes() : Shape{});
+  fill_randn(t, gen ? *gen : default_generator());
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts, Generator* gen) {

@@ -31,6 +31,9 @@ inline Tensor arange(double end, TensorOptions opts = {}) { return arange(0.0, e
 // Uniform [0, 1) and standard normal, from `gen` (the default generator when null).
 Tensor rand(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
 Tensor randn(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
+// In place: fills t (contiguous, floating, on the CPU) with the values randn(t.sizes(), t.dtype(),
+// gen) returns, without a temporary.
+void randn_(const Tensor& t, Generator* gen = nullptr);
 // Advances `gen` (the default generator when null) past the values rand or randn of `numel`
 // elements of `dtype` would draw, drawing nothing (NOTE [Skipped draws] in nn/init.h).
 void skip_random(int64_t numel, DType dtype, Generator* gen = nullptr);

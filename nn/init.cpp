@@ -58,15 +58,17 @@ void normal_(const Tensor& t, double mean, double std, Generator* gen) {
   // seed gives the same f32 weights whatever the storage precision.
   const DType draw = t.dtype() == DType::F64 ? DType::F64 : DType::F32;
   if (SkipDrawsGuard::active()) return skip_random(t.numel(), draw, gen);
-  // Scaled in place: the draw is the one temporary (a model's largest table is built with one
-  // copy of itself beside it, not two).
-  Tensor r = randn(t.sizes(), draw, gen);
   NoGradGuard no_grad;
+  // Drawn and scaled in place where t can hold the draw (a contiguous f32 or f64 CPU tensor: a
+  // model's largest table is built without a copy of itself beside it); else into one temporary.
+  const bool direct = t.device().is_cpu() && t.is_contiguous() && t.dtype() == draw;
+  Tensor r = direct ? t : empty(t.sizes(), draw);
+  randn_(r, gen);
   TRIDENT_DISPATCH_F32_F64(draw, "normal_", [&] {
     scalar_t* p = r.data<scalar_t>();
     for (int64_t i = 0; i < r.numel(); ++i) p[i] = static_cast<scalar_t>(mean + std * static_cast<double>(p[i]));
   });
-  assign(t, r);
+  if (!direct) assign(t, r);
 }
 
 void uniform_(const Tensor& t, double low, double high, Generator* gen) {
