@@ -74,60 +74,47 @@ void skip_random(int64_t numel, DType dtype, Generator* gen) {
   g.reserve(philox::blocks_for(static_cast<uint64_t>(numel), dtype == DType::F64));  // as rand and randn reserve
 }
 
-Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) {
-  TRIDENT_CHECK(is_floating(opts.dtype_), "rand: needs a floating dtype, got ", opts.dtype_);
-  Generator& g = gen ? *gen : default_generator();
-  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
-  const bool wide = opts.dtype_ == DType::F64;
+namespace {
+// Fills the contiguous CPU tensor t with values drawn from g (NOTE [Philox streams]): uniform in
+// [0, 1), or standard normal.
+void fill_random(const Tensor& t, Generator& g, bool normal) {
+  const bool wide = t.dtype() == DType::F64;
   const PhiloxState s = g.reserve(philox::blocks_for(static_cast<uint64_t>(t.numel()), wide));
-  TRIDENT_DISPATCH_FLOATING(t.dtype(), "rand", [&] {
+  TRIDENT_DISPATCH_FLOATING(t.dtype(), normal ? "randn" : "rand", [&] {
     scalar_t* p = t.data<scalar_t>();
     parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
+        const auto at = static_cast<uint64_t>(i);
         if constexpr (std::is_same_v<scalar_t, double>) {
-          p[i] = philox::uniform_f64_at(s.seed, s.offset, static_cast<uint64_t>(i));
+          p[i] = normal ? philox::normal_f64_at(s.seed, s.offset, at) : philox::uniform_f64_at(s.seed, s.offset, at);
         } else {
-          p[i] = static_cast<scalar_t>(philox::uniform_f32_at(s.seed, s.offset, static_cast<uint64_t>(i)));
+          p[i] = static_cast<scalar_t>(normal ? philox::normal_f32_at(s.seed, s.offset, at)
+                                              : philox::uniform_f32_at(s.seed, s.offset, at));
         }
       }
     });
   });
+}
+
+Tensor random_tensor(const Shape& sizes, TensorOptions opts, Generator* gen, bool normal) {
+  TRIDENT_CHECK(is_floating(opts.dtype_), normal ? "randn" : "rand", ": needs a floating dtype, got ", opts.dtype_);
+  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
+  fill_random(t, gen ? *gen : default_generator(), normal);
   return cpu_then_move(t, opts);
 }
 
-namespace {
-// Fills the contiguous CPU tensor t with standard normal values drawn from g.
-void fill_randn(const Tensor& t, Generator& g) {
-  const bool wide = t.dtype() == DType::F64;
-  const PhiloxState s = g.reserve(philox::blocks_for(static_cast<uint64_t>(t.numel()), wide));
-  TRIDENT_DISPATCH_FLOATING(t.dtype(), "randn", [&] {
-    scalar_t* p = t.data<scalar_t>();
-    parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        if constexpr (std::is_same_v<scalar_t, double>) {
-          p[i] = philox::normal_f64_at(s.seed, s.offset, static_cast<uint64_t>(i));
-        } else {
-          p[i] = static_cast<scalar_t>(philox::normal_f32_at(s.seed, s.offset, static_cast<uint64_t>(i)));
-        }
-      }
-    });
-  });
+void random_in_place(const Tensor& t, Generator* gen, bool normal) {
+  TRIDENT_CHECK(t.defined() && is_floating(t.dtype()) && t.device().is_cpu() && t.is_contiguous(), normal ? "randn_" : "rand_",
+                ": needs a contiguous floating-point CPU tensor, got ", t.defined() ? t.dtype() : DType::F32, " of shape ",
+                t.defined() ? t.sizes() : Shape{}, t.defined() && !t.is_contiguous() ? " (not contiguous)" : "");
+  fill_random(t, gen ? *gen : default_generator(), normal);
 }
 }  // namespace
 
-Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) {
-  TRIDENT_CHECK(is_floating(opts.dtype_), "randn: needs a floating dtype, got ", opts.dtype_);
-  Tensor t = empty(sizes, opts.device(kCPU).requires_grad(false));
-  fill_randn(t, gen ? *gen : default_generator());
-  return cpu_then_move(t, opts);
-}
-
-void randn_(const Tensor& t, Generator* gen) {
-  TRIDENT_CHECK(t.defined() && is_floating(t.dtype()) && t.device().is_cpu() && t.is_contiguous(),
-                "randn_: needs a contiguous floating-point CPU tensor, got ", t.defined() ? t.dtype() : DType::F32,
-                " of shape ", t.defined() ? t.sizes() : Shape{});
-  fill_randn(t, gen ? *gen : default_generator());
-}
+Tensor rand(const Shape& sizes, TensorOptions opts, Generator* gen) { return random_tensor(sizes, opts, gen, false); }
+Tensor randn(const Shape& sizes, TensorOptions opts, Generator* gen) { return random_tensor(sizes, opts, gen, true); }
+void rand_(const Tensor& t, Generator* gen) { random_in_place(t, gen, false); }
+void randn_(const Tensor& t, Generator* gen) { random_in_place(t, gen, true); }
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts, Generator* gen) {
   TRIDENT_CHECK(high > low, "randint: need low < high, got [", low, ", ", high, ")");

@@ -31,8 +31,9 @@ inline Tensor arange(double end, TensorOptions opts = {}) { return arange(0.0, e
 // Uniform [0, 1) and standard normal, from `gen` (the default generator when null).
 Tensor rand(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
 Tensor randn(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
-// In place: fills t (contiguous, floating, on the CPU) with the values randn(t.sizes(), t.dtype(),
-// gen) returns, without a temporary.
+// In place: fill t (contiguous, floating, on the CPU) with the values rand/randn(t.sizes(),
+// t.dtype(), gen) return, without a temporary.
+void rand_(const Tensor& t, Generator* gen = nullptr);
 void randn_(const Tensor& t, Generator* gen = nullptr);
 // Advances `gen` (the default generator when null) past the values rand or randn of `numel`
 // elements of `dtype` would draw, drawing nothing (NOTE [Skipped draws] in nn/init.h).

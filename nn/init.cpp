@@ -76,12 +76,15 @@ void uniform_(const Tensor& t, double low, double high, Generator* gen) {
   TRIDENT_CHECK(low <= high, "uniform_: low ", low, " must not exceed high ", high);
   const DType draw = t.dtype() == DType::F64 ? DType::F64 : DType::F32;
   if (SkipDrawsGuard::active()) return skip_random(t.numel(), draw, gen);
-  Tensor r = rand(t.sizes(), draw, gen);
+  NoGradGuard no_grad;
+  const bool direct = t.device().is_cpu() && t.is_contiguous() && t.dtype() == draw;  // as normal_
+  Tensor r = direct ? t : empty(t.sizes(), draw);
+  rand_(r, gen);
   TRIDENT_DISPATCH_F32_F64(draw, "uniform_", [&] {
     scalar_t* p = r.data<scalar_t>();
     for (int64_t i = 0; i < r.numel(); ++i) p[i] = static_cast<scalar_t>(low + (high - low) * static_cast<double>(p[i]));
   });
-  assign(t, r);
+  if (!direct) assign(t, r);
 }
 
 void xavier_uniform_(const Tensor& w, double gain, Generator* gen) {

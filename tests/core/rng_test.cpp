@@ -112,22 +112,26 @@ TEST(Generator, DefaultGeneratorIsSeeded) {
   EXPECT_EQ(rand({8}).to_vector<float>(), a);
 }
 
-// randn_ fills a tensor in place with what randn returns and leaves the generator where randn
-// does; skip_random leaves it there too, drawing nothing (NOTE [Skipped draws]); both refuse
+// randn_ and rand_ fill a tensor in place with what randn and rand return and leave the generator
+// where they do; skip_random leaves it there too, drawing nothing (NOTE [Skipped draws]); both refuse
 // what they cannot serve.
 TEST(Generator, InPlaceAndSkippedDrawsMatchRandn) {
   for (const DType dt : {DType::F32, DType::F64}) {
     Generator a(21), b(21), c(21);
-    const Tensor want = randn({5, 7}, dt, &a);
-    const Tensor got = empty({5, 7}, dt);
+    const Tensor want = randn({5, 7}, dt, &a), want_u = rand({3}, dt, &a);
+    const Tensor got = empty({5, 7}, dt), got_u = empty({3}, dt);
     randn_(got, &b);
+    rand_(got_u, &b);
     EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>());
+    EXPECT_EQ(got_u.to_vector<double>(), want_u.to_vector<double>());
     skip_random(35, dt, &c);
+    skip_random(3, dt, &c);
     EXPECT_EQ(b.state(), a.state());
     EXPECT_EQ(c.state(), a.state());
   }
   Generator g(1);
   EXPECT_THROW(randn_(transpose(empty({3, 4}), 0, 1), &g), Error);
   EXPECT_THROW(randn_(empty({3}, DType::I64), &g), Error);
+  EXPECT_THROW(rand_(transpose(empty({3, 4}), 0, 1), &g), Error);
   EXPECT_THROW(skip_random(3, DType::I32, &g), Error);
 }
