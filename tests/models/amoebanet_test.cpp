@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "models/amoebanet_ops.h"
-#include "test_util.h"
+#include "models/amoebanet_layered.h"
+#include "models_test_util.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -429,53 +430,18 @@ TEST(AmoebaNet, ActivationEstimateMatchesMeasuredMemory) {
   EXPECT_EQ(est.total_bytes(4), 4 * est.parameter_bytes + 4 * est.activation_bytes_per_image);
 }
 
-// NOTE [AmoebaNet stage-only build]: built with a kept range, the network holds exactly the
-// whole build's values in the kept layers (same seed: every draw is made, in order) and
-// placeholders elsewhere (every stride 0, the right shape and dtype, NaN), and it leaves the
-// generator where the whole build does. Running a kept range gives the whole network's outputs.
-TEST(AmoebaNet, StageOnlyBuildKeepsTheWholeBuildsValues) {
+// NOTE [AmoebaNet stage-only build]: built with a kept range, the network is the whole build cut
+// to that range (models_test_util.h): the kept layers' parameters and batch norm buffers bit for
+// bit, placeholders elsewhere, the generators where the whole build leaves them, the kept layers'
+// outputs the whole network's.
+TEST(AmoebaNet, StageOnlyBuildIsTheWholeBuildCut) {
   AmoebaNetConfig c = config("amoebanet-d(3,16)", 10, 16, true);
   c.dropout = 0;
-  Generator g0(11);
-  AmoebaNet whole(c, &g0);
-  std::map<std::string, Tensor> whole_state;
-  for (const auto& [name, t] : whole.state_dict()) whole_state[name] = t.clone();
-  const size_t L = whole.size();
-  for (const std::pair<size_t, size_t>& keep : {std::pair<size_t, size_t>{0, 2}, {2, L - 1}, {L - 1, L}}) {
-    SCOPED_TRACE("keep [" + std::to_string(keep.first) + ", " + std::to_string(keep.second) + ")");
-    Generator g(11);
-    AmoebaNet stage(c, &g, keep);
-    EXPECT_EQ(g.state(), g0.state()) << "the same draws as the whole build";
-    EXPECT_EQ(stage.num_parameters(), whole.num_parameters()) << "placeholders keep the shapes";
-    std::set<std::string> kept_names;
-    for (size_t i = keep.first; i < keep.second; ++i)
-      for (const auto& [name, t] : stage.layers()[i]->state_dict()) kept_names.insert(stage.layers()[i]->layer_name + "." + name);
-    int64_t kept = 0, released = 0;
-    for (const auto& [name, t] : stage.state_dict()) {
-      const Tensor& w = whole_state.at(name);
-      ASSERT_EQ(t.sizes(), w.sizes()) << name;
-      ASSERT_EQ(t.dtype(), w.dtype()) << name;
-      if (kept_names.count(name) != 0 || t.numel() <= 1) {
-        EXPECT_TRUE(all_close(t, w, 0, 0)) << name;
-        ++kept;
-      } else {
-        EXPECT_TRUE(is_broadcast_scalar(t)) << name;
-        EXPECT_TRUE(std::isnan(t.to_vector<double>().front())) << name;
-        ++released;
-      }
-    }
-    EXPECT_GT(kept, 0);
-    EXPECT_GT(released, 0);
-    // The kept layers compute what the whole network's do (evaluation: nothing moves).
-    whole.eval();
-    stage.eval();
-    Generator d(5);
-    const Tensor images = randn({4, 3, 16, 16}, kF32, &d);
-    const AmoebaState in = whole.forward(AmoebaState{images, {}, {}}, 0, keep.first);
-    const AmoebaState a = whole.forward(in, keep.first, keep.second), b = stage.forward(in, keep.first, keep.second);
-    EXPECT_TRUE(all_close(a.cur, b.cur, 0, 0));
-  }
-  Generator g(11);
-  EXPECT_THROW(AmoebaNet(c, &g, {2, 2}), Error);
-  EXPECT_THROW(AmoebaNet(c, &g, {0, L + 1}), Error);
+  Generator d(5);
+  const Batch batch{{"images", randn({4, 3, 16, 16}, kF32, &d)}, {"labels", from_vector<int64_t>({1, 2, 3, 4}, {4})}};
+  expect_stage_only_builds_are_the_cut(
+      [&](Generator* g, const LayerRange& keep) {
+        return std::make_unique<AmoebaNetLayered>(std::make_shared<AmoebaNet>(c, g, keep));
+      },
+      batch);
 }

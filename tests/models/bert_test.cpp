@@ -177,12 +177,12 @@ TEST(Bert, LayerListInStagesEqualsTheWholeModelWithDropout) {
   expect_error([&] { m.forward(Batch{{"input_ids", ids(1, 17, 37, 1)}}); }, {"17", "16"});
 }
 
-TEST(Bert, StageOnlyBuildKeepsTheWholeBuildsValues) {
+TEST(Bert, StageOnlyBuildIsTheWholeBuildCut) {
   BertConfig c = small_bert_config();
   c.num_hidden_layers = 3;
   const Tensor x = ids(2, 8, 37, 12);
   const Batch batch{{"input_ids", x}, {"mlm_labels", mlm_labels(x, 2)}, {"next_sentence_label", from_vector<int64_t>({1, 0}, {2})}};
-  expect_stage_only_builds_keep_the_whole_builds_values(
+  expect_stage_only_builds_are_the_cut(
       [&](Generator* g, const LayerRange& keep) { return std::make_unique<BertForPreTraining>(c, g, keep); }, batch);
 }
 

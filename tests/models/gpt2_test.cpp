@@ -266,11 +266,11 @@ TEST(GPT2, LayerListInStagesEqualsTheWholeModelWithDropout) {
   expect_error([&] { L.run(batch, {}, 1, 2); }, {"layer 1 (h.0)", "expected one activation"});
 }
 
-TEST(GPT2, StageOnlyBuildKeepsTheWholeBuildsValues) {
+TEST(GPT2, StageOnlyBuildIsTheWholeBuildCut) {
   GPT2Config c = small_gpt2_config();
   c.n_layer = 3;
   const Batch batch{{"input_ids", tokens(2, 10, 61, 15)}, {"targets", tokens(2, 10, 61, 16)}};
-  expect_stage_only_builds_keep_the_whole_builds_values(
+  expect_stage_only_builds_are_the_cut(
       [&](Generator* g, const LayerRange& keep) { return std::make_unique<GPT2LMHeadModel>(c, g, keep); }, batch);
 }
 
