@@ -337,17 +337,8 @@ std::vector<int64_t> bert_layer_parameters(const BertConfig& config) {
   BertConfig one = config;
   one.num_hidden_layers = 1;
   Generator scratch(0);
-  const nn::init::SkipDrawsGuard skip;  // counts only: no values needed
-  // Modules that draw from the default generator (nn::Embedding's own init) would move it:
-  // counting must leave it where it was (dropout draws from it).
-  const PhiloxState default_state = default_generator().state();
-  const BertForPreTraining m(one, &scratch);
-  const LayerList& l = m.layers();
-  std::vector<int64_t> counts(static_cast<size_t>(config.num_hidden_layers), l.num_parameters(1, 2));
-  counts.insert(counts.begin(), l.num_parameters(0, 1));
-  counts.push_back(l.num_parameters(2, 3));
-  default_generator().set_state(default_state);
-  return counts;
+  return layer_parameters_from_one_block([&] { return std::make_unique<BertForPreTraining>(one, &scratch); },
+      config.num_hidden_layers);
 }
 
 BertPreTrainingOutput BertForPreTraining::forward(const Batch& batch) {

@@ -207,7 +207,7 @@ class BertForPreTraining : public LayeredModel {
 // The parameter count of each layer of BertForPreTraining(config)'s list, as its
 // layers().num_parameters(i, i + 1) counts them (the tied word embeddings in the embeddings and
 // the heads; under a tensor-parallel factory, this rank's shards), without building the whole
-// model: one encoder layer is built, with a generator of its own, and stands for all of them.
+// model: one encoder layer stands for all of them (layer_parameters_from_one_block).
 std::vector<int64_t> bert_layer_parameters(const BertConfig& config);
 
 // The positions (flat indices into [B T]) where labels [B, T] are not -100, in order: i64 [M].

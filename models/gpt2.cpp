@@ -277,17 +277,8 @@ std::vector<int64_t> gpt2_layer_parameters(const GPT2Config& config) {
   GPT2Config one = config;
   one.n_layer = 1;
   Generator scratch(0);
-  const nn::init::SkipDrawsGuard skip;  // counts only: no values needed
-  // Modules that draw from the default generator (nn::Embedding's own init) would move it:
-  // counting must leave it where it was (dropout draws from it).
-  const PhiloxState default_state = default_generator().state();
-  const GPT2LMHeadModel m(one, &scratch);
-  const LayerList& l = m.layers();
-  std::vector<int64_t> counts(static_cast<size_t>(config.n_layer), l.num_parameters(1, 2));
-  counts.insert(counts.begin(), l.num_parameters(0, 1));
-  counts.push_back(l.num_parameters(2, 3));
-  default_generator().set_state(default_state);
-  return counts;
+  return layer_parameters_from_one_block([&] { return std::make_unique<GPT2LMHeadModel>(one, &scratch); },
+      config.n_layer);
 }
 
 LMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& targets) {

@@ -128,8 +128,8 @@ class GPT2LMHeadModel : public LayeredModel {
 // The parameter count of each layer of GPT2LMHeadModel(config)'s list, as its
 // layers().num_parameters(i, i + 1) counts them (the tied table in the embedding and the head;
 // under a tensor-parallel factory, this rank's shards), without building the whole model: one
-// block is built, with a generator of its own, and stands for all of them. For a pipeline's cut
-// by parameters before a stage-only build.
+// block stands for all of them (layer_parameters_from_one_block). For a pipeline's cut by
+// parameters before a stage-only build.
 std::vector<int64_t> gpt2_layer_parameters(const GPT2Config& config);
 
 // Keys and values of the positions seen so far, per block: [B, local heads, capacity, head_dim]

@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "core/allocator.h"
 #include "core/factory.h"
+#include "nn/init.h"
 #include "ops/index.h"
 
 namespace trident::models {
@@ -12,6 +13,23 @@ namespace trident::models {
 void check_keep(const LayerRange& keep, size_t layers, const char* model) {
   TRIDENT_CHECK(keep == kAllLayers || (keep.first < keep.second && keep.second <= layers), model, ": layers [", keep.first,
                 ", ", keep.second, ") to keep are not a non-empty range of the ", layers, " layers");
+}
+
+std::vector<int64_t> layer_parameters_from_one_block(const std::function<std::unique_ptr<LayeredModel>()>& build_one,
+                                                     int64_t blocks) {
+  const nn::init::SkipDrawsGuard skip;  // counts only: no values needed
+  // Modules that draw from the default generator (nn::Embedding's own init) would move it:
+  // counting leaves it where it was (dropout draws from it).
+  const PhiloxState default_state = default_generator().state();
+  const std::unique_ptr<LayeredModel> m = build_one();
+  default_generator().set_state(default_state);
+  const LayerList& l = m->layers();
+  TRIDENT_CHECK(l.size() == 3, "layer_parameters_from_one_block: the model built with one block has ", l.size(),
+                " layers, not 3");
+  std::vector<int64_t> counts(static_cast<size_t>(blocks), l.num_parameters(1, 2));
+  counts.insert(counts.begin(), l.num_parameters(0, 1));
+  counts.push_back(l.num_parameters(2, 3));
+  return counts;
 }
 
 void release_module(nn::Module& m) {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -134,6 +135,15 @@ void check_keep(const LayerRange& keep, size_t layers, const char* model);
 // Releases every parameter and buffer of `m` that is not one already to its placeholder, and gives
 // the CPU allocator's free blocks back to the system (the next module is built in them).
 void release_module(nn::Module& m);
+
+class LayeredModel;
+// The parameter count of each layer of a model whose list is a first layer, `blocks` layers
+// alike and a last layer, as its layers().num_parameters(i, i + 1) counts them, from
+// build_one(): the same model with one block (built under nn::init::SkipDrawsGuard, so nothing
+// is computed, with the default generator left where it was). For a pipeline's cut by
+// parameters before a stage-only build.
+std::vector<int64_t> layer_parameters_from_one_block(const std::function<std::unique_ptr<LayeredModel>()>& build_one,
+                                                     int64_t blocks);
 
 // What the training applications and the pipeline need from a model written as a layer list.
 class LayeredModel : public nn::Module {

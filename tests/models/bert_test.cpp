@@ -193,16 +193,7 @@ TEST(Bert, LayerParameterCountsWithoutBuildingTheModel) {
     c.num_hidden_layers = L;
     Generator g(3);
     const BertForPreTraining m(c, &g);
-    manual_seed(4);
-    const PhiloxState default_before = default_generator().state();
-    const std::vector<int64_t> counts = bert_layer_parameters(c);
-    EXPECT_EQ(default_generator().state(), default_before) << "counting draws nothing from the default generator";
-    ASSERT_EQ(counts.size(), m.layers().size());
-    int64_t total = 0;
-    for (size_t i = 0; i < counts.size(); ++i) {
-      EXPECT_EQ(counts[i], m.layers().num_parameters(i, i + 1)) << m.layers().name(i);
-      total += counts[i];
-    }
-    EXPECT_EQ(total - m.bert->embeddings->word_embeddings_weight().numel(), m.num_parameters());
+    expect_layer_parameters([&] { return bert_layer_parameters(c); }, m,
+                            m.bert->embeddings->word_embeddings_weight().numel());
   }
 }

@@ -282,17 +282,7 @@ TEST(GPT2, LayerParameterCountsWithoutBuildingTheModel) {
     c.n_layer = L;
     Generator g(3);
     const GPT2LMHeadModel m(c, &g);
-    manual_seed(4);
-    const PhiloxState default_before = default_generator().state();
-    const std::vector<int64_t> counts = gpt2_layer_parameters(c);
-    EXPECT_EQ(default_generator().state(), default_before) << "counting draws nothing from the default generator";
-    ASSERT_EQ(counts.size(), m.layers().size());
-    int64_t total = 0;
-    for (size_t i = 0; i < counts.size(); ++i) {
-      EXPECT_EQ(counts[i], m.layers().num_parameters(i, i + 1)) << m.layers().name(i);
-      total += counts[i];
-    }
-    EXPECT_EQ(total - m.transformer->wte_weight().numel(), m.num_parameters());
+    expect_layer_parameters([&] { return gpt2_layer_parameters(c); }, m, m.transformer->wte_weight().numel());
   }
 }
 

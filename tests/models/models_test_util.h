@@ -113,4 +113,22 @@ inline void expect_stage_only_builds_are_the_cut(
   EXPECT_THROW(build(&g, {0, L + 1}), Error);
 }
 
+// counts (a *_layer_parameters function's) against the built model's list, layer by layer; they
+// add up to the model's parameters with the table tied between the first and last layer counted
+// once; counting leaves the default generator where it was.
+inline void expect_layer_parameters(const std::function<std::vector<int64_t>()>& count, const models::LayeredModel& m,
+                                    int64_t tied_numel) {
+  manual_seed(4);
+  const PhiloxState default_before = default_generator().state();
+  const std::vector<int64_t> counts = count();
+  EXPECT_EQ(default_generator().state(), default_before) << "counting draws nothing from the default generator";
+  ASSERT_EQ(counts.size(), m.layers().size());
+  int64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    EXPECT_EQ(counts[i], m.layers().num_parameters(i, i + 1)) << m.layers().name(i);
+    total += counts[i];
+  }
+  EXPECT_EQ(total - tied_numel, m.num_parameters());
+}
+
 }  // namespace trident::testing
