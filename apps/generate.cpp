@@ -20,6 +20,7 @@
 #include "models/gpt2_generate.h"
 #include "models/gpt2_hf.h"
 #include "nn/training_checkpoint.h"
+#include "nn/init.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -38,7 +39,13 @@ std::shared_ptr<GPT2LMHeadModel> load_checkpoint(std::string path) {
     path = apps::resolve_resume("latest", path);
   const auto [name, config] = apps::checkpoint_model(path);
   TRIDENT_CHECK(name == "gpt2", "checkpoint '", path, "' holds a ", name, " model, not gpt2");
-  auto model = std::make_shared<GPT2LMHeadModel>(GPT2Config::from_json(config));
+  // Every tensor is loaded below (strictly), so the random initialization is skipped (NOTE
+  // [Skipped draws]).
+  std::shared_ptr<GPT2LMHeadModel> model;
+  {
+    const nn::init::SkipDrawsGuard skip;
+    model = std::make_shared<GPT2LMHeadModel>(GPT2Config::from_json(config));
+  }
   nn::load_training_checkpoint(path, {model.get(), nullptr, nullptr, {}, nullptr, {}});
   std::printf("loaded %s (GPT-2, %lld parameters)\n", path.c_str(), static_cast<long long>(model->num_parameters()));
   return model;

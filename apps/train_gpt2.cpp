@@ -14,6 +14,7 @@
 #include "data/token_shard.h"
 #include "models/gpt2.h"
 #include "parallel/pipeline/partition.h"
+#include "nn/init.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -88,7 +89,14 @@ int main(int argc, char** argv) {
       }
       return costs;
     });
-    GPT2LMHeadModel model(config, &init, cut.keep);
+    // --resume: every tensor comes from the checkpoint (loaded strictly), so the build skips its
+    // draws (NOTE [Skipped draws]; the generators still end where a full build leaves them).
+    std::optional<GPT2LMHeadModel> built;
+    {
+      const nn::init::SkipDrawsGuard skip(!o.resume.empty());
+      built.emplace(config, &init, cut.keep);
+    }
+    GPT2LMHeadModel& model = *built;
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));

@@ -6,6 +6,7 @@
 
 #include "models/hf_weights.h"
 #include "nn/safetensors.h"
+#include "nn/init.h"
 
 namespace trident::models {
 
@@ -86,7 +87,13 @@ std::shared_ptr<BertForPreTraining> load_bert_hf(const std::string& path, const 
     TRIDENT_FAIL(config_file.string(), ": ", e.message());
   }
   if (!overrides.empty()) config.apply_json(overrides);
-  auto model = std::make_shared<BertForPreTraining>(config);
+  // Every tensor is loaded below (strictly), so the random initialization is skipped (NOTE
+  // [Skipped draws]).
+  std::shared_ptr<BertForPreTraining> model;
+  {
+    const nn::init::SkipDrawsGuard skip;
+    model = std::make_shared<BertForPreTraining>(config);
+  }
   load_bert_hf_weights(*model, nn::load_safetensors(file.string()).tensors, file.string());
   return model;
 }
