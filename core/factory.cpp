@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/copy.h"
 #include "core/strided.h"
@@ -75,6 +76,20 @@ void skip_random(int64_t numel, DType dtype, Generator* gen) {
 }
 
 namespace {
+// p[i] for i in [b, e): whole blocks of L lanes through block(blk, out[L]), the partial ones at
+// either end element by element through at(i) (the same values: core/rng.h).
+template <int L, typename T, typename Block, typename At>
+void fill_by_blocks(T* p, int64_t b, int64_t e, const Block& block, const At& at) {
+  int64_t i = b;
+  for (; i < e && i % L != 0; ++i) p[i] = static_cast<T>(at(static_cast<uint64_t>(i)));
+  for (; i + L <= e; i += L) {
+    std::remove_reference_t<decltype(at(0))> out[L];
+    block(static_cast<uint64_t>(i / L), out);
+    for (int l = 0; l < L; ++l) p[i + l] = static_cast<T>(out[l]);
+  }
+  for (; i < e; ++i) p[i] = static_cast<T>(at(static_cast<uint64_t>(i)));
+}
+
 // Fills the contiguous CPU tensor t with values drawn from g (NOTE [Philox streams]): uniform in
 // [0, 1), or standard normal.
 void fill_random(const Tensor& t, Generator& g, bool normal) {
@@ -83,14 +98,20 @@ void fill_random(const Tensor& t, Generator& g, bool normal) {
   TRIDENT_DISPATCH_FLOATING(t.dtype(), normal ? "randn" : "rand", [&] {
     scalar_t* p = t.data<scalar_t>();
     parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const auto at = static_cast<uint64_t>(i);
-        if constexpr (std::is_same_v<scalar_t, double>) {
-          p[i] = normal ? philox::normal_f64_at(s.seed, s.offset, at) : philox::uniform_f64_at(s.seed, s.offset, at);
+      using namespace philox;
+      if constexpr (std::is_same_v<scalar_t, double>) {
+        if (normal) {
+          fill_by_blocks<2>(p, b, e, [&](uint64_t k, double* o) { normal_f64_block(s.seed, s.offset, k, o); },
+                            [&](uint64_t i) { return normal_f64_at(s.seed, s.offset, i); });
         } else {
-          p[i] = static_cast<scalar_t>(normal ? philox::normal_f32_at(s.seed, s.offset, at)
-                                              : philox::uniform_f32_at(s.seed, s.offset, at));
+          for (int64_t i = b; i < e; ++i) p[i] = uniform_f64_at(s.seed, s.offset, static_cast<uint64_t>(i));
         }
+      } else if (normal) {
+        fill_by_blocks<4>(p, b, e, [&](uint64_t k, float* o) { normal_f32_block(s.seed, s.offset, k, o); },
+                          [&](uint64_t i) { return normal_f32_at(s.seed, s.offset, i); });
+      } else {
+        fill_by_blocks<4>(p, b, e, [&](uint64_t k, float* o) { uniform_f32_block(s.seed, s.offset, k, o); },
+                          [&](uint64_t i) { return uniform_f32_at(s.seed, s.offset, i); });
       }
     });
   });

@@ -106,6 +106,37 @@ TRIDENT_INLINE double normal_f64_at(uint64_t seed, uint64_t offset, uint64_t i) 
   return (i % 2) ? r * ::sin(th) : r * ::cos(th);
 }
 
+// Whole blocks at once: the values of elements blk L .. blk L + L - 1 of a draw (L lanes per
+// block), each what the *_at function above gives, with the block (and a Box-Muller pair's
+// radius) computed once instead of once per element. The arithmetic is the same, so the bits are.
+TRIDENT_INLINE void uniform_f32_block(uint64_t seed, uint64_t offset, uint64_t blk, float out[4]) {
+  uint32_t o[4];
+  block(seed, offset, blk, o);
+  for (int l = 0; l < 4; ++l) out[l] = uniform_f32(o[l]);
+}
+TRIDENT_INLINE void normal_f32_block(uint64_t seed, uint64_t offset, uint64_t blk, float out[4]) {
+  uint32_t o[4];
+  block(seed, offset, blk, o);
+  for (int pair = 0; pair < 2; ++pair) {
+    const float u1 = 1.0f - uniform_f32(o[2 * pair]);
+    const float u2 = uniform_f32(o[2 * pair + 1]);
+    const float r = sqrtf(-2.0f * logf(u1));
+    const float th = 6.283185307179586f * u2;
+    out[2 * pair] = r * cosf(th);
+    out[2 * pair + 1] = r * sinf(th);
+  }
+}
+TRIDENT_INLINE void normal_f64_block(uint64_t seed, uint64_t offset, uint64_t blk, double out[2]) {
+  uint32_t o[4];
+  block(seed, offset, blk, o);
+  const double u1 = 1.0 - uniform_f64(o[0], o[1]);
+  const double u2 = uniform_f64(o[2], o[3]);
+  const double r = ::sqrt(-2.0 * ::log(u1));
+  const double th = 6.283185307179586 * u2;
+  out[0] = r * ::cos(th);
+  out[1] = r * ::sin(th);
+}
+
 // Blocks a draw of n values uses (the generator advances by this much).
 inline uint64_t blocks_for(uint64_t n, bool wide) { return wide ? (n + 1) / 2 : (n + 3) / 4; }
 
