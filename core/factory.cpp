@@ -1,5 +1,6 @@
 #include "core/factory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -76,18 +77,15 @@ void skip_random(int64_t numel, DType dtype, Generator* gen) {
 }
 
 namespace {
-// p[i] for i in [b, e): whole blocks of L lanes through block(blk, out[L]), the partial ones at
-// either end element by element through at(i) (the same values: core/rng.h).
-template <int L, typename T, typename Block, typename At>
-void fill_by_blocks(T* p, int64_t b, int64_t e, const Block& block, const At& at) {
-  int64_t i = b;
-  for (; i < e && i % L != 0; ++i) p[i] = static_cast<T>(at(static_cast<uint64_t>(i)));
-  for (; i + L <= e; i += L) {
-    std::remove_reference_t<decltype(at(0))> out[L];
-    block(static_cast<uint64_t>(i / L), out);
-    for (int l = 0; l < L; ++l) p[i + l] = static_cast<T>(out[l]);
+// p[i] for i in [b, e) from block(blk, out[L]), the values of elements blk L .. blk L + L - 1
+// (core/rng.h): each block computed once, its lanes outside [b, e) dropped.
+template <int L, typename T, typename V, typename Block>
+void fill_by_blocks(T* p, int64_t b, int64_t e, const Block& block) {
+  for (int64_t k = b / L; k * L < e; ++k) {
+    V out[L];
+    block(static_cast<uint64_t>(k), out);
+    for (int64_t i = std::max(b, k * L); i < std::min(e, k * L + L); ++i) p[i] = static_cast<T>(out[i - k * L]);
   }
-  for (; i < e; ++i) p[i] = static_cast<T>(at(static_cast<uint64_t>(i)));
 }
 
 // Fills the contiguous CPU tensor t with values drawn from g (NOTE [Philox streams]): uniform in
@@ -100,18 +98,13 @@ void fill_random(const Tensor& t, Generator& g, bool normal) {
     parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
       using namespace philox;
       if constexpr (std::is_same_v<scalar_t, double>) {
-        if (normal) {
-          fill_by_blocks<2>(p, b, e, [&](uint64_t k, double* o) { normal_f64_block(s.seed, s.offset, k, o); },
-                            [&](uint64_t i) { return normal_f64_at(s.seed, s.offset, i); });
-        } else {
-          for (int64_t i = b; i < e; ++i) p[i] = uniform_f64_at(s.seed, s.offset, static_cast<uint64_t>(i));
-        }
-      } else if (normal) {
-        fill_by_blocks<4>(p, b, e, [&](uint64_t k, float* o) { normal_f32_block(s.seed, s.offset, k, o); },
-                          [&](uint64_t i) { return normal_f32_at(s.seed, s.offset, i); });
+        fill_by_blocks<2, scalar_t, double>(p, b, e, [&](uint64_t k, double* o) {
+          normal ? normal_f64_block(s.seed, s.offset, k, o) : uniform_f64_block(s.seed, s.offset, k, o);
+        });
       } else {
-        fill_by_blocks<4>(p, b, e, [&](uint64_t k, float* o) { uniform_f32_block(s.seed, s.offset, k, o); },
-                          [&](uint64_t i) { return uniform_f32_at(s.seed, s.offset, i); });
+        fill_by_blocks<4, scalar_t, float>(p, b, e, [&](uint64_t k, float* o) {
+          normal ? normal_f32_block(s.seed, s.offset, k, o) : uniform_f32_block(s.seed, s.offset, k, o);
+        });
       }
     });
   });

@@ -72,53 +72,25 @@ TRIDENT_INLINE double uniform_f64(uint32_t a, uint32_t b) {
   return static_cast<double>(v & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
-// Element i of a draw of uniform f32 values (NOTE [Philox streams]: 4 per block).
-TRIDENT_INLINE float uniform_f32_at(uint64_t seed, uint64_t offset, uint64_t i) {
-  uint32_t o[4];
-  block(seed, offset, i / 4, o);
-  return uniform_f32(o[i % 4]);
-}
-TRIDENT_INLINE double uniform_f64_at(uint64_t seed, uint64_t offset, uint64_t i) {
-  uint32_t o[4];
-  block(seed, offset, i / 2, o);
-  const int l = static_cast<int>(i % 2) * 2;
-  return uniform_f64(o[l], o[l + 1]);
-}
-// Standard normal by Box-Muller: elements 2j and 2j+1 share a pair of uniforms (cos, sin).
-TRIDENT_INLINE float normal_f32_at(uint64_t seed, uint64_t offset, uint64_t i) {
-  uint32_t o[4];
-  block(seed, offset, i / 4, o);
-  const int pair = static_cast<int>((i % 4) / 2);
-  const float u1 = 1.0f - uniform_f32(o[2 * pair]);  // (0, 1]: log is finite
-  const float u2 = uniform_f32(o[2 * pair + 1]);
-  const float r = sqrtf(-2.0f * logf(u1));
-  const float th = 6.283185307179586f * u2;
-  return (i % 2) ? r * sinf(th) : r * cosf(th);
-}
-TRIDENT_INLINE double normal_f64_at(uint64_t seed, uint64_t offset, uint64_t i) {
-  uint32_t o[4];
-  block(seed, offset, i / 2, o);
-  const double u1 = 1.0 - uniform_f64(o[0], o[1]);
-  const double u2 = uniform_f64(o[2], o[3]);
-  // Global ::sqrt, ::log, ...: trident::sqrt(const Tensor&) and friends would hide them.
-  const double r = ::sqrt(-2.0 * ::log(u1));
-  const double th = 6.283185307179586 * u2;
-  return (i % 2) ? r * ::sin(th) : r * ::cos(th);
-}
-
-// Whole blocks at once: the values of elements blk L .. blk L + L - 1 of a draw (L lanes per
-// block), each what the *_at function above gives, with the block (and a Box-Muller pair's
-// radius) computed once instead of once per element. The arithmetic is the same, so the bits are.
+// The values of one counter block: elements blk L .. blk L + L - 1 of a draw (NOTE [Philox
+// streams]; L = 4 for f32, 2 for f64), each block computed once for its L values.
 TRIDENT_INLINE void uniform_f32_block(uint64_t seed, uint64_t offset, uint64_t blk, float out[4]) {
   uint32_t o[4];
   block(seed, offset, blk, o);
   for (int l = 0; l < 4; ++l) out[l] = uniform_f32(o[l]);
 }
+TRIDENT_INLINE void uniform_f64_block(uint64_t seed, uint64_t offset, uint64_t blk, double out[2]) {
+  uint32_t o[4];
+  block(seed, offset, blk, o);
+  out[0] = uniform_f64(o[0], o[1]);
+  out[1] = uniform_f64(o[2], o[3]);
+}
+// Standard normal by Box-Muller: elements 2j and 2j+1 share a pair of uniforms (cos, sin).
 TRIDENT_INLINE void normal_f32_block(uint64_t seed, uint64_t offset, uint64_t blk, float out[4]) {
   uint32_t o[4];
   block(seed, offset, blk, o);
   for (int pair = 0; pair < 2; ++pair) {
-    const float u1 = 1.0f - uniform_f32(o[2 * pair]);
+    const float u1 = 1.0f - uniform_f32(o[2 * pair]);  // (0, 1]: log is finite
     const float u2 = uniform_f32(o[2 * pair + 1]);
     const float r = sqrtf(-2.0f * logf(u1));
     const float th = 6.283185307179586f * u2;
@@ -131,10 +103,33 @@ TRIDENT_INLINE void normal_f64_block(uint64_t seed, uint64_t offset, uint64_t bl
   block(seed, offset, blk, o);
   const double u1 = 1.0 - uniform_f64(o[0], o[1]);
   const double u2 = uniform_f64(o[2], o[3]);
+  // Global ::sqrt, ::log, ...: trident::sqrt(const Tensor&) and friends would hide them.
   const double r = ::sqrt(-2.0 * ::log(u1));
   const double th = 6.283185307179586 * u2;
   out[0] = r * ::cos(th);
   out[1] = r * ::sin(th);
+}
+
+// Element i of a draw: lane i % L of block i / L (for a few elements; whole blocks above).
+TRIDENT_INLINE float uniform_f32_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  float v[4];
+  uniform_f32_block(seed, offset, i / 4, v);
+  return v[i % 4];
+}
+TRIDENT_INLINE double uniform_f64_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  double v[2];
+  uniform_f64_block(seed, offset, i / 2, v);
+  return v[i % 2];
+}
+TRIDENT_INLINE float normal_f32_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  float v[4];
+  normal_f32_block(seed, offset, i / 4, v);
+  return v[i % 4];
+}
+TRIDENT_INLINE double normal_f64_at(uint64_t seed, uint64_t offset, uint64_t i) {
+  double v[2];
+  normal_f64_block(seed, offset, i / 2, v);
+  return v[i % 2];
 }
 
 // Blocks a draw of n values uses (the generator advances by this much).

@@ -136,9 +136,9 @@ TEST(Generator, InPlaceAndSkippedDrawsMatchRandn) {
   EXPECT_THROW(skip_random(3, DType::I32, &g), Error);
 }
 
-// rand and randn compute whole Philox blocks at once (and a Box-Muller pair's radius once); every
-// element is still bit for bit what the per-element functions of core/rng.h give, for sizes and
-// offsets that start and end inside a block, and for chunks split over threads.
+// rand and randn compute whole Philox blocks at once; every element is lane i % L of block i / L
+// (core/rng.h's per-element functions) for sizes and offsets that start and end inside a block,
+// and for chunks split over threads (which may cut a block).
 TEST(Generator, BlockwiseFillsEqualThePerElementValues) {
   for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{4099}, int64_t{100003}}) {
     for (const uint64_t skip : {0, 1, 3}) {
@@ -150,11 +150,14 @@ TEST(Generator, BlockwiseFillsEqualThePerElementValues) {
       const std::vector<float> z = randn({n}, kF32, &g).to_vector<float>();
       const PhiloxState s64 = g.state();
       const std::vector<double> z64 = randn({n}, DType::F64, &g).to_vector<double>();
+      const PhiloxState s64u = g.state();
+      const std::vector<double> u64 = rand({n}, DType::F64, &g).to_vector<double>();
       for (int64_t i = 0; i < n; ++i) {
         const auto at = static_cast<uint64_t>(i);
         ASSERT_EQ(u[static_cast<size_t>(i)], philox::uniform_f32_at(s32.seed, s32.offset, at)) << n << " " << i;
         ASSERT_EQ(z[static_cast<size_t>(i)], philox::normal_f32_at(s32n.seed, s32n.offset, at)) << n << " " << i;
         ASSERT_EQ(z64[static_cast<size_t>(i)], philox::normal_f64_at(s64.seed, s64.offset, at)) << n << " " << i;
+        ASSERT_EQ(u64[static_cast<size_t>(i)], philox::uniform_f64_at(s64u.seed, s64u.offset, at)) << n << " " << i;
       }
     }
   }
