@@ -14,9 +14,7 @@
 #include "data/bert_examples.h"
 #include "data/token_shard.h"
 #include "models/bert.h"
-#include "parallel/pipeline/partition.h"
 #include "ops/reduce.h"
-#include "nn/init.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -98,14 +96,8 @@ int main(int argc, char** argv) {
       }
       return costs;
     });
-    // --resume: every tensor comes from the checkpoint (loaded strictly), so the build skips its
-    // draws (NOTE [Skipped draws]; the generators still end where a full build leaves them).
     std::optional<BertForPreTraining> built;
-    {
-      const nn::init::SkipDrawsGuard skip(!o.resume.empty());
-      built.emplace(config, &init, cut.keep);
-    }
-    BertForPreTraining& model = *built;
+    BertForPreTraining& model = apps::build_model(o, [&]() -> BertForPreTraining& { return built.emplace(config, &init, cut.keep); });
     apps::say("BERT %s: %lld parameters, %lld training examples of up to %lld tokens\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len));

@@ -132,6 +132,7 @@
 #include "data/dataset.h"
 #include "models/layer_list.h"
 #include "models/memory_estimate.h"
+#include "nn/init.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_parallel/tp_layers.h"
 
@@ -201,6 +202,16 @@ void check_train_options(const TrainOptions& o);
 // launcher): the one place the apps build it, once, before the model. Collective. Errors (the
 // same on every rank): sizes that do not multiply to the number of processes.
 parallel::Mesh make_mesh(const TrainOptions& o);
+
+// The model, from build(): under --resume every tensor is then loaded from the checkpoint
+// (strictly: a missing one is an error), so build() runs under nn::init::SkipDrawsGuard and
+// computes no initial values (NOTE [Skipped draws]; the generators still end where a full build
+// leaves them); otherwise as it is.
+template <typename Build>
+decltype(auto) build_model(const TrainOptions& o, Build&& build) {
+  const nn::init::SkipDrawsGuard skip(!o.resume.empty());
+  return build();
+}
 
 // NOTE [Stage-only build] (models/layer_list.h): under --pp the cut of the model's layer list into
 // the mesh's pp stages by `costs()` (one cost per layer: its parameters or its compute, NOTE

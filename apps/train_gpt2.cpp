@@ -13,8 +13,6 @@
 #include "data/lm_dataset.h"
 #include "data/token_shard.h"
 #include "models/gpt2.h"
-#include "parallel/pipeline/partition.h"
-#include "nn/init.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -89,14 +87,8 @@ int main(int argc, char** argv) {
       }
       return costs;
     });
-    // --resume: every tensor comes from the checkpoint (loaded strictly), so the build skips its
-    // draws (NOTE [Skipped draws]; the generators still end where a full build leaves them).
     std::optional<GPT2LMHeadModel> built;
-    {
-      const nn::init::SkipDrawsGuard skip(!o.resume.empty());
-      built.emplace(config, &init, cut.keep);
-    }
-    GPT2LMHeadModel& model = *built;
+    GPT2LMHeadModel& model = apps::build_model(o, [&]() -> GPT2LMHeadModel& { return built.emplace(config, &init, cut.keep); });
     apps::say("GPT-2 %s: %lld parameters, %lld training windows of %lld tokens (%lld tokens)\n", preset.c_str(),
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(train->size()),
                 static_cast<long long>(seq_len), static_cast<long long>(train->num_tokens()));

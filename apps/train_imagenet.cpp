@@ -23,9 +23,7 @@
 #include "apps/train_common.h"
 #include "data/image_datasets.h"
 #include "models/amoebanet_layered.h"
-#include "parallel/pipeline/partition.h"
 #include "trident.h"
-#include "nn/init.h"
 
 using namespace trident;
 using namespace trident::models;
@@ -288,14 +286,8 @@ int main(int argc, char** argv) {
         costs.push_back(static_cast<double>(o.pp_balance == "compute" ? l.multiply_adds : l.parameters));
       return costs;
     });
-    // --resume: every tensor comes from the checkpoint (loaded strictly), so the build skips its
-    // draws (NOTE [Skipped draws]; the generators still end where a full build leaves them).
-    std::shared_ptr<AmoebaNet> net;
-    {
-      const nn::init::SkipDrawsGuard skip(!o.resume.empty());
-      net = std::make_shared<AmoebaNet>(c, &init, cut.keep);
-    }
-    AmoebaNetLayered model(net, c.aux_scaling, im.label_smoothing);
+    AmoebaNetLayered model(apps::build_model(o, [&] { return std::make_shared<AmoebaNet>(c, &init, cut.keep); }),
+                           c.aux_scaling, im.label_smoothing);
     apps::say("%s: %lld parameters, %lld training images, %lld test images\n", model_id(c).c_str(),
               static_cast<long long>(model.num_parameters()), static_cast<long long>(d.train->size()),
               static_cast<long long>(d.test->size()));
