@@ -5,6 +5,8 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "trident.h"
 
@@ -158,4 +160,17 @@ BENCHMARK_TEMPLATE(BM_softmax, true)->Name("softmax/fwdbwd/4096x1024")->UseRealT
 BENCHMARK_TEMPLATE(BM_cross_entropy, false)->Name("cross_entropy/fwd/256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_cross_entropy, true)->Name("cross_entropy/fwdbwd/256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+// `--blas-core` prints the kernel set OpenBLAS runs here (NOTE [OpenBLAS core]) and exits: the
+// comparison scripts give the PyTorch side the same one through OPENBLAS_CORETYPE.
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--blas-core") {
+    std::printf("%s\n", trident::blas_core());
+    return 0;
+  }
+  benchmark::AddCustomContext("blas_core", trident::blas_core());
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -3,8 +3,18 @@
 #include <cblas.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "core/error.h"
+
+// OpenBLAS's run-time dispatch (a DYNAMIC_ARCH build, as Debian's): the kernel table in use and
+// the function that chooses it (NOTE [OpenBLAS core]). Weak: absent from other builds.
+extern "C" {
+extern void* gotoblas __attribute__((weak));
+void gotoblas_dynamic_init(void) __attribute__((weak));
+}
 
 namespace trident {
 
@@ -15,7 +25,52 @@ namespace trident {
 // thread. So only one pool of threads ever exists: no oversubscription, and no second pool
 // spinning against the first between a GEMM and the element-wise loop after it. The count is
 // the OpenMP default (OMP_NUM_THREADS, or the cores) unless set_num_threads is called.
+//
+// NOTE [OpenBLAS core]: a DYNAMIC_ARCH OpenBLAS picks its kernels from the CPU's family and
+// model when it loads. A model newer than the library falls back to its oldest x86-64 kernels:
+// Debian 12's OpenBLAS 0.3.21 takes an Emerald Rapids Xeon (family 6, model 207: AVX-512) for a
+// "Prescott" (SSE3), and every GEMM runs about 4x slower than it could (sgemm 1024^3 on two
+// threads: 48.7 ms against 7.6 ms with the SkylakeX kernels). So before the first GEMM, when the
+// user has not chosen with OPENBLAS_CORETYPE and the chosen kernels are older than what the CPU
+// runs (no AVX2), Trident has OpenBLAS choose again as OPENBLAS_CORETYPE would make it choose:
+// SkylakeX (AVX-512 F/CD/BW/DQ/VL) or Haswell (AVX2 + FMA). blas_core() names the kernels.
 namespace {
+// OpenBLAS's names of the x86-64 kernel sets that use neither AVX2 nor AVX-512.
+bool is_pre_avx2_core(const char* name) {
+  static const char* const kOld[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Atom",
+                                     "Nano", "Opteron", "Opteron(SSE3)", "Barcelona", "Bobcat", "Bulldozer",
+                                     "Piledriver", "Steamroller", "Katmai", "Coppermine", "Northwood", "Banias",
+                                     "Athlon", "unknown"};
+  for (const char* old : kOld)
+    if (std::strcmp(name, old) == 0) return true;
+  return false;
+}
+
+void choose_openblas_core() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (&gotoblas == nullptr || gotoblas_dynamic_init == nullptr || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (!is_pre_avx2_core(openblas_get_corename())) return;
+  __builtin_cpu_init();
+  const char* want = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    want = "SkylakeX";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    want = "Haswell";
+  }
+  if (want == nullptr) return;
+  // OpenBLAS reads the variable only while choosing; it is removed again so that the program's
+  // environment (and its child processes') stays the user's.
+  setenv("OPENBLAS_CORETYPE", want, 1);
+  gotoblas = nullptr;  // gotoblas_dynamic_init chooses only when no table is set
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+#endif
+}
+
+std::once_flag g_blas_core_once;
+void ensure_blas_core() { std::call_once(g_blas_core_once, choose_openblas_core); }
+
 std::atomic<int> g_threads{0};
 thread_local bool t_single_threaded = false;  // NOTE [Single-threaded workers]
 }  // namespace
@@ -28,7 +83,10 @@ int get_num_threads() {
   if (n == 0) {
     n = omp_get_max_threads();
     int expected = 0;
-    if (g_threads.compare_exchange_strong(expected, n)) openblas_set_num_threads(1);
+    if (g_threads.compare_exchange_strong(expected, n)) {
+      ensure_blas_core();
+      openblas_set_num_threads(1);
+    }
     n = g_threads.load();
   }
   return t_single_threaded ? 1 : n;
@@ -38,7 +96,13 @@ void set_num_threads(int n) {
   TRIDENT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
   g_threads.store(n);
   omp_set_num_threads(n);
+  ensure_blas_core();
   openblas_set_num_threads(1);
+}
+
+const char* blas_core() {
+  ensure_blas_core();
+  return openblas_get_corename();
 }
 
 }  // namespace trident

@@ -14,6 +14,10 @@ namespace trident {
 int get_num_threads();
 void set_num_threads(int n);
 
+// The name of the kernel set OpenBLAS runs ("SkylakeX", "Haswell", "Zen", ...), after Trident's
+// check that it fits the CPU (NOTE [OpenBLAS core] in core/parallel.cpp).
+const char* blas_core();
+
 // NOTE [Single-threaded workers]: while alive, ops called on this thread run on it alone
 // (get_num_threads() is 1 here). The data loader's workers hold one, as PyTorch's DataLoader
 // workers call torch.set_num_threads(1): N workers each starting a team of OpenMP threads for

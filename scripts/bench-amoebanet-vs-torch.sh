@@ -14,7 +14,11 @@ shift || true
 scripts/setup.sh python3-torch >/dev/null
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target bench_amoebanet >/dev/null
+cmake --build build -j "$(nproc)" --target bench_amoebanet bench_cpu_ops >/dev/null
+# Both sides run the same OpenBLAS kernels: the set Trident chooses (NOTE [OpenBLAS core]),
+# handed to PyTorch, which loads the same library but keeps its own choice.
+export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$(build/benchmarks/bench_cpu_ops --blas-core)}"
+echo "OpenBLAS kernels on both sides: $OPENBLAS_CORETYPE" >&2
 TRI="$(OMP_NUM_THREADS="$THREADS" build/benchmarks/bench_amoebanet "$@")"
 TORCH="$(OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/amoebanet_torch_bench.py "$THREADS" "$@")"
 /usr/bin/python3 - "$TRI" "$TORCH" "$THREADS" "$*" <<'PY'

@@ -23,6 +23,10 @@ scripts/setup.sh python3-torch >/dev/null
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" --target bench_cpu_ops >/dev/null
+# Both sides run the same OpenBLAS kernels: the set Trident chooses (NOTE [OpenBLAS core]),
+# handed to PyTorch, which loads the same library but keeps its own choice.
+export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$(build/benchmarks/bench_cpu_ops --blas-core)}"
+echo "OpenBLAS kernels on both sides: $OPENBLAS_CORETYPE" >&2
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 NAMES=$(build/benchmarks/bench_cpu_ops --benchmark_list_tests=true --benchmark_filter="$FILTER" | sed 's|/real_time$||')
@@ -40,7 +44,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 /usr/bin/python3 - "$OUT" "$ROUNDS" "$THREADS" <<'PY'
-import glob, json, statistics, sys, platform, subprocess
+import glob, json, os, statistics, sys, platform, subprocess
 out, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 tri, torch = {}, {}  # name -> {round: ms}, in the benchmarks' own order
 def in_order(side):  # <side>.<round>.<i>.json by i
@@ -55,7 +59,7 @@ for r, path in in_order("torch"):
         torch.setdefault(name, {})[r] = t
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), platform.processor())
-print(f"CPU: {model}, threads: {threads}; each side's fastest of {rounds} rounds alternating case by case (median of 5 repetitions each);"
+print(f"CPU: {model}, OpenBLAS kernels: {os.environ.get('OPENBLAS_CORETYPE', '?')}, threads: {threads}; each side's fastest of {rounds} rounds alternating case by case (median of 5 repetitions each);"
       " ratio = peer / Trident (> 1: Trident faster); per round: median [lowest, highest] of the rounds' own ratios")
 print(f"| {'case':40} | {'Trident ms':>10} | {'peer ms':>10} | {'peer':>12} | {'ratio':>6} | {'per round':>18} |")
 print(f"|{'-'*42}|{'-'*12}|{'-'*12}|{'-'*14}|{'-'*8}|{'-'*20}|")
