@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <cstring>
 #include <vector>
@@ -436,9 +437,10 @@ constexpr double kG7[kW7Xi][7] = {
 };
 
 bool g_winograd7_enabled = true;
+int g_blocked_preference = -1;  // NOTE [Blocked or GEMM]
 
 bool winograd7_applies(const Problem& p) {
-  return g_winograd7_enabled && p.kH == 7 && p.kW == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 &&
+  return g_winograd7_enabled && blocked_kernels_preferred() && p.kH == 7 && p.kW == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 &&
          p.Cin / p.groups >= 8 && p.Cout / p.groups >= 8 && p.OH >= 2;
 }
 
@@ -854,6 +856,17 @@ void run_wgrad(Problem& p, const float* gy, float* gw) {
 }  // namespace
 
 bool set_conv_winograd7_enabled_for_testing(bool enabled) { return std::exchange(g_winograd7_enabled, enabled); }
+
+bool blocked_kernels_preferred() {
+  if (g_blocked_preference >= 0) return g_blocked_preference == 1;
+  static const bool preferred = [] {
+    const std::string core = blas_core();
+    return core != "SkylakeX" && core != "Cooperlake" && core != "SapphireRapids";
+  }();
+  return preferred;
+}
+
+int set_conv_blocked_preference_for_testing(int mode) { return std::exchange(g_blocked_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 bool winograd7_forward_applies(const Conv2dGeometry& g) {
   Problem p(nullptr, nullptr, nullptr, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);

@@ -11,6 +11,12 @@ using autograd::TensorList;
 
 namespace {
 
+// NOTE [Blocked or GEMM]: on a machine whose OpenBLAS runs AVX-512 kernels the f32 convolutions
+// the blocked kernels serve elsewhere go through im2col + GEMM. Every test of this file runs the
+// AVX2 machines' choice, whatever the machine, so that the blocked kernels and F(2, 7) are tested
+// everywhere; Conv2d.GemmRouteOfAvx512MachinesMatchesNestedLoops runs the other.
+const int kBlockedOnEveryMachine = cpu::set_conv_blocked_preference_for_testing(1);
+
 struct ConvParams {
   Int2 stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
@@ -565,6 +571,28 @@ TEST(Conv2d, StridedInputGradientsSumByPhaseMatchNestedLoops) {
       {{2, 2, 8, 8}, {3, 2, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
   };
   on_one_and_three_threads(cases, 8200, check_against_reference);
+}
+
+TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
+  // NOTE [Blocked or GEMM]: with the blocked kernels set aside, f32 forward passes, weight and
+  // input gradients of the shapes they serve (3x3 stride 2, 1x7 and 7x1 with enough channels
+  // for F(2, 7), 5x3 padded, dilated and grouped) run as im2col + GEMM; Winograd F(4x4, 3x3)
+  // stays.
+  (void)kBlockedOnEveryMachine;
+  const std::vector<ConvCase> cases = {
+      {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 16, 9, 11}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+      {{2, 16, 11, 9}, {12, 8, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 2}, false},
+      {{2, 3, 20, 31}, {5, 3, 3, 5}, {{1, 1}, {1, 2}, {1, 1}, 1}, true},
+      {{2, 4, 8, 11}, {6, 2, 1, 3}, {{1, 1}, {0, 2}, {1, 2}, 2}, true},
+  };
+  const int was = cpu::set_conv_blocked_preference_for_testing(0);
+  EXPECT_FALSE(cpu::blocked_kernels_preferred());
+  EXPECT_FALSE(cpu::winograd7_forward_applies(geometry_of(cases[1].x, cases[1].w, cases[1].p)));
+  EXPECT_FALSE(cpu::winograd7_backward_input_applies(geometry_of(cases[2].x, cases[2].w, cases[2].p)));
+  on_one_and_three_threads(cases, 8600, check_against_reference);
+  cpu::set_conv_blocked_preference_for_testing(was);
+  EXPECT_TRUE(cpu::winograd7_forward_applies(geometry_of(cases[1].x, cases[1].w, cases[1].p)));
 }
 
 namespace {
