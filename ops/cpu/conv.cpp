@@ -50,8 +50,8 @@ namespace trident::cpu {
 //   [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time
 //   kept in cache and multiplied by the register-blocked micro-kernel of ops/cpu/conv_simd.h,
 //   so the im2col matrix never goes through memory.
-//   Where OpenBLAS runs AVX-512 kernels these (and F(2, 7) inside them) step aside for
-//   im2col + GEMM, which is faster there (NOTE [Blocked or GEMM] in ops/cpu/conv_blocked.h).
+//   Where OpenBLAS runs AVX-512 kernels the blocked kernels step aside for im2col + GEMM, which
+//   is faster there, except under F(2, 7) (NOTE [Blocked or GEMM] in ops/cpu/conv_blocked.h).
 // - Everything else (f64; f32 pointwise; f32 input gradients of strided convolutions): im2col
 //   into a [C/g kH kW, OH OW] matrix per (sample, group) unit
 //   and GEMM with the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then
@@ -479,7 +479,7 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
     } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
       winograd_forward(reinterpret_cast<const float*>(x.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                        reinterpret_cast<const float*>(bp), reinterpret_cast<float*>(yp), g);
-    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && blocked_kernels_preferred()) {
+    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && (blocked_kernels_preferred() || winograd7_forward_applies(g))) {
       blocked_forward(reinterpret_cast<const float*>(x.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                       reinterpret_cast<const float*>(bp), reinterpret_cast<float*>(yp), g);
     } else {
@@ -504,7 +504,8 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
     } else if (std::is_same_v<scalar_t, float> && winograd_backward_input_applies(g)) {
       winograd_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                               reinterpret_cast<float*>(gxp), g);
-    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && blocked_kernels_preferred() && blocked_backward_input_applies(g)) {
+    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && blocked_backward_input_applies(g) &&
+               (blocked_kernels_preferred() || winograd7_backward_input_applies(g))) {
       blocked_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                              reinterpret_cast<float*>(gxp), g);
     } else {
@@ -529,7 +530,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
     } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
       winograd_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
                                reinterpret_cast<float*>(gwp), g);
-    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && blocked_kernels_preferred()) {
+    } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && (blocked_kernels_preferred() || winograd7_forward_applies(g))) {
       blocked_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
                               reinterpret_cast<float*>(gwp), g);
     } else {

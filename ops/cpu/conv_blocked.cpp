@@ -440,7 +440,7 @@ bool g_winograd7_enabled = true;
 int g_blocked_preference = -1;  // NOTE [Blocked or GEMM]
 
 bool winograd7_applies(const Problem& p) {
-  return g_winograd7_enabled && blocked_kernels_preferred() && p.kH == 7 && p.kW == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 &&
+  return g_winograd7_enabled && p.kH == 7 && p.kW == 1 && p.sh == 1 && p.sw == 1 && p.dh == 1 && p.dw == 1 &&
          p.Cin / p.groups >= 8 && p.Cout / p.groups >= 8 && p.OH >= 2;
 }
 
@@ -865,6 +865,16 @@ bool blocked_kernels_preferred() {
   }();
   return preferred;
 }
+
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+bool conv_avx512_kernel_available() { return conv_simd::cpu_has_avx512(); }
+bool set_conv_avx512_kernel_enabled_for_testing(bool enabled) {
+  return std::exchange(conv_simd::g_avx512_kernel, enabled && conv_simd::cpu_has_avx512());
+}
+#else
+bool conv_avx512_kernel_available() { return false; }
+bool set_conv_avx512_kernel_enabled_for_testing(bool) { return false; }
+#endif
 
 int set_conv_blocked_preference_for_testing(int mode) { return std::exchange(g_blocked_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 

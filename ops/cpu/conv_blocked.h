@@ -7,20 +7,28 @@
 
 namespace trident::cpu {
 
-// NOTE [Blocked or GEMM]: the blocked kernels multiply with an 8-lane (AVX2) micro-kernel, at
-// about the FMA units' AVX2 peak; that beat im2col + OpenBLAS on the AVX2 machines they were
-// tuned on. Where OpenBLAS runs AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids: NOTE
-// [OpenBLAS core]), its sgemm does about twice the multiply-adds per cycle, and im2col + GEMM
-// is the faster f32 route for everything but the Winograd F(4x4, 3x3) convolutions (measured on
-// a 2-thread Emerald Rapids Xeon, four alternating rounds: 3x3 stride 2 8x64x56x56->128 forward
-// 5.0-6.6 ms against 6.9-9.5, forward + backward 13.4-18.0 against 18.4-30.9; 1x7 forward +
-// backward 18.7-20.6 against 25.4-34.8; 7x1 forward 6.2-7.0 against 6.9-7.6). So there the
-// blocked kernels, and F(2, 7) inside them, step aside. The choice is made once per process.
-// Whether the blocked kernels (and F(2, 7)) run: yes unless OpenBLAS runs AVX-512 kernels.
+// NOTE [Blocked or GEMM]: the blocked kernels were tuned on AVX2 machines, where they beat
+// im2col + OpenBLAS. Where OpenBLAS runs AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids:
+// NOTE [OpenBLAS core]) its sgemm does about twice the multiply-adds per cycle of an AVX2 kernel,
+// more than the blocked kernels' AVX-512 micro-kernel gains (NOTE [AVX-512 micro-kernel] in
+// ops/cpu/conv_simd.h), so there the f32 convolutions the plain blocked kernels would serve go
+// through im2col + GEMM; those under Winograd F(2, 7) (1.75x fewer multiply-adds) stay. Measured
+// on an Emerald Rapids Xeon (median of 5, three alternating rounds, ms), 3x3 stride 2
+// 8x64x56x56->128 forward: one thread 10.6-16.6 by GEMM against 12.3-18.1 blocked (15.7-20.7
+// with the AVX2 micro-kernel); two threads 5.0-6.6 against 6.9-9.5 (AVX2 micro-kernel). 1x7 and
+// 7x1 forward (F(2, 7)), one thread: 17.5-20.2 and 14.8-22.8 by GEMM against 12.7-16.0 and
+// 14.0-15.2 blocked. The choice is made once per process.
+// Whether the plain blocked kernels run: yes unless OpenBLAS runs AVX-512 kernels.
 bool blocked_kernels_preferred();
 // Forces the choice for tests: 1 blocked, 0 im2col + GEMM, -1 the machine's rule; returns the
 // previous setting. Not thread-safe: call it between convolutions.
 int set_conv_blocked_preference_for_testing(int mode);
+
+// Whether the CPU runs the AVX-512 micro-kernel (NOTE [AVX-512 micro-kernel] in
+// ops/cpu/conv_simd.h); turning it off (false) makes the Winograd and blocked kernels use the
+// AVX2 one. Returns the previous setting. Not thread-safe: call it between convolutions.
+bool conv_avx512_kernel_available();
+bool set_conv_avx512_kernel_enabled_for_testing(bool enabled);
 
 // y [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/g, kH, kW] + bias (may be null), any kernel,
 // stride, padding and dilation.

@@ -91,13 +91,74 @@ inline void transpose_8x8(const v8f* v, v8f* d) {
 
 constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 
+// NOTE [AVX-512 micro-kernel]: the kernel below is written for 8-lane (AVX2) vectors, and the
+// blocks it fills are 8 NV = 8, 16 or 24 outputs wide. On a CPU with AVX-512 the same blocks go
+// to gemm_kernel_avx512: each row's first 16 outputs in one 16-lane accumulator and the other 8
+// (NV odd) in an 8-lane one that shares its broadcast A entry (the low half of the same
+// register), so a k step of 4 x 24 takes 8 multiply-add instructions instead of 12, with the
+// same packed layouts. Measured alone (one thread, K = 256, an Emerald Rapids Xeon): 110
+// GFLOP/s against 86 at NV = 3, 90 against 75 at NV = 2, the same at NV = 1. The function is
+// compiled for x86-64-v4 by its target attribute (never inlined into the AVX2 callers) and
+// chosen at run time; set_avx512_kernel_enabled_for_testing(false) forces the AVX2 one.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define TRIDENT_AVX512_MICRO_KERNEL 1
+#endif
+
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+using v16f = float __attribute__((vector_size(64)));
+
+inline bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
+}
+inline bool g_avx512_kernel = cpu_has_avx512();
+
+template <int NV, bool Accumulate>
+__attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512(const float* __restrict up, const float* __restrict vp,
+                                                                            int64_t K, float* __restrict mp) {
+  constexpr int NR = 8 * NV, NZ = NV / 2, NY = NV % 2;
+  v16f accz[kMR][NZ > 0 ? NZ : 1];
+  v8f accy[kMR];
+  for (int r = 0; r < kMR; ++r) {
+    for (int z = 0; z < NZ; ++z) {
+      if (Accumulate) {
+        std::memcpy(&accz[r][z], mp + r * NR + 16 * z, sizeof(v16f));
+      } else {
+        accz[r][z] = v16f{};
+      }
+    }
+    accy[r] = NY && Accumulate ? load8(mp + r * NR + 16 * NZ) : v8f{};
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    v16f b[NZ > 0 ? NZ : 1];
+    for (int z = 0; z < NZ; ++z) std::memcpy(&b[z], vp + k * NR + 16 * z, sizeof(v16f));
+    const v8f y = NY ? load8(vp + k * NR + 16 * NZ) : v8f{};
+    for (int r = 0; r < kMR; ++r) {
+      // Written out lane by lane so that it is one broadcast load (v16f{} + s would add 0.0f).
+      const float s = up[k * kMR + r];
+      const v16f a = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+      for (int z = 0; z < NZ; ++z) accz[r][z] += a * b[z];
+      if (NY) accy[r] += __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) * y;
+    }
+  }
+  for (int r = 0; r < kMR; ++r) {
+    for (int z = 0; z < NZ; ++z) std::memcpy(mp + r * NR + 16 * z, &accz[r][z], sizeof(v16f));
+    if (NY) store8(mp + r * NR + 16 * NZ, accy[r]);
+  }
+}
+#endif
+
 // mp[r][0, 8 NV) = sum over k < K of up[k kMR + r] * vp[k (8 NV) + 0 .. 8 NV), r < kMR: a
 // kMR x 8 NV block of C = A B with A packed as K columns of kMR and B as K rows of 8 NV. The
 // 4 NV accumulators stay in registers; per k it loads NV vectors of B and broadcasts kMR
 // entries of A (7 loads for 12 multiply-adds at NV = 3). mp rows are 8 NV apart.
-// With Accumulate, mp += instead of =.
+// With Accumulate, mp += instead of =. On AVX-512 CPUs gemm_kernel_avx512 runs instead.
 template <int NV, bool Accumulate = false>
 inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, int64_t K, float* __restrict mp) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  if (NV >= 2 && g_avx512_kernel) return gemm_kernel_avx512<NV, Accumulate>(up, vp, K, mp);
+#endif
   constexpr int NR = 8 * NV;
   v8f acc[kMR][NV];
   for (int r = 0; r < kMR; ++r)

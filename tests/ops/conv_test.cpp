@@ -1,7 +1,9 @@
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "ops/cpu/conv_blocked.h"
+#include "ops/cpu/conv_simd.h"
 #include "ops/cpu/conv_winograd.h"
 #include "test_util.h"
 
@@ -573,26 +575,78 @@ TEST(Conv2d, StridedInputGradientsSumByPhaseMatchNestedLoops) {
   on_one_and_three_threads(cases, 8200, check_against_reference);
 }
 
+TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
+  // NOTE [AVX-512 micro-kernel]: the register-blocked kernel of the Winograd and blocked
+  // convolutions, 4 x 8 NV blocks for NV = 1, 2, 3, overwriting and accumulating, against f64
+  // sums of the same products: the AVX2 kernel always, the AVX-512 one where the CPU has it.
+  const bool available = cpu::conv_avx512_kernel_available();
+  const bool was = cpu::set_conv_avx512_kernel_enabled_for_testing(false);
+  Generator gen(8800);
+  for (bool avx512 : {false, true}) {
+    if (avx512 && !available) continue;
+    cpu::set_conv_avx512_kernel_enabled_for_testing(avx512);
+    for (int64_t K : {1, 7, 64, 300}) {
+      const auto check = [&](auto nv, auto accumulate) {
+        constexpr int NV = decltype(nv)::value, NR = 8 * NV;
+        constexpr bool Acc = decltype(accumulate)::value;
+        SCOPED_TRACE(detail::str(avx512 ? "AVX-512" : "AVX2", " kernel, NV ", NV, ", K ", K, Acc ? ", accumulating" : ""));
+        const std::vector<float> up = randn({K * cpu::conv_simd::kMR}, kF32, &gen).to_vector<float>();
+        const std::vector<float> vp = randn({K * NR}, kF32, &gen).to_vector<float>();
+        const std::vector<float> m0 = randn({cpu::conv_simd::kMR * NR}, kF32, &gen).to_vector<float>();
+        std::vector<float> mp = m0;
+        cpu::conv_simd::gemm_kernel<NV, Acc>(up.data(), vp.data(), K, mp.data());
+        for (int r = 0; r < cpu::conv_simd::kMR; ++r)
+          for (int j = 0; j < NR; ++j) {
+            double sum = Acc ? m0[static_cast<size_t>(r * NR + j)] : 0.0, mag = std::fabs(sum);
+            for (int64_t k = 0; k < K; ++k) {
+              const double t = static_cast<double>(up[static_cast<size_t>(k * cpu::conv_simd::kMR + r)]) * vp[static_cast<size_t>(k * NR + j)];
+              sum += t;
+              mag += std::fabs(t);
+            }
+            ASSERT_NEAR(mp[static_cast<size_t>(r * NR + j)], sum, (static_cast<double>(K) + 2) * 0x1p-24 * mag) << "row " << r << " column " << j;
+          }
+      };
+      check(std::integral_constant<int, 1>{}, std::false_type{});
+      check(std::integral_constant<int, 2>{}, std::false_type{});
+      check(std::integral_constant<int, 3>{}, std::false_type{});
+      check(std::integral_constant<int, 2>{}, std::true_type{});
+      check(std::integral_constant<int, 3>{}, std::true_type{});
+    }
+  }
+  cpu::set_conv_avx512_kernel_enabled_for_testing(was);
+  // And whole convolutions (Winograd blocks of 8, 16 and 24 tiles, the blocked kernel, F(2, 7))
+  // with the AVX2 kernel, where the default is the AVX-512 one.
+  if (available) {
+    const std::vector<ConvCase> cases = {
+        {{1, 16, 8, 8}, {16, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+        {{2, 16, 12, 12}, {24, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+        {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+        {{2, 16, 9, 11}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+    };
+    cpu::set_conv_avx512_kernel_enabled_for_testing(false);
+    on_one_and_three_threads(cases, 8900, check_against_reference);
+    cpu::set_conv_avx512_kernel_enabled_for_testing(was);
+  }
+}
+
 TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
   // NOTE [Blocked or GEMM]: with the blocked kernels set aside, f32 forward passes, weight and
-  // input gradients of the shapes they serve (3x3 stride 2, 1x7 and 7x1 with enough channels
-  // for F(2, 7), 5x3 padded, dilated and grouped) run as im2col + GEMM; Winograd F(4x4, 3x3)
-  // stays.
+  // input gradients of the shapes they serve outside F(2, 7) (3x3 stride 2, 5x3 padded, 1x3
+  // dilated and grouped, 1x7 with too few channels for F(2, 7), 7x1 stride 2) run as im2col +
+  // GEMM; F(2, 7) and Winograd F(4x4, 3x3) stay.
   (void)kBlockedOnEveryMachine;
   const std::vector<ConvCase> cases = {
       {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
-      {{2, 16, 9, 11}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
-      {{2, 16, 11, 9}, {12, 8, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 2}, false},
       {{2, 3, 20, 31}, {5, 3, 3, 5}, {{1, 1}, {1, 2}, {1, 1}, 1}, true},
       {{2, 4, 8, 11}, {6, 2, 1, 3}, {{1, 1}, {0, 2}, {1, 2}, 2}, true},
+      {{2, 4, 9, 11}, {6, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},
+      {{2, 8, 11, 9}, {8, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, true},
   };
   const int was = cpu::set_conv_blocked_preference_for_testing(0);
   EXPECT_FALSE(cpu::blocked_kernels_preferred());
-  EXPECT_FALSE(cpu::winograd7_forward_applies(geometry_of(cases[1].x, cases[1].w, cases[1].p)));
-  EXPECT_FALSE(cpu::winograd7_backward_input_applies(geometry_of(cases[2].x, cases[2].w, cases[2].p)));
+  for (const ConvCase& c : cases) EXPECT_FALSE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
   on_one_and_three_threads(cases, 8600, check_against_reference);
   cpu::set_conv_blocked_preference_for_testing(was);
-  EXPECT_TRUE(cpu::winograd7_forward_applies(geometry_of(cases[1].x, cases[1].w, cases[1].p)));
 }
 
 namespace {
