@@ -4,7 +4,8 @@
 # mode) must print the serial run's losses (same global batch, dropout off) within 1e-5 relative,
 # with the bubble and per-stage peak activation lines and a Chrome trace; an M that does not
 # divide the step's batch fails with one clear line per rank; --precision bf16 and fp16 at --pp 2
-# print the serial bf16 and fp16 runs' losses within 1e-5 relative, and every run the serial
+# print the serial bf16 and fp16 runs' losses within 3e-5 relative (the half-precision roundings
+# below), and every run the serial
 # run's validation losses (evaluated through the stages). With NP = 4: --dp 2 --pp 2,
 # --pp 4 and --pp 2 --tp 2 equal serial as well. Checkpoints (NOTE [Model-parallel training
 # checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
@@ -35,16 +36,16 @@ common=(--train "$dir/tiny_train_*.bin" --val "$dir/tiny_val_*.bin" --model "$mo
         --warmup 2 --steps 6 --log-every 1 --eval-batches 2 --threads 1 --workers 1 --grad-clip 0.5)
 run() { "$mpiexec" --oversubscribe -np "$np" "$exe" "${common[@]}" "$@"; }
 "$exe" --batch 8 "${common[@]}" --ckpt-dir "$dir/serial_ck" --ckpt-every 3 >"$dir/serial.txt"
-same_as_serial() {  # NAME FILE [SERIAL_FILE]
-  python3 - "${3:-$dir/serial.txt}" "$2" "$1" <<'PY'
+same_as_serial() {  # NAME FILE [SERIAL_FILE [TOLERANCE]]
+  python3 - "${3:-$dir/serial.txt}" "$2" "$1" "${4:-1e-5}" <<'PY'
 import re, sys
 def losses(path):
     return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss (\S+)", open(path).read(), re.M)]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[4])
 assert len(a) == len(b) == 6, f"{sys.argv[3]}: {len(a)} serial and {len(b)} step lines (world rank 0 alone prints 6)"
 for i, (x, y) in enumerate(zip(a, b)):
-    assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, pipeline loss {y}"
-print(f"{sys.argv[3]}: the serial run's losses within 1e-5 relative: {b}")
+    assert abs(x - y) <= tol * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, pipeline loss {y}"
+print(f"{sys.argv[3]}: the serial run's losses within {sys.argv[4]} relative: {b}")
 PY
   # Validation through the stages (Pipeline::forward_only): the serial run's.
   python3 "$(dirname "$0")/same_validation.py" "${3:-$dir/serial.txt}" "$2" "$1"
@@ -97,14 +98,29 @@ if [ "$np" = 2 ]; then
   # embedding's gradient parts and the clipping norm's squares are summed differs.
   "$exe" --batch 8 --precision bf16 "${common[@]}" >"$dir/serial_bf16.txt"
   run --pp 2 --micro-batches 2 --batch 8 --precision bf16 --pp-schedule 1f1b --remat always >"$dir/bf16.txt"
-  same_as_serial "bf16 1f1b M=2 always" "$dir/bf16.txt" "$dir/serial_bf16.txt"
+  # Half precision turns the layouts' rounding differences in f32 (up to 4e-8 relative here,
+  # exactly 0 only by chance, depending on OpenBLAS's kernel set) into different roundings to
+  # bf16 / f16 of a few activations: up to 1.0e-5 relative by step 6 (the serial bf16 run alone
+  # moves by 1.2e-5 between OpenBLAS's Prescott and Haswell kernels). So these runs are held to
+  # 3e-5, and the bf16 one to being the bf16 computation: at the last step, at least twice as
+  # far from the serial f32 run (4.6e-5 relative away) as from the serial bf16 one.
+  same_as_serial "bf16 1f1b M=2 always" "$dir/bf16.txt" "$dir/serial_bf16.txt" 3e-5
   if cmp -s <(grep "^step" "$dir/serial.txt" | cut -d'|' -f1,2) <(grep "^step" "$dir/serial_bf16.txt" | cut -d'|' -f1,2); then
     echo "the bf16 run printed the f32 losses: autocast did not act"; exit 1
   fi
+  half_not_f32() {  # NAME FILE SERIAL_HALF_FILE
+    python3 - "$dir/serial.txt" "$3" "$2" "$1" <<'PY'
+import re, sys
+last = [float(re.findall(r"^step +\d+/\d+ \| loss (\S+)", open(p).read(), re.M)[-1]) for p in sys.argv[1:4]]
+f32, half, run = last
+assert abs(run - f32) >= 2 * abs(run - half), f"{sys.argv[4]}: last loss {run}: serial f32 {f32}, serial half precision {half}"
+PY
+  }
+  half_not_f32 "bf16 1f1b M=2 always" "$dir/bf16.txt" "$dir/serial_bf16.txt"
   # fp16: the loss scale applied by the last stage, overflow agreed over the ranks.
   "$exe" --batch 8 --precision fp16 "${common[@]}" >"$dir/serial_fp16.txt"
   run --pp 2 --micro-batches 2 --batch 8 --precision fp16 --pp-schedule gpipe --remat except_last >"$dir/fp16.txt"
-  same_as_serial "fp16 gpipe M=2 except_last" "$dir/fp16.txt" "$dir/serial_fp16.txt"
+  same_as_serial "fp16 gpipe M=2 except_last" "$dir/fp16.txt" "$dir/serial_fp16.txt" 3e-5
   grep -E "^pipeline bubble \(last step\): [0-9.]+% measured, 20.0% in theory" "$dir/gpipe.txt"
   grep -E "^peak activation bytes per stage \(last step\): stage 0 [1-9][0-9]* stage 1 [1-9][0-9]*$" "$dir/gpipe.txt"
   python3 -c "import json, sys; e = json.load(open(sys.argv[1]))['traceEvents']; assert len(e) > 0" "$dir/trace.json"
