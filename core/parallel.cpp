@@ -52,8 +52,7 @@ void choose_openblas_core() {
   if (!is_pre_avx2_core(openblas_get_corename())) return;
   __builtin_cpu_init();
   const char* want = nullptr;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+  if (cpu_has_avx512()) {
     want = "SkylakeX";
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     want = "Haswell";
@@ -103,6 +102,21 @@ void set_num_threads(int n) {
 const char* blas_core() {
   ensure_blas_core();
   return openblas_get_corename();
+}
+
+bool blas_core_has_avx512() {
+  const char* core = blas_core();
+  return std::strcmp(core, "SkylakeX") == 0 || std::strcmp(core, "Cooperlake") == 0 || std::strcmp(core, "SapphireRapids") == 0;
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
 }
 
 }  // namespace trident

@@ -17,6 +17,10 @@ void set_num_threads(int n);
 // The name of the kernel set OpenBLAS runs ("SkylakeX", "Haswell", "Zen", ...), after Trident's
 // check that it fits the CPU (NOTE [OpenBLAS core] in core/parallel.cpp).
 const char* blas_core();
+// Whether that kernel set uses AVX-512 (SkylakeX, Cooperlake, SapphireRapids).
+bool blas_core_has_avx512();
+// Whether the CPU has AVX-512 F, CD, BW, DQ and VL (x86-64-v4's set); false off x86-64.
+bool cpu_has_avx512();
 
 // NOTE [Single-threaded workers]: while alive, ops called on this thread run on it alone
 // (get_num_threads() is 1 here). The data loader's workers hold one, as PyTorch's DataLoader

@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <string>
 #include <utility>
 #include <cstring>
 #include <vector>
@@ -859,17 +858,14 @@ bool set_conv_winograd7_enabled_for_testing(bool enabled) { return std::exchange
 
 bool blocked_kernels_preferred() {
   if (g_blocked_preference >= 0) return g_blocked_preference == 1;
-  static const bool preferred = [] {
-    const std::string core = blas_core();
-    return core != "SkylakeX" && core != "Cooperlake" && core != "SapphireRapids";
-  }();
+  static const bool preferred = !blas_core_has_avx512();
   return preferred;
 }
 
 #ifdef TRIDENT_AVX512_MICRO_KERNEL
-bool conv_avx512_kernel_available() { return conv_simd::cpu_has_avx512(); }
+bool conv_avx512_kernel_available() { return cpu_has_avx512(); }
 bool set_conv_avx512_kernel_enabled_for_testing(bool enabled) {
-  return std::exchange(conv_simd::g_avx512_kernel, enabled && conv_simd::cpu_has_avx512());
+  return std::exchange(conv_simd::g_avx512_kernel, enabled && cpu_has_avx512());
 }
 #else
 bool conv_avx512_kernel_available() { return false; }

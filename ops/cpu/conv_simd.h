@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/parallel.h"
+
 // In a baseline (SSE2) build GCC notes that passing 32-byte vectors changes the ABI. Nothing
 // here crosses a boundary between code built for different ISAs: these inline functions are
 // only called from the same translation unit's clones, which inline them. (This header is
@@ -99,7 +101,8 @@ constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 // same packed layouts. Measured alone (one thread, K = 256, an Emerald Rapids Xeon): 110
 // GFLOP/s against 86 at NV = 3, 90 against 75 at NV = 2, the same at NV = 1. The function is
 // compiled for x86-64-v4 by its target attribute (never inlined into the AVX2 callers) and
-// chosen at run time; set_avx512_kernel_enabled_for_testing(false) forces the AVX2 one.
+// chosen at run time; set_conv_avx512_kernel_enabled_for_testing(false) (ops/cpu/conv_blocked.h) forces
+// the AVX2 one.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define TRIDENT_AVX512_MICRO_KERNEL 1
 #endif
@@ -107,11 +110,6 @@ constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 #ifdef TRIDENT_AVX512_MICRO_KERNEL
 using v16f = float __attribute__((vector_size(64)));
 
-inline bool cpu_has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
-}
 inline bool g_avx512_kernel = cpu_has_avx512();
 
 template <int NV, bool Accumulate>
