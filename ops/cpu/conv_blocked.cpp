@@ -4,11 +4,11 @@
 // split by stride phase, as for the depthwise kernels (NOTE [Depthwise planes]): then tap
 // (kh, kw) of output j = oh Wq + ow (outputs numbered at the phase planes' pitch Wq) reads
 // element j + off[tap] of the channel's phase buffer, a fixed offset. Threads take work
-// items, a run of up to 4 blocks of 24 consecutive outputs j of one image and group (fewer
+// items, a run of up to 4 blocks of nr consecutive outputs j of one image and group (fewer
 // blocks, then also a range of the output channels, when that leaves fewer than 4 items per
-// thread). K = C/g kH kW goes in equal slices of at most 256 rows; per slice, each block of
-// the item copies its im2col tile slice, the 24 inputs each (channel, tap) row reads (three
-// vector copies per row, prefetching the next block's), and runs the register-blocked
+// thread). K = C/g kH kW goes in equal slices of at most 256 rows (128 at nr = 48); per slice,
+// each block of the item copies its im2col tile slice, the nr inputs each (channel, tap) row
+// reads (nr / 8 vector copies per row, prefetching the next block's), and runs the register-blocked
 // micro-kernel of ops/cpu/conv_simd.h over it for every block of 4 output channels, against
 // the weights packed once per call as [group][block of 4][K][4]: the tile slice (24 KiB)
 // stays in L1 while every output block uses it, and the weights' slice in L2 while every
@@ -27,6 +27,10 @@
 // split writing each float once then took the 1x7 forward from 18.1-18.3 ms to 17.1 (min of 5
 // alternating runs, single thread) and 3x3 stride 2 (8x64x56x56 -> 128) from 12.3-12.4 to
 // 12.1-12.2, where the micro-kernel now runs at about 47 GMAC/s.
+// Block width: nr = 24 outputs with the AVX2 micro-kernel, 48 with the AVX-512 one, which also
+// takes the output blocks two at a time (NOTE [AVX-512 micro-kernel] in ops/cpu/conv_simd.h);
+// the numbers "24" below are nr at its AVX2 value. Every function that touches a block is a
+// template on NV = nr / 8 behind one cloned entry point that dispatches on the problem's nr.
 // The input gradient of a stride-1 convolution with padding p is the same computation on gy
 // with the kernel flipped and transposed and padding (k - 1) d - p. The weight gradient uses
 // the same tiles, transposed, against gy (see "weight gradient" below).
@@ -48,8 +52,12 @@ namespace {
 
 using namespace conv_simd;
 
-constexpr int kNV = 3, kNR = 8 * kNV;  // outputs per block
-constexpr int64_t kKc = 256;  // tile rows per slice: 24 KiB
+// Outputs per block: 8 NV with NV = conv_simd::widest_nv(), 24 for the AVX2 micro-kernel and 48
+// for the AVX-512 one (NOTE [AVX-512 micro-kernel]); the kernels below are templates on NV and
+// a problem carries its block width nr = 8 NV.
+constexpr int kMaxNR = 48;
+// Tile rows per slice for blocks of NR outputs: 24 KiB (256 rows of 24, 128 of 48).
+constexpr int64_t slice_rows(int64_t NR) { return 6144 / NR; }
 
 // One convolution: input planes [N, Cin, H, W] into [N, Cout, OH, OW].
 struct Problem {
@@ -65,6 +73,7 @@ struct Problem {
   // Computed on transposed planes (see transpose_if_row_kernel): x and y are read and written
   // with rows and columns swapped.
   bool transposed = false;
+  int64_t nr = 24;  // outputs per block, 8 NV
 
   Problem(const float* x_, float* y_, const float* bias_, int64_t N_, int64_t Cin_, int64_t H_, int64_t W_, int64_t Cout_,
           int64_t OH_, int64_t OW_, int64_t kH_, int64_t kW_, int64_t sh_, int64_t sw_, int64_t ph_, int64_t pw_, int64_t dh_,
@@ -73,7 +82,7 @@ struct Problem {
         sw(sw_), ph(ph_), pw(pw_), dh(dh_), dw(dw_), groups(groups_) {}
 
   // Derived: channels per group, 4-output blocks, taps, K = Cg taps; the phase planes (Hq x Wq
-  // each, sh sw of them per channel, then kNR zeros of slack: Lc floats per channel); the
+  // each, sh sw of them per channel, then kMaxNR zeros of slack: Lc floats per channel); the
   // outputs' flat extent at pitch Wq and its blocks; each tap's offset.
   int64_t Cg = 0, Og = 0, OB = 0, taps = 0, K = 0, Hq = 0, Wq = 0, plane = 0, Lc = 0, flat = 0, blocks = 0;
   std::vector<int64_t> off;
@@ -87,9 +96,9 @@ struct Problem {
     Hq = (H + 2 * ph + sh - 1) / sh;
     Wq = (W + 2 * pw + sw - 1) / sw;
     plane = Hq * Wq;
-    Lc = sh * sw * plane + kNR;
+    Lc = sh * sw * plane + kMaxNR;
     flat = (OH - 1) * Wq + OW;
-    blocks = (flat + kNR - 1) / kNR;
+    blocks = (flat + nr - 1) / nr;
     off.resize(static_cast<size_t>(taps));
     for (int64_t kh = 0; kh < kH; ++kh)
       for (int64_t kw = 0; kw < kW; ++kw) {
@@ -133,7 +142,7 @@ inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) 
 }
 
 // Channel q's phase planes: phase (a, b) row i holds padded row i sh + a, columns j sw + b,
-// zero where that falls in the padding; then kNR zeros of slack. Every float of the Lc is
+// zero where that falls in the padding; then kMaxNR zeros of slack. Every float of the Lc is
 // written once (no memset first: the copy is a few percent of a strided convolution).
 TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float* dst) {
   if (p.transposed) {  // x's row h is the problem's column h; rows in sh phases (sw == 1)
@@ -177,7 +186,7 @@ TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float*
       std::fill_n(row + j_hi, p.Wq - j_hi, 0.0f);
     }
   }
-  std::fill_n(dst + p.sh * p.sw * p.plane, kNR, 0.0f);
+  std::fill_n(dst + p.sh * p.sw * p.plane, kMaxNR, 0.0f);
 }
 
 // The phase planes of images [n0, n0 + nb), one channel after another (split_channel).
@@ -187,9 +196,9 @@ void split_phases(const Problem& p, int64_t n0, int64_t nb, float* buf) {
   });
 }
 
-// Blocks of kNR outputs per forward work item (fewer when that leaves too few items to share
+// Blocks of nr outputs per forward work item (fewer when that leaves too few items to share
 // out, see run()): the item takes its blocks' tiles one K slice at a time, and each slice of
-// the packed weights (kKc rows x all output blocks, 128 KiB for 128 outputs) serves all of them
+// the packed weights (slice_rows(nr) rows x all output blocks, 128 KiB for 128 outputs at nr 24) serves all of them
 // from L2 instead of being fetched again for every block.
 constexpr int64_t kFwdBlocks = 4;
 
@@ -207,21 +216,21 @@ struct Chunk {
   int64_t items() const { return nb * p->groups * runs * orr; }
 };
 
-// The lanes of the block of kNR starting at j0 (lanes numbered at pitch Wq, flat of them, OW
+// The lanes of the block of nr starting at j0 (lanes numbered at pitch Wq, flat of them, OW
 // of each row real), in runs of one row: lanes [lane, lane + len) are row `row`, columns col,
 // col + 1, ... The blocked path's rows are output rows; F(2, 7)'s are pairs of them.
 struct Runs {
-  int64_t lane[kNR], len[kNR], row[kNR], col[kNR];
+  int64_t lane[kMaxNR], len[kMaxNR], row[kMaxNR], col[kMaxNR];
   int count = 0;
-  void find(int64_t flat, int64_t Wq, int64_t OW, int64_t j0) {
+  void find(int64_t flat, int64_t Wq, int64_t OW, int64_t j0, int64_t nr) {
     count = 0;
-    for (int64_t l = 0; l < kNR && j0 + l < flat;) {
+    for (int64_t l = 0; l < nr && j0 + l < flat;) {
       const int64_t j = j0 + l, r = j / Wq, c = j % Wq;
       if (c >= OW) {
         l += Wq - c;
         continue;
       }
-      const int64_t n = std::min(OW - c, std::min<int64_t>(kNR - l, flat - j));
+      const int64_t n = std::min(OW - c, std::min<int64_t>(nr - l, flat - j));
       lane[count] = l;
       len[count] = n;
       row[count] = r;
@@ -237,8 +246,11 @@ struct Runs {
   }
 };
 
-// Items [i0, i1) of a chunk; tile is kKc x kNR floats, out per_item x OB x kMR x kNR.
-TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
+// Items [i0, i1) of a chunk; tile is slice_rows(nr) x nr floats, out per_item x OB x kMR x nr (nr = 8 NV).
+template <int NV>
+inline void blocked_items_nv(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
+  constexpr int NR = 8 * NV;
+  constexpr int64_t KC = slice_rows(NR);
   const Problem& p = *ch.p;
   const int64_t* off = p.off.data();
   const int64_t out_plane = p.OH * p.OW;
@@ -247,46 +259,44 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
     const int64_t run = unit % ch.runs, gi = (unit / ch.runs) % p.groups, i = unit / (ch.runs * p.groups);
     const int64_t b0 = run * ch.per_item, nblk = std::min(ch.per_item, p.blocks - b0);
     const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
-    const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + b0 * kNR;
-    // K in slices of kKc tile rows: a block's slice stays in L1 while every output block uses
+    const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + b0 * NR;
+    // K in slices of KC tile rows: a block's slice stays in L1 while every output block uses
     // it, the weights' slice in L2 while every block of the item uses it.
     // Slices of equal size (576 rows: 3 x 192, not 256, 256, 64), so none is a short one
     // that pays the accumulators' loads and stores for few rows.
-    const int64_t slices = (p.K + kKc - 1) / kKc, kc = (p.K + slices - 1) / slices;
+    const int64_t slices = (p.K + KC - 1) / KC, kc = (p.K + slices - 1) / slices;
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       const int64_t kn = std::min(kc, p.K - k0);
       for (int64_t bk = 0; bk < nblk; ++bk) {
         int64_t c = k0 / p.taps, t = k0 % p.taps;
-        const float* src = base + c * p.Lc + bk * kNR;
+        const float* src = base + c * p.Lc + bk * NR;
         float* dst = tile;
-        for (int64_t k = 0; k < kn; ++k, dst += kNR) {
+        for (int64_t k = 0; k < kn; ++k, dst += NR) {
           const float* row = src + off[t];
-          for (int v = 0; v < kNV; ++v) store8(dst + 8 * v, load8(row + 8 * v));
-          // The next block reads the next kNR floats of every row, from up to 256 different
+          for (int v = 0; v < NV; ++v) store8(dst + 8 * v, load8(row + 8 * v));
+          // The next block reads the next NR floats of every row, from up to 256 different
           // phase planes at once: more streams than the hardware prefetchers follow.
-          __builtin_prefetch(row + kNR);
-          __builtin_prefetch(row + 2 * kNR - 1);
+          __builtin_prefetch(row + NR);
+          __builtin_prefetch(row + 2 * NR - 1);
           if (++t == p.taps) {
             t = 0;
             src += p.Lc;
           }
         }
-        for (int64_t ob = ob0; ob < ob1; ++ob) {
-          const float* up = ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR;
-          float* mp = out + (bk * nob + ob - ob0) * kMR * kNR;
-          if (k0 == 0) {
-            gemm_kernel<kNV, false>(up, tile, kn, mp);
-          } else {
-            gemm_kernel<kNV, true>(up, tile, kn, mp);
-          }
+        const auto up = [&](int64_t ob) { return ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR; };
+        const auto mp = [&](int64_t ob) { return out + (bk * nob + ob - ob0) * kMR * NR; };
+        if (k0 == 0) {
+          gemm_rows<NV, false>(ob0, ob1, tile, kn, up, mp);
+        } else {
+          gemm_rows<NV, true>(ob0, ob1, tile, kn, up, mp);
         }
       }
     }
     for (int64_t bk = 0; bk < nblk; ++bk) {
       Runs rn;
-      rn.find(p.flat, p.Wq, p.OW, (b0 + bk) * kNR);
+      rn.find(p.flat, p.Wq, p.OW, (b0 + bk) * NR, NR);
       for (int64_t ob = ob0; ob < ob1; ++ob) {
-        const float* ob_out = out + (bk * nob + ob - ob0) * kMR * kNR;
+        const float* ob_out = out + (bk * nob + ob - ob0) * kMR * NR;
         for (int r = 0; r < kMR; ++r) {
           const int64_t o = ob * kMR + r;
           if (o >= p.Og) break;
@@ -294,7 +304,7 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
           const float b = p.bias ? p.bias[oc] : 0.0f;
           float* yo = ch.y + (i * p.Cout + oc) * out_plane;
           for (int k = 0; k < rn.count; ++k) {
-            const float* s = ob_out + r * kNR + rn.lane[k];
+            const float* s = ob_out + r * NR + rn.lane[k];
             float* d = yo + rn.out(p, k, /*plane_layout=*/true);
             for (int64_t e = 0; e < rn.len[k]; ++e) d[e] = s[e] + b;
           }
@@ -302,6 +312,11 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
       }
     }
   }
+}
+
+TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
+  if (ch.p->nr == 48) return blocked_items_nv<6>(ch, tile, out, i0, i1);
+  blocked_items_nv<3>(ch, tile, out, i0, i1);
 }
 
 // dst[c][r] = src[r][c] for planes [rows, cols] -> [cols, rows]: 8 x 8 blocks through
@@ -479,9 +494,9 @@ struct Wino7 {
     q.Hq = TH + 3;
     q.Wq = p.W + 2 * p.pw;  // = OW: a 7 x 1 kernel drops no columns
     q.plane = q.Hq * q.Wq;
-    q.Lc = 2 * q.plane + kNR;
+    q.Lc = 2 * q.plane + kMaxNR;
     flat = (TH - 1) * q.Wq + p.OW;
-    blocks = (flat + kNR - 1) / kNR;
+    blocks = (flat + p.nr - 1) / p.nr;
     for (int e = 0; e < 8; ++e) off[e] = (e % 2) * q.plane + (e / 2) * q.Wq;
   }
 };
@@ -496,54 +511,56 @@ struct W7Chunk {
   int64_t items() const { return nb * p->groups * w7->blocks * orr; }
 };
 
-// Items [i0, i1): V is kW7Xi x kKc x kNR floats, M kW7Xi x OB x kMR x kNR.
-TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
+// Items [i0, i1): V is kW7Xi x slice_rows(nr) x nr floats, M kW7Xi x OB x kMR x nr (nr = 8 NV).
+template <int NV>
+inline void winograd7_items_nv(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
+  constexpr int NR = 8 * NV;
+  constexpr int64_t KC = slice_rows(NR);
   const Problem& p = *ch.p;
   const Wino7& w7 = *ch.w7;
   const Problem& q = w7.q;
-  const int64_t out_plane = p.OH * p.OW, v_stride = kKc * kNR;
+  const int64_t out_plane = p.OH * p.OW, v_stride = KC * NR;
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t orr = item % ch.orr, unit = item / ch.orr;
     const int64_t jb = unit % w7.blocks, gi = (unit / w7.blocks) % p.groups, i = unit / (w7.blocks * p.groups);
-    const int64_t j0 = jb * kNR;
+    const int64_t j0 = jb * NR;
     const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
-    const int64_t m_stride = nob * kMR * kNR;
+    const int64_t m_stride = nob * kMR * NR;
     const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * q.Lc + j0;
-    const int64_t slices = (p.Cg + kKc - 1) / kKc, kc = (p.Cg + slices - 1) / slices;
+    const int64_t slices = (p.Cg + KC - 1) / KC, kc = (p.Cg + slices - 1) / slices;
     for (int64_t c0 = 0; c0 < p.Cg; c0 += kc) {
       const int64_t cn = std::min(kc, p.Cg - c0);
       for (int64_t c = 0; c < cn; ++c) {
         const float* src = base + (c0 + c) * q.Lc;
-        for (int v = 0; v < kNV; ++v) {
+        for (int v = 0; v < NV; ++v) {
           v8f d[8], t[8];
           for (int e = 0; e < 8; ++e) d[e] = load8(src + w7.off[e] + 8 * v);
           bt7_times(d, t);
-          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + xi * v_stride + c * kNR + 8 * v, t[xi]);
+          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + xi * v_stride + c * NR + 8 * v, t[xi]);
         }
       }
-      for (int xi = 0; xi < kW7Xi; ++xi)
-        for (int64_t ob = ob0; ob < ob1; ++ob) {
-          const float* up = ch.U + (((gi * kW7Xi + xi) * p.OB + ob) * p.Cg + c0) * kMR;
-          float* mp = M + xi * m_stride + (ob - ob0) * kMR * kNR;
-          if (c0 == 0) {
-            gemm_kernel<kNV, false>(up, V + xi * v_stride, cn, mp);
-          } else {
-            gemm_kernel<kNV, true>(up, V + xi * v_stride, cn, mp);
-          }
+      for (int xi = 0; xi < kW7Xi; ++xi) {
+        const auto up = [&](int64_t ob) { return ch.U + (((gi * kW7Xi + xi) * p.OB + ob) * p.Cg + c0) * kMR; };
+        const auto mp = [&](int64_t ob) { return M + xi * m_stride + (ob - ob0) * kMR * NR; };
+        if (c0 == 0) {
+          gemm_rows<NV, false>(ob0, ob1, V + xi * v_stride, cn, up, mp);
+        } else {
+          gemm_rows<NV, true>(ob0, ob1, V + xi * v_stride, cn, up, mp);
         }
+      }
     }
     Runs rn;  // rows: pairs of output rows
-    rn.find(w7.flat, q.Wq, p.OW, j0);
+    rn.find(w7.flat, q.Wq, p.OW, j0, NR);
     for (int64_t ob = ob0; ob < ob1; ++ob)
       for (int r = 0; r < kMR; ++r) {
         const int64_t o = ob * kMR + r;
         if (o >= p.Og) break;
         const int64_t oc = gi * p.Og + o;
         const v8f b = splat(p.bias ? p.bias[oc] : 0.0f);
-        alignas(32) float y0[kNR], y1[kNR];
-        for (int v = 0; v < kNV; ++v) {
+        alignas(32) float y0[NR], y1[NR];
+        for (int v = 0; v < NV; ++v) {
           v8f m[8];
-          for (int xi = 0; xi < kW7Xi; ++xi) m[xi] = load8(M + xi * m_stride + ((ob - ob0) * kMR + r) * kNR + 8 * v);
+          for (int xi = 0; xi < kW7Xi; ++xi) m[xi] = load8(M + xi * m_stride + ((ob - ob0) * kMR + r) * NR + 8 * v);
           store8(y0 + 8 * v, m[0] + m[1] + m[2] + m[3] + m[4] + m[5] + m[6] + b);
           store8(y1 + 8 * v, (m[1] - m[2]) + (m[3] - m[4]) * 2.0f + (m[5] - m[6]) * 0.5f + m[7] + b);
         }
@@ -561,6 +578,11 @@ TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, i
   }
 }
 
+TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
+  if (ch.p->nr == 48) return winograd7_items_nv<6>(ch, V, M, i0, i1);
+  winograd7_items_nv<3>(ch, V, M, i0, i1);
+}
+
 void run_winograd7(const Problem& p) {
   const Wino7 w7(p);
   const int threads = get_num_threads();
@@ -570,14 +592,16 @@ void run_winograd7(const Problem& p) {
     W7Chunk ch{&p, &w7, u.data<float>(), phases, y, nb, 1};
     while (ch.items() < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
-      Tensor ws = empty({kW7Xi * kKc * kNR + kW7Xi * p.OB * kMR * kNR});
-      winograd7_items(ch, ws.data<float>(), ws.data<float>() + kW7Xi * kKc * kNR, i0, i1);
+      const int64_t v = kW7Xi * slice_rows(p.nr) * p.nr;
+      Tensor ws = empty({v + kW7Xi * p.OB * kMR * p.nr});
+      winograd7_items(ch, ws.data<float>(), ws.data<float>() + v, i0, i1);
     });
   });
 }
 
 void run(Problem& p) {
   transpose_if_row_kernel(p);
+  p.nr = 8 * widest_nv();
   p.derive();
   if (winograd7_applies(p)) {
     run_winograd7(p);
@@ -595,8 +619,9 @@ void run(Problem& p) {
     ch.runs = runs_for(ch.per_item);
     while (ch.items() < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
-      Tensor ws = empty({kKc * kNR + ch.per_item * p.OB * kMR * kNR});
-      blocked_items(ch, ws.data<float>(), ws.data<float>() + kKc * kNR, i0, i1);
+      const int64_t tile = slice_rows(p.nr) * p.nr;
+      Tensor ws = empty({tile + ch.per_item * p.OB * kMR * p.nr});
+      blocked_items(ch, ws.data<float>(), ws.data<float>() + tile, i0, i1);
     });
   });
 }
@@ -623,26 +648,28 @@ struct WgradChunk {
   int64_t runs;         // items per (image, group): ceil(blocks / kWgradBlocks)
 };
 
-TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, float* gyP, float* dW, int64_t i0, int64_t i1) {
+template <int NV>
+inline void blocked_wgrad_items_nv(const WgradChunk& ch, float* tileT, float* gyP, float* dW, int64_t i0, int64_t i1) {
+  constexpr int NR = 8 * NV;
   const Problem& p = *ch.p;
   const int64_t* off = p.off.data();
   const int64_t out_plane = p.OH * p.OW, step = p.transposed ? p.OH : 1;
-  constexpr int64_t kLanes = kWgradBlocks * kNR;  // buffer pitch: the longest item
+  constexpr int64_t kLanes = kWgradBlocks * NR;  // buffer pitch: the longest item
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t run = item % ch.runs, gi = (item / ch.runs) % p.groups, i = item / (ch.runs * p.groups);
-    const int64_t b0 = run * kWgradBlocks, nblk = std::min(kWgradBlocks, p.blocks - b0), L = nblk * kNR;
-    const int64_t j0 = b0 * kNR;
+    const int64_t b0 = run * kWgradBlocks, nblk = std::min(kWgradBlocks, p.blocks - b0), L = nblk * NR;
+    const int64_t j0 = b0 * NR;
     // gy: gyP[ob][lane][r] = gy[ob 4 + r][output at lane], lanes of the item's blocks in order.
     std::fill_n(gyP, p.OB * kLanes * kMR, 0.0f);
     const float* gimg = ch.gy + ((ch.n0 + i) * p.Cout + gi * p.Og) * out_plane;
     for (int64_t bk = 0; bk < nblk; ++bk) {
       Runs rn;
-      rn.find(p.flat, p.Wq, p.OW, j0 + bk * kNR);
+      rn.find(p.flat, p.Wq, p.OW, j0 + bk * NR, NR);
       // Whole groups of 4 output channels, 8 outputs at a time: 4 vector loads and a 4 x 8
       // transpose (the scattered scalar stores took 7% of a 3x3 stride-2 weight gradient).
       const int64_t o4 = step == 1 ? p.Og / kMR * kMR : 0;
       for (int64_t o = 0; o < o4; o += kMR) {
-        float* dst = gyP + (o / kMR) * kLanes * kMR + bk * kNR * kMR;
+        float* dst = gyP + (o / kMR) * kLanes * kMR + bk * NR * kMR;
         const float* src = gimg + o * out_plane;
         for (int k = 0; k < rn.count; ++k) {
           const float* s = src + rn.out(p, k, false);
@@ -659,14 +686,14 @@ TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, 
         }
       }
       for (int64_t o = o4; o < p.Og; ++o) {
-        float* dst = gyP + (o / kMR) * kLanes * kMR + bk * kNR * kMR + o % kMR;
+        float* dst = gyP + (o / kMR) * kLanes * kMR + bk * NR * kMR + o % kMR;
         const float* src = gimg + o * out_plane;
         for (int k = 0; k < rn.count; ++k)
           for (int64_t e = 0; e < rn.len[k]; ++e) dst[(rn.lane[k] + e) * kMR] = src[rn.out(p, k, false) + e * step];
       }
     }
     // The tile transposed, 8 rows at a time through 8x8 transposes (the rows of a tile block
-    // of 24 start at multiples of 8), the last K % 8 rows one by one.
+    // of NR start at multiples of 8), the last K % 8 rows one by one.
     const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + j0;
     const float* rows[8];
     int64_t k = 0;
@@ -674,23 +701,28 @@ TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, 
       for (int64_t t = 0; t < p.taps; ++t, ++k) {
         rows[k % 8] = base + off[t];
         if (k % 8 != 7) continue;
-        float* dst = tileT + (k / kNR) * kLanes * kNR + (k - 7) % kNR;
+        float* dst = tileT + (k / NR) * kLanes * NR + (k - 7) % NR;
         for (int64_t l0 = 0; l0 < L; l0 += 8) {
           v8f v[8], d[8];
           for (int q = 0; q < 8; ++q) v[q] = load8(rows[q] + l0);
           transpose_8x8(v, d);
-          for (int l = 0; l < 8; ++l) store8(dst + (l0 + l) * kNR, d[l]);
+          for (int l = 0; l < 8; ++l) store8(dst + (l0 + l) * NR, d[l]);
         }
       }
     for (int64_t kt = k - k % 8; kt < k; ++kt) {
-      float* dst = tileT + (kt / kNR) * kLanes * kNR + kt % kNR;
-      for (int64_t l = 0; l < L; ++l) dst[l * kNR] = rows[kt % 8][l];
+      float* dst = tileT + (kt / NR) * kLanes * NR + kt % NR;
+      for (int64_t l = 0; l < L; ++l) dst[l * NR] = rows[kt % 8][l];
     }
     for (int64_t kb = 0; kb < ch.KB; ++kb)
-      for (int64_t ob = 0; ob < p.OB; ++ob)
-        gemm_kernel<kNV, true>(gyP + ob * kLanes * kMR, tileT + kb * kLanes * kNR, L,
-                               dW + ((gi * p.OB + ob) * ch.KB + kb) * kMR * kNR);
+      gemm_rows<NV, true>(
+          0, p.OB, tileT + kb * kLanes * NR, L, [&](int64_t ob) { return gyP + ob * kLanes * kMR; },
+          [&](int64_t ob) { return dW + ((gi * p.OB + ob) * ch.KB + kb) * kMR * NR; });
   }
+}
+
+TRIDENT_CPU_CLONES void blocked_wgrad_items(const WgradChunk& ch, float* tileT, float* gyP, float* dW, int64_t i0, int64_t i1) {
+  if (ch.p->nr == 48) return blocked_wgrad_items_nv<6>(ch, tileT, gyP, dW, i0, i1);
+  blocked_wgrad_items_nv<3>(ch, tileT, gyP, dW, i0, i1);
 }
 
 // The chunks of images of a weight gradient: per chunk the input's phase planes (geometry
@@ -735,15 +767,17 @@ void wgrad_chunks(const Problem& p, const Problem& split, int64_t units_per_imag
 // sum their items into their own dU, [group][xi][output block][channel block][4][24], added in
 // item order afterwards; the last step is G^T in f64. The error bound, checked on every weight
 // in tests/ops/conv_test.cpp: about (pairs + 24) u times G^T [sum (|A| |gy|) (.) (|B^T| |d|)].
-TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7, const float* phases, const float* gy, int64_t n0,
+template <int NV>
+inline void winograd7_wgrad_items_nv(const Problem& p, const Wino7& w7, const float* phases, const float* gy, int64_t n0,
                                               int64_t runs, float* Zp, float* V, float* Vt, float* dU, int64_t i0, int64_t i1) {
+  constexpr int NR = 8 * NV;
   const Problem& q = w7.q;
-  constexpr int64_t kLanes = kWgradBlocks * kNR;
-  const int64_t CB = (p.Cg + kNR - 1) / kNR, out_plane = p.OH * p.OW;
+  constexpr int64_t kLanes = kWgradBlocks * NR;
+  const int64_t CB = (p.Cg + NR - 1) / NR, out_plane = p.OH * p.OW;
   const int64_t z_xi = p.OB * kLanes * kMR;  // floats per frequency of Zp
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t run = item % runs, gi = (item / runs) % p.groups, i = item / (runs * p.groups);
-    const int64_t b0 = run * kWgradBlocks, nblk = std::min(kWgradBlocks, w7.blocks - b0), L = nblk * kNR, j0 = b0 * kNR;
+    const int64_t b0 = run * kWgradBlocks, nblk = std::min(kWgradBlocks, w7.blocks - b0), L = nblk * NR, j0 = b0 * NR;
     // Zp: the pairs' two gradient rows, then A applied lane by lane (zero where no output).
     std::fill_n(Zp, kW7Xi * z_xi, 0.0f);
     const float* gimg = gy + ((n0 + i) * p.Cout + gi * p.Og) * out_plane;
@@ -764,8 +798,8 @@ TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7,
     const float* base = phases + (i * p.Cin + gi * p.Cg) * q.Lc + j0;
     for (int64_t cb = 0; cb < CB; ++cb) {
       // V[xi][c][lane] for the block's 24 channels (zero past Cg), then Vt[xi][lane][c].
-      for (int64_t c = 0; c < kNR; ++c) {
-        const int64_t ch = cb * kNR + c;
+      for (int64_t c = 0; c < NR; ++c) {
+        const int64_t ch = cb * NR + c;
         for (int64_t v = 0; v < L / 8; ++v) {
           v8f t[8];
           if (ch < p.Cg) {
@@ -776,31 +810,37 @@ TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7,
           } else {
             for (int xi = 0; xi < kW7Xi; ++xi) t[xi] = splat(0.0f);
           }
-          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + (xi * kNR + c) * kLanes + 8 * v, t[xi]);
+          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + (xi * NR + c) * kLanes + 8 * v, t[xi]);
         }
       }
       for (int xi = 0; xi < kW7Xi; ++xi)
-        for (int64_t c0 = 0; c0 < kNR; c0 += 8)
+        for (int64_t c0 = 0; c0 < NR; c0 += 8)
           for (int64_t l0 = 0; l0 < L; l0 += 8) {
             v8f a[8], d[8];
-            for (int e = 0; e < 8; ++e) a[e] = load8(V + (xi * kNR + c0 + e) * kLanes + l0);
+            for (int e = 0; e < 8; ++e) a[e] = load8(V + (xi * NR + c0 + e) * kLanes + l0);
             transpose_8x8(a, d);
-            for (int e = 0; e < 8; ++e) store8(Vt + (xi * kLanes + l0 + e) * kNR + c0, d[e]);
+            for (int e = 0; e < 8; ++e) store8(Vt + (xi * kLanes + l0 + e) * NR + c0, d[e]);
           }
       for (int xi = 0; xi < kW7Xi; ++xi)
-        for (int64_t ob = 0; ob < p.OB; ++ob)
-          gemm_kernel<kNV, true>(Zp + xi * z_xi + ob * kLanes * kMR, Vt + xi * kLanes * kNR, L,
-                                 dU + (((gi * kW7Xi + xi) * p.OB + ob) * CB + cb) * kMR * kNR);
+        gemm_rows<NV, true>(
+            0, p.OB, Vt + xi * kLanes * NR, L, [&](int64_t ob) { return Zp + xi * z_xi + ob * kLanes * kMR; },
+            [&](int64_t ob) { return dU + (((gi * kW7Xi + xi) * p.OB + ob) * CB + cb) * kMR * NR; });
     }
   }
 }
 
+TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7, const float* phases, const float* gy, int64_t n0,
+                                              int64_t runs, float* Zp, float* V, float* Vt, float* dU, int64_t i0, int64_t i1) {
+  if (p.nr == 48) return winograd7_wgrad_items_nv<6>(p, w7, phases, gy, n0, runs, Zp, V, Vt, dU, i0, i1);
+  winograd7_wgrad_items_nv<3>(p, w7, phases, gy, n0, runs, Zp, V, Vt, dU, i0, i1);
+}
+
 void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
   const Wino7 w7(p);
-  constexpr int64_t kLanes = kWgradBlocks * kNR;
-  const int64_t CB = (p.Cg + kNR - 1) / kNR, du_size = p.groups * kW7Xi * p.OB * CB * kMR * kNR;
+  const int64_t kLanes = kWgradBlocks * p.nr;
+  const int64_t CB = (p.Cg + p.nr - 1) / p.nr, du_size = p.groups * kW7Xi * p.OB * CB * kMR * p.nr;
   const int64_t runs = (w7.blocks + kWgradBlocks - 1) / kWgradBlocks;
-  const int64_t zp = kW7Xi * p.OB * kLanes * kMR, v = kW7Xi * kNR * kLanes, vt = kW7Xi * kLanes * kNR;
+  const int64_t zp = kW7Xi * p.OB * kLanes * kMR, v = kW7Xi * p.nr * kLanes, vt = kW7Xi * kLanes * p.nr;
   Tensor total = zeros({du_size}, kF32);
   float* tot = total.data<float>();
   wgrad_chunks(p, w7.q, p.groups * runs, zp + v + vt + du_size, du_size, tot,
@@ -814,7 +854,7 @@ void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
       for (int64_t c = 0; c < p.Cg; ++c) {
         double du[kW7Xi];
         for (int xi = 0; xi < kW7Xi; ++xi)
-          du[xi] = tot[((((gi * kW7Xi + xi) * p.OB + ob) * CB + c / kNR) * kMR + r) * kNR + c % kNR];
+          du[xi] = tot[((((gi * kW7Xi + xi) * p.OB + ob) * CB + c / p.nr) * kMR + r) * p.nr + c % p.nr];
         for (int t = 0; t < 7; ++t) {
           double s = 0.0;
           for (int xi = 0; xi < kW7Xi; ++xi) s += kG7[xi][t] * du[xi];
@@ -827,17 +867,18 @@ void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
 
 void run_wgrad(Problem& p, const float* gy, float* gw) {
   transpose_if_row_kernel(p);
+  p.nr = 8 * widest_nv();
   p.derive();
   if (winograd7_applies(p)) {
     run_winograd7_wgrad(p, gy, gw);
     return;
   }
-  const int64_t KB = (p.K + kNR - 1) / kNR, dw_size = p.groups * p.OB * KB * kMR * kNR;
-  const int64_t runs = (p.blocks + kWgradBlocks - 1) / kWgradBlocks, lanes = kWgradBlocks * kNR;
+  const int64_t KB = (p.K + p.nr - 1) / p.nr, dw_size = p.groups * p.OB * KB * kMR * p.nr;
+  const int64_t runs = (p.blocks + kWgradBlocks - 1) / kWgradBlocks, lanes = kWgradBlocks * p.nr;
   Tensor total = zeros({dw_size}, kF32);
   float* tot = total.data<float>();
   // The workspace's zeros matter: tile rows past K stay zero.
-  const int64_t tile = KB * kNR * lanes, gyp = p.OB * lanes * kMR;
+  const int64_t tile = KB * p.nr * lanes, gyp = p.OB * lanes * kMR;
   wgrad_chunks(p, p, p.groups * runs, tile + gyp + dw_size, dw_size, tot,
                [&](float* b, int64_t n0, const float* phases, int64_t i0, int64_t i1) {
                  const WgradChunk ch{&p, phases, gy, n0, KB, runs};
@@ -847,7 +888,7 @@ void run_wgrad(Problem& p, const float* gy, float* gw) {
   parallel_for(0, p.groups * p.Og, std::max<int64_t>(1, 4096 / p.K), [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) {
       const int64_t gi = row / p.Og, o = row % p.Og, ob = o / kMR, r = o % kMR;
-      for (int64_t k = 0; k < p.K; ++k) gw[row * p.K + k] = tot[(((gi * p.OB + ob) * KB + k / kNR) * kMR + r) * kNR + k % kNR];
+      for (int64_t k = 0; k < p.K; ++k) gw[row * p.K + k] = tot[(((gi * p.OB + ob) * KB + k / p.nr) * kMR + r) * p.nr + k % p.nr];
     }
   });
 }
@@ -858,8 +899,7 @@ bool set_conv_winograd7_enabled_for_testing(bool enabled) { return std::exchange
 
 bool blocked_kernels_preferred() {
   if (g_blocked_preference >= 0) return g_blocked_preference == 1;
-  static const bool preferred = !blas_core_has_avx512();
-  return preferred;
+  return widest_nv() == 6 || !blas_core_has_avx512();
 }
 
 #ifdef TRIDENT_AVX512_MICRO_KERNEL

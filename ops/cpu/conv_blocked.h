@@ -7,18 +7,19 @@
 
 namespace trident::cpu {
 
-// NOTE [Blocked or GEMM]: the blocked kernels were tuned on AVX2 machines, where they beat
-// im2col + OpenBLAS. Where OpenBLAS runs AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids:
-// NOTE [OpenBLAS core]) its sgemm does about twice the multiply-adds per cycle of an AVX2 kernel,
-// more than the blocked kernels' AVX-512 micro-kernel gains (NOTE [AVX-512 micro-kernel] in
-// ops/cpu/conv_simd.h), so there the f32 convolutions the plain blocked kernels would serve go
-// through im2col + GEMM; those under Winograd F(2, 7) (1.75x fewer multiply-adds) stay. Measured
-// on an Emerald Rapids Xeon (median of 5, three alternating rounds, ms), 3x3 stride 2
-// 8x64x56x56->128 forward: one thread 10.6-16.6 by GEMM against 12.3-18.1 blocked (15.7-20.7
-// with the AVX2 micro-kernel); two threads 5.0-6.6 against 6.9-9.5 (AVX2 micro-kernel). 1x7 and
-// 7x1 forward (F(2, 7)), one thread: 17.5-20.2 and 14.8-22.8 by GEMM against 12.7-16.0 and
-// 14.0-15.2 blocked. The choice is made once per process.
-// Whether the plain blocked kernels run: yes unless OpenBLAS runs AVX-512 kernels.
+// NOTE [Blocked or GEMM]: the blocked kernels beat im2col + OpenBLAS sgemm where their
+// micro-kernel has the vector width of OpenBLAS's: on AVX2 machines, and on AVX-512 machines
+// with the AVX-512 micro-kernel and its 48-wide blocks (NOTE [AVX-512 micro-kernel] in
+// ops/cpu/conv_simd.h). Where OpenBLAS runs AVX-512 kernels (SkylakeX, Cooperlake,
+// SapphireRapids: NOTE [OpenBLAS core]) but the micro-kernel is the AVX2 one (a compiler without
+// the x86-64-v4 target, or the kernel turned off), sgemm does about twice its multiply-adds per
+// cycle, so there the f32 convolutions the plain blocked kernels would serve go through im2col
+// + GEMM; those under Winograd F(2, 7) (1.75x fewer multiply-adds) stay. Measured on an
+// Emerald Rapids Xeon, 3x3 stride 2 8x64x56x56->128, one thread, best of 5 alternating runs
+// (ms): forward 8.2-8.6 blocked with 48-wide blocks against 10.5-11.3 by GEMM (14.4 blocked
+// with the AVX2 kernel); weight gradient 8.8-9.5 against 9.8-10.9.
+// Whether the plain blocked kernels run: yes unless OpenBLAS's kernels are wider than the
+// micro-kernel's.
 bool blocked_kernels_preferred();
 // Forces the choice for tests: 1 blocked, 0 im2col + GEMM, -1 the machine's rule; returns the
 // previous setting. Not thread-safe: call it between convolutions.

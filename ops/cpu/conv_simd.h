@@ -94,15 +94,21 @@ inline void transpose_8x8(const v8f* v, v8f* d) {
 constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 
 // NOTE [AVX-512 micro-kernel]: the kernel below is written for 8-lane (AVX2) vectors, and the
-// blocks it fills are 8 NV = 8, 16 or 24 outputs wide. On a CPU with AVX-512 the same blocks go
-// to gemm_kernel_avx512: each row's first 16 outputs in one 16-lane accumulator and the other 8
-// (NV odd) in an 8-lane one that shares its broadcast A entry (the low half of the same
-// register), so a k step of 4 x 24 takes 8 multiply-add instructions instead of 12, with the
-// same packed layouts. Measured alone (one thread, K = 256, an Emerald Rapids Xeon): 110
-// GFLOP/s against 86 at NV = 3, 90 against 75 at NV = 2, the same at NV = 1. The function is
-// compiled for x86-64-v4 by its target attribute (never inlined into the AVX2 callers) and
-// chosen at run time; set_conv_avx512_kernel_enabled_for_testing(false) (ops/cpu/conv_blocked.h) forces
-// the AVX2 one.
+// blocks it fills are 8 NV = 8, 16 or 24 outputs wide (4 x 3 accumulators fill AVX2's 16
+// registers). On a CPU with AVX-512 the same packed layouts go to gemm_kernel_avx512: each
+// row's outputs in 16-lane accumulators, plus an 8-lane one for the last 8 when NV is odd
+// (sharing its broadcast A entry: the low half of the same register). With 32 registers it can
+// hold more, so there the Winograd and blocked convolutions use blocks of 48 outputs (NV = 6,
+// conv_simd::widest_nv()) and take the output blocks two at a time (gemm_rows ->
+// gemm_kernel_avx512_8): 8 rows x 3 vectors = 24 accumulators, and per k step 3 loads of B
+// and 8 broadcasts for 24 multiply-adds, where the AVX2 kernel does 3 and 4 for 12 half-width
+// ones. Measured alone (one thread, K = 128, 32 output blocks of one B, an Emerald Rapids Xeon,
+// best of 5): the AVX2 kernel at NV = 3 68 GFLOP/s, the
+// 4-row AVX-512 one 90 at NV = 3 and 121 at NV = 6, two blocks at a time 107 at NV = 3, 127
+// at NV = 4 and 135 at NV = 6. The functions are compiled for x86-64-v4 by their target
+// attribute (never inlined into the AVX2 callers) and chosen at run time;
+// set_conv_avx512_kernel_enabled_for_testing(false) (ops/cpu/conv_blocked.h) forces the AVX2
+// kernel and its block widths.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define TRIDENT_AVX512_MICRO_KERNEL 1
 #endif
@@ -145,6 +151,46 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512(cons
     if (NY) store8(mp + r * NR + 16 * NZ, accy[r]);
   }
 }
+
+// The same for 8 rows: A panels up0 (rows 0-3) and up1 (rows 4-7) against one B, rows 0-3 to
+// mp0 and 4-7 to mp1 (each 4 rows 8 NV apart): every B vector loaded serves 8 rows, so at
+// NV = 6 a k step is 3 loads and 8 broadcasts for 24 multiply-adds with 24 accumulators.
+template <int NV, bool Accumulate>
+__attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512_8(const float* __restrict up0, const float* __restrict up1,
+                                                                              const float* __restrict vp, int64_t K,
+                                                                              float* __restrict mp0, float* __restrict mp1) {
+  constexpr int NR = 8 * NV, NZ = NV / 2, NY = NV % 2, R = 2 * kMR;
+  static_assert(R * (NZ + NY) <= 28, "the accumulators, B and the broadcast must fit in 32 registers");
+  v16f accz[R][NZ > 0 ? NZ : 1];
+  v8f accy[R];
+  for (int r = 0; r < R; ++r) {
+    const float* m = (r < kMR ? mp0 : mp1) + (r % kMR) * NR;
+    for (int z = 0; z < NZ; ++z) {
+      if (Accumulate) {
+        std::memcpy(&accz[r][z], m + 16 * z, sizeof(v16f));
+      } else {
+        accz[r][z] = v16f{};
+      }
+    }
+    accy[r] = NY && Accumulate ? load8(m + 16 * NZ) : v8f{};
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    v16f b[NZ > 0 ? NZ : 1];
+    for (int z = 0; z < NZ; ++z) std::memcpy(&b[z], vp + k * NR + 16 * z, sizeof(v16f));
+    const v8f y = NY ? load8(vp + k * NR + 16 * NZ) : v8f{};
+    for (int r = 0; r < R; ++r) {
+      const float s = r < kMR ? up0[k * kMR + r] : up1[k * kMR + r - kMR];
+      const v16f a = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+      for (int z = 0; z < NZ; ++z) accz[r][z] += a * b[z];
+      if (NY) accy[r] += __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) * y;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* m = (r < kMR ? mp0 : mp1) + (r % kMR) * NR;
+    for (int z = 0; z < NZ; ++z) std::memcpy(m + 16 * z, &accz[r][z], sizeof(v16f));
+    if (NY) store8(m + 16 * NZ, accy[r]);
+  }
+}
 #endif
 
 // mp[r][0, 8 NV) = sum over k < K of up[k kMR + r] * vp[k (8 NV) + 0 .. 8 NV), r < kMR: a
@@ -171,6 +217,28 @@ inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, 
   }
   for (int r = 0; r < kMR; ++r)
     for (int v = 0; v < NV; ++v) store8(mp + r * NR + 8 * v, acc[r][v]);
+}
+
+// Blocks ob0 <= ob < ob1 of 4 rows against the same B (vp, K rows of 8 NV): A panel up(ob),
+// result block mp(ob). With the AVX-512 kernel, two blocks at a time (gemm_kernel_avx512_8).
+template <int NV, bool Accumulate, typename Up, typename Mp>
+inline void gemm_rows(int64_t ob0, int64_t ob1, const float* vp, int64_t K, const Up& up, const Mp& mp) {
+  int64_t ob = ob0;
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  if (NV >= 2 && g_avx512_kernel)
+    for (; ob + 1 < ob1; ob += 2) gemm_kernel_avx512_8<NV, Accumulate>(up(ob), up(ob + 1), vp, K, mp(ob), mp(ob + 1));
+#endif
+  for (; ob < ob1; ++ob) gemm_kernel<NV, Accumulate>(up(ob), vp, K, mp(ob));
+}
+
+// The widest blocks the micro-kernel in use runs at full speed: 8 NV outputs with NV = 6 for
+// the AVX-512 kernel (three 16-lane vectors per row), 3 for the AVX2 one (whose 16 registers
+// hold 4 x 3 accumulators).
+inline int widest_nv() {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  if (g_avx512_kernel) return 6;
+#endif
+  return 3;
 }
 
 }  // namespace trident::cpu::conv_simd

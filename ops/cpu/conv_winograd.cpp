@@ -73,7 +73,7 @@ using namespace conv_simd;
 
 constexpr int kXi = 36;        // frequencies of a 6x6 tile
 constexpr int64_t kOC = 16;    // output channels whose M is computed before their output transform
-constexpr int kMaxNV = 3;      // tiles per block: 8 NV, NV <= 3
+constexpr int kMaxNV = 6;      // tiles per block: 8 NV, NV <= 6 (plan_blocks)
 constexpr int64_t kTransformBytes = int64_t{4} << 20;  // the weight gradient's V and Z per pass
 
 // ---- the three transforms, on 8 lanes at once --------------------------------------------
@@ -309,8 +309,9 @@ inline void block_outputs(const Chunk& ch, Scratch& s, int64_t gi, int64_t ob0, 
   for (int64_t oc0 = ob0; oc0 < ob1; oc0 += kOC / kMR) {
     const int64_t oc1 = std::min(ob1, oc0 + kOC / kMR);
     for (int xi = 0; xi < kXi; ++xi)
-      for (int64_t ob = oc0; ob < oc1; ++ob)
-        gemm_kernel<NV>(ch.U + p.u_panel(gi, xi, ob), s.V + xi * s.v_stride, p.Cg, s.M + xi * s.m_stride + (ob - oc0) * kMR * NR);
+      gemm_rows<NV, false>(
+          oc0, oc1, s.V + xi * s.v_stride, p.Cg, [&](int64_t ob) { return ch.U + p.u_panel(gi, xi, ob); },
+          [&](int64_t ob) { return s.M + xi * s.m_stride + (ob - oc0) * kMR * NR; });
     const int64_t o_end = std::min(p.Og, oc1 * kMR);
     for (int64_t o = oc0 * kMR; o < o_end; ++o) {
       const int64_t ol = o - oc0 * kMR, oc = gi * p.Og + o;
@@ -394,22 +395,28 @@ TRIDENT_CPU_CLONES void winograd_items(const Chunk& ch, Scratch& s, int64_t i0, 
   switch (ch.nv) {
     case 1: return chunk_items<1>(ch, s, i0, i1);
     case 2: return chunk_items<2>(ch, s, i0, i1);
+    case 4: return chunk_items<4>(ch, s, i0, i1);
+    case 6: return chunk_items<6>(ch, s, i0, i1);
     default: return chunk_items<3>(ch, s, i0, i1);
   }
 }
 
-// Blocks of 8 nv tiles, nv in {3, 2, 1}: the one whose busiest thread has the fewest tiles to
-// go through, counting narrower kernels as slightly slower per tile (they reload the U panel
-// more often per multiply-add).
+// Blocks of 8 nv tiles: the nv whose busiest thread has the fewest tiles to go through,
+// counting narrower kernels as slower per tile (they reload the U panel more often per
+// multiply-add). nv in {3, 2, 1} for the AVX2 micro-kernel; {6, 4, 2} for the AVX-512 one
+// (whole 16-lane vectors; NOTE [AVX-512 micro-kernel]).
 void plan_blocks(Chunk& ch, int threads) {
-  const double cost_per_tile[4] = {0, 1.25, 1.05, 1.0};
+  const bool wide = widest_nv() == 6;
+  const int candidates[2][3] = {{3, 2, 1}, {6, 4, 2}};
+  const double costs[2][3] = {{1.0, 1.05, 1.25}, {1.0, 1.02, 1.1}};
   double best = 0;
-  for (int nv = 3; nv >= 1; --nv) {
+  for (int c = 0; c < 3; ++c) {
+    const int nv = candidates[wide][c];
     const int64_t blocks = (ch.T + 8 * nv - 1) / (8 * nv);
     const int64_t units = blocks * ch.p->groups;
     const double rounds = static_cast<double>((units + threads - 1) / threads);
-    const double cost = rounds * 8.0 * nv * cost_per_tile[nv];
-    if (nv == 3 || cost < best) {
+    const double cost = rounds * 8.0 * nv * costs[wide][c];
+    if (c == 0 || cost < best) {
       best = cost;
       ch.nv = nv;
       ch.blocks = blocks;

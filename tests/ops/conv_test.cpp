@@ -577,8 +577,9 @@ TEST(Conv2d, StridedInputGradientsSumByPhaseMatchNestedLoops) {
 
 TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
   // NOTE [AVX-512 micro-kernel]: the register-blocked kernel of the Winograd and blocked
-  // convolutions, 4 x 8 NV blocks for NV = 1, 2, 3, overwriting and accumulating, against f64
-  // sums of the same products: the AVX2 kernel always, the AVX-512 one where the CPU has it.
+  // convolutions, 4 x 8 NV blocks for NV = 1, 2, 3 and runs of blocks for NV = 2, 3, 4, 6
+  // (8-row blocks with the AVX-512 kernel), overwriting and accumulating, against f64 sums of
+  // the same products: the AVX2 kernel always, the AVX-512 one where the CPU has it.
   const bool available = cpu::conv_avx512_kernel_available();
   const bool was = cpu::set_conv_avx512_kernel_enabled_for_testing(false);
   Generator gen(8800);
@@ -611,6 +612,42 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
       check(std::integral_constant<int, 3>{}, std::false_type{});
       check(std::integral_constant<int, 2>{}, std::true_type{});
       check(std::integral_constant<int, 3>{}, std::true_type{});
+      // Three blocks of 4 rows through gemm_rows (two at a time with the AVX-512 kernel, then
+      // the third alone), each with its own A panel and result block, at the block widths the
+      // Winograd and blocked kernels use (6: the AVX-512 kernel's 48).
+      const auto check_rows = [&](auto nv, auto accumulate) {
+        constexpr int NV = decltype(nv)::value, NR = 8 * NV, MR = cpu::conv_simd::kMR;
+        constexpr bool Acc = decltype(accumulate)::value;
+        SCOPED_TRACE(detail::str(avx512 ? "AVX-512" : "AVX2", " kernel, 3 x 4 rows, NV ", NV, ", K ", K, Acc ? ", accumulating" : ""));
+        const std::vector<float> up = randn({3 * K * MR}, kF32, &gen).to_vector<float>();
+        const std::vector<float> vp = randn({K * NR}, kF32, &gen).to_vector<float>();
+        const std::vector<float> m0 = randn({3 * 2 * MR * NR}, kF32, &gen).to_vector<float>();  // blocks 2 MR NR apart
+        std::vector<float> mp = m0;
+        cpu::conv_simd::gemm_rows<NV, Acc>(
+            0, 3, vp.data(), K, [&](int64_t ob) { return up.data() + ob * K * MR; },
+            [&](int64_t ob) { return mp.data() + ob * 2 * MR * NR; });
+        for (int64_t ob = 0; ob < 3; ++ob)
+          for (int r = 0; r < MR; ++r)
+            for (int j = 0; j < NR; ++j) {
+              const size_t at = static_cast<size_t>((ob * 2 * MR + r) * NR + j);
+              double sum = Acc ? m0[at] : 0.0, mag = std::fabs(sum);
+              for (int64_t k = 0; k < K; ++k) {
+                const double t = static_cast<double>(up[static_cast<size_t>((ob * K + k) * MR + r)]) * vp[static_cast<size_t>(k * NR + j)];
+                sum += t;
+                mag += std::fabs(t);
+              }
+              ASSERT_NEAR(mp[at], sum, (static_cast<double>(K) + 2) * 0x1p-24 * mag) << "block " << ob << " row " << r << " column " << j;
+            }
+        // The rows between the blocks are not written.
+        for (int64_t ob = 0; ob < 3; ++ob)
+          for (int64_t e = MR * NR; e < 2 * MR * NR; ++e)
+            ASSERT_EQ(mp[static_cast<size_t>(ob * 2 * MR * NR + e)], m0[static_cast<size_t>(ob * 2 * MR * NR + e)]);
+      };
+      check_rows(std::integral_constant<int, 2>{}, std::false_type{});
+      check_rows(std::integral_constant<int, 3>{}, std::true_type{});
+      check_rows(std::integral_constant<int, 4>{}, std::false_type{});
+      check_rows(std::integral_constant<int, 6>{}, std::false_type{});
+      check_rows(std::integral_constant<int, 6>{}, std::true_type{});
     }
   }
   cpu::set_conv_avx512_kernel_enabled_for_testing(was);
