@@ -778,21 +778,56 @@ inline void winograd7_wgrad_items_nv(const Problem& p, const Wino7& w7, const fl
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t run = item % runs, gi = (item / runs) % p.groups, i = item / (runs * p.groups);
     const int64_t b0 = run * kWgradBlocks, nblk = std::min(kWgradBlocks, w7.blocks - b0), L = nblk * NR, j0 = b0 * NR;
-    // Zp: the pairs' two gradient rows, then A applied lane by lane (zero where no output).
+    // Zp: the pairs' two gradient rows, then A applied (zero where no output). gy is in the
+    // problem's layout (run_winograd7_wgrad transposes it first for a transposed problem), so
+    // the lanes of a run are consecutive floats: for whole groups of 4 output channels, 8 lanes
+    // at a time as vectors, the 8 frequencies of each turned into [lane][4] by 4 x 8 transposes
+    // (one scalar load per output and 8 scattered stores took as long as the products).
     std::fill_n(Zp, kW7Xi * z_xi, 0.0f);
     const float* gimg = gy + ((n0 + i) * p.Cout + gi * p.Og) * out_plane;
-    for (int64_t l = 0; l < L && j0 + l < w7.flat; ++l) {
-      const int64_t j = j0 + l, th = j / q.Wq, ow = j % q.Wq;
-      if (ow >= p.OW) continue;
-      const int64_t oh = 2 * th;
-      const bool second = oh + 1 < p.OH;
-      const int64_t at0 = p.transposed ? ow * p.OH + oh : oh * p.OW + ow;
-      const int64_t at1 = p.transposed ? at0 + 1 : at0 + p.OW;
-      for (int64_t o = 0; o < p.Og; ++o) {
-        const float g0 = gimg[o * out_plane + at0], g1 = second ? gimg[o * out_plane + at1] : 0.0f;
-        const float z[kW7Xi] = {g0, g0 + g1, g0 - g1, g0 + 2.0f * g1, g0 - 2.0f * g1, g0 + 0.5f * g1, g0 - 0.5f * g1, g1};
-        float* dst = Zp + ((o / kMR) * kLanes + l) * kMR + o % kMR;
-        for (int xi = 0; xi < kW7Xi; ++xi) dst[xi * z_xi] = z[xi];
+    const int64_t o4 = p.Og / kMR * kMR;
+    for (int64_t bk = 0; bk < nblk; ++bk) {
+      Runs rn;  // rows: pairs of output rows
+      rn.find(w7.flat, q.Wq, p.OW, j0 + bk * NR, NR);
+      for (int k = 0; k < rn.count; ++k) {
+        const int64_t oh = 2 * rn.row[k], lane0 = bk * NR + rn.lane[k], len = rn.len[k];
+        const bool second = oh + 1 < p.OH;
+        const float* src = gimg + oh * p.OW + rn.col[k];
+        const auto one = [&](int64_t o, int64_t e) {  // output o, lane lane0 + e
+          const float g0 = src[o * out_plane + e], g1 = second ? src[o * out_plane + p.OW + e] : 0.0f;
+          const float z[kW7Xi] = {g0, g0 + g1, g0 - g1, g0 + 2.0f * g1, g0 - 2.0f * g1, g0 + 0.5f * g1, g0 - 0.5f * g1, g1};
+          float* dst = Zp + ((o / kMR) * kLanes + lane0 + e) * kMR + o % kMR;
+          for (int xi = 0; xi < kW7Xi; ++xi) dst[xi * z_xi] = z[xi];
+        };
+        for (int64_t o = 0; o < o4; o += kMR) {
+          float* dst = Zp + ((o / kMR) * kLanes + lane0) * kMR;
+          int64_t e = 0;
+          for (; e + 8 <= len; e += 8) {
+            v8f z[kW7Xi][kMR];
+            for (int r = 0; r < kMR; ++r) {
+              const float* s0 = src + (o + r) * out_plane + e;
+              const v8f g0 = load8(s0), g1 = second ? load8(s0 + p.OW) : splat(0.0f);
+              const v8f h = g1 * 0.5f, d = g1 * 2.0f;
+              z[0][r] = g0;
+              z[1][r] = g0 + g1;
+              z[2][r] = g0 - g1;
+              z[3][r] = g0 + d;
+              z[4][r] = g0 - d;
+              z[5][r] = g0 + h;
+              z[6][r] = g0 - h;
+              z[7][r] = g1;
+            }
+            for (int xi = 0; xi < kW7Xi; ++xi) {
+              v8f t[kMR];
+              columns_of_4x8(z[xi], t);
+              for (int c = 0; c < kMR; ++c) store8(dst + xi * z_xi + e * kMR + 8 * c, t[c]);
+            }
+          }
+          for (; e < len; ++e)
+            for (int r = 0; r < kMR; ++r) one(o + r, e);
+        }
+        for (int64_t o = o4; o < p.Og; ++o)
+          for (int64_t e = 0; e < len; ++e) one(o, e);
       }
     }
     const float* base = phases + (i * p.Cin + gi * p.Cg) * q.Lc + j0;
@@ -837,6 +872,18 @@ TRIDENT_CPU_CLONES void winograd7_wgrad_items(const Problem& p, const Wino7& w7,
 
 void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
   const Wino7 w7(p);
+  // A transposed problem's gy comes in the output's layout: transposed once into the
+  // problem's, where winograd7_wgrad_items reads the lanes of a row as consecutive floats.
+  Tensor staged;
+  if (p.transposed) {
+    const int64_t out_plane = p.OH * p.OW;
+    staged = empty({p.N * p.Cout * out_plane});
+    float* dst = staged.data<float>();
+    parallel_for(0, p.N * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
+      transpose_planes(gy + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OW, p.OH);
+    });
+    gy = dst;
+  }
   const int64_t kLanes = kWgradBlocks * p.nr;
   const int64_t CB = (p.Cg + p.nr - 1) / p.nr, du_size = p.groups * kW7Xi * p.OB * CB * kMR * p.nr;
   const int64_t runs = (w7.blocks + kWgradBlocks - 1) / kWgradBlocks;

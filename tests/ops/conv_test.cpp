@@ -727,9 +727,9 @@ TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
   // and output channels per group, forward, input gradient and weight gradient. The cases cover
   // "same" and no padding, unequal padding (the input gradient's is 6 - p), an odd output length (the last
   // pair's second row dropped), the shortest output (2), padding across the kernel (a 7x1 with
-  // column padding), groups, output channels not a multiple of 4, more than 256 input channels
-  // (two channel slices), many blocks per image, batch 1; with 1 and 3 threads (3 splits the
-  // output channels of the small cases).
+  // column padding), groups, output channels not a multiple of 4 (also in a 1x7 with an odd
+  // transposed output length), more than 256 input channels (two channel slices), many blocks
+  // per image, batch 1; with 1 and 3 threads (3 splits the output channels of the small cases).
   const std::vector<ConvCase> cases = {
       {{2, 16, 13, 11}, {20, 16, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, true},
       {{2, 16, 11, 13}, {20, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
@@ -740,6 +740,7 @@ TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
       {{2, 8, 10, 6}, {8, 8, 7, 1}, {{1, 1}, {3, 1}, {1, 1}, 1}, true},
       {{1, 8, 8, 5}, {9, 8, 7, 1}, {{1, 1}, {0, 0}, {1, 1}, 1}, true},
       {{2, 8, 28, 28}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+      {{2, 8, 9, 11}, {13, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
   };
   on_one_and_three_threads(cases, 6500, [](const ConvCase& c, uint64_t seed) {
     ASSERT_TRUE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p)));
