@@ -89,6 +89,10 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
       const int64_t r = kh * g.dh, c = kw * g.dw;
       tap_off[static_cast<size_t>(kh * g.kW + kw)] = ((r % g.sh) * g.sw + c % g.sw) * plane + (r / g.sh) * Wq + c / g.sw;
     }
+  // Tap t's input element relative to its window's corner (hstart, wstart): no division per
+  // output (an integer division per element took most of the pass).
+  std::vector<int64_t> tap_in(static_cast<size_t>(khw));
+  for (int64_t t = 0; t < khw; ++t) tap_in[static_cast<size_t>(t)] = (t / g.kW) * g.dh * g.W + (t % g.kW) * g.dw;
   std::vector<int64_t> iw0(static_cast<size_t>(g.OW));
   for (int64_t ow = 0; ow < g.OW; ++ow) iw0[static_cast<size_t>(ow)] = first_valid(ow * g.sw - g.pw, g.kW, g.dw, g.W);
   const T lowest = -std::numeric_limits<T>::infinity();
@@ -130,7 +134,7 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
           const int64_t j = oh * Wq + ow, t = tp[j];
           yrow[ow] = m[j];
           if (t >= 0) {
-            irow[ow] = (hstart + (t / g.kW) * g.dh) * g.W + ow * g.sw - g.pw + (t % g.kW) * g.dw;
+            irow[ow] = hstart * g.W + ow * g.sw - g.pw + tap_in[static_cast<size_t>(t)];
           } else {
             const int64_t iw = iw0[static_cast<size_t>(ow)];
             irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * g.W + iw : -1;
