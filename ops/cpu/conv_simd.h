@@ -103,9 +103,10 @@ constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 // gemm_kernel_avx512_8): 8 rows x 3 vectors = 24 accumulators, and per k step 3 loads of B
 // and 8 broadcasts for 24 multiply-adds, where the AVX2 kernel does 3 and 4 for 12 half-width
 // ones. Measured alone (one thread, K = 128, 32 output blocks of one B, an Emerald Rapids Xeon,
-// best of 5): the AVX2 kernel at NV = 3 68 GFLOP/s, the
-// 4-row AVX-512 one 90 at NV = 3 and 121 at NV = 6, two blocks at a time 107 at NV = 3, 127
-// at NV = 4 and 135 at NV = 6. The functions are compiled for x86-64-v4 by their target
+// best of 5, three runs agreeing within 5%): the AVX2 kernel at NV = 3 87 GFLOP/s; the 4-row
+// AVX-512 one 97 / 110 / 143 / 165 at NV = 2 / 3 / 4 / 6; two blocks at a time 154 / 130 / 170
+// / 171 (the 8-row form matters most when other work competes for L1: 135 against 121 at NV =
+// 6 in an earlier, busier run). The functions are compiled for x86-64-v4 by their target
 // attribute (never inlined into the AVX2 callers) and chosen at run time;
 // set_conv_avx512_kernel_enabled_for_testing(false) (ops/cpu/conv_blocked.h) forces the AVX2
 // kernel and its block widths.
