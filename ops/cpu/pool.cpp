@@ -175,11 +175,28 @@ std::vector<math::AvgWindow> avg_column_windows(const Pool2dGeometry& g) {
   return w;
 }
 
+// The divisor of every output of a row is (its row window's count) x (its column's count), the
+// factors of avg_divisor: the columns' once per call, so that the divisions of a row run as one
+// vector loop (a branchy divisor per output took as long as the window sums). An empty window
+// (factor 0) divides by 1 instead: its sum is 0 in the forward pass, and in the backward pass no
+// input element reads its value.
+template <typename T>
+std::vector<T> avg_column_counts(const std::vector<math::AvgWindow>& cols, bool count_include_pad) {
+  std::vector<T> c;
+  for (const math::AvgWindow& w : cols) c.push_back(static_cast<T>(avg_divisor({0, 1, 1}, w, count_include_pad)));
+  return c;
+}
+template <typename T>
+T avg_row_count(const math::AvgWindow& h, bool count_include_pad) {
+  return static_cast<T>(avg_divisor(h, {0, 1, 1}, count_include_pad));
+}
+
 // Window sums accumulate in T: at most kH kW terms.
 template <typename T>
 void avg_pool_forward_typed(const T* x, T* y, int64_t planes, const Pool2dGeometry& g) {
   const ColumnTaps taps(g, 1);
-  const std::vector<math::AvgWindow> cols = avg_column_windows(g);
+  const std::vector<T> cols = avg_column_counts<T>(avg_column_windows(g), g.count_include_pad);
+  const T* cw = cols.data();
   const int64_t HW = g.H * g.W, P = g.OH * g.OW;
   parallel_for(0, planes, plane_grain(P * g.kH * g.kW), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
@@ -199,10 +216,8 @@ void avg_pool_forward_typed(const T* x, T* y, int64_t planes, const Pool2dGeomet
             }
           }
         }
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t d = avg_divisor(hw, cols[static_cast<size_t>(ow)], g.count_include_pad);
-          yrow[ow] = d > 0 ? yrow[ow] / static_cast<T>(d) : T(0);
-        }
+        const T rows = avg_row_count<T>(hw, g.count_include_pad);
+        for (int64_t ow = 0; ow < g.OW; ++ow) yrow[ow] /= std::max(rows * cw[ow], T(1));
       }
     }
   });
@@ -211,7 +226,8 @@ void avg_pool_forward_typed(const T* x, T* y, int64_t planes, const Pool2dGeomet
 template <typename T>
 void avg_pool_backward_typed(const T* gy, T* gx, int64_t planes, const Pool2dGeometry& g) {
   const ColumnTaps taps(g, 1);
-  const std::vector<math::AvgWindow> cols = avg_column_windows(g);
+  const std::vector<T> cols = avg_column_counts<T>(avg_column_windows(g), g.count_include_pad);
+  const T* cw = cols.data();
   const int64_t HW = g.H * g.W, P = g.OH * g.OW;
   parallel_for(0, planes, plane_grain(P * g.kH * g.kW), [&](int64_t p0, int64_t p1) {
     std::vector<T> scaled(static_cast<size_t>(g.OW));
@@ -221,10 +237,9 @@ void avg_pool_backward_typed(const T* gy, T* gx, int64_t planes, const Pool2dGeo
       for (int64_t oh = 0; oh < g.OH; ++oh) {
         const T* gyrow = gy + p * P + oh * g.OW;
         const math::AvgWindow hw = math::avg_pool_window(oh, g.H, g.kH, g.ph, g.sh);
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t d = avg_divisor(hw, cols[static_cast<size_t>(ow)], g.count_include_pad);
-          scaled[static_cast<size_t>(ow)] = d > 0 ? gyrow[ow] / static_cast<T>(d) : T(0);
-        }
+        const T rows = avg_row_count<T>(hw, g.count_include_pad);
+        T* sc = scaled.data();
+        for (int64_t ow = 0; ow < g.OW; ++ow) sc[ow] = gyrow[ow] / std::max(rows * cw[ow], T(1));
         const T* s = scaled.data();
         for (int64_t ih = hw.start; ih < hw.end; ++ih) {
           T* gxrow = gxp + ih * g.W;
