@@ -946,7 +946,8 @@ bool set_conv_winograd7_enabled_for_testing(bool enabled) { return std::exchange
 
 bool blocked_kernels_preferred() {
   if (g_blocked_preference >= 0) return g_blocked_preference == 1;
-  return widest_nv() == 6 || !blas_core_has_avx512();
+  static const bool blas_avx512 = blas_core_has_avx512();
+  return widest_nv() == 6 || !blas_avx512;
 }
 
 #ifdef TRIDENT_AVX512_MICRO_KERNEL

@@ -100,7 +100,7 @@ constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 // (sharing its broadcast A entry: the low half of the same register). With 32 registers it can
 // hold more, so there the Winograd and blocked convolutions use blocks of 48 outputs (NV = 6,
 // conv_simd::widest_nv()) and take the output blocks two at a time (gemm_rows ->
-// gemm_kernel_avx512_8): 8 rows x 3 vectors = 24 accumulators, and per k step 3 loads of B
+// gemm_kernel_avx512 with Blocks = 2): 8 rows x 3 vectors = 24 accumulators, and per k step 3 loads of B
 // and 8 broadcasts for 24 multiply-adds, where the AVX2 kernel does 3 and 4 for 12 half-width
 // ones. Measured alone (one thread, K = 128, 32 output blocks of one B, an Emerald Rapids Xeon,
 // best of 5, three runs agreeing within 5%): the AVX2 kernel at NV = 3 87 GFLOP/s; the 4-row
@@ -119,48 +119,16 @@ using v16f = float __attribute__((vector_size(64)));
 
 inline bool g_avx512_kernel = cpu_has_avx512();
 
-template <int NV, bool Accumulate>
-__attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512(const float* __restrict up, const float* __restrict vp,
-                                                                            int64_t K, float* __restrict mp) {
-  constexpr int NR = 8 * NV, NZ = NV / 2, NY = NV % 2;
-  v16f accz[kMR][NZ > 0 ? NZ : 1];
-  v8f accy[kMR];
-  for (int r = 0; r < kMR; ++r) {
-    for (int z = 0; z < NZ; ++z) {
-      if (Accumulate) {
-        std::memcpy(&accz[r][z], mp + r * NR + 16 * z, sizeof(v16f));
-      } else {
-        accz[r][z] = v16f{};
-      }
-    }
-    accy[r] = NY && Accumulate ? load8(mp + r * NR + 16 * NZ) : v8f{};
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    v16f b[NZ > 0 ? NZ : 1];
-    for (int z = 0; z < NZ; ++z) std::memcpy(&b[z], vp + k * NR + 16 * z, sizeof(v16f));
-    const v8f y = NY ? load8(vp + k * NR + 16 * NZ) : v8f{};
-    for (int r = 0; r < kMR; ++r) {
-      // Written out lane by lane so that it is one broadcast load (v16f{} + s would add 0.0f).
-      const float s = up[k * kMR + r];
-      const v16f a = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
-      for (int z = 0; z < NZ; ++z) accz[r][z] += a * b[z];
-      if (NY) accy[r] += __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) * y;
-    }
-  }
-  for (int r = 0; r < kMR; ++r) {
-    for (int z = 0; z < NZ; ++z) std::memcpy(mp + r * NR + 16 * z, &accz[r][z], sizeof(v16f));
-    if (NY) store8(mp + r * NR + 16 * NZ, accy[r]);
-  }
-}
-
-// The same for 8 rows: A panels up0 (rows 0-3) and up1 (rows 4-7) against one B, rows 0-3 to
-// mp0 and 4-7 to mp1 (each 4 rows 8 NV apart): every B vector loaded serves 8 rows, so at
-// NV = 6 a k step is 3 loads and 8 broadcasts for 24 multiply-adds with 24 accumulators.
-template <int NV, bool Accumulate>
-__attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512_8(const float* __restrict up0, const float* __restrict up1,
-                                                                              const float* __restrict vp, int64_t K,
-                                                                              float* __restrict mp0, float* __restrict mp1) {
-  constexpr int NR = 8 * NV, NZ = NV / 2, NY = NV % 2, R = 2 * kMR;
+// Blocks (1 or 2) blocks of 4 rows against the same B: A panels up0 (rows 0-3) and up1 (rows
+// 4-7, Blocks = 2 only), rows 0-3 to mp0 and 4-7 to mp1 (each 4 rows 8 NV apart). With two,
+// every B vector loaded serves 8 rows: at NV = 6 a k step is 3 loads and 8 broadcasts for 24
+// multiply-adds with 24 accumulators.
+template <int NV, bool Accumulate, int Blocks = 1>
+__attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512(const float* __restrict up0, const float* __restrict up1,
+                                                                            const float* __restrict vp, int64_t K,
+                                                                            float* __restrict mp0, float* __restrict mp1) {
+  constexpr int NR = 8 * NV, NZ = NV / 2, NY = NV % 2, R = Blocks * kMR;
+  static_assert(Blocks == 1 || Blocks == 2, "one or two blocks of 4 rows");
   static_assert(R * (NZ + NY) <= 28, "the accumulators, B and the broadcast must fit in 32 registers");
   v16f accz[R][NZ > 0 ? NZ : 1];
   v8f accy[R];
@@ -180,6 +148,7 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512_8(co
     for (int z = 0; z < NZ; ++z) std::memcpy(&b[z], vp + k * NR + 16 * z, sizeof(v16f));
     const v8f y = NY ? load8(vp + k * NR + 16 * NZ) : v8f{};
     for (int r = 0; r < R; ++r) {
+      // Written out lane by lane so that it is one broadcast load (v16f{} + s would add 0.0f).
       const float s = r < kMR ? up0[k * kMR + r] : up1[k * kMR + r - kMR];
       const v16f a = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
       for (int z = 0; z < NZ; ++z) accz[r][z] += a * b[z];
@@ -202,7 +171,7 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512_8(co
 template <int NV, bool Accumulate = false>
 inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, int64_t K, float* __restrict mp) {
 #ifdef TRIDENT_AVX512_MICRO_KERNEL
-  if (NV >= 2 && g_avx512_kernel) return gemm_kernel_avx512<NV, Accumulate>(up, vp, K, mp);
+  if (NV >= 2 && g_avx512_kernel) return gemm_kernel_avx512<NV, Accumulate>(up, nullptr, vp, K, mp, nullptr);
 #endif
   constexpr int NR = 8 * NV;
   v8f acc[kMR][NV];
@@ -221,13 +190,13 @@ inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, 
 }
 
 // Blocks ob0 <= ob < ob1 of 4 rows against the same B (vp, K rows of 8 NV): A panel up(ob),
-// result block mp(ob). With the AVX-512 kernel, two blocks at a time (gemm_kernel_avx512_8).
+// result block mp(ob). With the AVX-512 kernel, two blocks at a time (gemm_kernel_avx512<.., 2>).
 template <int NV, bool Accumulate, typename Up, typename Mp>
 inline void gemm_rows(int64_t ob0, int64_t ob1, const float* vp, int64_t K, const Up& up, const Mp& mp) {
   int64_t ob = ob0;
 #ifdef TRIDENT_AVX512_MICRO_KERNEL
   if (NV >= 2 && g_avx512_kernel)
-    for (; ob + 1 < ob1; ob += 2) gemm_kernel_avx512_8<NV, Accumulate>(up(ob), up(ob + 1), vp, K, mp(ob), mp(ob + 1));
+    for (; ob + 1 < ob1; ob += 2) gemm_kernel_avx512<NV, Accumulate, 2>(up(ob), up(ob + 1), vp, K, mp(ob), mp(ob + 1));
 #endif
   for (; ob < ob1; ++ob) gemm_kernel<NV, Accumulate>(up(ob), vp, K, mp(ob));
 }

@@ -22,16 +22,17 @@
 //    ops/cpu/conv_simd.h (8 pairs at a time, 8 lanes).
 // 2. The input chunk is copied into zero-padded planes of (4 TH + 2) x (4 TW + 4) (TH x TW
 //    tiles cover the output), so no tile needs a bounds check.
-// 3. Threads take work items: a block of 8, 16 or 24 tiles (tiles numbered across the images
-//    of the chunk, so small maps still fill the blocks) and a range of output channels. Per
-//    block the thread transforms the input: for each channel, 8 tiles at a time, it loads each
-//    tile's 6 rows as 8-float vectors and transposes them so the lanes are the 8 tiles, then
-//    applies B^T from both sides in registers; V is [xi][channel][tile]. Then, 16 output
-//    channels at a time, the 4 x (8, 16 or 24) register-blocked micro-kernel computes M for
-//    all 36 frequencies into a small buffer that stays in cache, and the output transform
-//    (A^T from both sides, bias, a transpose back to 4-float tile rows) writes the outputs.
-//    With few blocks (small batch, small map) the output channels are split into ranges so
-//    every thread has work; each range's thread redoes the block's input transform.
+// 3. Threads take work items: a block of 8, 16 or 24 tiles (16, 32 or 48 with the AVX-512
+//    micro-kernel; tiles numbered across the images of the chunk, so small maps still fill the
+//    blocks) and a range of output channels. Per block the thread transforms the input: for each
+//    channel, 8 tiles at a time, it loads each tile's 6 rows as 8-float vectors and transposes
+//    them so the lanes are the 8 tiles, then applies B^T from both sides in registers; V is
+//    [xi][channel][tile]. Then, 16 output channels at a time, the register-blocked micro-kernel (4
+//    rows x the block, 8 rows on AVX-512) computes M for all 36 frequencies into a small buffer
+//    that stays in cache, and the output transform (A^T from both sides, bias, a transpose back to
+//    4-float tile rows) writes the outputs. With few blocks (small batch, small map) the output
+//    channels are split into ranges so every thread has work; each range's thread redoes the
+//    block's input transform.
 // Buffers whose 36 frequencies are written or read at once place them a cache line more than
 // a multiple of 4 KiB apart, so they do not all land in one L1 set.
 // The input gradient of a 3x3 stride-1 convolution with padding p is the same computation on
