@@ -137,6 +137,12 @@ inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) 
   if (sw == 2) {
     const v8i even = {0, 2, 4, 6, 8, 10, 12, 14};
     for (; 2 * k + 16 <= 2 * n - 1; k += 8) store8(dst + k, __builtin_shuffle(load8(src + 2 * k), load8(src + 2 * k + 8), even));
+    if (k < n && n > 8) {  // the last 8 outputs again, from one float earlier (the odd lanes)
+      const v8i odd = {1, 3, 5, 7, 9, 11, 13, 15};
+      k = n - 8;
+      store8(dst + k, __builtin_shuffle(load8(src + 2 * k - 1), load8(src + 2 * k + 7), odd));
+      return;
+    }
   }
   for (; k < n; ++k) dst[k] = src[k * sw];
 }
