@@ -342,6 +342,14 @@ TRIDENT_CPU_CLONES void transpose_planes(const float* src, float* dst, int64_t p
   }
 }
 
+// transpose_planes on the threads, whole planes each.
+void transpose_planes_parallel(const float* src, float* dst, int64_t planes, int64_t rows, int64_t cols) {
+  const int64_t size = rows * cols;
+  parallel_for(0, planes, std::max<int64_t>(1, 16384 / size), [&](int64_t q0, int64_t q1) {
+    transpose_planes(src + q0 * size, dst + q0 * size, q1 - q0, rows, cols);
+  });
+}
+
 // A 1 x k stride-1 kernel reads k - 1 (dilated) columns of padding per row, all computed and
 // dropped at pitch Wq (18% of a 1x7 on 28 columns); on the transposed planes it is a k x 1
 // kernel whose rows have no padding, so nothing is dropped. The copy in and the writes out
@@ -373,12 +381,7 @@ void forward_chunks(const Problem& p, const Problem& split, Items items) {
     split_phases(split, n0, nb, phases.data<float>());
     float* y = p.transposed ? staged.data<float>() : p.y + n0 * p.Cout * out_plane;
     items(n0, nb, phases.data<float>(), y);
-    if (p.transposed) {
-      float* dst = p.y + n0 * p.Cout * out_plane;
-      parallel_for(0, nb * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
-        transpose_planes(y + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OH, p.OW);
-      });
-    }
+    if (p.transposed) transpose_planes_parallel(y, p.y + n0 * p.Cout * out_plane, nb * p.Cout, p.OH, p.OW);
   }
 }
 
@@ -882,13 +885,9 @@ void run_winograd7_wgrad(const Problem& p, const float* gy, float* gw) {
   // problem's, where winograd7_wgrad_items reads the lanes of a row as consecutive floats.
   Tensor staged;
   if (p.transposed) {
-    const int64_t out_plane = p.OH * p.OW;
-    staged = empty({p.N * p.Cout * out_plane});
-    float* dst = staged.data<float>();
-    parallel_for(0, p.N * p.Cout, std::max<int64_t>(1, 16384 / out_plane), [&](int64_t q0, int64_t q1) {
-      transpose_planes(gy + q0 * out_plane, dst + q0 * out_plane, q1 - q0, p.OW, p.OH);
-    });
-    gy = dst;
+    staged = empty({p.N * p.Cout * p.OH * p.OW});
+    transpose_planes_parallel(gy, staged.data<float>(), p.N * p.Cout, p.OW, p.OH);
+    gy = staged.data<float>();
   }
   const int64_t kLanes = kWgradBlocks * p.nr;
   const int64_t CB = (p.Cg + p.nr - 1) / p.nr, du_size = p.groups * kW7Xi * p.OB * CB * kMR * p.nr;
