@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "ops/cpu/conv_blocked.h"
+#include "ops/cpu/conv_direct.h"
 #include "ops/cpu/conv_simd.h"
 #include "ops/cpu/conv_winograd.h"
 #include "test_util.h"
@@ -684,6 +685,35 @@ TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
   for (const ConvCase& c : cases) EXPECT_FALSE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
   on_one_and_three_threads(cases, 8600, check_against_reference);
   cpu::set_conv_blocked_preference_for_testing(was);
+}
+
+TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
+  // NOTE [Conv2d direct]: f32 forward passes with column stride 2 and a multiple of 16 output
+  // channels per group run with output channels in the vector lanes on AVX-512 CPUs. Cases: one
+  // block with edges on both sides; 31 columns in three blocks and 48 channels (a block of 32,
+  // then one of 16); groups with row stride 1 and a 5x5 kernel; dilation with unequal padding;
+  // 1x1 stride 2; 1x7 and 7x1 (row stride 3); 100 input channels in chunks over 60 columns (5
+  // blocks); padding past the kernel's reach (output rows and columns with no tap inside);
+  // without bias. Then the same cases with the direct kernel off (the blocked kernels).
+  if (!cpu::conv_avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
+  const std::vector<ConvCase> cases = {
+      {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 5, 9, 61}, {48, 5, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 4, 11, 40}, {32, 2, 5, 5}, {{1, 2}, {2, 2}, {1, 1}, 2}, true},
+      {{1, 6, 15, 33}, {16, 6, 3, 3}, {{2, 2}, {2, 3}, {2, 2}, 1}, true},
+      {{2, 24, 10, 10}, {32, 24, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, true},
+      {{1, 8, 17, 30}, {16, 8, 1, 7}, {{2, 2}, {0, 3}, {1, 1}, 1}, true},
+      {{1, 8, 30, 17}, {16, 8, 7, 1}, {{3, 2}, {3, 0}, {1, 1}, 1}, true},
+      {{1, 100, 7, 120}, {16, 100, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 4, 5, 6}, {16, 4, 3, 3}, {{2, 2}, {3, 3}, {1, 1}, 1}, true},
+      {{2, 16, 14, 28}, {64, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
+  };
+  for (const ConvCase& c : cases) EXPECT_TRUE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  on_one_and_three_threads(cases, 9100, check_against_reference);
+  const bool was = cpu::set_conv_direct_enabled_for_testing(false);
+  for (const ConvCase& c : cases) EXPECT_FALSE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  on_one_and_three_threads(cases, 9200, check_against_reference);
+  cpu::set_conv_direct_enabled_for_testing(was);
 }
 
 namespace {

@@ -1,0 +1,20 @@
+// Direct convolution with output channels in the vector lanes, for f32 strided convolutions on
+// AVX-512 CPUs (internal to ops/cpu/conv.cpp, which chooses it; NOTE [Conv2d direct] in
+// ops/cpu/conv_direct.cpp). Buffers are contiguous.
+#pragma once
+
+#include "ops/cpu/conv.h"
+
+namespace trident::cpu {
+
+// Whether the forward pass of this f32 geometry runs as the direct kernel: an AVX-512 CPU with
+// the AVX-512 micro-kernel on (set_conv_avx512_kernel_enabled_for_testing), width stride 2,
+// a multiple of 16 output channels per group, not depthwise.
+bool direct_forward_applies(const Conv2dGeometry& g);
+// y [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/g, kH, kW] + bias (may be null).
+void direct_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g);
+// Turns the direct kernel off (false) or on, for the tests that compare it with the blocked
+// one; returns the previous setting. Not thread-safe: call it between convolutions.
+bool set_conv_direct_enabled_for_testing(bool enabled);
+
+}  // namespace trident::cpu
