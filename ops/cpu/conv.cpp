@@ -51,7 +51,12 @@ namespace trident::cpu {
 //   lanes and every output pixel broadcasting its input value from the NCHW input where it lies
 //   (NOTE [Conv2d direct] in ops/cpu/conv_direct.cpp), so the stride costs nothing and no
 //   phase split or tile is copied. 3x3 stride 2, 8x64x56x56->128 on an Emerald Rapids Xeon,
-//   one thread: 6.6-6.7 ms instead of 8.2-8.3 by the blocked kernels (alternating runs).
+//   one thread: 6.6-6.7 ms instead of 8.2-8.3 by the blocked kernels (alternating runs). Their
+//   weight gradients too, with the output channels in the lanes against gy transposed once
+//   (NOTE [Conv2d direct weight gradient]), when there are at least 2 (group, input channel,
+//   block of 48 output channels) items per thread: forward + backward of that convolution
+//   36.4 ms instead of 42.1 with the forward pass and weight gradient direct (one thread, best
+//   of 5 alternating rounds, a busier minute than the forward's figures).
 // - Other f32 forward passes and weight gradients, and input gradients of other stride-1
 //   convolutions (a forward convolution of gy with the flipped kernel): blocked im2col (NOTE
 //   [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time
@@ -542,6 +547,9 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
     } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
       winograd_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
                                reinterpret_cast<float*>(gwp), g);
+    } else if (std::is_same_v<scalar_t, float> && direct_backward_weight_applies(g)) {
+      direct_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
+                             reinterpret_cast<float*>(gwp), g);
     } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && (blocked_kernels_preferred() || winograd7_forward_applies(g))) {
       blocked_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
                               reinterpret_cast<float*>(gwp), g);

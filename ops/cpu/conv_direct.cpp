@@ -232,9 +232,162 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage
                d.y + ((n * g.O + oc) * g.OH + oh) * g.OW, g.OH * g.OW);
   }
 }
+
+// ---- weight gradient -------------------------------------------------------------------
+// NOTE [Conv2d direct weight gradient]: the same layout turned around. gw[o][c][tap] sums
+// gy[o][pixel] x[c][the pixel's tap] over the batch's pixels; with 16 output channels in the
+// lanes, a block's sums for one input channel and up to 9 taps stay in registers (9 x 3 vectors
+// for 48 channels) while the pixels go by: per pixel, 3 loads of gy (transposed once to [pixel]
+// [lanes], gy_to_lanes) and 9 broadcasts of x for 27 multiply-adds. The input plane is copied
+// zero-padded (in L1) before its channel's blocks run, so no tap needs a bounds check. Threads
+// take (group, input channel, output block) items and go through the images in order, so the
+// sums need no reduction across threads; an image's transposed gy (OH OW Og floats) stays in
+// L2 while a thread's items use it.
+constexpr int kWTaps = 9;   // taps per block
+constexpr int kWLanes = 48; // output channels per block (then 32 or 16)
+
+struct WTaps {
+  const float* x;       // the padded input plane at the first output pixel's first tap
+  int64_t pitch, sh;    // its row pitch; the rows between output rows
+  const float* gy;      // [OH OW][L]
+  int64_t OH, OW;
+  const int64_t* off;   // the block's taps' offsets in the plane
+};
+
+// acc [T][16 OV] (= when first, += otherwise) over every output pixel, column stride 2.
+template <int OV, int T>
+__attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTaps& t, float* __restrict acc_io, bool first) {
+  constexpr int L = 16 * OV;
+  v16f acc[T][OV];
+  for (int k = 0; k < T; ++k)
+    for (int v = 0; v < OV; ++v) {
+      if (first) {
+        acc[k][v] = v16f{};
+      } else {
+        std::memcpy(&acc[k][v], acc_io + k * L + 16 * v, sizeof(v16f));
+      }
+    }
+  int64_t off[T];
+  for (int k = 0; k < T; ++k) off[k] = t.off[k];
+  const float* g = t.gy;
+  for (int64_t oh = 0; oh < t.OH; ++oh) {
+    const float* xr = t.x + oh * t.sh * t.pitch;
+    for (int64_t ow = 0; ow < t.OW; ++ow, g += L) {
+      v16f gv[OV];
+      for (int v = 0; v < OV; ++v) std::memcpy(&gv[v], g + 16 * v, sizeof(v16f));
+      const float* xb = xr + 2 * ow;
+#pragma GCC unroll 16
+      for (int k = 0; k < T; ++k) {
+        const float s = xb[off[k]];
+        const v16f a = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+        for (int v = 0; v < OV; ++v) acc[k][v] += a * gv[v];
+      }
+    }
+  }
+  for (int k = 0; k < T; ++k)
+    for (int v = 0; v < OV; ++v) std::memcpy(acc_io + k * L + 16 * v, &acc[k][v], sizeof(v16f));
+}
+
+using WKernelFn = void (*)(const WTaps&, float*, bool);
+
+template <int OV, int... U>
+constexpr std::array<WKernelFn, sizeof...(U)> wkernel_table(std::integer_sequence<int, U...>) {
+  return {&wgrad_kernel<OV, U + 1>...};
+}
+// kWKernels[OV - 1][T - 1]
+const std::array<std::array<WKernelFn, kWTaps>, 3> kWKernels = {wkernel_table<1>(std::make_integer_sequence<int, kWTaps>()),
+                                                                 wkernel_table<2>(std::make_integer_sequence<int, kWTaps>()),
+                                                                 wkernel_table<3>(std::make_integer_sequence<int, kWTaps>())};
+
+// dst [P][L] = the L planes src, src + P, ... (P floats each) transposed: 16 x 16 blocks, the
+// last P % 16 pixels with masked loads.
+__attribute__((target("arch=x86-64-v4"), noinline)) void gy_to_lanes(const float* __restrict src, int64_t P, int L,
+                                                                      float* __restrict dst) {
+  for (int64_t p = 0; p < P; p += 16) {
+    const int64_t n = std::min<int64_t>(16, P - p);
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+    for (int l0 = 0; l0 < L; l0 += 16) {
+      v16f v[16];
+      for (int l = 0; l < 16; ++l) v[l] = _mm512_maskz_loadu_ps(mask, src + (l0 + l) * P + p);
+      transpose_step<8>(v);
+      transpose_step<4>(v);
+      transpose_step<2>(v);
+      transpose_step<1>(v);
+      for (int64_t q = 0; q < n; ++q) std::memcpy(dst + (p + q) * L + l0, &v[q], sizeof(v16f));
+    }
+  }
+}
+
+// The output-channel blocks of a group: 48 wide while at least 48 remain, then 32 or 16.
+int64_t wgrad_lanes(int64_t Og, int64_t o0) { return std::min<int64_t>(kWLanes, Og - o0); }
+int64_t wgrad_blocks(int64_t Og) { return (Og + kWLanes - 1) / kWLanes; }
 #endif
 
 }  // namespace
+
+bool direct_backward_weight_applies(const Conv2dGeometry& g) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  return direct_forward_applies(g) && g.groups * g.in_per_group() * wgrad_blocks(g.out_per_group()) >= 2 * get_num_threads();
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+void direct_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  const int64_t Cg = g.in_per_group(), Og = g.out_per_group(), taps = g.kH * g.kW, P = g.OH * g.OW;
+  const int64_t nob = wgrad_blocks(Og), Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw;
+  // gy of every image and group, block by block: [n][gi][block at o0: P x L].
+  Tensor lanes = empty({g.N * g.O * P});
+  float* gyT = lanes.data<float>();
+  parallel_for(0, g.N * g.groups * nob, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t ng = i / nob, o0 = i % nob * kWLanes;
+      gy_to_lanes(gy + (ng * Og + o0) * P, P, static_cast<int>(wgrad_lanes(Og, o0)), gyT + (ng * Og + o0) * P);
+    }
+  });
+  // The taps' offsets in a padded plane, and the blocks of at most kWTaps taps (equal sizes).
+  std::vector<int64_t> off(static_cast<size_t>(taps));
+  for (int64_t t = 0; t < taps; ++t) off[static_cast<size_t>(t)] = t / g.kW * g.dh * Wp + t % g.kW * g.dw;
+  const int64_t tblocks = (taps + kWTaps - 1) / kWTaps;
+  // The sums, [gi][c][block at o0: taps x L], then into gw [o][c][tap].
+  Tensor sums = empty({g.groups * Cg * Og * taps});
+  float* gwT = sums.data<float>();
+  parallel_for(0, g.groups * Cg * nob, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> plane(static_cast<size_t>(Hp * Wp), 0.0f);
+    for (int64_t n = 0; n < g.N; ++n) {
+      int64_t padded = -1;  // the channel in `plane`
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t gc = i / nob, gi = gc / Cg, o0 = i % nob * kWLanes;
+        const int L = static_cast<int>(wgrad_lanes(Og, o0));
+        if (padded != gc) {  // borders stay zero; rows copied
+          const float* src = x + (n * g.C + gc) * g.H * g.W;
+          for (int64_t h = 0; h < g.H; ++h) std::memcpy(plane.data() + (h + g.ph) * Wp + g.pw, src + h * g.W, sizeof(float) * g.W);
+          padded = gc;
+        }
+        WTaps t{plane.data(), Wp, g.sh, gyT + ((n * g.groups + gi) * Og + o0) * P, g.OH, g.OW, nullptr};
+        float* acc = gwT + (gc * Og + o0) * taps;
+        for (int64_t b = 0; b < tblocks; ++b) {
+          const int64_t t0 = taps * b / tblocks, t1 = taps * (b + 1) / tblocks;
+          t.off = off.data() + t0;
+          kWKernels[L / 16 - 1][t1 - t0 - 1](t, acc + t0 * L, n == 0);
+        }
+      }
+    }
+  });
+  parallel_for(0, g.O, 1, [&](int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const int64_t gi = o / Og, oo = o % Og, o0 = oo / kWLanes * kWLanes, l = oo - o0, L = wgrad_lanes(Og, o0);
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t t = 0; t < taps; ++t) gw[(o * Cg + c) * taps + t] = gwT[((gi * Cg + c) * Og + o0) * taps + t * L + l];
+    }
+  });
+#else
+  (void)gy, (void)x, (void)gw, (void)g;
+  TRIDENT_CHECK(false, "conv2d: the direct kernel needs the AVX-512 micro-kernel (direct_backward_weight_applies)");
+#endif
+}
 
 bool set_conv_direct_enabled_for_testing(bool enabled) { return std::exchange(g_direct_enabled, enabled); }
 

@@ -13,7 +13,13 @@ namespace trident::cpu {
 bool direct_forward_applies(const Conv2dGeometry& g);
 // y [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/g, kH, kW] + bias (may be null).
 void direct_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g);
-// Turns the direct kernel off (false) or on, for the tests that compare it with the blocked
+// Whether the weight gradient runs as the direct kernel (NOTE [Conv2d direct weight
+// gradient]): where the forward pass does, with enough (group, input channel, block of 48
+// output channels) items for the threads.
+bool direct_backward_weight_applies(const Conv2dGeometry& g);
+// gw [O, C/g, kH, kW] (overwritten), summed over the batch, from gy [N, O, OH, OW] and x.
+void direct_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g);
+// Turns the direct kernels off (false) or on, for the tests that compare it with the blocked
 // one; returns the previous setting. Not thread-safe: call it between convolutions.
 bool set_conv_direct_enabled_for_testing(bool enabled);
 

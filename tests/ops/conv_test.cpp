@@ -689,7 +689,9 @@ TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
 
 TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
   // NOTE [Conv2d direct]: f32 forward passes with column stride 2 and a multiple of 16 output
-  // channels per group run with output channels in the vector lanes on AVX-512 CPUs. Cases: one
+  // channels per group run with output channels in the vector lanes on AVX-512 CPUs, and so do
+  // their weight gradients (NOTE [Conv2d direct weight gradient]: 5x5 in blocks of 8, 8 and 9
+  // taps; 48 channels in one block, 64 in 48 + 16). Cases: one
   // block with edges on both sides; 31 columns in three blocks and 48 channels (a block of 32,
   // then one of 16); groups with row stride 1 and a 5x5 kernel; dilation with unequal padding;
   // 1x1 stride 2; 1x7 and 7x1 (row stride 3); 100 input channels in chunks over 60 columns (5
@@ -708,10 +710,19 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
       {{1, 4, 5, 6}, {16, 4, 3, 3}, {{2, 2}, {3, 3}, {1, 1}, 1}, true},
       {{2, 16, 14, 28}, {64, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
   };
-  for (const ConvCase& c : cases) EXPECT_TRUE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  const int threads = get_num_threads();
+  set_num_threads(1);  // the weight gradient wants 2 items per thread: with 3, some cases go blocked
+  for (const ConvCase& c : cases) {
+    EXPECT_TRUE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+    EXPECT_TRUE(cpu::direct_backward_weight_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  }
+  set_num_threads(threads);
   on_one_and_three_threads(cases, 9100, check_against_reference);
   const bool was = cpu::set_conv_direct_enabled_for_testing(false);
-  for (const ConvCase& c : cases) EXPECT_FALSE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  for (const ConvCase& c : cases) {
+    EXPECT_FALSE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+    EXPECT_FALSE(cpu::direct_backward_weight_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  }
   on_one_and_three_threads(cases, 9200, check_against_reference);
   cpu::set_conv_direct_enabled_for_testing(was);
 }
