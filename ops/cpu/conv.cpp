@@ -56,7 +56,11 @@ namespace trident::cpu {
 //   (NOTE [Conv2d direct weight gradient]), when there are at least 2 (group, input channel,
 //   block of 48 output channels) items per thread: forward + backward of that convolution
 //   36.4 ms instead of 42.1 with the forward pass and weight gradient direct (one thread, best
-//   of 5 alternating rounds, a busier minute than the forward's figures).
+//   of 5 alternating rounds, a busier minute than the forward's figures). And their input
+//   gradients when the input channels per group are a multiple of 16: the forward kernel run
+//   on gy, one stride phase of the input's columns at a time (NOTE [Conv2d direct input
+//   gradient]); for the convolution above 12.5 ms instead of 15.1 by im2col + GEMM + col2im on
+//   one thread, 6.4-6.5 against 6.2-6.4 on two (best of 40 alternating rounds, three runs).
 // - Other f32 forward passes and weight gradients, and input gradients of other stride-1
 //   convolutions (a forward convolution of gy with the flipped kernel): blocked im2col (NOTE
 //   [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time
@@ -64,7 +68,8 @@ namespace trident::cpu {
 //   so the im2col matrix never goes through memory.
 //   Where OpenBLAS runs AVX-512 kernels the blocked kernels step aside for im2col + GEMM, which
 //   is faster there, except under F(2, 7) (NOTE [Blocked or GEMM] in ops/cpu/conv_blocked.h).
-// - Everything else (f64; f32 pointwise; f32 input gradients of strided convolutions): im2col
+// - Everything else (f64; f32 pointwise; f32 input gradients of strided convolutions outside
+//   the direct kernel's): im2col
 //   into a [C/g kH kW, OH OW] matrix per (sample, group) unit
 //   and GEMM with the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then
 //   col2im (the adjoint scatter), backward weight is gy @ col^T accumulated over the batch.
@@ -521,6 +526,9 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
     } else if (std::is_same_v<scalar_t, float> && winograd_backward_input_applies(g)) {
       winograd_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
                               reinterpret_cast<float*>(gxp), g);
+    } else if (std::is_same_v<scalar_t, float> && direct_backward_input_applies(g)) {
+      direct_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),
+                            reinterpret_cast<float*>(gxp), g);
     } else if (std::is_same_v<scalar_t, float> && !g.pointwise() && blocked_backward_input_applies(g) &&
                (blocked_kernels_preferred() || winograd7_backward_input_applies(g))) {
       blocked_backward_input(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(w.data<scalar_t>()),

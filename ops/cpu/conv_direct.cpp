@@ -15,9 +15,12 @@
 // one image and group: its input channels go in chunks whose rows fit in L1 (about 24 KiB),
 // each chunk serving every block of output channels before the next is read; the partial sums
 // wait in a per-thread buffer [channel block][pixel][lane] and go to y transposed (16 x 16
-// blocks) with the bias at the end. Taps that fall in the padding are skipped: rows by the
-// loop bounds, columns by computing the pixels at the row's edges (those with a tap outside
-// the row) one at a time, each with its own range of kernel columns.
+// blocks) with the bias at the end. Taps that fall in the padding are skipped by the loop
+// bounds for rows; for columns, the blocks at a row's edges (those with a pixel whose taps
+// reach outside the row) read a zero-padded copy of their input columns, made once per chunk
+// for all output-channel blocks (copy_edge: masked loads). Measured against the blocked kernels
+// (3x3 stride 2, 8x64x56x56->128, one Emerald Rapids thread, alternating): 6.6-6.7 ms against
+// 8.2-8.3; the kernels run at the FMA peak, the transposed writes take 6% and the edge copies 4%.
 #include "ops/cpu/conv_direct.h"
 
 #include <immintrin.h>
@@ -25,6 +28,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -45,17 +49,20 @@ constexpr int kOB = 32;  // output channels per block (the last block of a group
 
 // One block's sums over input channels [c0, c0 + nc) and the kernel rows and columns that stay
 // inside the input: x at (c0, the first kernel row's input row, the first pixel's first kernel
-// column), w the packed weights at (c0, that kernel row, that column).
+// column), w the packed weights at (c0, that kernel row, that column). (The input gradient's
+// blocks read gy as their input and run over output channels; see direct_backward_input.)
 struct Taps {
   const float* x;
   const float* w;
   int64_t nc, nkh, nkw;
   int64_t x_c, x_kh, x_kw;  // input strides: channel H W, kernel row dh W, kernel column dw
-  int64_t w_c, w_kh;        // weight strides: channel kH kW L, kernel row kW L (kernel column L)
+  int64_t w_c, w_kh, w_kw;  // weight strides: channel kH kW L, kernel row kW L, kernel column L
 };
 
-// acc [UW][16 OV] (= when first, += otherwise) for the UW pixels 2 floats apart in the input.
-template <int OV, int UW>
+// acc [UW][16 OV] (= when first, += otherwise) for UW pixels XS floats apart in the input, their
+// sums AS L floats apart in acc_io: the forward pass XS = 2 (the stride), AS = 1; the input
+// gradient XS = 1 (gy's columns), AS = 2 (one stride phase of gx's columns).
+template <int OV, int UW, int XS, int AS>
 __attribute__((target("arch=x86-64-v4"), noinline)) void direct_kernel(const Taps& t, float* __restrict acc_io, bool first) {
   constexpr int L = 16 * OV;
   v16f acc[UW][OV];
@@ -64,37 +71,39 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void direct_kernel(const Tap
       if (first) {
         acc[j][v] = v16f{};
       } else {
-        std::memcpy(&acc[j][v], acc_io + j * L + 16 * v, sizeof(v16f));
+        std::memcpy(&acc[j][v], acc_io + j * AS * L + 16 * v, sizeof(v16f));
       }
     }
   for (int64_t c = 0; c < t.nc; ++c)
     for (int64_t kh = 0; kh < t.nkh; ++kh) {
       const float* xr = t.x + c * t.x_c + kh * t.x_kh;
       const float* wr = t.w + c * t.w_c + kh * t.w_kh;
-      for (int64_t kw = 0; kw < t.nkw; ++kw, xr += t.x_kw, wr += L) {
+      for (int64_t kw = 0; kw < t.nkw; ++kw, xr += t.x_kw, wr += t.w_kw) {
         v16f wv[OV];
         for (int v = 0; v < OV; ++v) std::memcpy(&wv[v], wr + 16 * v, sizeof(v16f));
 #pragma GCC unroll 16
         for (int j = 0; j < UW; ++j) {
-          const float s = xr[2 * j];
+          const float s = xr[XS * j];
           const v16f a = {s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
           for (int v = 0; v < OV; ++v) acc[j][v] += a * wv[v];
         }
       }
     }
   for (int j = 0; j < UW; ++j)
-    for (int v = 0; v < OV; ++v) std::memcpy(acc_io + j * L + 16 * v, &acc[j][v], sizeof(v16f));
+    for (int v = 0; v < OV; ++v) std::memcpy(acc_io + j * AS * L + 16 * v, &acc[j][v], sizeof(v16f));
 }
 
 using KernelFn = void (*)(const Taps&, float*, bool);
 
-template <int OV, int... U>
+template <int OV, int XS, int AS, int... U>
 constexpr std::array<KernelFn, sizeof...(U)> kernel_table(std::integer_sequence<int, U...>) {
-  return {&direct_kernel<OV, U + 1>...};
+  return {&direct_kernel<OV, U + 1, XS, AS>...};
 }
-// kKernels[OV - 1][UW - 1]
-const std::array<std::array<KernelFn, kUW>, 2> kKernels = {kernel_table<1>(std::make_integer_sequence<int, kUW>()),
-                                                            kernel_table<2>(std::make_integer_sequence<int, kUW>())};
+// kKernels[OV - 1][UW - 1] of the forward pass, kInputKernels of the input gradient.
+const std::array<std::array<KernelFn, kUW>, 2> kKernels = {kernel_table<1, 2, 1>(std::make_integer_sequence<int, kUW>()),
+                                                            kernel_table<2, 2, 1>(std::make_integer_sequence<int, kUW>())};
+const std::array<std::array<KernelFn, kUW>, 2> kInputKernels = {
+    kernel_table<1, 1, 2>(std::make_integer_sequence<int, kUW>()), kernel_table<2, 1, 2>(std::make_integer_sequence<int, kUW>())};
 
 using v16i = int32_t __attribute__((vector_size(64)));
 
@@ -207,6 +216,7 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage
       t.x_kw = g.dw;
       t.w_c = g.kH * g.kW * L;
       t.w_kh = g.kW * L;
+      t.w_kw = L;
       t.w = d.Wp + gi * d.Og * d.K + o0 * d.K + (c0 * g.kH + kh0) * g.kW * L;
       const float* cpb = copies;
       for (int64_t b = 0; b < d.blocks; ++b) {
@@ -230,6 +240,119 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage
     const int64_t oc = gi * d.Og + o0;
     write_rows(stage + o0 * ((g.OW + 15) / 16 * 16), g.OW, L, d.bias ? d.bias + oc : nullptr,
                d.y + ((n * g.O + oc) * g.OH + oh) * g.OW, g.OH * g.OW);
+  }
+}
+
+// ---- input gradient -------------------------------------------------------------------
+// NOTE [Conv2d direct input gradient]: gx[c][ih][iw] sums gy[o][oh][ow] w[o][c][kh][kw] over
+// the (kh, oh) with ih = oh sh - ph + kh dh and the (kw, ow) with iw = 2 ow - pw + kw dw. With
+// 16 input channels in the lanes this is the forward kernel run on gy: for gx's columns of one
+// parity (one stride phase: iw = 2 j + phase) the kernel columns that reach them are fixed (every
+// other one for odd dw) and pixel j reads gy column j + e(kw), consecutive columns, so the
+// block broadcasts gy at stride 1 and keeps its sums 2 pixels apart in the row's buffer, the
+// other phase filling the columns between. A row's kernel rows are those with ih + ph - kh dh
+// a multiple of sh and oh inside gy, an arithmetic progression. As in the forward pass, the
+// blocks whose gy columns run past gy's edges read a zero-padded copy, and the sums go to gx by
+// 16 x 16 transposes.
+struct DirectInput {
+  const float* gy;
+  const float* Wp;  // [group][channel block][row class][column phase][Og][its taps][L], L input channels
+  float* gx;
+  Conv2dGeometry g;
+  int64_t Cg, Og, cb, span;
+  // Row classes r = (ih + ph) mod sh: the kernel rows kh with kh dh = r mod sh, first and count
+  // (khstep apart); the taps of the classes and phases packed before (r, phase).
+  std::vector<int64_t> kh_first, kh_count, before;
+  int64_t khstep = 1;
+  // Per column phase: pixels, kernel columns (first, step, count), the gy column of pixel 0 for
+  // the first one (e0) and its change per step (de), blocks.
+  struct Phase {
+    int64_t pixels = 0, kw0 = 0, kstep = 1, nk = 0, e0 = 0, de = 0, blocks = 0;
+    int64_t j(int64_t b) const { return pixels * b / blocks; }
+    int64_t e_last() const { return e0 + (nk > 0 ? nk - 1 : 0) * de; }
+  } ph[2];
+  bool edge(const Phase& q, int64_t b) const {
+    return q.nk > 0 && (q.j(b) + q.e_last() < 0 || q.j(b + 1) - 1 + q.e0 > g.OW - 1);
+  }
+  int64_t stage_floats() const { return Cg * ((g.W + 15) / 16 * 16); }
+  int64_t copy_floats() const {
+    int64_t e = 0;
+    for (const Phase& q : ph)
+      for (int64_t b = 0; b < q.blocks; ++b) e += edge(q, b);
+    return e * cb * g.kH * span;
+  }
+};
+
+// Input row ih of image n, group gi; stage and copies as sized by DirectInput.
+void direct_input_row(const DirectInput& d, int64_t n, int64_t gi, int64_t ih, float* stage, float* copies) {
+  const Conv2dGeometry& g = d.g;
+  // Kernel rows: those of the row's class with 0 <= oh < OH, oh = (ih + ph - kh dh) / sh: a
+  // run [i0, i0 + nkh) of the class's progression.
+  const int64_t r = (ih + g.ph) % g.sh, nclass = d.kh_count[static_cast<size_t>(r)];
+  int64_t i0 = 0, nkh = 0, kh0 = 0;
+  const int64_t khs = d.khstep;
+  for (int64_t i = 0; i < nclass; ++i) {
+    const int64_t kh = d.kh_first[static_cast<size_t>(r)] + i * khs, oh = (ih + g.ph - kh * g.dh) / g.sh;
+    if (oh >= g.OH) {
+      i0 = i + 1;
+      continue;
+    }
+    if (oh < 0) break;
+    if (nkh == 0) kh0 = kh;
+    ++nkh;
+  }
+  const int64_t oh0 = nkh > 0 ? (ih + g.ph - kh0 * g.dh) / g.sh : 0;
+  const int64_t x_kh = -(khs * g.dh / g.sh) * g.OW;  // gy rows per kernel-row step
+  const float* gy_row = d.gy + ((n * g.O + gi * d.Og) * g.OH + oh0) * g.OW;
+  const int64_t W16 = (g.W + 15) / 16 * 16;
+  for (int64_t o0 = 0; o0 < d.Og; o0 += d.cb) {
+    const int64_t no = std::min(d.cb, d.Og - o0);
+    const float* gy_o0 = gy_row + o0 * g.OH * g.OW;
+    float* cp = copies;
+    for (const DirectInput::Phase& q : d.ph)
+      for (int64_t b = 0; b < q.blocks; ++b) {
+        if (!d.edge(q, b)) continue;
+        copy_edge(gy_o0, no, nkh, g.OH * g.OW, x_kh, q.j(b) + q.e_last(), g.OW, d.span, cp);
+        cp += no * nkh * d.span;
+      }
+    for (int64_t c0 = 0; c0 < d.Cg; c0 += kOB) {
+      const int L = static_cast<int>(std::min<int64_t>(kOB, d.Cg - c0)), OV = L / 16;
+      const int64_t taps = g.kH * g.kW;
+      const float* w_block = d.Wp + (gi * d.Cg + c0) * d.Og * taps;
+      float* st = stage + c0 * W16;
+      const float* cpb = copies;
+      for (int64_t phase = 0; phase < 2; ++phase) {
+        const DirectInput::Phase& q = d.ph[phase];
+        Taps t;
+        t.nc = no;
+        t.nkh = nkh;
+        t.nkw = q.nk;
+        t.x_kw = q.de;
+        // This class and phase's taps, [Og][kernel row of the class][kernel column of the phase][L].
+        t.w_c = nclass * q.nk * L;
+        t.w_kh = q.nk * L;
+        t.w_kw = L;
+        t.w = w_block + d.before[static_cast<size_t>(r * 2 + phase)] * d.Og * L + o0 * t.w_c + i0 * t.w_kh;
+        for (int64_t b = 0; b < q.blocks; ++b) {
+          const int64_t j0 = q.j(b), j1 = q.j(b + 1);
+          if (d.edge(q, b)) {
+            t.x = cpb + (q.e0 - q.e_last());
+            t.x_c = nkh * d.span;
+            t.x_kh = d.span;
+            cpb += no * nkh * d.span;
+          } else {
+            t.x = q.nk > 0 ? gy_o0 + j0 + q.e0 : gy_o0;
+            t.x_c = g.OH * g.OW;
+            t.x_kh = x_kh;
+          }
+          kInputKernels[OV - 1][j1 - j0 - 1](t, st + (2 * j0 + phase) * L, o0 == 0);
+        }
+      }
+    }
+  }
+  for (int64_t c0 = 0; c0 < d.Cg; c0 += kOB) {
+    const int L = static_cast<int>(std::min<int64_t>(kOB, d.Cg - c0));
+    write_rows(stage + c0 * W16, g.W, L, nullptr, d.gx + ((n * g.C + gi * d.Cg + c0) * g.H + ih) * g.W, g.H * g.W);
   }
 }
 
@@ -386,6 +509,90 @@ void direct_backward_weight(const float* gy, const float* x, float* gw, const Co
 #else
   (void)gy, (void)x, (void)gw, (void)g;
   TRIDENT_CHECK(false, "conv2d: the direct kernel needs the AVX-512 micro-kernel (direct_backward_weight_applies)");
+#endif
+}
+
+bool direct_backward_input_applies(const Conv2dGeometry& g) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  return g_direct_enabled && conv_simd::g_avx512_kernel && g.sw == 2 && !g.depthwise() && g.in_per_group() > 0 &&
+         g.out_per_group() > 0 && g.in_per_group() % 16 == 0;
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+void direct_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  DirectInput d{gy, nullptr, gx, g, g.in_per_group(), g.out_per_group(), 0, 0, {}, {}, {}, 1, {}};
+  const int64_t taps = g.kH * g.kW;
+  const int64_t fit = std::clamp<int64_t>(6144 / std::max<int64_t>(1, g.kH * g.OW), 1, d.Og);
+  const int64_t chunks = (d.Og + fit - 1) / fit;
+  d.cb = (d.Og + chunks - 1) / chunks;
+  int64_t reach = 0;  // the most gy columns a block's kernel columns add to its pixels
+  for (int64_t phase = 0; phase < 2; ++phase) {
+    DirectInput::Phase& q = d.ph[phase];
+    q.pixels = (g.W - phase + 1) / 2;
+    q.blocks = (q.pixels + kUW - 1) / kUW;
+    for (int64_t kw = 0; kw < g.kW; ++kw) {
+      if ((phase + g.pw - kw * g.dw) % 2 != 0) continue;
+      if (q.nk == 0) q.kw0 = kw;
+      if (q.nk == 1) q.kstep = kw - q.kw0;
+      ++q.nk;
+    }
+    q.e0 = (phase + g.pw - q.kw0 * g.dw) / 2;  // exact: phase + pw - kw0 dw is even (or nk = 0)
+    q.de = -(q.kstep * g.dw / 2);
+    reach = std::max(reach, q.e0 - q.e_last());
+  }
+  d.span = (kUW + reach + 15) / 16 * 16;
+  // Row classes: kh dh mod sh; a class's kernel rows are khstep apart.
+  d.khstep = g.sh / std::gcd(g.sh, g.dh);
+  d.kh_first.assign(static_cast<size_t>(g.sh), 0);
+  d.kh_count.assign(static_cast<size_t>(g.sh), 0);
+  for (int64_t kh = 0; kh < g.kH; ++kh) {
+    const size_t r = static_cast<size_t>(kh * g.dh % g.sh);
+    if (d.kh_count[r]++ == 0) d.kh_first[r] = kh;
+  }
+  d.before.assign(static_cast<size_t>(2 * g.sh), 0);
+  for (int64_t k = 1; k < 2 * g.sh; ++k)
+    d.before[static_cast<size_t>(k)] =
+        d.before[static_cast<size_t>(k - 1)] + d.kh_count[static_cast<size_t>((k - 1) / 2)] * d.ph[(k - 1) % 2].nk;
+  // Wp[gi][c0 / 32][class r][phase][o][i][j][l] = w[gi Og + o][c0 + l][kh_first[r] + i khstep]
+  // [kw0 + j kstep] (the phase's), blocks of 32 input channels (the last 16): a row's taps for
+  // each output channel next to each other.
+  Tensor packed = empty({g.groups * d.Cg * d.Og * taps});
+  float* Wp = packed.data<float>();
+  const int64_t cblocks = (d.Cg + kOB - 1) / kOB;
+  parallel_for(0, g.groups * cblocks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t gi = i / cblocks, c0 = i % cblocks * kOB, L = std::min<int64_t>(kOB, d.Cg - c0);
+      float* block = Wp + (gi * d.Cg + c0) * d.Og * taps;
+      for (int64_t r = 0; r < g.sh; ++r)
+        for (int64_t phase = 0; phase < 2; ++phase) {
+          const DirectInput::Phase& q = d.ph[phase];
+          const int64_t nr = d.kh_count[static_cast<size_t>(r)];
+          float* dst = block + d.before[static_cast<size_t>(r * 2 + phase)] * d.Og * L;
+          for (int64_t o = 0; o < d.Og; ++o)
+            for (int64_t a = 0; a < nr; ++a)
+              for (int64_t b = 0; b < q.nk; ++b) {
+                const int64_t kh = d.kh_first[static_cast<size_t>(r)] + a * d.khstep, kw = q.kw0 + b * q.kstep;
+                for (int64_t l = 0; l < L; ++l)
+                  dst[((o * nr + a) * q.nk + b) * L + l] = w[((gi * d.Og + o) * d.Cg + c0 + l) * taps + kh * g.kW + kw];
+              }
+        }
+    }
+  });
+  d.Wp = Wp;
+  parallel_for(0, g.N * g.groups * g.H, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> stage(static_cast<size_t>(d.stage_floats())), copies(static_cast<size_t>(d.copy_floats()));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t ih = r % g.H, gi = r / g.H % g.groups, n = r / (g.H * g.groups);
+      direct_input_row(d, n, gi, ih, stage.data(), copies.data());
+    }
+  });
+#else
+  (void)gy, (void)w, (void)gx, (void)g;
+  TRIDENT_CHECK(false, "conv2d: the direct kernel needs the AVX-512 micro-kernel (direct_backward_input_applies)");
 #endif
 }
 

@@ -19,6 +19,12 @@ void direct_forward(const float* x, const float* w, const float* bias, float* y,
 bool direct_backward_weight_applies(const Conv2dGeometry& g);
 // gw [O, C/g, kH, kW] (overwritten), summed over the batch, from gy [N, O, OH, OW] and x.
 void direct_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g);
+// Whether the input gradient runs as the direct kernel on gy (NOTE [Conv2d direct input
+// gradient]): an AVX-512 CPU, column stride 2, a multiple of 16 input channels per group, not
+// depthwise.
+bool direct_backward_input_applies(const Conv2dGeometry& g);
+// gx [N, C, H, W] (overwritten) from gy [N, O, OH, OW].
+void direct_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g);
 // Turns the direct kernels off (false) or on, for the tests that compare it with the blocked
 // one; returns the previous setting. Not thread-safe: call it between convolutions.
 bool set_conv_direct_enabled_for_testing(bool enabled);

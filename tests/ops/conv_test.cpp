@@ -727,6 +727,37 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
   cpu::set_conv_direct_enabled_for_testing(was);
 }
 
+TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
+  // NOTE [Conv2d direct input gradient]: with column stride 2 and a multiple of 16 input
+  // channels per group, f32 input gradients on AVX-512 CPUs run the direct kernel over gy, one
+  // stride phase of gx's columns at a time. Cases: 3x3 (kernel columns {1} for one phase, {0, 2}
+  // for the other); 48 channels (blocks of 32 and 16) on 61 columns (3 blocks per phase); 5x5
+  // with groups and row stride 1; dilation 2 (every kernel column or none per phase) with
+  // unequal padding; 1x1 (odd rows and columns get nothing); 1x7; 7x1 with row stride 3; 100
+  // output channels in chunks; padding 3 (gy read past its edges); a 4x4 kernel; dilation 3
+  // (kernel rows 2 apart). Then the same cases with the direct kernel off (im2col + GEMM).
+  if (!cpu::conv_avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 13, 12}, {8, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 48, 9, 61}, {20, 48, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 32, 11, 40}, {16, 16, 5, 5}, {{1, 2}, {2, 2}, {1, 1}, 2}, true},
+      {{1, 16, 15, 33}, {8, 16, 3, 3}, {{2, 2}, {2, 3}, {2, 2}, 1}, true},
+      {{2, 16, 10, 11}, {12, 16, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
+      {{1, 16, 17, 30}, {16, 16, 1, 7}, {{2, 2}, {0, 3}, {1, 1}, 1}, true},
+      {{1, 16, 30, 17}, {8, 16, 7, 1}, {{3, 2}, {3, 0}, {1, 1}, 1}, true},
+      {{1, 32, 7, 60}, {100, 32, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 16, 5, 6}, {16, 16, 3, 3}, {{2, 2}, {3, 3}, {1, 1}, 1}, true},
+      {{2, 16, 9, 9}, {16, 16, 4, 4}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 16, 8, 8}, {16, 16, 3, 3}, {{2, 2}, {1, 1}, {3, 3}, 1}, false},
+  };
+  for (const ConvCase& c : cases) EXPECT_TRUE(cpu::direct_backward_input_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  on_one_and_three_threads(cases, 9300, check_against_reference);
+  const bool was = cpu::set_conv_direct_enabled_for_testing(false);
+  for (const ConvCase& c : cases) EXPECT_FALSE(cpu::direct_backward_input_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  on_one_and_three_threads(cases, 9400, check_against_reference);
+  cpu::set_conv_direct_enabled_for_testing(was);
+}
+
 namespace {
 // A case that takes the Winograd paths in f32 (forward, input and weight gradients), checked
 // by check_against_reference within the Winograd bounds (winograd_magnitude,
