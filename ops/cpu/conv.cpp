@@ -41,7 +41,7 @@ namespace trident::cpu {
 //   of 70.
 // - f32 7x1 and 1x7 (AmoebaNet's factorized 7x7), stride 1, dilation 1, at least 8 input and
 //   output channels per group: Winograd F(2, 7) along the kernel for the forward pass, the
-//   input gradient (NOTE [Conv2d Winograd F(2,7)] in ops/cpu/conv_blocked.cpp, which runs it
+//   input gradient (NOTE [Conv2d Winograd F(2,7)] in ops/cpu/conv_winograd7.cpp, which runs it
 //   inside the blocked path below), and its adjoint for the weight gradient: 1.75x fewer
 //   multiply-adds, about 2x the direct kernel's rounding error.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col

@@ -1,8 +1,9 @@
 // 8-lane f32 vectors (GCC vector extensions: AVX on x86-64-v3, pairs of SSE registers on the
 // baseline) and the register-blocked GEMM micro-kernel shared by the Winograd and blocked
-// im2col convolutions (ops/cpu/conv_winograd.cpp, ops/cpu/conv_blocked.cpp). Internal; call
-// these only from functions compiled with TRIDENT_CPU_CLONES (NOTE [ISA clones]), which
-// inline them.
+// im2col convolutions (ops/cpu/conv_winograd.cpp, ops/cpu/conv_blocked.cpp,
+// ops/cpu/conv_winograd7.cpp); the direct kernels (ops/cpu/conv_direct.cpp) use its 16-lane
+// type. Internal; call these only from functions compiled with TRIDENT_CPU_CLONES (NOTE [ISA
+// clones]) or a target attribute, which inline them.
 #pragma once
 
 #include <cstdint>
