@@ -59,6 +59,27 @@ struct Taps {
   int64_t w_c, w_kh, w_kw;  // weight strides: channel kH kW L, kernel row kW L, kernel column L
 };
 
+// The accumulators acc[N][OV] of a kernel: zero when first, else acc_io's rows (`pitch` floats
+// apart, OV vectors each); and back.
+template <int N, int OV>
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void load_sums(v16f (&acc)[N][OV], const float* acc_io,
+                                                                                int pitch, bool first) {
+  for (int j = 0; j < N; ++j)
+    for (int v = 0; v < OV; ++v) {
+      if (first) {
+        acc[j][v] = v16f{};
+      } else {
+        std::memcpy(&acc[j][v], acc_io + j * pitch + 16 * v, sizeof(v16f));
+      }
+    }
+}
+template <int N, int OV>
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void store_sums(const v16f (&acc)[N][OV], float* acc_io,
+                                                                                 int pitch) {
+  for (int j = 0; j < N; ++j)
+    for (int v = 0; v < OV; ++v) std::memcpy(acc_io + j * pitch + 16 * v, &acc[j][v], sizeof(v16f));
+}
+
 // acc [UW][16 OV] (= when first, += otherwise) for UW pixels XS floats apart in the input, their
 // sums AS L floats apart in acc_io: the forward pass XS = 2 (the stride), AS = 1; the input
 // gradient XS = 1 (gy's columns), AS = 2 (one stride phase of gx's columns).
@@ -66,14 +87,7 @@ template <int OV, int UW, int XS, int AS>
 __attribute__((target("arch=x86-64-v4"), noinline)) void direct_kernel(const Taps& t, float* __restrict acc_io, bool first) {
   constexpr int L = 16 * OV;
   v16f acc[UW][OV];
-  for (int j = 0; j < UW; ++j)
-    for (int v = 0; v < OV; ++v) {
-      if (first) {
-        acc[j][v] = v16f{};
-      } else {
-        std::memcpy(&acc[j][v], acc_io + j * AS * L + 16 * v, sizeof(v16f));
-      }
-    }
+  load_sums(acc, acc_io, AS * L, first);
   for (int64_t c = 0; c < t.nc; ++c)
     for (int64_t kh = 0; kh < t.nkh; ++kh) {
       const float* xr = t.x + c * t.x_c + kh * t.x_kh;
@@ -89,8 +103,7 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void direct_kernel(const Tap
         }
       }
     }
-  for (int j = 0; j < UW; ++j)
-    for (int v = 0; v < OV; ++v) std::memcpy(acc_io + j * AS * L + 16 * v, &acc[j][v], sizeof(v16f));
+  store_sums(acc, acc_io, AS * L);
 }
 
 using KernelFn = void (*)(const Taps&, float*, bool);
@@ -382,14 +395,7 @@ template <int OV, int T>
 __attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTaps& t, float* __restrict acc_io, bool first) {
   constexpr int L = 16 * OV;
   v16f acc[T][OV];
-  for (int k = 0; k < T; ++k)
-    for (int v = 0; v < OV; ++v) {
-      if (first) {
-        acc[k][v] = v16f{};
-      } else {
-        std::memcpy(&acc[k][v], acc_io + k * L + 16 * v, sizeof(v16f));
-      }
-    }
+  load_sums(acc, acc_io, L, first);
   int64_t off[T];
   for (int k = 0; k < T; ++k) off[k] = t.off[k];
   const float* g = t.gy;
@@ -407,8 +413,7 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTap
       }
     }
   }
-  for (int k = 0; k < T; ++k)
-    for (int v = 0; v < OV; ++v) std::memcpy(acc_io + k * L + 16 * v, &acc[k][v], sizeof(v16f));
+  store_sums(acc, acc_io, L);
 }
 
 using WKernelFn = void (*)(const WTaps&, float*, bool);

@@ -687,6 +687,27 @@ TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
   cpu::set_conv_blocked_preference_for_testing(was);
 }
 
+namespace {
+// Every case through check_against_reference (1 and 3 threads) with the direct kernels on, each
+// of `applies` saying it takes the case (asked with one thread: the weight gradient wants 2
+// items per thread, so with 3 some cases go to the blocked kernels), then with them off, each
+// saying it does not.
+void check_direct_on_and_off(const std::vector<ConvCase>& cases, const std::vector<bool (*)(const cpu::Conv2dGeometry&)>& applies,
+                             uint64_t seed) {
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (const ConvCase& c : cases)
+    for (const auto& f : applies) EXPECT_TRUE(f(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  set_num_threads(threads);
+  on_one_and_three_threads(cases, seed, check_against_reference);
+  const bool was = cpu::set_conv_direct_enabled_for_testing(false);
+  for (const ConvCase& c : cases)
+    for (const auto& f : applies) EXPECT_FALSE(f(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
+  on_one_and_three_threads(cases, seed + 100, check_against_reference);
+  cpu::set_conv_direct_enabled_for_testing(was);
+}
+}  // namespace
+
 TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
   // NOTE [Conv2d direct]: f32 forward passes with column stride 2 and a multiple of 16 output
   // channels per group run with output channels in the vector lanes on AVX-512 CPUs, and so do
@@ -710,21 +731,7 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
       {{1, 4, 5, 6}, {16, 4, 3, 3}, {{2, 2}, {3, 3}, {1, 1}, 1}, true},
       {{2, 16, 14, 28}, {64, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
   };
-  const int threads = get_num_threads();
-  set_num_threads(1);  // the weight gradient wants 2 items per thread: with 3, some cases go blocked
-  for (const ConvCase& c : cases) {
-    EXPECT_TRUE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
-    EXPECT_TRUE(cpu::direct_backward_weight_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
-  }
-  set_num_threads(threads);
-  on_one_and_three_threads(cases, 9100, check_against_reference);
-  const bool was = cpu::set_conv_direct_enabled_for_testing(false);
-  for (const ConvCase& c : cases) {
-    EXPECT_FALSE(cpu::direct_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
-    EXPECT_FALSE(cpu::direct_backward_weight_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
-  }
-  on_one_and_three_threads(cases, 9200, check_against_reference);
-  cpu::set_conv_direct_enabled_for_testing(was);
+  check_direct_on_and_off(cases, {cpu::direct_forward_applies, cpu::direct_backward_weight_applies}, 9100);
 }
 
 TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
@@ -750,12 +757,7 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
       {{2, 16, 9, 9}, {16, 16, 4, 4}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 16, 8, 8}, {16, 16, 3, 3}, {{2, 2}, {1, 1}, {3, 3}, 1}, false},
   };
-  for (const ConvCase& c : cases) EXPECT_TRUE(cpu::direct_backward_input_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
-  on_one_and_three_threads(cases, 9300, check_against_reference);
-  const bool was = cpu::set_conv_direct_enabled_for_testing(false);
-  for (const ConvCase& c : cases) EXPECT_FALSE(cpu::direct_backward_input_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
-  on_one_and_three_threads(cases, 9400, check_against_reference);
-  cpu::set_conv_direct_enabled_for_testing(was);
+  check_direct_on_and_off(cases, {cpu::direct_backward_input_applies}, 9300);
 }
 
 namespace {
