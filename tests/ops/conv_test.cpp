@@ -681,9 +681,11 @@ TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
       {{2, 8, 11, 9}, {8, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, true},
   };
   const int was = cpu::set_conv_blocked_preference_for_testing(0);
+  const bool direct_was = cpu::set_conv_direct_enabled_for_testing(false);  // the first case's stride-2 passes
   EXPECT_FALSE(cpu::blocked_kernels_preferred());
   for (const ConvCase& c : cases) EXPECT_FALSE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
   on_one_and_three_threads(cases, 8600, check_against_reference);
+  cpu::set_conv_direct_enabled_for_testing(direct_was);
   cpu::set_conv_blocked_preference_for_testing(was);
 }
 
