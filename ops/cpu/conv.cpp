@@ -46,21 +46,23 @@ namespace trident::cpu {
 //   multiply-adds, about 2x the direct kernel's rounding error.
 // - Pointwise (1x1, stride 1, no padding): the input of sample n, group g *is* its im2col
 //   matrix [C/g, H W], so forward and both backward passes are one GEMM each, no copies.
-// - f32 forward passes with column stride 2 and a multiple of 16 output channels per group, on
-//   CPUs with the AVX-512 micro-kernel: direct loops with 16 output channels in each vector's
-//   lanes and every output pixel broadcasting its input value from the NCHW input where it lies
-//   (NOTE [Conv2d direct] in ops/cpu/conv_direct.cpp), so the stride costs nothing and no
-//   phase split or tile is copied. 3x3 stride 2, 8x64x56x56->128 on an Emerald Rapids Xeon,
-//   one thread: 6.6-6.7 ms instead of 8.2-8.3 by the blocked kernels (alternating runs). Their
-//   weight gradients too, with the output channels in the lanes against gy transposed once
-//   (NOTE [Conv2d direct weight gradient]), when there are at least 2 (group, input channel,
-//   block of 48 output channels) items per thread: forward + backward of that convolution
-//   36.4 ms instead of 42.1 with the forward pass and weight gradient direct (one thread, best
-//   of 5 alternating rounds, a busier minute than the forward's figures). And their input
-//   gradients when the input channels per group are a multiple of 16: the forward kernel run
-//   on gy, one stride phase of the input's columns at a time (NOTE [Conv2d direct input
-//   gradient]); for the convolution above 12.5 ms instead of 15.1 by im2col + GEMM + col2im on
-//   one thread, 6.4-6.5 against 6.2-6.4 on two (best of 40 alternating rounds, three runs).
+// - On CPUs with the AVX-512 micro-kernel, the other f32 passes of column stride 1 or 2 whose
+//   channels fill the vector lanes (forward and weight gradient: a multiple of 16 output
+//   channels per group; input gradient: of input channels): direct loops with 16 channels in
+//   each vector's lanes and every output pixel broadcasting its input value from the NCHW
+//   input where it lies (NOTE [Conv2d direct] in ops/cpu/conv_direct.cpp), so a stride costs
+//   nothing and no phase split or tile is copied. 3x3 stride 2, 8x64x56x56->128 on an Emerald
+//   Rapids Xeon, one thread: 6.6-6.7 ms instead of 8.2-8.3 by the blocked kernels (alternating
+//   runs). The weight gradient puts the output channels in the lanes against gy transposed
+//   once (NOTE [Conv2d direct weight gradient]), when there are at least 2 (group, input
+//   channel, block of 48 output channels) items per thread: forward + backward of that
+//   convolution 36.4 ms instead of 42.1 with the forward pass and weight gradient direct (one
+//   thread, best of 5 alternating rounds, a busier minute than the forward's figures). The
+//   input gradient is the forward kernel run on gy, one stride phase of the input's columns at
+//   a time (NOTE [Conv2d direct input gradient]); for the convolution above 12.5 ms instead of
+//   15.1 by im2col + GEMM + col2im on one thread, 6.4-6.5 against 6.2-6.4 on two (best of 40
+//   alternating rounds, three runs). Column stride 1: the note has the figures (1.0x to 1.3x
+//   the blocked kernels).
 // - Other f32 forward passes and weight gradients, and input gradients of other stride-1
 //   convolutions (a forward convolution of gy with the flipped kernel): blocked im2col (NOTE
 //   [Conv2d blocked im2col] in ops/cpu/conv_blocked.cpp), a 24-output im2col tile at a time
@@ -68,8 +70,8 @@ namespace trident::cpu {
 //   so the im2col matrix never goes through memory.
 //   Where OpenBLAS runs AVX-512 kernels the blocked kernels step aside for im2col + GEMM, which
 //   is faster there, except under F(2, 7) (NOTE [Blocked or GEMM] in ops/cpu/conv_blocked.h).
-// - Everything else (f64; f32 pointwise; f32 input gradients of strided convolutions outside
-//   the direct kernel's): im2col
+// - Everything else (f64; f32 pointwise; f32 input gradients of strided convolutions the
+//   direct kernel does not take): im2col
 //   into a [C/g kH kW, OH OW] matrix per (sample, group) unit
 //   and GEMM with the [O/g, C/g kH kW] weight; backward input is the transposed GEMM then
 //   col2im (the adjoint scatter), backward weight is gy @ col^T accumulated over the batch.

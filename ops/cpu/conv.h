@@ -4,10 +4,10 @@
 //
 // The algorithm is chosen per pass from the geometry and dtype (NOTE [Conv2d algorithms] in
 // ops/cpu/conv.cpp): depthwise (direct loops), f32 3x3 stride 1 (Winograd F(4x4, 3x3)),
-// pointwise 1x1 / stride 1 / no padding (one GEMM per sample and group, no im2col), f32
-// passes with column stride 2 on AVX-512 CPUs (direct, channels in the vector lanes), other f32
-// (blocked im2col with a register-blocked kernel; strided input gradients excepted), and
-// everything else (im2col + GEMM).
+// pointwise 1x1 / stride 1 / no padding (one GEMM per sample and group, no im2col), other f32
+// passes with column stride 1 or 2 on AVX-512 CPUs when the channels fill the vector lanes
+// (direct, channels in the lanes), other f32 (blocked im2col with a register-blocked kernel;
+// strided input gradients excepted), and everything else (im2col + GEMM).
 #pragma once
 
 #include <cstdint>

@@ -8,19 +8,28 @@
 // 0.7-0.9 of PyTorch's oneDNN (docs/performance.md). Here the lanes hold 16 output channels
 // instead (oneDNN's layout for its direct kernels): for each input channel and tap, one or two
 // vectors of packed weights (16 or 32 output channels) are loaded and every output pixel of the
-// block broadcasts its input value from where it lies in the NCHW input, 2 floats apart for a
-// stride of 2, and multiplies both; the stride costs nothing and nothing is copied. A block is
-// up to 14 output pixels of one row by 32 channels: 28 accumulators, and per (channel, tap) 2
-// loads of weights and 14 broadcasts for 28 multiply-adds. Each work item is one output row of
-// one image and group: its input channels go in chunks whose rows fit in L1 (about 24 KiB),
-// each chunk serving every block of output channels before the next is read; the partial sums
-// wait in a per-thread buffer [channel block][pixel][lane] and go to y transposed (16 x 16
-// blocks) with the bias at the end. Taps that fall in the padding are skipped by the loop
-// bounds for rows; for columns, the blocks at a row's edges (those with a pixel whose taps
-// reach outside the row) read a zero-padded copy of their input columns, made once per chunk
-// for all output-channel blocks (copy_edge: masked loads). Measured against the blocked kernels
-// (3x3 stride 2, 8x64x56x56->128, one Emerald Rapids thread, alternating): 6.6-6.7 ms against
-// 8.2-8.3; the kernels run at the FMA peak, the transposed writes take 6% and the edge copies 4%.
+// block broadcasts its input value from where it lies in the NCHW input (2 floats apart for a
+// column stride of 2, 1 for 1) and multiplies both; the stride costs nothing and nothing is
+// copied. A block is up to 14 output pixels of one row by 32 channels: 28 accumulators, and per
+// (channel, tap) 2 loads of weights and 14 broadcasts for 28 multiply-adds. Each work item is
+// one output row of one image and group: its input channels go in chunks whose rows fit in L1
+// (about 24 KiB), each chunk serving every block of output channels before the next is read;
+// the partial sums wait in a per-thread buffer [channel block][pixel][lane] and go to y
+// transposed (16 x 16 blocks) with the bias at the end. Taps that fall in the padding are
+// skipped by the loop bounds for rows; for columns, the blocks at a row's edges (those with a
+// pixel whose taps reach outside the row) read a zero-padded copy of their input columns, made
+// once per chunk for all output-channel blocks (copy_edge: masked loads).
+// It takes every f32 pass of column stride 1 or 2 whose channels fill the lanes, except the
+// shapes of Winograd F(4x4, 3x3) and F(2, 7) (fewer multiplies) and pointwise and depthwise
+// convolutions (their own kernels). Measured against the blocked kernels (8x64x56x56->128, 3x3
+// stride 2, one Emerald Rapids thread, alternating): 6.6-6.7 ms against 8.2-8.3; the kernels run
+// at the FMA peak, the transposed writes take 6% and the edge copies 4%. On column stride 1
+// (two threads, best of 12 alternating rounds): 5x5 forward 1.10x the blocked kernels' speed,
+// forward + backward 1.31x; 1x5 1.22x and 1.23x; 3x3 dilated 2 0.99x and 1.18x; 7x1 with row
+// stride 2 1.06x and 1.21x. An AVX2 form (8 lanes, 16 registers: blocks of 6 pixels by 16
+// channels) measured slower than the blocked kernels in AVX2 mode on the same machine (3x3
+// stride 2 forward, best of 30 alternating rounds: 15.0 against 14.2 ms on one thread, 8.9
+// against 8.4 on two), so AVX2 CPUs keep the blocked kernels.
 #include "ops/cpu/conv_direct.h"
 
 #include <immintrin.h>
@@ -34,12 +43,26 @@
 
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_simd.h"
+#include "ops/cpu/conv_winograd.h"
 
 namespace trident::cpu {
 namespace {
 
 bool g_direct_enabled = true;
+
+// The geometries the direct kernels can take: an AVX-512 CPU, column stride 1 or 2, neither
+// depthwise nor pointwise (their own kernels), channels on both sides.
+bool direct_geometry(const Conv2dGeometry& g) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  return g_direct_enabled && conv_simd::g_avx512_kernel && (g.sw == 1 || g.sw == 2) && !g.depthwise() && !g.pointwise() &&
+         g.in_per_group() > 0 && g.out_per_group() > 0;
+#else
+  (void)g;
+  return false;
+#endif
+}
 
 #ifdef TRIDENT_AVX512_MICRO_KERNEL
 using conv_simd::v16f;
@@ -112,9 +135,12 @@ template <int OV, int XS, int AS, int... U>
 constexpr std::array<KernelFn, sizeof...(U)> kernel_table(std::integer_sequence<int, U...>) {
   return {&direct_kernel<OV, U + 1, XS, AS>...};
 }
-// kKernels[OV - 1][UW - 1] of the forward pass, kInputKernels of the input gradient.
+// kKernels[OV - 1][UW - 1] of the forward pass with column stride 2, kStride1Kernels of column
+// stride 1 (and of the input gradient of those), kInputKernels of the input gradient of stride 2.
 const std::array<std::array<KernelFn, kUW>, 2> kKernels = {kernel_table<1, 2, 1>(std::make_integer_sequence<int, kUW>()),
                                                             kernel_table<2, 2, 1>(std::make_integer_sequence<int, kUW>())};
+const std::array<std::array<KernelFn, kUW>, 2> kStride1Kernels = {kernel_table<1, 1, 1>(std::make_integer_sequence<int, kUW>()),
+                                                                   kernel_table<2, 1, 1>(std::make_integer_sequence<int, kUW>())};
 const std::array<std::array<KernelFn, kUW>, 2> kInputKernels = {
     kernel_table<1, 1, 2>(std::make_integer_sequence<int, kUW>()), kernel_table<2, 1, 2>(std::make_integer_sequence<int, kUW>())};
 
@@ -244,7 +270,7 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage
           t.x_c = g.H * g.W;
           t.x_kh = g.dh * g.W;
         }
-        kKernels[OV - 1][p1 - p0 - 1](t, st + p0 * L, c0 == 0);
+        (g.sw == 2 ? kKernels : kStride1Kernels)[OV - 1][p1 - p0 - 1](t, st + p0 * L, c0 == 0);
       }
     }
   }
@@ -358,7 +384,7 @@ void direct_input_row(const DirectInput& d, int64_t n, int64_t gi, int64_t ih, f
             t.x_c = g.OH * g.OW;
             t.x_kh = x_kh;
           }
-          kInputKernels[OV - 1][j1 - j0 - 1](t, st + (2 * j0 + phase) * L, o0 == 0);
+          (g.sw == 2 ? kInputKernels : kStride1Kernels)[OV - 1][j1 - j0 - 1](t, st + (g.sw * j0 + phase) * L, o0 == 0);
         }
       }
     }
@@ -390,8 +416,8 @@ struct WTaps {
   const int64_t* off;   // the block's taps' offsets in the plane
 };
 
-// acc [T][16 OV] (= when first, += otherwise) over every output pixel, column stride 2.
-template <int OV, int T>
+// acc [T][16 OV] (= when first, += otherwise) over every output pixel, column stride SW.
+template <int OV, int T, int SW>
 __attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTaps& t, float* __restrict acc_io, bool first) {
   constexpr int L = 16 * OV;
   v16f acc[T][OV];
@@ -404,7 +430,7 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTap
     for (int64_t ow = 0; ow < t.OW; ++ow, g += L) {
       v16f gv[OV];
       for (int v = 0; v < OV; ++v) std::memcpy(&gv[v], g + 16 * v, sizeof(v16f));
-      const float* xb = xr + 2 * ow;
+      const float* xb = xr + SW * ow;
 #pragma GCC unroll 16
       for (int k = 0; k < T; ++k) {
         const float s = xb[off[k]];
@@ -418,14 +444,18 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTap
 
 using WKernelFn = void (*)(const WTaps&, float*, bool);
 
-template <int OV, int... U>
+template <int OV, int SW, int... U>
 constexpr std::array<WKernelFn, sizeof...(U)> wkernel_table(std::integer_sequence<int, U...>) {
-  return {&wgrad_kernel<OV, U + 1>...};
+  return {&wgrad_kernel<OV, U + 1, SW>...};
 }
-// kWKernels[OV - 1][T - 1]
-const std::array<std::array<WKernelFn, kWTaps>, 3> kWKernels = {wkernel_table<1>(std::make_integer_sequence<int, kWTaps>()),
-                                                                 wkernel_table<2>(std::make_integer_sequence<int, kWTaps>()),
-                                                                 wkernel_table<3>(std::make_integer_sequence<int, kWTaps>())};
+// kWKernels[SW - 1][OV - 1][T - 1]
+using WTable = std::array<std::array<WKernelFn, kWTaps>, 3>;
+template <int SW>
+constexpr WTable wkernels() {
+  return {wkernel_table<1, SW>(std::make_integer_sequence<int, kWTaps>()), wkernel_table<2, SW>(std::make_integer_sequence<int, kWTaps>()),
+          wkernel_table<3, SW>(std::make_integer_sequence<int, kWTaps>())};
+}
+const std::array<WTable, 2> kWKernels = {wkernels<1>(), wkernels<2>()};
 
 // dst [P][L] = the L planes src, src + P, ... (P floats each) transposed: 16 x 16 blocks, the
 // last P % 16 pixels with masked loads.
@@ -499,7 +529,7 @@ void direct_backward_weight(const float* gy, const float* x, float* gw, const Co
         for (int64_t b = 0; b < tblocks; ++b) {
           const int64_t t0 = taps * b / tblocks, t1 = taps * (b + 1) / tblocks;
           t.off = off.data() + t0;
-          kWKernels[L / 16 - 1][t1 - t0 - 1](t, acc + t0 * L, n == 0);
+          kWKernels[g.sw - 1][L / 16 - 1][t1 - t0 - 1](t, acc + t0 * L, n == 0);
         }
       }
     }
@@ -518,13 +548,8 @@ void direct_backward_weight(const float* gy, const float* x, float* gw, const Co
 }
 
 bool direct_backward_input_applies(const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-  return g_direct_enabled && conv_simd::g_avx512_kernel && g.sw == 2 && !g.depthwise() && g.in_per_group() > 0 &&
-         g.out_per_group() > 0 && g.in_per_group() % 16 == 0;
-#else
-  (void)g;
-  return false;
-#endif
+  return direct_geometry(g) && g.in_per_group() % 16 == 0 && !winograd_backward_input_applies(g) &&
+         !winograd7_backward_input_applies(g);
 }
 
 void direct_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {
@@ -535,18 +560,18 @@ void direct_backward_input(const float* gy, const float* w, float* gx, const Con
   const int64_t chunks = (d.Og + fit - 1) / fit;
   d.cb = (d.Og + chunks - 1) / chunks;
   int64_t reach = 0;  // the most gy columns a block's kernel columns add to its pixels
-  for (int64_t phase = 0; phase < 2; ++phase) {
+  for (int64_t phase = 0; phase < g.sw; ++phase) {  // column stride 1: one phase, every kernel column
     DirectInput::Phase& q = d.ph[phase];
-    q.pixels = (g.W - phase + 1) / 2;
+    q.pixels = (g.W - phase + g.sw - 1) / g.sw;
     q.blocks = (q.pixels + kUW - 1) / kUW;
     for (int64_t kw = 0; kw < g.kW; ++kw) {
-      if ((phase + g.pw - kw * g.dw) % 2 != 0) continue;
+      if ((phase + g.pw - kw * g.dw) % g.sw != 0) continue;
       if (q.nk == 0) q.kw0 = kw;
       if (q.nk == 1) q.kstep = kw - q.kw0;
       ++q.nk;
     }
-    q.e0 = (phase + g.pw - q.kw0 * g.dw) / 2;  // exact: phase + pw - kw0 dw is even (or nk = 0)
-    q.de = -(q.kstep * g.dw / 2);
+    q.e0 = (phase + g.pw - q.kw0 * g.dw) / g.sw;  // exact: a multiple of sw (or nk = 0)
+    q.de = -(q.kstep * g.dw / g.sw);
     reach = std::max(reach, q.e0 - q.e_last());
   }
   d.span = (kUW + reach + 15) / 16 * 16;
@@ -604,13 +629,7 @@ void direct_backward_input(const float* gy, const float* w, float* gx, const Con
 bool set_conv_direct_enabled_for_testing(bool enabled) { return std::exchange(g_direct_enabled, enabled); }
 
 bool direct_forward_applies(const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-  return g_direct_enabled && conv_simd::g_avx512_kernel && g.sw == 2 && !g.depthwise() && g.in_per_group() > 0 &&
-         g.out_per_group() > 0 && g.out_per_group() % 16 == 0;
-#else
-  (void)g;
-  return false;
-#endif
+  return direct_geometry(g) && g.out_per_group() % 16 == 0 && !winograd_forward_applies(g) && !winograd7_forward_applies(g);
 }
 
 void direct_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g) {

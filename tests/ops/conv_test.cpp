@@ -711,8 +711,9 @@ void check_direct_on_and_off(const std::vector<ConvCase>& cases, const std::vect
 }  // namespace
 
 TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
-  // NOTE [Conv2d direct]: f32 forward passes with column stride 2 and a multiple of 16 output
-  // channels per group run with output channels in the vector lanes on AVX-512 CPUs, and so do
+  // NOTE [Conv2d direct]: f32 forward passes with column stride 1 or 2 and a multiple of 16
+  // output channels per group (Winograd's and F(2, 7)'s shapes, pointwise and depthwise aside)
+  // run with output channels in the vector lanes on AVX-512 CPUs, and so do
   // their weight gradients (NOTE [Conv2d direct weight gradient]: 5x5 in blocks of 8, 8 and 9
   // taps; 48 channels in one block, 64 in 48 + 16). Cases: one
   // block with edges on both sides; 31 columns in three blocks and 48 channels (a block of 32,
@@ -732,19 +733,29 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
       {{1, 100, 7, 120}, {16, 100, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 4, 5, 6}, {16, 4, 3, 3}, {{2, 2}, {3, 3}, {1, 1}, 1}, true},
       {{2, 16, 14, 28}, {64, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
+      // Column stride 1 outside Winograd and F(2, 7): 5x5; 3x3 dilated; 1x5; 3x3 on 4 input
+      // channels (Winograd wants 8); 7x1 with row stride 2; 1x7 on 4 input channels.
+      {{2, 8, 12, 13}, {16, 8, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, true},
+      {{1, 8, 14, 15}, {32, 8, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 1}, true},
+      {{2, 6, 9, 20}, {16, 6, 1, 5}, {{1, 1}, {0, 2}, {1, 1}, 1}, true},
+      {{2, 4, 16, 17}, {32, 4, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 8, 17, 12}, {16, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},
+      {{2, 4, 9, 12}, {16, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
   };
   check_direct_on_and_off(cases, {cpu::direct_forward_applies, cpu::direct_backward_weight_applies}, 9100);
 }
 
 TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
-  // NOTE [Conv2d direct input gradient]: with column stride 2 and a multiple of 16 input
-  // channels per group, f32 input gradients on AVX-512 CPUs run the direct kernel over gy, one
-  // stride phase of gx's columns at a time. Cases: 3x3 (kernel columns {1} for one phase, {0, 2}
+  // NOTE [Conv2d direct input gradient]: with column stride 1 or 2 and a multiple of 16 input
+  // channels per group (Winograd's and F(2, 7)'s shapes, pointwise and depthwise aside), f32
+  // input gradients on AVX-512 CPUs run the direct kernel over gy, one stride phase of gx's
+  // columns at a time. Cases: 3x3 (kernel columns {1} for one phase, {0, 2}
   // for the other); 48 channels (blocks of 32 and 16) on 61 columns (3 blocks per phase); 5x5
   // with groups and row stride 1; dilation 2 (every kernel column or none per phase) with
   // unequal padding; 1x1 (odd rows and columns get nothing); 1x7; 7x1 with row stride 3; 100
   // output channels in chunks; padding 3 (gy read past its edges); a 4x4 kernel; dilation 3
-  // (kernel rows 2 apart). Then the same cases with the direct kernel off (im2col + GEMM).
+  // (kernel rows 2 apart). Then the same cases with the direct kernel off (im2col + GEMM; the
+  // blocked kernels for some of column stride 1).
   if (!cpu::conv_avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
   const std::vector<ConvCase> cases = {
       {{2, 16, 13, 12}, {8, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
@@ -758,6 +769,15 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
       {{1, 16, 5, 6}, {16, 16, 3, 3}, {{2, 2}, {3, 3}, {1, 1}, 1}, true},
       {{2, 16, 9, 9}, {16, 16, 4, 4}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 16, 8, 8}, {16, 16, 3, 3}, {{2, 2}, {1, 1}, {3, 3}, 1}, false},
+      // Column stride 1 (one phase, every kernel column): 5x5; 3x3 dilated; 1x5; 7x1 with row
+      // stride 2; 3x3 onto 4 output channels (Winograd wants 8); 3x3 with padding 3, past the
+      // kernel's reach.
+      {{2, 16, 12, 13}, {8, 16, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 1}, true},
+      {{1, 32, 14, 15}, {8, 32, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 1}, true},
+      {{2, 16, 9, 20}, {6, 16, 1, 5}, {{1, 1}, {0, 2}, {1, 1}, 1}, true},
+      {{1, 16, 17, 12}, {8, 16, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},
+      {{1, 16, 9, 9}, {4, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 16, 6, 7}, {8, 16, 3, 3}, {{1, 1}, {3, 3}, {1, 1}, 1}, true},
   };
   check_direct_on_and_off(cases, {cpu::direct_backward_input_applies}, 9300);
 }
