@@ -95,7 +95,9 @@ namespace trident::cpu {
 //   Winograd weight gradient alternates two parallel loops per few hundred tiles: the
 //   transforms (threads take tiles) and the 36 frequencies' GEMMs (threads take frequencies).
 // - The direct kernel (NOTE [Conv2d direct]) hands threads contiguous ranges of output rows
-//   (image, group, row), each with all its output channels.
+//   (image, group, range of output channels whose weights fit in L2, row; the input gradient's
+//   rows the same with input channels), and its weight gradient (group, input channel, block
+//   of output channels) items that each go through every image.
 // - The im2col + GEMM paths choose between:
 //   - "parallel units": (sample, group) units on parallel_for threads, each with its own
 //     im2col workspace and one GEMM on its thread, when each GEMM is small (m n k <= 65536 x

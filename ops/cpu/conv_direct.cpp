@@ -12,8 +12,10 @@
 // column stride of 2, 1 for 1) and multiplies both; the stride costs nothing and nothing is
 // copied. A block is up to 14 output pixels of one row by 32 channels: 28 accumulators, and per
 // (channel, tap) 2 loads of weights and 14 broadcasts for 28 multiply-adds. Each work item is
-// one output row of one image and group: its input channels go in chunks whose rows fit in L1
-// (about 24 KiB), each chunk serving every block of output channels before the next is read;
+// one output row of one image and group for a range of output channels whose weights fit in
+// about 768 KiB (range_of; the rows of a range are consecutive items, so the weights stay in L2
+// from row to row): its input channels go in chunks whose rows fit in L1 (about 24 KiB), each
+// chunk serving every block of output channels of the range before the next is read;
 // the partial sums wait in a per-thread buffer [channel block][pixel][lane] and go to y
 // transposed (16 x 16 blocks) with the bias at the end. Taps that fall in the padding are
 // skipped by the loop bounds for rows; for columns, the blocks at a row's edges (those with a
@@ -69,6 +71,19 @@ using conv_simd::v16f;
 
 constexpr int kUW = 14;  // output pixels per block
 constexpr int kOB = 32;  // output channels per block (the last block of a group may be 16)
+
+// Channels per range (a multiple of kOB, or all `channels`) such that their packed weights,
+// per_channel floats each, take at most about 768 KiB (g_range_floats): under half of a 2 MiB
+// L2, but a range of at least one block. Measured on 416 -> 416 1x7 and 7x1 convolutions with
+// column and row stride 2 (4x416x28x28, two threads): the forward pass 0.81-0.84x the blocked
+// kernels' speed with the whole weights per row, 0.94-1.07x with ranges of 768 KiB (256 KiB
+// and 1.5 MiB no better), forward + backward 1.17-1.24x.
+constexpr int64_t kRangeFloats = (int64_t{768} << 10) / static_cast<int64_t>(sizeof(float));
+int64_t g_range_floats = kRangeFloats;
+int64_t range_of(int64_t channels, int64_t per_channel) {
+  const int64_t blocks = std::max<int64_t>(1, g_range_floats / std::max<int64_t>(1, per_channel * kOB));
+  return std::min(channels, blocks * kOB);
+}
 
 // One block's sums over input channels [c0, c0 + nc) and the kernel rows and columns that stay
 // inside the input: x at (c0, the first kernel row's input row, the first pixel's first kernel
@@ -227,8 +242,10 @@ struct Direct {
   }
 };
 
-// Output row oh of image n, group gi; stage and copies as sized by Direct.
-void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage, float* copies) {
+// Output row oh of image n, group gi, output channels [o_begin, o_end) of the group; stage and
+// copies as sized by Direct.
+void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t o_begin, int64_t o_end, int64_t oh, float* stage,
+                float* copies) {
   const Conv2dGeometry& g = d.g;
   int64_t kh0 = 0, kh1 = g.kH;
   while (kh0 < kh1 && oh * g.sh - g.ph + kh0 * g.dh < 0) ++kh0;
@@ -245,8 +262,8 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage
       copy_edge(x_c0, nc, nkh, g.H * g.W, g.dh * g.W, d.p0(b) * g.sw - g.pw, g.W, d.span, cp);
       cp += nc * nkh * d.span;
     }
-    for (int64_t o0 = 0; o0 < d.Og; o0 += kOB) {
-      const int L = static_cast<int>(std::min<int64_t>(kOB, d.Og - o0)), OV = L / 16;
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += kOB) {
+      const int L = static_cast<int>(std::min<int64_t>(kOB, o_end - o0)), OV = L / 16;
       float* st = stage + o0 * ((g.OW + 15) / 16 * 16);
       Taps t;
       t.nc = nc;
@@ -274,8 +291,8 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t oh, float* stage
       }
     }
   }
-  for (int64_t o0 = 0; o0 < d.Og; o0 += kOB) {
-    const int L = static_cast<int>(std::min<int64_t>(kOB, d.Og - o0));
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += kOB) {
+    const int L = static_cast<int>(std::min<int64_t>(kOB, o_end - o0));
     const int64_t oc = gi * d.Og + o0;
     write_rows(stage + o0 * ((g.OW + 15) / 16 * 16), g.OW, L, d.bias ? d.bias + oc : nullptr,
                d.y + ((n * g.O + oc) * g.OH + oh) * g.OW, g.OH * g.OW);
@@ -322,8 +339,10 @@ struct DirectInput {
   }
 };
 
-// Input row ih of image n, group gi; stage and copies as sized by DirectInput.
-void direct_input_row(const DirectInput& d, int64_t n, int64_t gi, int64_t ih, float* stage, float* copies) {
+// Input row ih of image n, group gi, input channels [c_begin, c_end) of the group; stage and
+// copies as sized by DirectInput.
+void direct_input_row(const DirectInput& d, int64_t n, int64_t gi, int64_t c_begin, int64_t c_end, int64_t ih, float* stage,
+                      float* copies) {
   const Conv2dGeometry& g = d.g;
   // Kernel rows: those of the row's class with 0 <= oh < OH, oh = (ih + ph - kh dh) / sh: a
   // run [i0, i0 + nkh) of the class's progression.
@@ -354,8 +373,8 @@ void direct_input_row(const DirectInput& d, int64_t n, int64_t gi, int64_t ih, f
         copy_edge(gy_o0, no, nkh, g.OH * g.OW, x_kh, q.j(b) + q.e_last(), g.OW, d.span, cp);
         cp += no * nkh * d.span;
       }
-    for (int64_t c0 = 0; c0 < d.Cg; c0 += kOB) {
-      const int L = static_cast<int>(std::min<int64_t>(kOB, d.Cg - c0)), OV = L / 16;
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += kOB) {
+      const int L = static_cast<int>(std::min<int64_t>(kOB, c_end - c0)), OV = L / 16;
       const int64_t taps = g.kH * g.kW;
       const float* w_block = d.Wp + (gi * d.Cg + c0) * d.Og * taps;
       float* st = stage + c0 * W16;
@@ -389,8 +408,8 @@ void direct_input_row(const DirectInput& d, int64_t n, int64_t gi, int64_t ih, f
       }
     }
   }
-  for (int64_t c0 = 0; c0 < d.Cg; c0 += kOB) {
-    const int L = static_cast<int>(std::min<int64_t>(kOB, d.Cg - c0));
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kOB) {
+    const int L = static_cast<int>(std::min<int64_t>(kOB, c_end - c0));
     write_rows(stage + c0 * W16, g.W, L, nullptr, d.gx + ((n * g.C + gi * d.Cg + c0) * g.H + ih) * g.W, g.H * g.W);
   }
 }
@@ -613,11 +632,14 @@ void direct_backward_input(const float* gy, const float* w, float* gx, const Con
     }
   });
   d.Wp = Wp;
-  parallel_for(0, g.N * g.groups * g.H, 1, [&](int64_t r0, int64_t r1) {
+  // Input channels in ranges whose weights fit in about half of L2, as in the forward pass.
+  const int64_t range = range_of(d.Cg, d.Og * taps);
+  const int64_t ranges = (d.Cg + range - 1) / range;
+  parallel_for(0, g.N * g.groups * ranges * g.H, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> stage(static_cast<size_t>(d.stage_floats())), copies(static_cast<size_t>(d.copy_floats()));
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t ih = r % g.H, gi = r / g.H % g.groups, n = r / (g.H * g.groups);
-      direct_input_row(d, n, gi, ih, stage.data(), copies.data());
+      const int64_t ih = r % g.H, q = r / g.H % ranges, gi = r / (g.H * ranges) % g.groups, n = r / (g.H * ranges * g.groups);
+      direct_input_row(d, n, gi, q * range, std::min(d.Cg, (q + 1) * range), ih, stage.data(), copies.data());
     }
   });
 #else
@@ -627,6 +649,15 @@ void direct_backward_input(const float* gy, const float* w, float* gx, const Con
 }
 
 bool set_conv_direct_enabled_for_testing(bool enabled) { return std::exchange(g_direct_enabled, enabled); }
+
+int64_t set_conv_direct_range_floats_for_testing(int64_t floats) {
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+  return std::exchange(g_range_floats, floats > 0 ? floats : kRangeFloats);
+#else
+  (void)floats;
+  return 0;
+#endif
+}
 
 bool direct_forward_applies(const Conv2dGeometry& g) {
   return direct_geometry(g) && g.out_per_group() % 16 == 0 && !winograd_forward_applies(g) && !winograd7_forward_applies(g);
@@ -661,12 +692,17 @@ void direct_forward(const float* x, const float* w, const float* bias, float* y,
     }
   });
   d.Wp = Wp;
-  const int64_t rows = g.N * g.groups * g.OH;
+  // Output channels in ranges whose weights (Cg kH kW floats each) fit in about half of L2,
+  // the rows of a range consecutive in a thread's items: the weights stay in L2 from row to
+  // row (all of a 416 -> 416 7x1 convolution's, 4.8 MB, came from L3 for every row otherwise).
+  const int64_t range = range_of(d.Og, d.K);
+  const int64_t ranges = (d.Og + range - 1) / range;
+  const int64_t rows = g.N * g.groups * ranges * g.OH;
   parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> stage(static_cast<size_t>(d.stage_floats())), copies(static_cast<size_t>(d.copy_floats()));
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t oh = r % g.OH, gi = r / g.OH % g.groups, n = r / (g.OH * g.groups);
-      direct_row(d, n, gi, oh, stage.data(), copies.data());
+      const int64_t oh = r % g.OH, q = r / g.OH % ranges, gi = r / (g.OH * ranges) % g.groups, n = r / (g.OH * ranges * g.groups);
+      direct_row(d, n, gi, q * range, std::min(d.Og, (q + 1) * range), oh, stage.data(), copies.data());
     }
   });
 #else

@@ -29,5 +29,9 @@ void direct_backward_input(const float* gy, const float* w, float* gx, const Con
 // Turns the direct kernels off (false) or on, for the tests that compare it with the blocked
 // one; returns the previous setting. Not thread-safe: call it between convolutions.
 bool set_conv_direct_enabled_for_testing(bool enabled);
+// The weights' budget (floats) of a range of channels that a thread's consecutive rows share
+// (the forward pass's output channels, the input gradient's input channels); 1 makes every range
+// one block of 32 channels, <= 0 restores the default (768 KiB). Returns the previous one.
+int64_t set_conv_direct_range_floats_for_testing(int64_t floats);
 
 }  // namespace trident::cpu

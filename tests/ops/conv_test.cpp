@@ -692,8 +692,8 @@ TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
 namespace {
 // Every case through check_against_reference (1 and 3 threads) with the direct kernels on, each
 // of `applies` saying it takes the case (asked with one thread: the weight gradient wants 2
-// items per thread, so with 3 some cases go to the blocked kernels), then with them off, each
-// saying it does not.
+// items per thread, so with 3 some cases go to the blocked kernels), again with channel ranges
+// of one block, then with them off, each saying it does not.
 void check_direct_on_and_off(const std::vector<ConvCase>& cases, const std::vector<bool (*)(const cpu::Conv2dGeometry&)>& applies,
                              uint64_t seed) {
   const int threads = get_num_threads();
@@ -702,6 +702,10 @@ void check_direct_on_and_off(const std::vector<ConvCase>& cases, const std::vect
     for (const auto& f : applies) EXPECT_TRUE(f(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
   set_num_threads(threads);
   on_one_and_three_threads(cases, seed, check_against_reference);
+  // Every range of channels one block: rows of several ranges, the last one 16 wide.
+  cpu::set_conv_direct_range_floats_for_testing(1);
+  on_one_and_three_threads(cases, seed + 50, check_against_reference);
+  cpu::set_conv_direct_range_floats_for_testing(0);
   const bool was = cpu::set_conv_direct_enabled_for_testing(false);
   for (const ConvCase& c : cases)
     for (const auto& f : applies) EXPECT_FALSE(f(geometry_of(c.x, c.w, c.p))) << describe(c.p, c.x, c.w);
