@@ -1,4 +1,4 @@
-// Direct convolution with output channels in the vector lanes (NOTE [Conv2d algorithms] in
+// Direct convolution with channels in the vector lanes (NOTE [Conv2d algorithms] in
 // ops/cpu/conv.cpp).
 //
 // NOTE [Conv2d direct]: the blocked im2col kernels (NOTE [Conv2d blocked im2col]) put output
@@ -34,7 +34,9 @@
 // against 8.4 on two), so AVX2 CPUs keep the blocked kernels.
 #include "ops/cpu/conv_direct.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
