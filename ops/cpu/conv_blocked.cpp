@@ -95,22 +95,39 @@ inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) 
 // written once (no memset first: the copy is a few percent of a strided convolution).
 TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float* dst) {
   if (p.transposed) {  // x's row h is the problem's column h; rows in sh phases (sw == 1)
-    std::fill_n(dst, p.Lc, 0.0f);
     const auto row = [&](int64_t w) {  // the problem's row w (x's column w), from column pw
       const int64_t r = w + p.ph;
       return dst + (r % p.sh) * p.plane + (r / p.sh) * p.Wq + p.pw;
     };
-    // 8 x 8 blocks through transpose_8x8, the edges one element at a time.
-    const int64_t h8 = p.W - p.W % 8, w8 = p.H - p.H % 8;
-    for (int64_t h0 = 0; h0 < h8; h0 += 8)
-      for (int64_t w0 = 0; w0 < w8; w0 += 8) {
+    // Zeros where no input lands: padding rows, each row's pw columns on either side, the slack.
+    for (int64_t a = 0; a < p.sh; ++a)
+      for (int64_t i = 0; i < p.Hq; ++i) {
+        float* r = dst + a * p.plane + i * p.Wq;
+        const int64_t w = i * p.sh + a - p.ph;
+        if (w < 0 || w >= p.H) {
+          std::fill_n(r, p.Wq, 0.0f);
+        } else {
+          std::fill_n(r, p.pw, 0.0f);
+          std::fill_n(r + p.pw + p.W, p.Wq - p.pw - p.W, 0.0f);
+        }
+      }
+    std::fill_n(dst + p.sh * p.plane, kMaxNR, 0.0f);
+    // 8 x 8 blocks through transpose_8x8; the last block of each direction starts 8 before the
+    // end and overlaps the one before it (a copy, so writing some floats twice is harmless). A
+    // plane narrower than 8 either way goes one element at a time.
+    if (p.W < 8 || p.H < 8) {
+      for (int64_t h = 0; h < p.W; ++h)
+        for (int64_t w = 0; w < p.H; ++w) row(w)[h] = src[h * p.H + w];
+      return;
+    }
+    for (int64_t hb = 0; hb < p.W; hb += 8)
+      for (int64_t wb = 0; wb < p.H; wb += 8) {
+        const int64_t h0 = std::min(hb, p.W - 8), w0 = std::min(wb, p.H - 8);
         v8f v[8], d[8];
         for (int e = 0; e < 8; ++e) v[e] = load8(src + (h0 + e) * p.H + w0);
         transpose_8x8(v, d);
         for (int e = 0; e < 8; ++e) store8(row(w0 + e) + h0, d[e]);
       }
-    for (int64_t h = 0; h < p.W; ++h)
-      for (int64_t w = h < h8 ? w8 : 0; w < p.H; ++w) row(w)[h] = src[h * p.H + w];
     return;
   }
   // Rows of the phases that fall in the padding are zeros; every other row is input row h =

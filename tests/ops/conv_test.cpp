@@ -841,6 +841,8 @@ TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
       {{1, 8, 8, 5}, {9, 8, 7, 1}, {{1, 1}, {0, 0}, {1, 1}, 1}, true},
       {{2, 8, 28, 28}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
       {{2, 8, 9, 11}, {13, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+      {{1, 8, 5, 12}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},  // planes under 8 wide:
+      {{1, 8, 12, 6}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},  // the scalar transposes
   };
   on_one_and_three_threads(cases, 6500, [](const ConvCase& c, uint64_t seed) {
     ASSERT_TRUE(cpu::winograd7_forward_applies(geometry_of(c.x, c.w, c.p)));
