@@ -90,6 +90,27 @@ inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) 
   for (; k < n; ++k) dst[k] = src[k * sw];
 }
 
+// dst_row(c)[r] = src[r cols + c] for the plane src [rows, cols]: 8 x 8 blocks through
+// transpose_8x8, the last block of each direction starting 8 before the end, over the one
+// before it (a copy: the floats written twice are the same); a plane under 8 either way one
+// element at a time. Inline, for the clones below.
+template <typename DstRow>
+inline void transpose_plane(const float* src, int64_t rows, int64_t cols, const DstRow& dst_row) {
+  if (rows < 8 || cols < 8) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst_row(c)[r] = src[r * cols + c];
+    return;
+  }
+  for (int64_t rb = 0; rb < rows; rb += 8)
+    for (int64_t cb = 0; cb < cols; cb += 8) {
+      const int64_t r0 = std::min(rb, rows - 8), c0 = std::min(cb, cols - 8);
+      v8f v[8], d[8];
+      for (int e = 0; e < 8; ++e) v[e] = load8(src + (r0 + e) * cols + c0);
+      transpose_8x8(v, d);
+      for (int e = 0; e < 8; ++e) store8(dst_row(c0 + e) + r0, d[e]);
+    }
+}
+
 // Channel q's phase planes: phase (a, b) row i holds padded row i sh + a, columns j sw + b,
 // zero where that falls in the padding; then kMaxNR zeros of slack. Every float of the Lc is
 // written once (no memset first: the copy is a few percent of a strided convolution).
@@ -112,22 +133,7 @@ TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float*
         }
       }
     std::fill_n(dst + p.sh * p.plane, kMaxNR, 0.0f);
-    // 8 x 8 blocks through transpose_8x8; the last block of each direction starts 8 before the
-    // end and overlaps the one before it (a copy, so writing some floats twice is harmless). A
-    // plane narrower than 8 either way goes one element at a time.
-    if (p.W < 8 || p.H < 8) {
-      for (int64_t h = 0; h < p.W; ++h)
-        for (int64_t w = 0; w < p.H; ++w) row(w)[h] = src[h * p.H + w];
-      return;
-    }
-    for (int64_t hb = 0; hb < p.W; hb += 8)
-      for (int64_t wb = 0; wb < p.H; wb += 8) {
-        const int64_t h0 = std::min(hb, p.W - 8), w0 = std::min(wb, p.H - 8);
-        v8f v[8], d[8];
-        for (int e = 0; e < 8; ++e) v[e] = load8(src + (h0 + e) * p.H + w0);
-        transpose_8x8(v, d);
-        for (int e = 0; e < 8; ++e) store8(row(w0 + e) + h0, d[e]);
-      }
+    transpose_plane(src, p.W, p.H, row);
     return;
   }
   // Rows of the phases that fall in the padding are zeros; every other row is input row h =
@@ -259,21 +265,11 @@ TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, 
   blocked_items_nv<3>(ch, tile, out, i0, i1);
 }
 
-// dst[c][r] = src[r][c] for planes [rows, cols] -> [cols, rows]: 8 x 8 blocks through
-// transpose_8x8, the edges one element at a time.
+// dst[c][r] = src[r][c] for planes [rows, cols] -> [cols, rows] (transpose_plane).
 TRIDENT_CPU_CLONES void transpose_planes(const float* src, float* dst, int64_t planes, int64_t rows, int64_t cols) {
-  const int64_t size = rows * cols, r8 = rows - rows % 8, c8 = cols - cols % 8;
-  for (int64_t q = 0; q < planes; ++q, src += size, dst += size) {
-    for (int64_t r0 = 0; r0 < r8; r0 += 8)
-      for (int64_t c0 = 0; c0 < c8; c0 += 8) {
-        v8f v[8], d[8];
-        for (int e = 0; e < 8; ++e) v[e] = load8(src + (r0 + e) * cols + c0);
-        transpose_8x8(v, d);
-        for (int e = 0; e < 8; ++e) store8(dst + (c0 + e) * rows + r0, d[e]);
-      }
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-  }
+  const int64_t size = rows * cols;
+  for (int64_t q = 0; q < planes; ++q, src += size, dst += size)
+    transpose_plane(src, rows, cols, [&](int64_t c) { return dst + c * rows; });
 }
 
 }  // namespace
