@@ -22,6 +22,10 @@
 #include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
 
+#ifdef __x86_64__
+#include <immintrin.h>
+#endif
+
 namespace trident::cpu {
 namespace {
 
@@ -185,43 +189,77 @@ void forward_planes_by_passes(const T* x, const T* w, const T* bias, T* y, const
   }
 }
 
-// f32, NOTE [Depthwise register blocks]: a block of R output rows x 8 V columns stays in
-// registers while every tap is applied, and each loaded input vector serves every output row
-// of the block it reaches: with stride 1, input row i at column offset kw meets output row r
-// through tap (i - r, kw). So per kernel column kw the block loads its R + kH - 1 input rows
-// once (V vectors each) and applies the column's kH weights, held in registers, to R of them
-// each: about (R + kH - 1) / (R kH) loads per multiply-add (0.4 for 5x5) instead of one, and
-// the outputs are written once. With stride s the input is split into s x s phases (NOTE
-// [Depthwise planes]); in phase (a, b) the taps kh = a, a + s, ... read consecutive rows, so
-// each phase is the same computation with a smaller kernel. (R, V) = (4, 2) for up to 5 taps
-// per phase column, (8, 1) for 6 or 7 (their weights take 7 registers); larger or dilated
-// kernels use dw_flat_block below. The phase planes have zero rows and columns of slack so
-// blocks may run past the output's edge; those outputs are dropped.
+// f32, NOTE [Depthwise register blocks]: a block of R output rows x L V columns (L the vector
+// lanes) stays in registers while every tap is applied, and each loaded input vector serves
+// every output row of the block it reaches: with stride 1, input row i at column offset kw
+// meets output row r through tap (i - r, kw). So per kernel column kw the block loads its
+// R + kH - 1 input rows once (V vectors each) and applies the column's kH weights to R of them
+// each: about (R + kH - 1) / (R kH) loads per multiply-add (0.4 for 5x5 at R = 4) instead of
+// one, and the outputs are written once. With stride s the input is split into s x s phases
+// (NOTE [Depthwise planes]); in phase (a, b) the taps kh = a, a + s, ... read consecutive rows,
+// so each phase is the same computation with a smaller kernel. Larger or dilated kernels use
+// dw_flat_block below. The phase planes have zero rows and columns of slack so blocks may run
+// past the output's edge; those outputs are dropped.
+// - 8 lanes (AVX2, 16 registers): (R, V) = (4, 2) for up to 5 taps per phase column, (8, 1)
+//   for 6 or 7; the weights are broadcast from L1 at each use, which leaves the registers to
+//   the accumulators.
+// - 16 lanes (AVX-512 CPUs, 32 registers, NOTE [Depthwise AVX-512]): V = 2 for rows wider than
+//   16 outputs, else 1; R = 7 when that divides the output height and 8 does not (28 and 14
+//   rows, AmoebaNet's 28 x 28 and 14 x 14 planes), else 8: at most 16 accumulators, the kernel
+//   column's weights held in registers, and half the instructions of the 8-lane kernel.
 using namespace conv_simd;
 
-// acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + 8 v].
-template <int KH, int R, int V>
-inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, v8f (&acc_io)[R][V]) {
+template <typename Vec>
+constexpr int kLanes = static_cast<int>(sizeof(Vec) / sizeof(float));
+
+template <typename Vec>
+inline Vec vload(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename Vec>
+inline Vec vsplat(float s) {
+  return splat(s);
+}
+
+// dst[0, n) = the first n lanes of v (0 < n < L).
+template <typename Vec>
+inline void store_first(float* dst, const Vec& v, int64_t n) {
+  alignas(sizeof(Vec)) float tmp[kLanes<Vec>];
+  std::memcpy(tmp, &v, sizeof v);
+  for (int64_t i = 0; i < n; ++i) dst[i] = tmp[i];
+}
+
+// acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + L v].
+template <int KH, int R, int V, typename Vec>
+inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, Vec (&acc_io)[R][V]) {
+  constexpr int L = kLanes<Vec>;
+  constexpr bool hold = L == 16;  // the column's weights in registers (32 of them)
   // Local accumulators: stores through acc_io could alias the float loads (a vector type may
   // alias its element type), which would force a store after every multiply-add.
-  v8f acc[R][V];
+  Vec acc[R][V];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) acc[r][v] = acc_io[r][v];
-  // Fully unrolled (the pragmas): every register index is a constant. Weights are broadcast
-  // from L1 at each use rather than held, which leaves registers for the accumulators.
+  // Fully unrolled (the pragmas): every register index is a constant.
   for (int t = 0; t < nkw; ++t) {
     const float* s = src + db[t];
     const float* wt = wk + t;
+    Vec wh[KH];
+    if constexpr (hold)
+#pragma GCC unroll 8
+      for (int kh = 0; kh < KH; ++kh) wh[kh] = vsplat<Vec>(wt[kh * nkw]);
 #pragma GCC unroll 16
     for (int i = 0; i < R + KH - 1; ++i, s += Wr) {
-      v8f xv[V];
+      Vec xv[V];
 #pragma GCC unroll 2
-      for (int v = 0; v < V; ++v) xv[v] = load8(s + 8 * v);
+      for (int v = 0; v < V; ++v) xv[v] = vload<Vec>(s + L * v);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int kh = i - r;
         if (kh < 0 || kh >= KH) continue;
-        const v8f wv = splat(wt[kh * nkw]);
+        const Vec wv = hold ? wh[kh] : vsplat<Vec>(wt[kh * nkw]);
 #pragma GCC unroll 2
         for (int v = 0; v < V; ++v) acc[r][v] += wv * xv[v];
       }
@@ -252,21 +290,24 @@ struct DwForwardArgs {
   int R, V;
 };
 
-template <int R, int V>
-inline void dw_phase_rows(int kh, const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, v8f (&acc)[R][V]) {
+template <int R, int V, typename Vec>
+inline void dw_phase_rows(int kh, const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, Vec (&acc)[R][V]) {
+  // The 8-lane kernel takes 6 or 7 rows only in its (8, 1) form (16 registers).
+  constexpr bool tall = kLanes<Vec> == 16 || V == 1;
   switch (kh) {
     case 1: return dw_rows<1, R, V>(src, Wr, wk, db, nkw, acc);
     case 2: return dw_rows<2, R, V>(src, Wr, wk, db, nkw, acc);
     case 3: return dw_rows<3, R, V>(src, Wr, wk, db, nkw, acc);
     case 4: return dw_rows<4, R, V>(src, Wr, wk, db, nkw, acc);
     case 5: return dw_rows<5, R, V>(src, Wr, wk, db, nkw, acc);
-    case 6: if constexpr (R * V == 8 && V == 1) return dw_rows<6, R, V>(src, Wr, wk, db, nkw, acc); else return;
-    default: if constexpr (V == 1) return dw_rows<7, R, V>(src, Wr, wk, db, nkw, acc); else return;
+    case 6: if constexpr (tall) return dw_rows<6, R, V>(src, Wr, wk, db, nkw, acc); else return;
+    default: if constexpr (tall) return dw_rows<7, R, V>(src, Wr, wk, db, nkw, acc); else return;
   }
 }
 
-template <int R, int V>
+template <int R, int V, typename Vec>
 inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
+  constexpr int L = kLanes<Vec>;
   const Conv2dGeometry& g = *a.g;
   const std::vector<DwPhaseTaps>& taps = *a.taps;
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW, plane = a.Hr * a.Wr;
@@ -306,13 +347,13 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
       const float b = a.bias ? a.bias[o] : 0.0f;
       float* yo = a.y + (n * g.O + o) * P;
       for (int64_t oh0 = 0; oh0 < g.OH; oh0 += R) {
-        for (int64_t jb = 0; jb < g.OW; jb += 8 * V) {
+        for (int64_t jb = 0; jb < g.OW; jb += L * V) {
           // A last block that would stick out moves left to end at the edge (recomputing a
           // few outputs) when the row is wide enough, so its stores are whole vectors.
-          const int64_t j0 = jb + 8 * V > g.OW && g.OW >= 8 * V ? g.OW - 8 * V : jb;
-          v8f acc[R][V];
+          const int64_t j0 = jb + L * V > g.OW && g.OW >= L * V ? g.OW - L * V : jb;
+          Vec acc[R][V];
           for (int r = 0; r < R; ++r)
-            for (int v = 0; v < V; ++v) acc[r][v] = splat(b);
+            for (int v = 0; v < V; ++v) acc[r][v] = vsplat<Vec>(b);
           const float* wp = wk.data();
           for (const DwPhaseTaps& pt : taps) {
             const int nkw = static_cast<int>(pt.kw.size());
@@ -320,17 +361,15 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
                                 pt.db.data(), nkw, acc);
             wp += pt.rows * nkw;
           }
-          const int64_t rows = std::min<int64_t>(R, g.OH - oh0), cols = std::min<int64_t>(8 * V, g.OW - j0);
+          const int64_t rows = std::min<int64_t>(R, g.OH - oh0), cols = std::min<int64_t>(L * V, g.OW - j0);
           for (int64_t r = 0; r < rows; ++r) {
             float* dst = yo + (oh0 + r) * g.OW + j0;
             for (int v = 0; v < V; ++v) {
-              const int64_t left = cols - 8 * v;
-              if (left >= 8) {
-                std::memcpy(dst + 8 * v, &acc[r][v], sizeof(v8f));
-              } else if (left > 0) {  // only for rows narrower than a block
-                alignas(32) float tmp[8];
-                std::memcpy(tmp, &acc[r][v], sizeof(v8f));
-                for (int64_t i = 0; i < left; ++i) dst[8 * v + i] = tmp[i];
+              const int64_t left = cols - L * v;
+              if (left >= L) {
+                std::memcpy(dst + L * v, &acc[r][v], sizeof(Vec));
+              } else if (left > 0) {  // rows narrower than a block
+                store_first(dst + L * v, acc[r][v], left);
               }
             }
           }
@@ -342,11 +381,45 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
 
 TRIDENT_CPU_CLONES void depthwise_forward_f32_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
   if (a.V == 2) {
-    dw_forward_planes<4, 2>(a, p0, p1);
+    dw_forward_planes<4, 2, v8f>(a, p0, p1);
   } else {
-    dw_forward_planes<8, 1>(a, p0, p1);
+    dw_forward_planes<8, 1, v8f>(a, p0, p1);
   }
 }
+
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+// NOTE [Depthwise AVX-512]: the 16-lane form of the register blocks, compiled for x86-64-v4
+// (everything inlined into it: flatten) and chosen at run time on CPUs with AVX-512
+// (conv_simd::g_avx512_kernel, which set_conv_avx512_kernel_enabled_for_testing(false) turns
+// off to test the 8-lane form on the same machine). A row's last partial vector goes out as
+// one masked store.
+// (Built from the intrinsic: GCC assembles a 16-lane initializer list here lane by lane, 16
+// masked broadcasts.)
+template <>
+__attribute__((target("arch=x86-64-v4"))) inline v16f vsplat<v16f>(float s) {
+  const __m512 v = _mm512_set1_ps(s);
+  v16f r;
+  std::memcpy(&r, &v, sizeof r);
+  return r;
+}
+
+template <>
+__attribute__((target("arch=x86-64-v4"))) inline void store_first<v16f>(float* dst, const v16f& v, int64_t n) {
+  __m512 m;
+  std::memcpy(&m, &v, sizeof m);
+  _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << n) - 1), m);
+}
+
+__attribute__((target("arch=x86-64-v4"), flatten)) void depthwise_forward_f32_planes_avx512(const DwForwardArgs& a, int64_t p0,
+                                                                                         int64_t p1) {
+  if (a.V == 2) {
+    if (a.R == 7) return dw_forward_planes<7, 2, v16f>(a, p0, p1);
+    return dw_forward_planes<8, 2, v16f>(a, p0, p1);
+  }
+  if (a.R == 7) return dw_forward_planes<7, 1, v16f>(a, p0, p1);
+  dw_forward_planes<8, 1, v16f>(a, p0, p1);
+}
+#endif
 
 // Dilated kernels, or more than 7 taps per phase column: every tap in one pass over blocks of 8
 // vectors at pitch Wq (one load per multiply-add), through the PhaseLayout buffers.
@@ -414,11 +487,18 @@ void forward_planes(const float* x, const float* w, const float* bias, float* y,
       taps.push_back(std::move(pt));
     }
   if (g.dh == 1 && max_rows <= 7) {
-    const int V = max_rows <= 5 ? 2 : 1, R = 8 / V;
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+    const bool wide = g_avx512_kernel;
+#else
+    constexpr bool wide = false;
+#endif
+    const int lanes = wide ? 16 : 8;
+    const int V = wide ? (g.OW > 16 ? 2 : 1) : (max_rows <= 5 ? 2 : 1);
+    const int R = wide ? (g.OH % 7 == 0 && g.OH % 8 != 0 ? 7 : 8) : 8 / V;
     // Phase planes hold rows up to the last block's (OH rounded up to R, plus the taps) and
-    // columns up to the last block's 8 V (plus the taps), all at least the phase's own size.
+    // columns up to the last block's L V (plus the taps), all at least the phase's own size.
     const int64_t Hr = std::max(L.Hq, (g.OH + R - 1) / R * R + max_da);
-    const int64_t Wr = std::max(L.Wq, (g.OW + 8 * V - 1) / (8 * V) * (8 * V) + max_db);
+    const int64_t Wr = std::max(L.Wq, (g.OW + lanes * V - 1) / (lanes * V) * (lanes * V) + max_db);
     std::vector<DwCopy> copies;
     // Per input row, sw entries in the order of their first column w0 = 0, 1, ... (which goes to
     // column phase (w0 + pw) % sw), empty where w0 >= W: with sw == 2 entry pairs are a row's
@@ -432,6 +512,9 @@ void forward_planes(const float* x, const float* w, const float* bias, float* y,
       }
     }
     const DwForwardArgs a{x, w, bias, y, &g, &taps, &copies, Hr, Wr, R, V};
+#ifdef TRIDENT_AVX512_MICRO_KERNEL
+    if (wide) return depthwise_forward_f32_planes_avx512(a, p0, p1);
+#endif
     depthwise_forward_f32_planes(a, p0, p1);
     return;
   }

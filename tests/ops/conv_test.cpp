@@ -861,13 +861,16 @@ TEST(Conv2d, WinogradF27MatchesNestedLoopsWithinItsBound) {
 
 TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
   // NOTE [Depthwise register blocks]: f32 depthwise forward runs in blocks of 4 rows x 16
-  // columns (up to 5 kernel rows per stride phase) or 8 rows x 8 columns (6 or 7), the last
-  // column block moved left to end at the edge when the row is at least a block wide, rows
-  // past the output computed and dropped; dilated kernels and more than 7 rows per phase take
-  // the flat kernel. Widths below, at and above a block, heights not a multiple of the rows,
-  // strides 1 and 2 (phases with different row counts), every kernel height 1..7, 9, channel
-  // multipliers, batch 1, with and without bias. check_against_reference checks f32 against
-  // the dot-product bound and f64 (the old per-kernel-row passes) and all gradients.
+  // columns (up to 5 kernel rows per stride phase) or 8 rows x 8 columns (6 or 7) with 8
+  // lanes, and of 7 or 8 rows x 16 or 32 columns with 16 (NOTE [Depthwise AVX-512], checked
+  // here both ways where the CPU has AVX-512), the last column block moved left to end at the
+  // edge when the row is at least a block wide, a narrower row's last vector stored in part,
+  // rows past the output computed and dropped; dilated kernels and more than 7 rows per phase
+  // take the flat kernel. Widths below, at and above a block, heights not a multiple of the
+  // rows, heights of 7 and 14 rows (7-row blocks), strides 1 and 2 (phases with different row
+  // counts), every kernel height 1..7, 9, channel multipliers, batch 1, with and without bias.
+  // check_against_reference checks f32 against the dot-product bound and f64 (the old
+  // per-kernel-row passes) and all gradients.
   const std::vector<ConvCase> cases = {
       {{2, 3, 28, 28}, {3, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 3}, false},   // 28 = 16 + 12: the shifted block
       {{1, 2, 13, 21}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},    // 21 columns, 13 rows
@@ -895,12 +898,28 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{1, 2, 10, 32}, {2, 1, 3, 3}, {{1, 2}, {1, 0}, {1, 1}, 2}, false},
       {{1, 2, 16, 10}, {2, 1, 3, 3}, {{2, 1}, {1, 1}, {1, 1}, 2}, true},
       {{1, 2, 14, 14}, {2, 1, 3, 3}, {{3, 3}, {1, 1}, {1, 1}, 2}, true},
+      // AmoebaNet's planes: 14 x 14 (one 16-lane vector, stored in part; two 7-row blocks),
+      // 28 x 28 (four 7-row blocks of 16 + 12 columns), 56 x 56 (8-row blocks, the last column
+      // block moved left), a 7 x 7 plane, and 33 columns (a third 16-lane vector: moved left).
+      {{1, 3, 14, 14}, {3, 1, 7, 7}, {{1, 1}, {3, 3}, {1, 1}, 3}, true},
+      {{1, 2, 28, 28}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 56, 56}, {2, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 2}, false},
+      {{2, 2, 7, 7}, {2, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 2}, true},
+      {{1, 2, 21, 33}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 28, 28}, {4, 1, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 2}, true},  // stride 2: 14 x 14 out, 4- and 3-row phases
   };
-  uint64_t seed = 7000;
-  for (const ConvCase& c : cases) {
-    SCOPED_TRACE(describe(c.p, c.x, c.w));
-    check_against_reference(c, seed++);
+  const bool available = cpu::conv_avx512_kernel_available();
+  const bool was = cpu::set_conv_avx512_kernel_enabled_for_testing(false);
+  for (bool avx512 : {false, true}) {
+    if (avx512 && !available) continue;
+    cpu::set_conv_avx512_kernel_enabled_for_testing(avx512);
+    uint64_t seed = 7000;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), avx512 ? ", 16 lanes" : ", 8 lanes"));
+      check_against_reference(c, seed++);
+    }
   }
+  cpu::set_conv_avx512_kernel_enabled_for_testing(was);
 }
 
 TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {
