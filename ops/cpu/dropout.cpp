@@ -29,17 +29,17 @@ inline void dropout_blocks(const T* x, T* out, int64_t n, int64_t b, int64_t e, 
 
 }  // namespace
 
-// f32, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]): Philox dominates.
-TRIDENT_CPU_CLONES void dropout_blocks_f32(const float* x, float* out, int64_t n, int64_t b, int64_t e, PhiloxState s,
-                                           uint32_t threshold, float scale) {
-  dropout_blocks<float, float>(x, out, n, b, e, s, threshold, scale);
-}
+// f32, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]) and for AVX-512 (NOTE
+// [AVX-512 kernels]): Philox dominates.
+TRIDENT_CPU_KERNEL(dropout_blocks_f32,
+                   (const float* x, float* out, int64_t n, int64_t b, int64_t e, PhiloxState s, uint32_t threshold, float scale),
+                   { dropout_blocks<float, float>(x, out, n, b, e, s, threshold, scale); })
 
 namespace {
 template <typename T, typename C>
 inline void dropout_range(const T* x, T* out, int64_t n, int64_t b, int64_t e, PhiloxState s, uint32_t threshold, C scale) {
   if constexpr (std::is_same_v<T, float>) {
-    dropout_blocks_f32(x, out, n, b, e, s, threshold, scale);
+    TRIDENT_CPU_PICK(dropout_blocks_f32)(x, out, n, b, e, s, threshold, scale);
   } else {
     dropout_blocks<T, C>(x, out, n, b, e, s, threshold, scale);
   }

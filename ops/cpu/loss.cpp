@@ -229,18 +229,15 @@ inline void ce_backward_tasks(const CeParams<C>& p, int64_t b, int64_t e) {
 
 }  // namespace
 
-// The f32 kernels, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]).
-TRIDENT_CPU_CLONES void cross_entropy_forward_f32(const CeParams<float>& p, int64_t b, int64_t e) {
-  ce_forward_tasks(p, b, e);
-}
-TRIDENT_CPU_CLONES void cross_entropy_backward_f32(const CeParams<float>& p, int64_t b, int64_t e) {
-  ce_backward_tasks(p, b, e);
-}
+// The f32 kernels, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]), and for
+// AVX-512 (NOTE [AVX-512 kernels]).
+TRIDENT_CPU_KERNEL(cross_entropy_forward_f32, (const CeParams<float>& p, int64_t b, int64_t e), { ce_forward_tasks(p, b, e); })
+TRIDENT_CPU_KERNEL(cross_entropy_backward_f32, (const CeParams<float>& p, int64_t b, int64_t e), { ce_backward_tasks(p, b, e); })
 
 namespace {
-inline void ce_forward_range(const CeParams<float>& p, int64_t b, int64_t e) { cross_entropy_forward_f32(p, b, e); }
+inline void ce_forward_range(const CeParams<float>& p, int64_t b, int64_t e) { TRIDENT_CPU_PICK(cross_entropy_forward_f32)(p, b, e); }
 inline void ce_forward_range(const CeParams<double>& p, int64_t b, int64_t e) { ce_forward_tasks(p, b, e); }
-inline void ce_backward_range(const CeParams<float>& p, int64_t b, int64_t e) { cross_entropy_backward_f32(p, b, e); }
+inline void ce_backward_range(const CeParams<float>& p, int64_t b, int64_t e) { TRIDENT_CPU_PICK(cross_entropy_backward_f32)(p, b, e); }
 inline void ce_backward_range(const CeParams<double>& p, int64_t b, int64_t e) { ce_backward_tasks(p, b, e); }
 
 template <typename C>

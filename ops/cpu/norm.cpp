@@ -116,22 +116,21 @@ inline void ln_backward_rows(const LnParams<C>& p, int64_t rb, int64_t re, doubl
 
 }  // namespace
 
-// The f32 row loops, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]).
-TRIDENT_CPU_CLONES void layer_norm_rows_f32(const LnParams<float>& p, int64_t b, int64_t e) {
+// The f32 row loops, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]), and for
+// AVX-512 (NOTE [AVX-512 kernels]).
+TRIDENT_CPU_KERNEL(layer_norm_rows_f32, (const LnParams<float>& p, int64_t b, int64_t e), {
   for (int64_t i = b; i < e; ++i) ln_forward_row(p, i);
-}
-TRIDENT_CPU_CLONES void layer_norm_backward_rows_f32(const LnParams<float>& p, int64_t rb, int64_t re, double* dw,
-                                                     double* db) {
-  ln_backward_rows(p, rb, re, dw, db);
-}
+})
+TRIDENT_CPU_KERNEL(layer_norm_backward_rows_f32, (const LnParams<float>& p, int64_t rb, int64_t re, double* dw, double* db),
+                   { ln_backward_rows(p, rb, re, dw, db); })
 
 namespace {
-inline void ln_forward_range(const LnParams<float>& p, int64_t b, int64_t e) { layer_norm_rows_f32(p, b, e); }
+inline void ln_forward_range(const LnParams<float>& p, int64_t b, int64_t e) { TRIDENT_CPU_PICK(layer_norm_rows_f32)(p, b, e); }
 inline void ln_forward_range(const LnParams<double>& p, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) ln_forward_row(p, i);
 }
 inline void ln_backward_range(const LnParams<float>& p, int64_t b, int64_t e, double* dw, double* db) {
-  layer_norm_backward_rows_f32(p, b, e, dw, db);
+  TRIDENT_CPU_PICK(layer_norm_backward_rows_f32)(p, b, e, dw, db);
 }
 inline void ln_backward_range(const LnParams<double>& p, int64_t b, int64_t e, double* dw, double* db) {
   ln_backward_rows(p, b, e, dw, db);

@@ -141,33 +141,31 @@ void for_column_blocks(const RowGeometry& geo, const F& f) {
 
 }  // namespace
 
-// The f32 row loops, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]).
-TRIDENT_CPU_CLONES void softmax_rows_f32(const float* x, float* y, int64_t b, int64_t e, int64_t n, bool log) {
+// The f32 row loops, compiled for AVX2+FMA and for baseline x86-64 (NOTE [ISA clones]), and
+// for AVX-512 (NOTE [AVX-512 kernels]).
+TRIDENT_CPU_KERNEL(softmax_rows_f32, (const float* x, float* y, int64_t b, int64_t e, int64_t n, bool log), {
   for (int64_t r = b; r < e; ++r) softmax_row<float>(x + r * n, y + r * n, n, log);
-}
-TRIDENT_CPU_CLONES void softmax_backward_rows_f32(const float* g, const float* y, float* gx, int64_t b, int64_t e,
-                                                  int64_t n, bool log) {
-  for (int64_t r = b; r < e; ++r) softmax_backward_row<float>(g + r * n, y + r * n, gx + r * n, n, log);
-}
-
-TRIDENT_CPU_CLONES void softmax_cols_f32(const float* x, float* y, int64_t len, int64_t inner, int64_t nj, bool log) {
-  softmax_cols<float>(x, y, len, inner, nj, log);
-}
-TRIDENT_CPU_CLONES void softmax_backward_cols_f32(const float* g, const float* y, float* gx, int64_t len, int64_t inner,
-                                                  int64_t nj, bool log) {
-  softmax_backward_cols<float>(g, y, gx, len, inner, nj, log);
-}
+})
+TRIDENT_CPU_KERNEL(softmax_backward_rows_f32,
+                   (const float* g, const float* y, float* gx, int64_t b, int64_t e, int64_t n, bool log), {
+                     for (int64_t r = b; r < e; ++r) softmax_backward_row<float>(g + r * n, y + r * n, gx + r * n, n, log);
+                   })
+TRIDENT_CPU_KERNEL(softmax_cols_f32, (const float* x, float* y, int64_t len, int64_t inner, int64_t nj, bool log),
+                   { softmax_cols<float>(x, y, len, inner, nj, log); })
+TRIDENT_CPU_KERNEL(softmax_backward_cols_f32,
+                   (const float* g, const float* y, float* gx, int64_t len, int64_t inner, int64_t nj, bool log),
+                   { softmax_backward_cols<float>(g, y, gx, len, inner, nj, log); })
 
 namespace {
 inline void softmax_block(const float* x, float* y, int64_t len, int64_t inner, int64_t nj, bool log) {
-  softmax_cols_f32(x, y, len, inner, nj, log);
+  TRIDENT_CPU_PICK(softmax_cols_f32)(x, y, len, inner, nj, log);
 }
 inline void softmax_block(const double* x, double* y, int64_t len, int64_t inner, int64_t nj, bool log) {
   softmax_cols<double>(x, y, len, inner, nj, log);
 }
 inline void softmax_backward_block(const float* g, const float* y, float* gx, int64_t len, int64_t inner, int64_t nj,
                                    bool log) {
-  softmax_backward_cols_f32(g, y, gx, len, inner, nj, log);
+  TRIDENT_CPU_PICK(softmax_backward_cols_f32)(g, y, gx, len, inner, nj, log);
 }
 inline void softmax_backward_block(const double* g, const double* y, double* gx, int64_t len, int64_t inner, int64_t nj,
                                    bool log) {
@@ -176,13 +174,13 @@ inline void softmax_backward_block(const double* g, const double* y, double* gx,
 
 // Rows [b, e): f32 goes through the clones, f64 through the plain template.
 inline void softmax_rows(const float* x, float* y, int64_t b, int64_t e, int64_t n, bool log) {
-  softmax_rows_f32(x, y, b, e, n, log);
+  TRIDENT_CPU_PICK(softmax_rows_f32)(x, y, b, e, n, log);
 }
 inline void softmax_rows(const double* x, double* y, int64_t b, int64_t e, int64_t n, bool log) {
   for (int64_t r = b; r < e; ++r) softmax_row<double>(x + r * n, y + r * n, n, log);
 }
 inline void softmax_backward_rows(const float* g, const float* y, float* gx, int64_t b, int64_t e, int64_t n, bool log) {
-  softmax_backward_rows_f32(g, y, gx, b, e, n, log);
+  TRIDENT_CPU_PICK(softmax_backward_rows_f32)(g, y, gx, b, e, n, log);
 }
 inline void softmax_backward_rows(const double* g, const double* y, double* gx, int64_t b, int64_t e, int64_t n,
                                   bool log) {

@@ -1,0 +1,154 @@
+// NOTE [AVX-512 kernels]: on a CPU with AVX-512 the f32 row kernels (softmax, cross-entropy,
+// layer norm, dropout, the unary math) run a version compiled for x86-64-v4, which every other
+// test then checks; here each kernel runs both ways, the AVX-512 version and the ISA clones the
+// other CPUs run (set_cpu_avx512_kernels_enabled_for_testing), and each f32 result (outputs and
+// gradients) is compared with f64 on the same f32 values. Row lengths are not multiples of 16
+// (vector remainders), and the softmax and cross-entropy dims are both innermost (row kernels)
+// and not (column blocks). On a CPU without AVX-512 both passes take the clones.
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "ops/cpu/isa.h"
+#include "test_util.h"
+
+using namespace trident;
+using namespace trident::testing;
+
+namespace {
+
+constexpr double kEps = std::numeric_limits<float>::epsilon();
+
+// Runs f with the AVX-512 kernels on (where the CPU has them), then with the clones.
+void both_ways(const std::function<void()>& f) {
+  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(true);
+  const bool available = cpu::cpu_avx512_kernels();
+  for (bool wide : {true, false}) {
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(wide);
+    SCOPED_TRACE(wide && available ? "AVX-512 kernels" : "ISA clones");
+    f();
+  }
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_vector<double>()) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// a (f32) against the f64 reference b: |a - b| <= k eps (|b| + max |b|). The second term
+// covers elements that are small only by cancellation (a gradient's g - sum(g y), a centred
+// value), whose error is set by the row's largest terms.
+::testing::AssertionResult near_f64(const Tensor& a, const Tensor& b, double k) {
+  return all_close(a.to(kF64), b, k * kEps, k * kEps * max_abs(b));
+}
+
+// fn on f32 leaves and on f64 leaves holding the same (f32-rounded) values; the output and
+// every leaf's gradient (for an output gradient g, also f32-rounded) within k eps of f64.
+void check_f32(const std::vector<Tensor>& inputs, const std::function<Tensor(const std::vector<Tensor>&)>& fn, double k,
+               uint64_t seed) {
+  std::vector<Tensor> x32, x64;
+  for (const Tensor& in : inputs) {
+    x32.push_back(in.to(kF32).detach().set_requires_grad());
+    x64.push_back(x32.back().to(kF64).detach().set_requires_grad());
+  }
+  const Tensor y32 = fn(x32), y64 = fn(x64);
+  ASSERT_EQ(y32.dtype(), kF32);
+  Generator gen(seed);
+  const Tensor g64 = randn(y64.sizes(), kF32, &gen).to(kF64);
+  y32.backward(g64.to(kF32));
+  y64.backward(g64);
+  EXPECT_TRUE(near_f64(y32, y64, k)) << "output";
+  for (size_t i = 0; i < x32.size(); ++i) EXPECT_TRUE(near_f64(x32[i].grad(), x64[i].grad(), k)) << "gradient of input " << i;
+}
+
+Tensor normal(const Shape& s, uint64_t seed, double scale = 1.0) {
+  Generator gen(seed);
+  return mul(randn(s, kF64, &gen), scale);
+}
+
+}  // namespace
+
+TEST(Avx512Kernels, SoftmaxAndLogSoftmaxBothWaysMatchF64) {
+  // Rows of 1003 (the row kernel), dim 1 of [3, 70, 37] and [2, 20, 150] (column blocks of 37
+  // and of 64 + 64 + 22 columns); logits of scale 4.
+  both_ways([] {
+    uint64_t seed = 100;
+    for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{5, 1003}, 1}, {{3, 70, 37}, 1}, {{2, 20, 150}, 1}}) {
+      for (bool log : {false, true}) {
+        SCOPED_TRACE(detail::str(shape_str(shape), " dim ", dim, log ? " log_softmax" : " softmax"));
+        check_f32({normal(shape, seed, 4.0)},
+                  [&](const std::vector<Tensor>& x) { return log ? log_softmax(x[0], dim) : softmax(x[0], dim); }, 32, seed + 1);
+        seed += 2;
+      }
+    }
+  });
+}
+
+TEST(Avx512Kernels, CrossEntropyBothWaysMatchesF64) {
+  // [13, 1001] logits (rows) and [4, 50, 9] (classes in dim 1: column blocks), with an ignored
+  // target, label smoothing 0.1, mean reduction.
+  both_ways([] {
+    const Tensor t2 = from_vector<int64_t>({3, 1000, 0, -100, 17, 512, 999, 1, 2, 600, 700, 800, 5}, {13});
+    std::vector<int64_t> t3v;
+    for (int64_t i = 0; i < 36; ++i) t3v.push_back(i == 7 ? -100 : (i * 7) % 50);
+    const Tensor t3 = from_vector<int64_t>(t3v, {4, 9});
+    CrossEntropyOptions opt;
+    opt.label_smoothing = 0.1;
+    for (const auto& [logits, target] : std::vector<std::pair<Tensor, Tensor>>{{normal({13, 1001}, 200, 3.0), t2},
+                                                                             {normal({4, 50, 9}, 201, 3.0), t3}}) {
+      SCOPED_TRACE(shape_str(logits.sizes()));
+      check_f32({logits}, [&](const std::vector<Tensor>& x) { return cross_entropy(x[0], target, opt); }, 32, 202);
+    }
+  });
+}
+
+TEST(Avx512Kernels, LayerNormBothWaysMatchesF64) {
+  // Rows of 777 with weight and bias: the gradients of all three.
+  both_ways([] {
+    check_f32({normal({29, 777}, 300, 2.0), normal({777}, 301), normal({777}, 302)},
+              [](const std::vector<Tensor>& x) { return layer_norm(x[0], {777}, x[1], x[2]); }, 64, 303);
+  });
+}
+
+TEST(Avx512Kernels, UnaryMathBothWaysMatchesF64) {
+  // Each op of the fast f32 math (NOTE [Fast f32 math]) and its backward over 1001 values.
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(abs(x)); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, GeluApproximation::Tanh); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(abs(x)); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(abs(x)); }},
+  };
+  both_ways([&] {
+    uint64_t seed = 400;
+    for (const auto& [name, op] : ops) {
+      SCOPED_TRACE(name);
+      check_f32({normal({7, 143}, seed, 3.0)}, [&](const std::vector<Tensor>& x) { return op(x[0]); }, 16, seed + 1);
+      seed += 2;
+    }
+  });
+}
+
+TEST(Avx512Kernels, DropoutBothWaysKeepsTheSameElementsAsF64) {
+  // The same generator state drops the same elements in f32 and f64 (the Philox stream does
+  // not depend on the dtype), and the kept f32 values are x / (1 - p) rounded once.
+  const Tensor x = normal({3, 1001}, 500);
+  both_ways([&] {
+    Generator g32(501), g64(501);
+    const std::vector<float> y32 = dropout(x.to(kF32), 0.3, true, &g32).to_vector<float>();
+    const std::vector<double> y64 = dropout(x.to(kF32).to(kF64), 0.3, true, &g64).to_vector<double>();
+    int64_t kept = 0;
+    for (size_t i = 0; i < y32.size(); ++i) {
+      ASSERT_EQ(y32[i] == 0.0f, y64[i] == 0.0) << "element " << i;
+      kept += y32[i] != 0.0f;
+      EXPECT_NEAR(y32[i], y64[i], kEps * std::fabs(y64[i])) << "element " << i;
+    }
+    EXPECT_GT(kept, 0);
+    EXPECT_LT(kept, static_cast<int64_t>(y32.size()));
+  });
+}
