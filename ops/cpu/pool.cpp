@@ -124,21 +124,31 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
           tp[j] = take ? tt : tp[j];
         }
       }
+      // Everything the loop reads in locals: through the lambda's captures every store to y or
+      // ind would make the compiler load them again (they might alias), which took 40% of the
+      // pass (perf, 3x3 stride 1 on 28 x 28 planes).
+      const int64_t OW = g.OW, W = g.W, sw = g.sw;
+      const int64_t* tin = tap_in.data();
       for (int64_t oh = 0; oh < g.OH; ++oh) {
-        T* yrow = y + p * P + oh * g.OW;
-        int64_t* irow = ind + p * P + oh * g.OW;
-        const int64_t hstart = oh * g.sh - g.ph;
+        T* __restrict yrow = y + p * P + oh * OW;
+        int64_t* __restrict irow = ind + p * P + oh * OW;
+        const T* mrow = m + oh * Wq;
+        const int32_t* trow = tp + oh * Wq;
+        const int64_t hstart = oh * g.sh - g.ph, base = hstart * W - g.pw;
+        bool untaken = false;
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int32_t t = trow[ow];
+          yrow[ow] = mrow[ow];
+          irow[ow] = base + ow * sw + tin[t < 0 ? 0 : t];
+          untaken |= t < 0;
+        }
+        if (!untaken) continue;
         // A window of -inf values (no tap taken) points at its first in-range element.
         const int64_t ih0 = first_valid(hstart, g.kH, g.dh, g.H);
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t j = oh * Wq + ow, t = tp[j];
-          yrow[ow] = m[j];
-          if (t >= 0) {
-            irow[ow] = hstart * g.W + ow * g.sw - g.pw + tap_in[static_cast<size_t>(t)];
-          } else {
-            const int64_t iw = iw0[static_cast<size_t>(ow)];
-            irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * g.W + iw : -1;
-          }
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          if (trow[ow] >= 0) continue;
+          const int64_t iw = iw0[static_cast<size_t>(ow)];
+          irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * W + iw : -1;
         }
       }
     }
