@@ -7,6 +7,9 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/rows.h"
+#include "ops/math/softmax.h"
 
 namespace trident::cpu {
 namespace {
@@ -84,6 +87,68 @@ struct DropoutRow {
   }
 };
 
+// NOTE [Attention exp rows]: the exponentials of the scores are most of the CPU attention's
+// arithmetic after the GEMMs (one per score, forward and again in backward); they go through
+// the vectorized f32 exp of softmax (NOTE [Softmax exp]) in kernels compiled per ISA (NOTE
+// [ISA clones], NOTE [AVX-512 kernels]), rows summed as NOTE [Row accumulation] says. f64
+// takes std::exp.
+
+// Rows of S [rows][kn] in place: e^(s - m) with m the row's maximum; m and the sum of the
+// row's exponentials to m[r] and l[r]. A row whose maximum is -inf (it sees no key) becomes
+// zeros with l[r] = 0.
+template <typename T>
+inline void exp_rows(T* S, int64_t rows, int64_t kn, T* m, T* l) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* s = S + r * kn;
+    const T mx = row_max(s, kn);
+    m[r] = mx;
+    if (mx == -std::numeric_limits<T>::infinity()) {
+      std::fill(s, s + kn, T(0));
+      l[r] = T(0);
+      continue;
+    }
+    l[r] = static_cast<T>(row_sum<T>(kn, [&](int64_t j) {
+      const T e = math::softmax_exp(static_cast<T>(s[j] - mx));
+      s[j] = e;
+      return e;
+    }));
+  }
+}
+
+// Rows of S in place: e^(s - L[r]) (probabilities from the saved log-sum-exp), zeros where
+// L[r] = -inf.
+template <typename T>
+inline void exp_minus_rows(T* S, int64_t rows, int64_t kn, const T* L) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* s = S + r * kn;
+    const T lr = L[r];
+    if (lr == -std::numeric_limits<T>::infinity()) {
+      std::fill(s, s + kn, T(0));
+      continue;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < kn; ++j) s[j] = math::softmax_exp(static_cast<T>(s[j] - lr));
+  }
+}
+
+}  // namespace
+
+TRIDENT_CPU_KERNEL(attention_exp_rows_f32, (float* S, int64_t rows, int64_t kn, float* m, float* l),
+                   { exp_rows<float>(S, rows, kn, m, l); })
+TRIDENT_CPU_KERNEL(attention_exp_minus_rows_f32, (float* S, int64_t rows, int64_t kn, const float* L),
+                   { exp_minus_rows<float>(S, rows, kn, L); })
+
+namespace {
+
+inline void attention_exp_rows(float* S, int64_t rows, int64_t kn, float* m, float* l) {
+  TRIDENT_CPU_PICK(attention_exp_rows_f32)(S, rows, kn, m, l);
+}
+inline void attention_exp_rows(double* S, int64_t rows, int64_t kn, double* m, double* l) { exp_rows(S, rows, kn, m, l); }
+inline void attention_exp_minus_rows(float* S, int64_t rows, int64_t kn, const float* L) {
+  TRIDENT_CPU_PICK(attention_exp_minus_rows_f32)(S, rows, kn, L);
+}
+inline void attention_exp_minus_rows(double* S, int64_t rows, int64_t kn, const double* L) { exp_minus_rows(S, rows, kn, L); }
+
 // Runs f(t) for every task: in parallel (each GEMM on its thread) when there are enough of
 // them, one after another (each GEMM split across the threads) otherwise (NOTE [Threads]).
 template <typename F>
@@ -133,22 +198,16 @@ Tensor forward_typed(const Tensor& qt, const Tensor& kt, const Tensor& vt, const
       for (int64_t r = i0; r < i1; ++r) lse[b * Tq + r] = -std::numeric_limits<T>::infinity();
       return;
     }
-    std::vector<T> S(static_cast<size_t>((i1 - i0) * kn));
+    std::vector<T> S(static_cast<size_t>((i1 - i0) * kn)), mx(static_cast<size_t>(i1 - i0)), sum(static_cast<size_t>(i1 - i0));
     block_scores(q, k, mask, p, b, i0, i1, kn, D, S.data());
+    attention_exp_rows(S.data(), i1 - i0, kn, mx.data(), sum.data());
     DropoutRow drop(p);
     for (int64_t r = i0; r < i1; ++r) {
       T* s = S.data() + (r - i0) * kn;
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j < kn; ++j) m = std::max(m, s[j]);
-      if (m == -std::numeric_limits<T>::infinity()) {  // sees no key: zero output
-        std::fill(s, s + kn, T(0));
+      const T m = mx[static_cast<size_t>(r - i0)], l = sum[static_cast<size_t>(r - i0)];
+      if (m == -std::numeric_limits<T>::infinity()) {  // sees no key: zero output (the row is zeros)
         lse[b * Tq + r] = m;
         continue;
-      }
-      T l = 0;
-      for (int64_t j = 0; j < kn; ++j) {
-        s[j] = std::exp(s[j] - m);
-        l += s[j];
       }
       lse[b * Tq + r] = m + std::log(l);
       const T inv = T(1) / l;
@@ -207,15 +266,7 @@ AttentionGrads backward_typed(const Tensor& dout_t, const Tensor& qt, const Tens
       }
       // Probabilities again, from the saved log-sum-exp.
       block_scores(q, k, mask, p, b, i0, i1, kn, D, P.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        T* s = P.data() + r * kn;
-        const T L = lse[b * Tq + i0 + r];
-        if (L == -std::numeric_limits<T>::infinity()) {
-          std::fill(s, s + kn, T(0));
-        } else {
-          for (int64_t j = 0; j < kn; ++j) s[j] = std::exp(s[j] - L);
-        }
-      }
+      attention_exp_minus_rows(P.data(), rows, kn, lse + b * Tq + i0);
       // dP_drop = dO V^T.
       gemm<T>(false, true, rows, kn, Dv, T(1), dOb, Dv, v.row(b, 0), v.sr, T(0), dP.data(), kn);
       if (p.dropout_p > 0) {

@@ -1,5 +1,6 @@
 // NOTE [AVX-512 kernels]: on a CPU with AVX-512 the f32 row kernels (softmax, cross-entropy,
-// layer norm, dropout, the unary math) run a version compiled for x86-64-v4, which every other
+// layer norm, dropout, the unary math, attention's exponentials) run a version compiled for
+// x86-64-v4, which every other
 // test then checks; here each kernel runs both ways, the AVX-512 version and the ISA clones the
 // other CPUs run (set_cpu_avx512_kernels_enabled_for_testing), and each f32 result (outputs and
 // gradients) is compared with f64 on the same f32 values. Row lengths are not multiples of 16
@@ -150,5 +151,38 @@ TEST(Avx512Kernels, DropoutBothWaysKeepsTheSameElementsAsF64) {
     }
     EXPECT_GT(kept, 0);
     EXPECT_LT(kept, static_cast<int64_t>(y32.size()));
+  });
+}
+
+TEST(Avx512Kernels, AttentionBothWaysMatchesF64) {
+  // NOTE [Attention exp rows]: the f32 attention (forward and backward: q, k and v gradients)
+  // against f64 on the same values. 70 queries (two blocks of 64 rows, the second short) and
+  // 70 or 45 keys (rows of exponentials not a multiple of 16); causal; a boolean padding mask
+  // with a fully masked query row; dropout 0.2 (a fresh generator of the same seed for each
+  // dtype, so both drop the same elements).
+  both_ways([] {
+    uint64_t seed = 600;
+    for (int variant = 0; variant < 3; ++variant) {
+      const int64_t Tk = variant == 1 ? 45 : 70;
+      SCOPED_TRACE(variant == 0 ? "causal" : variant == 1 ? "padding mask" : "causal with dropout");
+      std::vector<bool> keep(static_cast<size_t>(70 * Tk));
+      for (int64_t i = 0; i < 70; ++i)
+        for (int64_t j = 0; j < Tk; ++j) keep[static_cast<size_t>(i * Tk + j)] = i != 5 && (j + i) % 7 != 3;
+      const Tensor mask = from_vector<bool>(keep, {70, Tk});
+      check_f32({normal({2, 3, 70, 24}, seed), normal({2, 3, Tk, 24}, seed + 1), normal({2, 3, Tk, 24}, seed + 2)},
+                [&](const std::vector<Tensor>& x) {
+                  Generator dropout_gen(seed + 3);
+                  AttentionOptions o;
+                  o.is_causal = variant != 1;
+                  if (variant == 1) o.attn_mask = mask;
+                  if (variant == 2) {
+                    o.dropout_p = 0.2;
+                    o.generator = &dropout_gen;
+                  }
+                  return scaled_dot_product_attention(x[0], x[1], x[2], o);
+                },
+                64, seed + 4);
+      seed += 5;
+    }
   });
 }
