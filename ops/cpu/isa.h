@@ -44,12 +44,15 @@ bool cpu_avx512_kernels();  // the CPU has AVX-512 and tests have not turned the
 bool set_cpu_avx512_kernels_enabled_for_testing(bool enabled);  // returns the previous setting
 }  // namespace trident::cpu
 
+// TRIDENT_CPU_KERNEL_TEMPLATE(template <...>, name, (params), body...) does the same for a
+// function template (call name##_avx512<...> or name<...> after cpu_avx512_kernels()).
 #ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
-#define TRIDENT_CPU_KERNEL(name, params, ...)     \
-  TRIDENT_CPU_CLONES void name params __VA_ARGS__ \
-  TRIDENT_CPU_AVX512 void name##_avx512 params __VA_ARGS__
+#define TRIDENT_CPU_KERNEL_TEMPLATE(tparams, name, params, ...) \
+  tparams TRIDENT_CPU_CLONES void name params __VA_ARGS__        \
+  tparams TRIDENT_CPU_AVX512 void name##_avx512 params __VA_ARGS__
 #define TRIDENT_CPU_PICK(name) (::trident::cpu::cpu_avx512_kernels() ? name##_avx512 : name)
 #else
-#define TRIDENT_CPU_KERNEL(name, params, ...) TRIDENT_CPU_CLONES void name params __VA_ARGS__
+#define TRIDENT_CPU_KERNEL_TEMPLATE(tparams, name, params, ...) tparams TRIDENT_CPU_CLONES void name params __VA_ARGS__
 #define TRIDENT_CPU_PICK(name) name
 #endif
+#define TRIDENT_CPU_KERNEL(name, params, ...) TRIDENT_CPU_KERNEL_TEMPLATE(, name, params, __VA_ARGS__)

@@ -18,45 +18,30 @@ namespace trident::cpu {
 
 namespace {
 
-template <typename Op>
-TRIDENT_CPU_CLONES void map1_f32_clones(const float* __restrict x, float* __restrict y, int64_t n, Op op) {
-  for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
-}
-
-template <typename Op>
-TRIDENT_CPU_CLONES void map2_f32_clones(const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n,
-                                        Op op) {
-  for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
-}
-
-#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
-// NOTE [AVX-512 kernels].
-template <typename Op>
-TRIDENT_CPU_AVX512 void map1_f32_avx512(const float* __restrict x, float* __restrict y, int64_t n, Op op) {
-  for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
-}
-
-template <typename Op>
-TRIDENT_CPU_AVX512 void map2_f32_avx512(const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n,
-                                        Op op) {
-  for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
-}
-#endif
+// The loops, as ISA clones and (NOTE [AVX-512 kernels]) for AVX-512.
+TRIDENT_CPU_KERNEL_TEMPLATE(template <typename Op>, map1_kernel,
+                            (const float* __restrict x, float* __restrict y, int64_t n, Op op), {
+                              for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
+                            })
+TRIDENT_CPU_KERNEL_TEMPLATE(template <typename Op>, map2_kernel,
+                            (const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n, Op op), {
+                              for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
+                            })
 
 template <typename Op>
 inline void map1_f32(const float* x, float* y, int64_t n, Op op) {
 #ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
-  if (cpu_avx512_kernels()) return map1_f32_avx512(x, y, n, op);
+  if (cpu_avx512_kernels()) return map1_kernel_avx512(x, y, n, op);
 #endif
-  map1_f32_clones(x, y, n, op);
+  map1_kernel(x, y, n, op);
 }
 
 template <typename Op>
 inline void map2_f32(const float* a, const float* b, float* y, int64_t n, Op op) {
 #ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
-  if (cpu_avx512_kernels()) return map2_f32_avx512(a, b, y, n, op);
+  if (cpu_avx512_kernels()) return map2_kernel_avx512(a, b, y, n, op);
 #endif
-  map2_f32_clones(a, b, y, n, op);
+  map2_kernel(a, b, y, n, op);
 }
 
 constexpr int64_t kBuf = 256;
