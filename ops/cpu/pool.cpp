@@ -75,8 +75,9 @@ int64_t first_valid(int64_t start, int64_t k, int64_t dilation, int64_t in) {
 // run past the padding), is split into sh x sw phases of Hq x Wq, and with outputs at pitch Wq
 // each tap (kh, kw) is a fixed offset in one phase. A tap is then one unit-stride pass over
 // the plane keeping the running maximum and the number of the tap that set it; the taps run
-// in PyTorch's window order (kh, then kw) with a strict >, so the first maximum wins. The tap
-// numbers become flat input indices at the end.
+// in PyTorch's window order (kh, then kw) with a strict >, so the first maximum wins. What the
+// pass keeps per output is the winning tap's input offset from the window's corner (int32), so
+// the flat input indices at the end are one vectorizable add per output.
 template <typename T>
 void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, const Pool2dGeometry& g) {
   const int64_t Hp = std::max(g.H + 2 * g.ph, (g.OH - 1) * g.sh + (g.kH - 1) * g.dh + 1);
@@ -90,33 +91,41 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
       tap_off[static_cast<size_t>(kh * g.kW + kw)] = ((r % g.sh) * g.sw + c % g.sw) * plane + (r / g.sh) * Wq + c / g.sw;
     }
   // Tap t's input element relative to its window's corner (hstart, wstart): no division per
-  // output (an integer division per element took most of the pass).
-  std::vector<int64_t> tap_in(static_cast<size_t>(khw));
-  for (int64_t t = 0; t < khw; ++t) tap_in[static_cast<size_t>(t)] = (t / g.kW) * g.dh * g.W + (t % g.kW) * g.dw;
+  // output (an integer division per element took most of the pass). kNone marks an output no
+  // tap has taken (a window of -inf).
+  TRIDENT_CHECK(((g.kH - 1) * g.dh + 1) * g.W < (int64_t{1} << 31), "max_pool2d: a window spans more than 2^31 elements");
+  constexpr int32_t kNone = std::numeric_limits<int32_t>::min();
+  std::vector<int32_t> tap_in(static_cast<size_t>(khw));
+  for (int64_t t = 0; t < khw; ++t) tap_in[static_cast<size_t>(t)] = static_cast<int32_t>((t / g.kW) * g.dh * g.W + (t % g.kW) * g.dw);
   std::vector<int64_t> iw0(static_cast<size_t>(g.OW));
   for (int64_t ow = 0; ow < g.OW; ++ow) iw0[static_cast<size_t>(ow)] = first_valid(ow * g.sw - g.pw, g.kW, g.dw, g.W);
   const T lowest = -std::numeric_limits<T>::infinity();
   parallel_for(0, planes, plane_grain(P * khw), [&](int64_t p0, int64_t p1) {
     std::vector<T> phased(static_cast<size_t>(g.sh * g.sw * plane)), best(static_cast<size_t>(flat));
     std::vector<int32_t> tap(static_cast<size_t>(flat));
+    // The padding: every plane's elements land at the same places, so the rest stays -inf.
+    std::fill(phased.begin(), phased.end(), lowest);
     for (int64_t p = p0; p < p1; ++p) {
-      std::fill(phased.begin(), phased.end(), lowest);
       const T* xp = x + p * HW;
       for (int64_t h = 0; h < g.H; ++h) {
         const int64_t r = h + g.ph;
         for (int64_t b = 0; b < g.sw; ++b) {  // the input columns of phase column b
           const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;
           T* dst = phased.data() + ((r % g.sh) * g.sw + b) * plane + (r / g.sh) * Wq + (w0 + g.pw) / g.sw;
-          for (int64_t w = w0, i = 0; w < g.W; w += g.sw, ++i) dst[i] = xp[h * g.W + w];
+          if (g.sw == 1) {
+            std::copy_n(xp + h * g.W, g.W, dst);
+          } else {
+            for (int64_t w = w0, i = 0; w < g.W; w += g.sw, ++i) dst[i] = xp[h * g.W + w];
+          }
         }
       }
       T* m = best.data();
       int32_t* tp = tap.data();
       std::fill_n(m, flat, lowest);
-      std::fill_n(tp, flat, int32_t{-1});
+      std::fill_n(tp, flat, kNone);
       for (int64_t t = 0; t < khw; ++t) {
         const T* src = phased.data() + tap_off[static_cast<size_t>(t)];
-        const int32_t tt = static_cast<int32_t>(t);
+        const int32_t tt = tap_in[static_cast<size_t>(t)];
         for (int64_t j = 0; j < flat; ++j) {
           const T v = src[j];
           const bool take = v > m[j] || v != v;  // v != v: NaN wins, as in PyTorch
@@ -128,25 +137,23 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
       // ind would make the compiler load them again (they might alias), which took 40% of the
       // pass (perf, 3x3 stride 1 on 28 x 28 planes).
       const int64_t OW = g.OW, W = g.W, sw = g.sw;
-      const int64_t* tin = tap_in.data();
       for (int64_t oh = 0; oh < g.OH; ++oh) {
         T* __restrict yrow = y + p * P + oh * OW;
         int64_t* __restrict irow = ind + p * P + oh * OW;
         const T* mrow = m + oh * Wq;
         const int32_t* trow = tp + oh * Wq;
         const int64_t hstart = oh * g.sh - g.ph, base = hstart * W - g.pw;
-        bool untaken = false;
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int32_t t = trow[ow];
-          yrow[ow] = mrow[ow];
-          irow[ow] = base + ow * sw + tin[t < 0 ? 0 : t];
-          untaken |= t < 0;
-        }
+        std::copy_n(mrow, OW, yrow);
+#pragma omp simd
+        for (int64_t ow = 0; ow < OW; ++ow) irow[ow] = base + ow * sw + trow[ow];
+        int untaken = 0;
+#pragma omp simd reduction(| : untaken)
+        for (int64_t ow = 0; ow < OW; ++ow) untaken |= trow[ow] == kNone;
         if (!untaken) continue;
         // A window of -inf values (no tap taken) points at its first in-range element.
         const int64_t ih0 = first_valid(hstart, g.kH, g.dh, g.H);
         for (int64_t ow = 0; ow < OW; ++ow) {
-          if (trow[ow] >= 0) continue;
+          if (trow[ow] != kNone) continue;
           const int64_t iw = iw0[static_cast<size_t>(ow)];
           irow[ow] = (ih0 >= 0 && iw >= 0) ? ih0 * W + iw : -1;
         }
