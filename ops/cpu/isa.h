@@ -29,12 +29,12 @@
 
 // NOTE [AVX-512 kernels]: the row kernels that compute rather than stream (softmax, log-softmax
 // and their backward passes, cross-entropy, layer norm, dropout's Philox, the f32 unary and
-// binary math, attention's exponentials) also have a third version compiled for x86-64-v4, where the vectorized loops
-// take 16 lanes instead of 8: on an Emerald Rapids Xeon (2 threads) softmax of [4096, 1024]
-// forward took 2.2-2.5 ms against 3.4-4.1 with the AVX2 clone, forward + backward 4.1-4.4
-// against 5.8-6.1 (alternating builds). It is chosen at run time rather than by the ifunc
-// resolver so that tests can run both versions on one machine:
-// set_cpu_avx512_kernels_enabled_for_testing(false) sends every call to the clones.
+// binary math, attention's exponentials) also have a third version compiled for x86-64-v4,
+// where the vectorized loops take 16 lanes instead of 8: on an Emerald Rapids Xeon (2 threads)
+// softmax of [4096, 1024] forward took 2.2-2.5 ms against 3.4-4.1 with the AVX2 clone, forward +
+// backward 4.1-4.4 against 5.8-6.1 (alternating builds), attention 1.5-1.8x. It is chosen at
+// run time rather than by the ifunc resolver so that tests can run both versions on one
+// machine: set_cpu_avx512_kernels_enabled_for_testing(false) sends every call to the clones.
 // TRIDENT_CPU_KERNEL(name, (params), body...) defines `name` (the clones) and `name_avx512`
 // from one body; TRIDENT_CPU_PICK(name) names the one to call.
 #include <cstdint>
