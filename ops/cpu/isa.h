@@ -32,7 +32,7 @@
 // binary math, attention's exponentials) also have a third version compiled for x86-64-v4,
 // where the vectorized loops take 16 lanes instead of 8: on an Emerald Rapids Xeon (2 threads)
 // softmax of [4096, 1024] forward took 2.2-2.5 ms against 3.4-4.1 with the AVX2 clone, forward +
-// backward 4.1-4.4 against 5.8-6.1 (alternating builds), attention 1.5-1.8x. It is chosen at
+// backward 4.1-4.4 against 5.8-6.1 (alternating builds). It is chosen at
 // run time rather than by the ifunc resolver so that tests can run both versions on one
 // machine: set_cpu_avx512_kernels_enabled_for_testing(false) sends every call to the clones.
 // TRIDENT_CPU_KERNEL(name, (params), body...) defines `name` (the clones) and `name_avx512`
