@@ -464,16 +464,6 @@ bool blocked_kernels_preferred() {
   return widest_nv() == 6 || !blas_avx512;
 }
 
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-bool conv_avx512_kernel_available() { return cpu_has_avx512(); }
-bool set_conv_avx512_kernel_enabled_for_testing(bool enabled) {
-  return std::exchange(conv_simd::g_avx512_kernel, enabled && cpu_has_avx512());
-}
-#else
-bool conv_avx512_kernel_available() { return false; }
-bool set_conv_avx512_kernel_enabled_for_testing(bool) { return false; }
-#endif
-
 int set_conv_blocked_preference_for_testing(int mode) { return std::exchange(g_blocked_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 void blocked_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {

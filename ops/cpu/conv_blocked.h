@@ -25,11 +25,9 @@ bool blocked_kernels_preferred();
 // previous setting. Not thread-safe: call it between convolutions.
 int set_conv_blocked_preference_for_testing(int mode);
 
-// Whether the CPU runs the AVX-512 micro-kernel (NOTE [AVX-512 micro-kernel] in
-// ops/cpu/conv_simd.h); turning it off (false) makes the Winograd and blocked kernels use the
-// AVX2 one. Returns the previous setting. Not thread-safe: call it between convolutions.
-bool conv_avx512_kernel_available();
-bool set_conv_avx512_kernel_enabled_for_testing(bool enabled);
+// The AVX-512 micro-kernel (NOTE [AVX-512 micro-kernel] in ops/cpu/conv_simd.h) runs where
+// cpu_avx512_kernels() (ops/cpu/isa.h) says; set_cpu_avx512_kernels_enabled_for_testing(false)
+// makes the Winograd and blocked kernels use the AVX2 one.
 
 // y [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/g, kH, kW] + bias (may be null), any kernel,
 // stride, padding and dilation.

@@ -387,12 +387,12 @@ TRIDENT_CPU_CLONES void depthwise_forward_f32_planes(const DwForwardArgs& a, int
   }
 }
 
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
 // NOTE [Depthwise AVX-512]: the 16-lane form of the register blocks, compiled for x86-64-v4
 // (everything inlined into it: flatten) and chosen at run time on CPUs with AVX-512
-// (conv_simd::g_avx512_kernel, which set_conv_avx512_kernel_enabled_for_testing(false) turns
-// off to test the 8-lane form on the same machine). A row's last partial vector goes out as
-// one masked store.
+// (cpu_avx512_kernels() in ops/cpu/isa.h; set_cpu_avx512_kernels_enabled_for_testing(false)
+// turns it off to test the 8-lane form on the same machine). A row's last partial vector goes
+// out as one masked store.
 // (Built from the intrinsic: GCC assembles a 16-lane initializer list here lane by lane, 16
 // masked broadcasts.)
 template <>
@@ -487,8 +487,8 @@ void forward_planes(const float* x, const float* w, const float* bias, float* y,
       taps.push_back(std::move(pt));
     }
   if (g.dh == 1 && max_rows <= 7) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-    const bool wide = g_avx512_kernel;
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+    const bool wide = cpu_avx512_kernels();
 #else
     constexpr bool wide = false;
 #endif
@@ -512,7 +512,7 @@ void forward_planes(const float* x, const float* w, const float* bias, float* y,
       }
     }
     const DwForwardArgs a{x, w, bias, y, &g, &taps, &copies, Hr, Wr, R, V};
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
     if (wide) return depthwise_forward_f32_planes_avx512(a, p0, p1);
 #endif
     depthwise_forward_f32_planes(a, p0, p1);

@@ -59,8 +59,8 @@ bool g_direct_enabled = true;
 // The geometries the direct kernels can take: an AVX-512 CPU, column stride 1 or 2, neither
 // depthwise nor pointwise (their own kernels), channels on both sides.
 bool direct_geometry(const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-  return g_direct_enabled && conv_simd::g_avx512_kernel && (g.sw == 1 || g.sw == 2) && !g.depthwise() && !g.pointwise() &&
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  return g_direct_enabled && cpu_avx512_kernels() && (g.sw == 1 || g.sw == 2) && !g.depthwise() && !g.pointwise() &&
          g.in_per_group() > 0 && g.out_per_group() > 0;
 #else
   (void)g;
@@ -68,7 +68,7 @@ bool direct_geometry(const Conv2dGeometry& g) {
 #endif
 }
 
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
 using conv_simd::v16f;
 
 constexpr int kUW = 14;  // output pixels per block
@@ -523,7 +523,7 @@ int64_t wgrad_blocks(int64_t Og) { return (Og + kWLanes - 1) / kWLanes; }
 }  // namespace
 
 bool direct_backward_weight_applies(const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   return direct_forward_applies(g) && g.groups * g.in_per_group() * wgrad_blocks(g.out_per_group()) >= 2 * get_num_threads();
 #else
   (void)g;
@@ -532,7 +532,7 @@ bool direct_backward_weight_applies(const Conv2dGeometry& g) {
 }
 
 void direct_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   const int64_t Cg = g.in_per_group(), Og = g.out_per_group(), taps = g.kH * g.kW, P = g.OH * g.OW;
   const int64_t nob = wgrad_blocks(Og), Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw;
   // gy of every image and group, block by block: [n][gi][block at o0: P x L].
@@ -592,7 +592,7 @@ bool direct_backward_input_applies(const Conv2dGeometry& g) {
 }
 
 void direct_backward_input(const float* gy, const float* w, float* gx, const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   DirectInput d{gy, nullptr, gx, g, g.in_per_group(), g.out_per_group(), 0, 0, {}, {}, {}, 1, {}};
   const int64_t taps = g.kH * g.kW;
   const int64_t fit = std::clamp<int64_t>(6144 / std::max<int64_t>(1, g.kH * g.OW), 1, d.Og);
@@ -666,7 +666,7 @@ void direct_backward_input(const float* gy, const float* w, float* gx, const Con
 bool set_conv_direct_enabled_for_testing(bool enabled) { return std::exchange(g_direct_enabled, enabled); }
 
 int64_t set_conv_direct_range_floats_for_testing(int64_t floats) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   return std::exchange(g_range_floats, floats > 0 ? floats : kRangeFloats);
 #else
   (void)floats;
@@ -679,7 +679,7 @@ bool direct_forward_applies(const Conv2dGeometry& g) {
 }
 
 void direct_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   Direct d{x, nullptr, bias, y, g, g.in_per_group(), g.out_per_group(), 0, 0, 0, 0, 0, 0};
   const int64_t taps = g.kH * g.kW;
   d.K = d.Cg * taps;

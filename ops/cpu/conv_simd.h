@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "ops/cpu/isa.h"
 
 // In a baseline (SSE2) build GCC notes that passing 32-byte vectors changes the ABI. Nothing
 // here crosses a boundary between code built for different ISAs: these inline functions are
@@ -109,16 +110,10 @@ constexpr int kMR = 4;  // rows (output channels) of the micro-kernel
 // / 171 (the 8-row form matters most when other work competes for L1: 135 against 121 at NV =
 // 6 in an earlier, busier run). The functions are compiled for x86-64-v4 by their target
 // attribute (never inlined into the AVX2 callers) and chosen at run time;
-// set_conv_avx512_kernel_enabled_for_testing(false) (ops/cpu/conv_blocked.h) forces the AVX2
+// set_cpu_avx512_kernels_enabled_for_testing(false) (ops/cpu/isa.h) forces the AVX2
 // kernel and its block widths.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define TRIDENT_AVX512_MICRO_KERNEL 1
-#endif
-
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
 using v16f = float __attribute__((vector_size(64)));
-
-inline bool g_avx512_kernel = cpu_has_avx512();
 
 // Blocks (1 or 2) blocks of 4 rows against the same B: A panels up0 (rows 0-3) and up1 (rows
 // 4-7, Blocks = 2 only), rows 0-3 to mp0 and 4-7 to mp1 (each 4 rows 8 NV apart). With two,
@@ -171,8 +166,8 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512(cons
 // With Accumulate, mp += instead of =. On AVX-512 CPUs gemm_kernel_avx512 runs instead.
 template <int NV, bool Accumulate = false>
 inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, int64_t K, float* __restrict mp) {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-  if (NV >= 2 && g_avx512_kernel) return gemm_kernel_avx512<NV, Accumulate>(up, nullptr, vp, K, mp, nullptr);
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  if (NV >= 2 && cpu_avx512_kernels()) return gemm_kernel_avx512<NV, Accumulate>(up, nullptr, vp, K, mp, nullptr);
 #endif
   constexpr int NR = 8 * NV;
   v8f acc[kMR][NV];
@@ -195,8 +190,8 @@ inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, 
 template <int NV, bool Accumulate, typename Up, typename Mp>
 inline void gemm_rows(int64_t ob0, int64_t ob1, const float* vp, int64_t K, const Up& up, const Mp& mp) {
   int64_t ob = ob0;
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-  if (NV >= 2 && g_avx512_kernel)
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  if (NV >= 2 && cpu_avx512_kernels())
     for (; ob + 1 < ob1; ob += 2) gemm_kernel_avx512<NV, Accumulate, 2>(up(ob), up(ob + 1), vp, K, mp(ob), mp(ob + 1));
 #endif
   for (; ob < ob1; ++ob) gemm_kernel<NV, Accumulate>(up(ob), vp, K, mp(ob));
@@ -206,8 +201,8 @@ inline void gemm_rows(int64_t ob0, int64_t ob1, const float* vp, int64_t K, cons
 // the AVX-512 kernel (three 16-lane vectors per row), 3 for the AVX2 one (whose 16 registers
 // hold 4 x 3 accumulators).
 inline int widest_nv() {
-#ifdef TRIDENT_AVX512_MICRO_KERNEL
-  if (g_avx512_kernel) return 6;
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  if (cpu_avx512_kernels()) return 6;
 #endif
   return 3;
 }

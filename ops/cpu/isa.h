@@ -21,10 +21,14 @@
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(__CUDACC__) && \
     !defined(TRIDENT_NO_ISA_CLONES)
 #define TRIDENT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
-#define TRIDENT_CPU_AVX512 __attribute__((target("arch=x86-64-v4"), flatten))
-#define TRIDENT_CPU_HAS_AVX512_KERNELS 1
 #else
 #define TRIDENT_CPU_CLONES
+#endif
+
+// Code compiled for x86-64-v4 by target attributes (no ifunc needed): GCC on x86-64.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define TRIDENT_CPU_HAS_AVX512_KERNELS 1
+#define TRIDENT_CPU_AVX512 __attribute__((target("arch=x86-64-v4"), flatten))
 #endif
 
 // NOTE [AVX-512 kernels]: the row kernels that compute rather than stream (softmax, log-softmax
@@ -35,13 +39,35 @@
 // backward 4.1-4.4 against 5.8-6.1 (alternating builds). It is chosen at
 // run time rather than by the ifunc resolver so that tests can run both versions on one
 // machine: set_cpu_avx512_kernels_enabled_for_testing(false) sends every call to the clones.
+// The same switch chooses the convolutions' AVX-512 kernels (NOTE [AVX-512 micro-kernel] in
+// ops/cpu/conv_simd.h, NOTE [Conv2d direct], NOTE [Depthwise AVX-512]): one switch for all.
 // TRIDENT_CPU_KERNEL(name, (params), body...) defines `name` (the clones) and `name_avx512`
 // from one body; TRIDENT_CPU_PICK(name) names the one to call.
 #include <cstdint>
+#include <utility>
+
+#include "core/parallel.h"
 
 namespace trident::cpu {
-bool cpu_avx512_kernels();  // the CPU has AVX-512 and tests have not turned them off
-bool set_cpu_avx512_kernels_enabled_for_testing(bool enabled);  // returns the previous setting
+// Whether this build has AVX-512 kernels and the CPU runs them.
+inline bool cpu_avx512_kernels_available() {
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  return cpu_has_avx512();
+#else
+  return false;
+#endif
+}
+namespace isa_detail {
+inline bool g_avx512 = cpu_avx512_kernels_available();
+}  // namespace isa_detail
+// Whether the AVX-512 kernels run: available, and tests have not turned them off (one load:
+// it is read before every micro-kernel call).
+inline bool cpu_avx512_kernels() { return isa_detail::g_avx512; }
+// Turns them off (false) or on again; returns the previous setting. Not thread-safe: call it
+// between ops.
+inline bool set_cpu_avx512_kernels_enabled_for_testing(bool enabled) {
+  return std::exchange(isa_detail::g_avx512, enabled && cpu_avx512_kernels_available());
+}
 }  // namespace trident::cpu
 
 // TRIDENT_CPU_KERNEL_TEMPLATE(template <...>, name, (params), body...) does the same for a

@@ -6,6 +6,7 @@
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/conv_simd.h"
 #include "ops/cpu/conv_winograd.h"
+#include "ops/cpu/isa.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -581,12 +582,12 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
   // convolutions, 4 x 8 NV blocks for NV = 1, 2, 3 and runs of blocks for NV = 2, 3, 4, 6
   // (8-row blocks with the AVX-512 kernel), overwriting and accumulating, against f64 sums of
   // the same products: the AVX2 kernel always, the AVX-512 one where the CPU has it.
-  const bool available = cpu::conv_avx512_kernel_available();
-  const bool was = cpu::set_conv_avx512_kernel_enabled_for_testing(false);
+  const bool available = cpu::cpu_avx512_kernels_available();
+  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
   Generator gen(8800);
   for (bool avx512 : {false, true}) {
     if (avx512 && !available) continue;
-    cpu::set_conv_avx512_kernel_enabled_for_testing(avx512);
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
     for (int64_t K : {1, 7, 64, 300}) {
       const auto check = [&](auto nv, auto accumulate) {
         constexpr int NV = decltype(nv)::value, NR = 8 * NV;
@@ -651,7 +652,7 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
       check_rows(std::integral_constant<int, 6>{}, std::true_type{});
     }
   }
-  cpu::set_conv_avx512_kernel_enabled_for_testing(was);
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
   // And whole convolutions (Winograd blocks of 8, 16 and 24 tiles, the blocked kernel, F(2, 7))
   // with the AVX2 kernel, where the default is the AVX-512 one.
   if (available) {
@@ -661,9 +662,9 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
         {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
         {{2, 16, 9, 11}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
     };
-    cpu::set_conv_avx512_kernel_enabled_for_testing(false);
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
     on_one_and_three_threads(cases, 8900, check_against_reference);
-    cpu::set_conv_avx512_kernel_enabled_for_testing(was);
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
   }
 }
 
@@ -725,7 +726,7 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
   // 1x1 stride 2; 1x7 and 7x1 (row stride 3); 100 input channels in chunks over 60 columns (5
   // blocks); padding past the kernel's reach (output rows and columns with no tap inside);
   // without bias. Then the same cases with the direct kernel off (the blocked kernels).
-  if (!cpu::conv_avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
+  if (!cpu::cpu_avx512_kernels_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
   const std::vector<ConvCase> cases = {
       {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 5, 9, 61}, {48, 5, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
@@ -760,7 +761,7 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
   // output channels in chunks; padding 3 (gy read past its edges); a 4x4 kernel; dilation 3
   // (kernel rows 2 apart). Then the same cases with the direct kernel off (im2col + GEMM; the
   // blocked kernels for some of column stride 1).
-  if (!cpu::conv_avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
+  if (!cpu::cpu_avx512_kernels_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
   const std::vector<ConvCase> cases = {
       {{2, 16, 13, 12}, {8, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 48, 9, 61}, {20, 48, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
@@ -908,18 +909,18 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{1, 2, 21, 33}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
       {{1, 2, 28, 28}, {4, 1, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 2}, true},  // stride 2: 14 x 14 out, 4- and 3-row phases
   };
-  const bool available = cpu::conv_avx512_kernel_available();
-  const bool was = cpu::set_conv_avx512_kernel_enabled_for_testing(false);
+  const bool available = cpu::cpu_avx512_kernels_available();
+  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
   for (bool avx512 : {false, true}) {
     if (avx512 && !available) continue;
-    cpu::set_conv_avx512_kernel_enabled_for_testing(avx512);
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
     uint64_t seed = 7000;
     for (const ConvCase& c : cases) {
       SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), avx512 ? ", 16 lanes" : ", 8 lanes"));
       check_against_reference(c, seed++);
     }
   }
-  cpu::set_conv_avx512_kernel_enabled_for_testing(was);
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
 }
 
 TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {
