@@ -93,7 +93,8 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
   // Tap t's input element relative to its window's corner (hstart, wstart): no division per
   // output (an integer division per element took most of the pass). kNone marks an output no
   // tap has taken (a window of -inf).
-  TRIDENT_CHECK(((g.kH - 1) * g.dh + 1) * g.W < (int64_t{1} << 31), "max_pool2d: a window spans more than 2^31 elements");
+  TRIDENT_CHECK((g.kH - 1) * g.dh * g.W + (g.kW - 1) * g.dw < (int64_t{1} << 31), "max_pool2d: a window of kernel ", g.kH, "x",
+                g.kW, " (dilation ", g.dh, "x", g.dw, ") spans more than 2^31 elements of a ", g.H, "x", g.W, " plane");
   constexpr int32_t kNone = std::numeric_limits<int32_t>::min();
   std::vector<int32_t> tap_in(static_cast<size_t>(khw));
   for (int64_t t = 0; t < khw; ++t) tap_in[static_cast<size_t>(t)] = static_cast<int32_t>((t / g.kW) * g.dh * g.W + (t % g.kW) * g.dw);
