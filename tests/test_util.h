@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cpu/isa.h"
 #include "trident.h"
 
 namespace trident::testing {
@@ -76,6 +77,20 @@ inline Tensor rand_leaf_transposed(const Shape& s, uint64_t seed) {
   Tensor t = permute(base, perm);
   t.set_requires_grad();
   return t;
+}
+
+// Runs f(false) with the CPU's AVX-512 kernels off (the ISA clones and AVX2 kernels), then
+// f(true) with them on where this build and CPU have them (NOTE [AVX-512 kernels] in
+// ops/cpu/isa.h), each under a trace naming the setting; the setting is restored after.
+inline void with_and_without_avx512(const std::function<void(bool)>& f) {
+  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
+  for (bool avx512 : {false, true}) {
+    if (avx512 && !cpu::cpu_avx512_kernels_available()) continue;
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+    SCOPED_TRACE(avx512 ? "AVX-512 kernels" : "AVX2 kernels and ISA clones");
+    f(avx512);
+  }
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
 }
 
 // |a - b| <= atol + rtol * |b| element-wise; the message names the first failing element.

@@ -582,12 +582,8 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
   // convolutions, 4 x 8 NV blocks for NV = 1, 2, 3 and runs of blocks for NV = 2, 3, 4, 6
   // (8-row blocks with the AVX-512 kernel), overwriting and accumulating, against f64 sums of
   // the same products: the AVX2 kernel always, the AVX-512 one where the CPU has it.
-  const bool available = cpu::cpu_avx512_kernels_available();
-  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
   Generator gen(8800);
-  for (bool avx512 : {false, true}) {
-    if (avx512 && !available) continue;
-    cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+  with_and_without_avx512([&](bool avx512) {
     for (int64_t K : {1, 7, 64, 300}) {
       const auto check = [&](auto nv, auto accumulate) {
         constexpr int NV = decltype(nv)::value, NR = 8 * NV;
@@ -651,18 +647,17 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
       check_rows(std::integral_constant<int, 6>{}, std::false_type{});
       check_rows(std::integral_constant<int, 6>{}, std::true_type{});
     }
-  }
-  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
+  });
   // And whole convolutions (Winograd blocks of 8, 16 and 24 tiles, the blocked kernel, F(2, 7))
   // with the AVX2 kernel, where the default is the AVX-512 one.
-  if (available) {
+  if (cpu::cpu_avx512_kernels_available()) {
     const std::vector<ConvCase> cases = {
         {{1, 16, 8, 8}, {16, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
         {{2, 16, 12, 12}, {24, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
         {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
         {{2, 16, 9, 11}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
     };
-    cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
+    const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
     on_one_and_three_threads(cases, 8900, check_against_reference);
     cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
   }
@@ -909,18 +904,13 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{1, 2, 21, 33}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},
       {{1, 2, 28, 28}, {4, 1, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 2}, true},  // stride 2: 14 x 14 out, 4- and 3-row phases
   };
-  const bool available = cpu::cpu_avx512_kernels_available();
-  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
-  for (bool avx512 : {false, true}) {
-    if (avx512 && !available) continue;
-    cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+  with_and_without_avx512([&](bool) {
     uint64_t seed = 7000;
     for (const ConvCase& c : cases) {
-      SCOPED_TRACE(detail::str(describe(c.p, c.x, c.w), avx512 ? ", 16 lanes" : ", 8 lanes"));
+      SCOPED_TRACE(describe(c.p, c.x, c.w));
       check_against_reference(c, seed++);
     }
-  }
-  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
+  });
 }
 
 TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {

@@ -5,7 +5,7 @@
 // other CPUs run (set_cpu_avx512_kernels_enabled_for_testing), and each f32 result (outputs and
 // gradients) is compared with f64 on the same f32 values. Row lengths are not multiples of 16
 // (vector remainders), and the softmax and cross-entropy dims are both innermost (row kernels)
-// and not (column blocks). On a CPU without AVX-512 both passes take the clones.
+// and not (column blocks). On a CPU without AVX-512 only the clones run.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -19,18 +19,6 @@ using namespace trident::testing;
 namespace {
 
 constexpr double kEps = std::numeric_limits<float>::epsilon();
-
-// Runs f with the AVX-512 kernels on (where the CPU has them), then with the clones.
-void both_ways(const std::function<void()>& f) {
-  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(true);
-  const bool available = cpu::cpu_avx512_kernels();
-  for (bool wide : {true, false}) {
-    cpu::set_cpu_avx512_kernels_enabled_for_testing(wide);
-    SCOPED_TRACE(wide && available ? "AVX-512 kernels" : "ISA clones");
-    f();
-  }
-  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
-}
 
 double max_abs(const Tensor& t) {
   double m = 0;
@@ -64,22 +52,17 @@ void check_f32(const std::vector<Tensor>& inputs, const std::function<Tensor(con
   for (size_t i = 0; i < x32.size(); ++i) EXPECT_TRUE(near_f64(x32[i].grad(), x64[i].grad(), k)) << "gradient of input " << i;
 }
 
-Tensor normal(const Shape& s, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
-  return mul(randn(s, kF64, &gen), scale);
-}
-
 }  // namespace
 
 TEST(Avx512Kernels, SoftmaxAndLogSoftmaxBothWaysMatchF64) {
   // Rows of 1003 (the row kernel), dim 1 of [3, 70, 37] and [2, 20, 150] (column blocks of 37
   // and of 64 + 64 + 22 columns); logits of scale 4.
-  both_ways([] {
+  with_and_without_avx512([](bool) {
     uint64_t seed = 100;
     for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{5, 1003}, 1}, {{3, 70, 37}, 1}, {{2, 20, 150}, 1}}) {
       for (bool log : {false, true}) {
         SCOPED_TRACE(detail::str(shape_str(shape), " dim ", dim, log ? " log_softmax" : " softmax"));
-        check_f32({normal(shape, seed, 4.0)},
+        check_f32({rand_leaf(shape, seed, 4.0)},
                   [&](const std::vector<Tensor>& x) { return log ? log_softmax(x[0], dim) : softmax(x[0], dim); }, 32, seed + 1);
         seed += 2;
       }
@@ -90,15 +73,15 @@ TEST(Avx512Kernels, SoftmaxAndLogSoftmaxBothWaysMatchF64) {
 TEST(Avx512Kernels, CrossEntropyBothWaysMatchesF64) {
   // [13, 1001] logits (rows) and [4, 50, 9] (classes in dim 1: column blocks), with an ignored
   // target, label smoothing 0.1, mean reduction.
-  both_ways([] {
+  with_and_without_avx512([](bool) {
     const Tensor t2 = from_vector<int64_t>({3, 1000, 0, -100, 17, 512, 999, 1, 2, 600, 700, 800, 5}, {13});
     std::vector<int64_t> t3v;
     for (int64_t i = 0; i < 36; ++i) t3v.push_back(i == 7 ? -100 : (i * 7) % 50);
     const Tensor t3 = from_vector<int64_t>(t3v, {4, 9});
     CrossEntropyOptions opt;
     opt.label_smoothing = 0.1;
-    for (const auto& [logits, target] : std::vector<std::pair<Tensor, Tensor>>{{normal({13, 1001}, 200, 3.0), t2},
-                                                                             {normal({4, 50, 9}, 201, 3.0), t3}}) {
+    for (const auto& [logits, target] : std::vector<std::pair<Tensor, Tensor>>{{rand_leaf({13, 1001}, 200, 3.0), t2},
+                                                                             {rand_leaf({4, 50, 9}, 201, 3.0), t3}}) {
       SCOPED_TRACE(shape_str(logits.sizes()));
       check_f32({logits}, [&](const std::vector<Tensor>& x) { return cross_entropy(x[0], target, opt); }, 32, 202);
     }
@@ -107,8 +90,8 @@ TEST(Avx512Kernels, CrossEntropyBothWaysMatchesF64) {
 
 TEST(Avx512Kernels, LayerNormBothWaysMatchesF64) {
   // Rows of 777 with weight and bias: the gradients of all three.
-  both_ways([] {
-    check_f32({normal({29, 777}, 300, 2.0), normal({777}, 301), normal({777}, 302)},
+  with_and_without_avx512([](bool) {
+    check_f32({rand_leaf({29, 777}, 300, 2.0), rand_leaf({777}, 301), rand_leaf({777}, 302)},
               [](const std::vector<Tensor>& x) { return layer_norm(x[0], {777}, x[1], x[2]); }, 64, 303);
   });
 }
@@ -125,11 +108,11 @@ TEST(Avx512Kernels, UnaryMathBothWaysMatchesF64) {
       {"sqrt", [](const Tensor& x) { return sqrt(abs(x)); }},
       {"rsqrt", [](const Tensor& x) { return rsqrt(abs(x)); }},
   };
-  both_ways([&] {
+  with_and_without_avx512([&](bool) {
     uint64_t seed = 400;
     for (const auto& [name, op] : ops) {
       SCOPED_TRACE(name);
-      check_f32({normal({7, 143}, seed, 3.0)}, [&](const std::vector<Tensor>& x) { return op(x[0]); }, 16, seed + 1);
+      check_f32({rand_leaf({7, 143}, seed, 3.0)}, [&](const std::vector<Tensor>& x) { return op(x[0]); }, 16, seed + 1);
       seed += 2;
     }
   });
@@ -138,8 +121,8 @@ TEST(Avx512Kernels, UnaryMathBothWaysMatchesF64) {
 TEST(Avx512Kernels, DropoutBothWaysKeepsTheSameElementsAsF64) {
   // The same generator state drops the same elements in f32 and f64 (the Philox stream does
   // not depend on the dtype), and the kept f32 values are x / (1 - p) rounded once.
-  const Tensor x = normal({3, 1001}, 500);
-  both_ways([&] {
+  const Tensor x = rand_leaf({3, 1001}, 500);
+  with_and_without_avx512([&](bool) {
     Generator g32(501), g64(501);
     const std::vector<float> y32 = dropout(x.to(kF32), 0.3, true, &g32).to_vector<float>();
     const std::vector<double> y64 = dropout(x.to(kF32).to(kF64), 0.3, true, &g64).to_vector<double>();
@@ -160,7 +143,7 @@ TEST(Avx512Kernels, AttentionBothWaysMatchesF64) {
   // 70 or 45 keys (rows of exponentials not a multiple of 16); causal; a boolean padding mask
   // with a fully masked query row; dropout 0.2 (a fresh generator of the same seed for each
   // dtype, so both drop the same elements).
-  both_ways([] {
+  with_and_without_avx512([](bool) {
     uint64_t seed = 600;
     for (int variant = 0; variant < 3; ++variant) {
       const int64_t Tk = variant == 1 ? 45 : 70;
@@ -169,7 +152,7 @@ TEST(Avx512Kernels, AttentionBothWaysMatchesF64) {
       for (int64_t i = 0; i < 70; ++i)
         for (int64_t j = 0; j < Tk; ++j) keep[static_cast<size_t>(i * Tk + j)] = i != 5 && (j + i) % 7 != 3;
       const Tensor mask = from_vector<bool>(keep, {70, Tk});
-      check_f32({normal({2, 3, 70, 24}, seed), normal({2, 3, Tk, 24}, seed + 1), normal({2, 3, Tk, 24}, seed + 2)},
+      check_f32({rand_leaf({2, 3, 70, 24}, seed), rand_leaf({2, 3, Tk, 24}, seed + 1), rand_leaf({2, 3, Tk, 24}, seed + 2)},
                 [&](const std::vector<Tensor>& x) {
                   Generator dropout_gen(seed + 3);
                   AttentionOptions o;
