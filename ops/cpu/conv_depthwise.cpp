@@ -209,29 +209,6 @@ void forward_planes_by_passes(const T* x, const T* w, const T* bias, T* y, const
 //   column's weights held in registers, and half the instructions of the 8-lane kernel.
 using namespace conv_simd;
 
-template <typename Vec>
-constexpr int kLanes = static_cast<int>(sizeof(Vec) / sizeof(float));
-
-template <typename Vec>
-inline Vec vload(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <typename Vec>
-inline Vec vsplat(float s) {
-  return splat(s);
-}
-
-// dst[0, n) = the first n lanes of v (0 < n < L).
-template <typename Vec>
-inline void store_first(float* dst, const Vec& v, int64_t n) {
-  alignas(sizeof(Vec)) float tmp[kLanes<Vec>];
-  std::memcpy(tmp, &v, sizeof v);
-  for (int64_t i = 0; i < n; ++i) dst[i] = tmp[i];
-}
-
 // acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + L v].
 template <int KH, int R, int V, typename Vec>
 inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t* db, int nkw, Vec (&acc_io)[R][V]) {
@@ -392,24 +369,7 @@ TRIDENT_CPU_CLONES void depthwise_forward_f32_planes(const DwForwardArgs& a, int
 // (everything inlined into it: flatten) and chosen at run time on CPUs with AVX-512
 // (cpu_avx512_kernels() in ops/cpu/isa.h; set_cpu_avx512_kernels_enabled_for_testing(false)
 // turns it off to test the 8-lane form on the same machine). A row's last partial vector goes
-// out as one masked store.
-// (Built from the intrinsic: GCC assembles a 16-lane initializer list here lane by lane, 16
-// masked broadcasts.)
-template <>
-__attribute__((target("arch=x86-64-v4"))) inline v16f vsplat<v16f>(float s) {
-  const __m512 v = _mm512_set1_ps(s);
-  v16f r;
-  std::memcpy(&r, &v, sizeof r);
-  return r;
-}
-
-template <>
-__attribute__((target("arch=x86-64-v4"))) inline void store_first<v16f>(float* dst, const v16f& v, int64_t n) {
-  __m512 m;
-  std::memcpy(&m, &v, sizeof m);
-  _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << n) - 1), m);
-}
-
+// out as one masked store (store_first in ops/cpu/conv_simd.h).
 __attribute__((target("arch=x86-64-v4"), flatten)) void depthwise_forward_f32_planes_avx512(const DwForwardArgs& a, int64_t p0,
                                                                                          int64_t p1) {
   if (a.V == 2) {

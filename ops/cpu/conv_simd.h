@@ -6,8 +6,13 @@
 // clones]) or a target attribute, which inline them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "core/parallel.h"
 #include "ops/cpu/isa.h"
@@ -206,5 +211,80 @@ inline int widest_nv() {
 #endif
   return 3;
 }
+
+// ---- Either vector width: 8 lanes, or 16 in code compiled for AVX-512 ----------------------
+// The depthwise and F(2, 7) kernels are written once over Vec = v8f or v16f; the v16f forms
+// are called only from functions compiled for x86-64-v4 (TRIDENT_CPU_AVX512 or a target
+// attribute), which inline them.
+template <typename Vec>
+constexpr int kLanes = static_cast<int>(sizeof(Vec) / sizeof(float));
+
+template <typename Vec>
+inline Vec vload(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename Vec>
+inline void vstore(float* p, const Vec& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+template <typename Vec>
+inline Vec vsplat(float s) {
+  return splat(s);
+}
+
+// dst[0, n) = the first n lanes of v (0 < n < L).
+template <typename Vec>
+inline void store_first(float* dst, const Vec& v, int64_t n) {
+  alignas(sizeof(Vec)) float tmp[kLanes<Vec>];
+  std::memcpy(tmp, &v, sizeof v);
+  for (int64_t i = 0; i < n; ++i) dst[i] = tmp[i];
+}
+
+// dst[0, n) = lanes [first, first + n) of the NV vectors y taken as one row of NV L floats.
+template <typename Vec, int NV>
+inline void store_lanes(float* dst, const Vec (&y)[NV], int64_t first, int64_t n) {
+  alignas(sizeof(Vec)) float tmp[NV * kLanes<Vec>];
+  std::memcpy(tmp, y, sizeof tmp);
+  for (int64_t i = 0; i < n; ++i) dst[i] = tmp[first + i];
+}
+
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+// (From the intrinsic: GCC assembles a 16-lane initializer list of one variable lane by lane,
+// 16 masked broadcasts.)
+template <>
+__attribute__((target("arch=x86-64-v4"))) inline v16f vsplat<v16f>(float s) {
+  const __m512 v = _mm512_set1_ps(s);
+  v16f r;
+  std::memcpy(&r, &v, sizeof r);
+  return r;
+}
+
+template <>
+__attribute__((target("arch=x86-64-v4"))) inline void store_first<v16f>(float* dst, const v16f& v, int64_t n) {
+  __m512 m;
+  std::memcpy(&m, &v, sizeof m);
+  _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << n) - 1), m);
+}
+
+// Each 16 lanes from the two vectors they straddle by one two-source permute, then one masked
+// store: no round trip through memory (a copy out of a stored row is a load across two stores,
+// which store forwarding cannot serve).
+template <int NV>
+__attribute__((target("arch=x86-64-v4"))) inline void store_lanes(float* dst, const v16f (&y)[NV], int64_t first, int64_t n) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t e = 0; e < n; e += 16) {
+    const int64_t at = first + e, v = at / 16, shift = at % 16, left = std::min<int64_t>(16, n - e);
+    __m512 lo, hi;
+    std::memcpy(&lo, &y[v], sizeof lo);
+    std::memcpy(&hi, &y[v + 1 < NV ? v + 1 : v], sizeof hi);
+    const __m512 r = _mm512_permutex2var_ps(lo, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(shift))), hi);
+    _mm512_mask_storeu_ps(dst + e, static_cast<__mmask16>((1u << left) - 1), r);
+  }
+}
+#endif
 
 }  // namespace trident::cpu::conv_simd

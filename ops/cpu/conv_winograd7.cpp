@@ -62,17 +62,18 @@ namespace {
 
 constexpr int kW7Xi = 8;
 
-// t[0..7] = B^T d for the 8-vector d.
-inline void bt7_times(const v8f* d, v8f* t) {
+// t[0..7] = B^T d for the 8-vector d (of vectors of 8 or 16 lanes).
+template <typename Vec>
+inline void bt7_times(const Vec* d, Vec* t) {
   t[0] = (d[0] - d[6]) * 4.0f + (d[4] - d[2]) * 21.0f;
   t[7] = (d[7] - d[1]) * 4.0f + (d[3] - d[5]) * 21.0f;
-  const v8f a = d[4] * 17.0f - (d[2] + d[6]) * 4.0f, b = d[3] * 17.0f - (d[1] + d[5]) * 4.0f;
+  const Vec a = d[4] * 17.0f - (d[2] + d[6]) * 4.0f, b = d[3] * 17.0f - (d[1] + d[5]) * 4.0f;
   t[1] = a + b;
   t[2] = a - b;
-  const v8f c = d[2] - d[4] * 5.0f + d[6] * 4.0f, e = d[1] * 2.0f - d[3] * 10.0f + d[5] * 8.0f;
+  const Vec c = d[2] - d[4] * 5.0f + d[6] * 4.0f, e = d[1] * 2.0f - d[3] * 10.0f + d[5] * 8.0f;
   t[3] = c + e;
   t[4] = c - e;
-  const v8f f = d[2] * 8.0f - d[4] * 10.0f + d[6] * 2.0f, h = d[1] * 4.0f - d[3] * 5.0f + d[5];
+  const Vec f = d[2] * 8.0f - d[4] * 10.0f + d[6] * 2.0f, h = d[1] * 4.0f - d[3] * 5.0f + d[5];
   t[5] = f + h;
   t[6] = f - h;
 }
@@ -144,10 +145,14 @@ struct W7Chunk {
   int64_t items() const { return nb * p->groups * w7->blocks * orr; }
 };
 
-// Items [i0, i1): V is kW7Xi x slice_rows(nr) x nr floats, M kW7Xi x OB x kMR x nr (nr = 8 NV).
-template <int NV>
+// Items [i0, i1): V is kW7Xi x slice_rows(nr) x nr floats, M kW7Xi x OB x kMR x nr (nr = 8 NV),
+// the transforms on vectors of 8 lanes (Vec = v8f) or 16 (v16f, AVX-512 CPUs: NV = 6, a block
+// of 48 lanes is 3 vectors; its outputs go from the registers to their rows through
+// store_lanes, where a copy out of a buffer took a memcpy call per run, 5% of a 1x7 forward).
+template <int NV, typename Vec>
 inline void winograd7_items_nv(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
-  constexpr int NR = 8 * NV;
+  constexpr int NR = 8 * NV, L = kLanes<Vec>, NVEC = NR / L;
+  static_assert(NR % L == 0, "a block is whole vectors");
   constexpr int64_t KC = slice_rows(NR);
   const Problem& p = *ch.p;
   const Wino7& w7 = *ch.w7;
@@ -161,15 +166,17 @@ inline void winograd7_items_nv(const W7Chunk& ch, float* V, float* M, int64_t i0
     const int64_t m_stride = nob * kMR * NR;
     const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * q.Lc + j0;
     const int64_t slices = (p.Cg + KC - 1) / KC, kc = (p.Cg + slices - 1) / slices;
+    int64_t off[8];  // local: the stores into V (memcpy) could alias w7.off, reloaded every time
+    std::copy_n(w7.off, 8, off);
     for (int64_t c0 = 0; c0 < p.Cg; c0 += kc) {
       const int64_t cn = std::min(kc, p.Cg - c0);
       for (int64_t c = 0; c < cn; ++c) {
         const float* src = base + (c0 + c) * q.Lc;
-        for (int v = 0; v < NV; ++v) {
-          v8f d[8], t[8];
-          for (int e = 0; e < 8; ++e) d[e] = load8(src + w7.off[e] + 8 * v);
+        for (int v = 0; v < NVEC; ++v) {
+          Vec d[8], t[8];
+          for (int e = 0; e < 8; ++e) d[e] = vload<Vec>(src + off[e] + L * v);
           bt7_times(d, t);
-          for (int xi = 0; xi < kW7Xi; ++xi) store8(V + xi * v_stride + c * NR + 8 * v, t[xi]);
+          for (int xi = 0; xi < kW7Xi; ++xi) vstore(V + xi * v_stride + c * NR + L * v, t[xi]);
         }
       }
       for (int xi = 0; xi < kW7Xi; ++xi) {
@@ -189,31 +196,43 @@ inline void winograd7_items_nv(const W7Chunk& ch, float* V, float* M, int64_t i0
         const int64_t o = ob * kMR + r;
         if (o >= p.Og) break;
         const int64_t oc = gi * p.Og + o;
-        const v8f b = splat(p.bias ? p.bias[oc] : 0.0f);
-        alignas(32) float y0[NR], y1[NR];
-        for (int v = 0; v < NV; ++v) {
-          v8f m[8];
-          for (int xi = 0; xi < kW7Xi; ++xi) m[xi] = load8(M + xi * m_stride + ((ob - ob0) * kMR + r) * NR + 8 * v);
-          store8(y0 + 8 * v, m[0] + m[1] + m[2] + m[3] + m[4] + m[5] + m[6] + b);
-          store8(y1 + 8 * v, (m[1] - m[2]) + (m[3] - m[4]) * 2.0f + (m[5] - m[6]) * 0.5f + m[7] + b);
+        const Vec b = vsplat<Vec>(p.bias ? p.bias[oc] : 0.0f);
+        Vec y0[NVEC], y1[NVEC];
+        for (int v = 0; v < NVEC; ++v) {
+          Vec m[8];
+          for (int xi = 0; xi < kW7Xi; ++xi) m[xi] = vload<Vec>(M + xi * m_stride + ((ob - ob0) * kMR + r) * NR + L * v);
+          y0[v] = m[0] + m[1] + m[2] + m[3] + m[4] + m[5] + m[6] + b;
+          y1[v] = (m[1] - m[2]) + (m[3] - m[4]) * 2.0f + (m[5] - m[6]) * 0.5f + m[7] + b;
         }
         float* yo = ch.y + (i * p.Cout + oc) * out_plane;
         for (int k = 0; k < rn.count; ++k) {
           const int64_t oh = 2 * rn.row[k];
           float* d0 = yo + oh * p.OW + rn.col[k];
-          for (int64_t e = 0; e < rn.len[k]; ++e) d0[e] = y0[rn.lane[k] + e];
-          if (oh + 1 < p.OH) {
-            float* d1 = d0 + p.OW;
-            for (int64_t e = 0; e < rn.len[k]; ++e) d1[e] = y1[rn.lane[k] + e];
-          }
+          store_lanes(d0, y0, rn.lane[k], rn.len[k]);
+          if (oh + 1 < p.OH) store_lanes(d0 + p.OW, y1, rn.lane[k], rn.len[k]);
         }
       }
   }
 }
 
 TRIDENT_CPU_CLONES void winograd7_items(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
-  if (ch.p->nr == 48) return winograd7_items_nv<6>(ch, V, M, i0, i1);
-  winograd7_items_nv<3>(ch, V, M, i0, i1);
+  if (ch.p->nr == 48) return winograd7_items_nv<6, v8f>(ch, V, M, i0, i1);
+  winograd7_items_nv<3, v8f>(ch, V, M, i0, i1);
+}
+
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+// The 16-lane form, for AVX-512 CPUs (their blocks are always 48 wide: conv_simd::widest_nv).
+TRIDENT_CPU_AVX512 void winograd7_items_avx512(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
+  winograd7_items_nv<6, v16f>(ch, V, M, i0, i1);
+}
+#endif
+
+// winograd7_items in the widest form the CPU runs.
+void winograd7_items_best(const W7Chunk& ch, float* V, float* M, int64_t i0, int64_t i1) {
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  if (ch.p->nr == 48 && cpu_avx512_kernels()) return winograd7_items_avx512(ch, V, M, i0, i1);
+#endif
+  winograd7_items(ch, V, M, i0, i1);
 }
 
 // ---- the F(2, 7) weight gradient ---------------------------------------------------------
@@ -349,7 +368,7 @@ void run_winograd7(const Problem& p) {
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
       const int64_t v = kW7Xi * slice_rows(p.nr) * p.nr;
       Tensor ws = empty({v + kW7Xi * p.OB * kMR * p.nr});
-      winograd7_items(ch, ws.data<float>(), ws.data<float>() + v, i0, i1);
+      winograd7_items_best(ch, ws.data<float>(), ws.data<float>() + v, i0, i1);
     });
   });
 }
