@@ -5,6 +5,7 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/sgemm_avx512.h"
 #include "ops/shape.h"
 
 namespace trident::cpu {
@@ -125,7 +126,14 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
+  // Decided once for the whole product, so that every panel below runs the same kernel and the
+  // result does not depend on the thread count (NOTE [AVX-512 SGEMM]).
+  bool own_kernel = false;
+  if constexpr (std::is_same_v<T, float>) own_kernel = sgemm_avx512_preferred(m, n, k);
   const auto call = [&](int64_t mm, int64_t nn, const T* ap, const T* bp, T* cp) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (own_kernel) return sgemm_avx512(trans_a, trans_b, mm, nn, k, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+    }
     const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     const auto M = static_cast<blasint>(mm), N = static_cast<blasint>(nn), K = static_cast<blasint>(k);
     if constexpr (std::is_same_v<T, float>) {

@@ -1,5 +1,10 @@
 #include "test_util.h"
 
+#include <array>
+
+#include "ops/cpu/blas.h"
+#include "ops/cpu/sgemm_avx512.h"
+
 using namespace trident;
 using namespace trident::testing;
 using autograd::TensorList;
@@ -219,4 +224,90 @@ TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
   Tensor r = randn({4, 1, 10}, kF64, &g).as_strided({4, 1, 3}, {10, 7, 1}, 0);
   Tensor m = randn({3, 2}, kF64, &g);
   EXPECT_TRUE(all_close(matmul(r, m), matmul(contiguous(r), m), 1e-12, 1e-12));
+}
+
+// NOTE [AVX-512 SGEMM]: Trident's own f32 GEMM, forced on, against an f64 product of the same
+// f32 values, for every transpose pair, edges of each block size (8-row and 48-column tiles, kMC
+// = 96 rows, kKC = 384 steps, kNC = 3072 columns), row strides wider than the matrices, alpha and
+// beta (beta = 0 must not read C: C starts as NaN there). Elements outside C (the row padding)
+// must stay untouched. Tolerance: the f32 dot-product bound, k eps sum |a||b| (plus |beta c|
+// eps), per element.
+TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
+  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
+  const int was = cpu::set_sgemm_avx512_preference_for_testing(1);
+  struct Case {
+    int64_t m, n, k;
+    float alpha, beta;
+  };
+  const Case cases[] = {{1, 1, 1, 1, 0},      {7, 15, 9, 1, 0},      {8, 48, 8, 1, 0},       {9, 49, 7, 0.5f, 1},
+                        {33, 47, 19, 1, -0.7f}, {96, 96, 384, 1, 0},  {97, 95, 385, 2, 1},    {200, 100, 800, 1, 0.25f},
+                        {17, 3100, 40, 1, 0},   {130, 17, 1000, -1, 1}, {64, 64, 1, 1, 0},     {5, 300, 77, 1, 0}};
+  Generator g(71);
+  for (const Case& cs : cases) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      SCOPED_TRACE(::testing::Message() << cs.m << "x" << cs.n << "x" << cs.k << " ta " << ta << " tb " << tb << " alpha "
+                                        << cs.alpha << " beta " << cs.beta);
+      // Stored A is [m, k] (or [k, m] when transposed) with 3 spare columns; B likewise; C has 5.
+      const int64_t ar = ta ? cs.k : cs.m, ac = ta ? cs.m : cs.k, br = tb ? cs.n : cs.k, bc = tb ? cs.k : cs.n;
+      const int64_t lda = ac + 3, ldb = bc + 3, ldc = cs.n + 5;
+      const std::vector<float> a = randn({ar, lda}, kF32, &g).to_vector<float>(), b = randn({br, ldb}, kF32, &g).to_vector<float>();
+      std::vector<float> c = randn({cs.m, ldc}, kF32, &g).to_vector<float>();
+      if (cs.beta == 0)
+        for (int64_t i = 0; i < cs.m; ++i)
+          for (int64_t j = 0; j < cs.n; ++j) c[i * ldc + j] = std::nanf("");
+      const std::vector<float> c0 = c;
+      cpu::sgemm_avx512(ta, tb, cs.m, cs.n, cs.k, cs.alpha, a.data(), lda, b.data(), ldb, cs.beta, c.data(), ldc);
+      int bad = 0;
+      for (int64_t i = 0; i < cs.m && bad < 5; ++i) {
+        for (int64_t j = 0; j < ldc && bad < 5; ++j) {
+          const size_t at = static_cast<size_t>(i * ldc + j);
+          if (j >= cs.n) {  // padding
+            if (!(c[at] == c0[at])) ++bad, ADD_FAILURE() << "wrote outside C at (" << i << ", " << j << ")";
+            continue;
+          }
+          double s = 0, mag = 0;
+          for (int64_t p = 0; p < cs.k; ++p) {
+            const double x = a[static_cast<size_t>(ta ? p * lda + i : i * lda + p)];
+            const double y = b[static_cast<size_t>(tb ? j * ldb + p : p * ldb + j)];
+            s += x * y;
+            mag += std::fabs(x * y);
+          }
+          const double cin = cs.beta == 0 ? 0.0 : c0[at];
+          const double want = cs.alpha * s + cs.beta * cin;
+          const double tol = 1e-6 + 6e-8 * (static_cast<double>(cs.k) + 2) * (std::fabs(cs.alpha) * mag + std::fabs(cs.beta * cin));
+          if (!(std::fabs(c[at] - want) <= tol))
+            ++bad, ADD_FAILURE() << "C(" << i << ", " << j << ") = " << c[at] << ", want " << want << " (tolerance " << tol << ")";
+        }
+      }
+    }
+  }
+  cpu::set_sgemm_avx512_preference_for_testing(was);
+}
+
+// cpu::gemm splits a product into panels across threads; with Trident's own kernel each element
+// is summed in the same order whatever the panel, so the thread count does not change a bit.
+// The same products through OpenBLAS agree within the f32 bound.
+TEST(Gemm, Avx512KernelIsTheSameOnOneOrTwoThreadsAndAgreesWithOpenBlas) {
+  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
+  const int threads = get_num_threads();
+  Generator g(72);
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 200, 500}, {40, 700, 129}, {33, 33, 33}}) {
+    SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
+    const Tensor a = randn({m, k}, kF32, &g), b = randn({n, k}, kF32, &g);  // linear's layout: B read transposed
+    auto product = [&](int nthreads, int preference) {
+      const int was = cpu::set_sgemm_avx512_preference_for_testing(preference);
+      set_num_threads(nthreads);
+      std::vector<float> c(static_cast<size_t>(m * n));
+      cpu::gemm<float>(false, true, m, n, k, 1.f, a.data<float>(), k, b.data<float>(), k, 0.f, c.data(), n);
+      cpu::set_sgemm_avx512_preference_for_testing(was);
+      return c;
+    };
+    const std::vector<float> one = product(1, 1), two = product(2, 1), blas = product(2, 0);
+    set_num_threads(threads);
+    EXPECT_EQ(one, two);
+    double worst = 0;
+    for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(one[i]) - blas[i]));
+    EXPECT_LT(worst, 1e-5 * static_cast<double>(k)) << "largest difference from OpenBLAS";
+  }
 }

@@ -1,0 +1,290 @@
+// NOTE [AVX-512 SGEMM]: Trident's f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower
+// kernels. OpenBLAS picks its kernels by CPU model, and OPENBLAS_CORETYPE overrides that; some
+// machines run its AVX2 (Haswell) kernels on AVX-512 hardware: this workplace sets
+// OPENBLAS_CORETYPE=Haswell on its AMD EPYC Zen 5 VMs, because older OpenBLAS builds crash or
+// compute wrong results in their AVX-512 kernels there, and Trident keeps the user's choice
+// (NOTE [OpenBLAS core] in core/parallel.cpp). Every f32 product (linear, matmul, attention's
+// batched products, convolution's im2col) then ran at AVX2 speed. This GEMM is the Goto/BLIS
+// loop nest around an 8 x 48 micro-kernel (8 rows of C, three 16-lane vectors each: 24
+// accumulators; per k step 3 loads of B and 8 broadcasts of A for 24 multiply-adds), the shape
+// the convolutions' AVX-512 micro-kernel measured best (NOTE [AVX-512 micro-kernel] in
+// ops/cpu/conv_simd.h):
+//
+//   for each block of kNC columns of C:
+//     for each block of kKC steps of k:          pack op(B)[kc x nc] as panels of 48 columns
+//       for each block of kMC rows of C:         pack op(A)[mc x kc] as panels of 8 rows
+//         for each 48-column panel of B:         (its kc x 48 floats stay in L1)
+//           for each 8-row panel of A:           (the A block stays in L2)
+//             C[8 x 48] (+)= alpha * A panel @ B panel
+//
+// Panels past the edge of C are padded with zeros when packed, so the micro-kernel always runs
+// whole tiles; only its stores are masked. The first k block applies beta (beta == 0 writes C
+// without reading it, as BLAS does), later ones add. Each element of C is summed in the same
+// order (k ascending, blocks of kKC) whatever the panel it falls in, so splitting C across threads
+// (cpu::gemm) does not change the result. Where OpenBLAS runs its own AVX-512 kernels
+// (SkylakeX, Cooperlake, SapphireRapids), it keeps the product: an earlier prototype of this loop
+// nest measured 0.85-0.96x OpenBLAS's SkylakeX kernels on an Emerald Rapids Xeon.
+#include "ops/cpu/sgemm_avx512.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/isa.h"
+
+#if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)
+#include <immintrin.h>
+#endif
+
+namespace trident::cpu {
+namespace {
+int g_preference = -1;  // set_sgemm_avx512_preference_for_testing
+}  // namespace
+
+int set_sgemm_avx512_preference_for_testing(int mode) { return std::exchange(g_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+
+bool sgemm_avx512_available() { return cpu_avx512_kernels(); }
+
+bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
+  if (!sgemm_avx512_available()) return false;
+  // Products thinner than a tile (a row vector times a matrix in token-by-token generation) would
+  // spend most of each 8 x 48 tile on padding.
+  if (m < 8 || n < 16 || k < 8) return g_preference == 1;
+  if (g_preference >= 0) return g_preference == 1;
+  static const bool blas_avx512 = blas_core_has_avx512();
+  return !blas_avx512;
+}
+
+#if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)
+namespace {
+
+constexpr int64_t kMR = 8, kNR = 48;
+// kKC x 48 floats of B (36 KiB) stay in a 48 KiB L1 while every A panel of the block passes;
+// the kMC x kKC block of A (144 KiB) stays in L2; the kKC x kNC block of B (2.3 MiB) in L3.
+#ifndef XKC
+#define XKC 384
+#define XMC 96
+#define XUN 4
+#endif
+constexpr int64_t kKC = XKC, kMC = XMC, kNC = 3072;
+constexpr int kUnroll = XUN;
+
+#define TRIDENT_AVX512 __attribute__((target("arch=x86-64-v4")))
+
+// The mask of the first n (0 <= n <= 16) lanes.
+TRIDENT_AVX512 inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << std::max<int64_t>(n, 0)) - 1);
+}
+
+// C[mr x nr] = alpha * (A panel @ B panel) + beta * C (beta == 0: C not read), the panels packed
+// as kc steps of 8 A values and 48 B values.
+TRIDENT_AVX512 __attribute__((noinline)) void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp,
+                                                          float alpha, float beta, float* c, int64_t ldc, int64_t mr,
+                                                          int64_t nr) {
+  __m512 acc[kMR][3];
+  for (int r = 0; r < kMR; ++r)
+    for (int z = 0; z < 3; ++z) acc[r][z] = _mm512_setzero_ps();
+#pragma GCC unroll kUnroll
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(bp + p * kNR), b1 = _mm512_loadu_ps(bp + p * kNR + 16),
+                 b2 = _mm512_loadu_ps(bp + p * kNR + 32);
+    for (int r = 0; r < kMR; ++r) {
+      const __m512 a = _mm512_set1_ps(ap[p * kMR + r]);
+      acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(a, b2, acc[r][2]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  if (mr == kMR && nr == kNR) {
+    for (int r = 0; r < kMR; ++r) {
+      float* row = c + r * ldc;
+      for (int z = 0; z < 3; ++z) {
+        __m512 v = _mm512_mul_ps(va, acc[r][z]);
+        if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_loadu_ps(row + 16 * z), v);
+        _mm512_storeu_ps(row + 16 * z, v);
+      }
+    }
+    return;
+  }
+  const __mmask16 mask[3] = {first_lanes(nr), first_lanes(nr - 16), first_lanes(nr - 32)};
+  for (int r = 0; r < mr; ++r) {
+    float* row = c + r * ldc;
+    for (int z = 0; z < 3; ++z) {
+      if (mask[z] == 0) break;
+      __m512 v = _mm512_mul_ps(va, acc[r][z]);
+      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[z], row + 16 * z), v);
+      _mm512_mask_storeu_ps(row + 16 * z, mask[z], v);
+    }
+  }
+}
+
+// The mc x kc block of op(A) at (i0, p0) as panels of 8 rows: panel q holds, for each step p,
+// the 8 values op(A)[i0 + 8 q + r][p0 + p] (zeros past mc).
+TRIDENT_AVX512 void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                           float* dst) {
+  for (int64_t q = 0; q * kMR < mc; ++q, dst += kc * kMR) {
+    const int64_t rows = std::min(kMR, mc - q * kMR), first = i0 + q * kMR;
+    if (trans) {  // op(A)[i][p] = a[p lda + i]: each step's 8 values are contiguous
+      const __mmask16 m = first_lanes(rows);
+      for (int64_t p = 0; p < kc; ++p) {
+        const __m256 v = _mm256_maskz_loadu_ps(static_cast<__mmask8>(m), a + (p0 + p) * lda + first);
+        _mm256_storeu_ps(dst + p * kMR, v);
+      }
+    } else {  // op(A)[i][p] = a[i lda + p]: 8 rows read along p, written transposed
+      const float* src[kMR];
+      for (int64_t r = 0; r < kMR; ++r) src[r] = r < rows ? a + (first + r) * lda + p0 : nullptr;
+      int64_t p = 0;
+      if (rows == kMR) {
+        // 8 steps at a time: an 8 x 8 transpose of 8-lane vectors.
+        for (; p + 8 <= kc; p += 8) {
+          __m256 v[8];
+          for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src[r] + p);
+          const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+          const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+          const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+          const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+          const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+          const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+          const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+          const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+          float* d = dst + p * kMR;
+          _mm256_storeu_ps(d + 0 * 8, _mm256_permute2f128_ps(u0, u4, 0x20));
+          _mm256_storeu_ps(d + 1 * 8, _mm256_permute2f128_ps(u1, u5, 0x20));
+          _mm256_storeu_ps(d + 2 * 8, _mm256_permute2f128_ps(u2, u6, 0x20));
+          _mm256_storeu_ps(d + 3 * 8, _mm256_permute2f128_ps(u3, u7, 0x20));
+          _mm256_storeu_ps(d + 4 * 8, _mm256_permute2f128_ps(u0, u4, 0x31));
+          _mm256_storeu_ps(d + 5 * 8, _mm256_permute2f128_ps(u1, u5, 0x31));
+          _mm256_storeu_ps(d + 6 * 8, _mm256_permute2f128_ps(u2, u6, 0x31));
+          _mm256_storeu_ps(d + 7 * 8, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+      }
+      for (; p < kc; ++p)
+        for (int64_t r = 0; r < kMR; ++r) dst[p * kMR + r] = r < rows ? src[r][p] : 0.0f;
+    }
+  }
+}
+
+// The kc x nc block of op(B) at (p0, j0) as panels of 48 columns: panel q holds, for each step p,
+// the 48 values op(B)[p0 + p][j0 + 48 q + j] (zeros past nc).
+TRIDENT_AVX512 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                           float* dst) {
+  for (int64_t q = 0; q * kNR < nc; ++q, dst += kc * kNR) {
+    const int64_t cols = std::min(kNR, nc - q * kNR), first = j0 + q * kNR;
+    if (!trans) {  // op(B)[p][j] = b[p ldb + j]: each step's 48 values are contiguous
+      const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16), m2 = first_lanes(cols - 32);
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* s = b + (p0 + p) * ldb + first;
+        float* d = dst + p * kNR;
+        _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
+        _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+        _mm512_storeu_ps(d + 32, _mm512_maskz_loadu_ps(m2, s + 32));
+      }
+    } else {  // op(B)[p][j] = b[j ldb + p]: 48 rows of b read along p, written transposed
+      // 8 x 8 blocks: 8 columns j (rows of b) by 8 steps p.
+      int64_t p = 0;
+      for (; p + 8 <= kc; p += 8) {
+        for (int64_t jb = 0; jb < kNR; jb += 8) {
+          __m256 v[8];
+          for (int r = 0; r < 8; ++r) {
+            const int64_t j = jb + r;
+            v[r] = j < cols ? _mm256_loadu_ps(b + (first + j) * ldb + p0 + p) : _mm256_setzero_ps();
+          }
+          const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+          const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+          const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+          const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+          const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+          const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+          const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+          const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+          float* d = dst + p * kNR + jb;
+          _mm256_storeu_ps(d + 0 * kNR, _mm256_permute2f128_ps(u0, u4, 0x20));
+          _mm256_storeu_ps(d + 1 * kNR, _mm256_permute2f128_ps(u1, u5, 0x20));
+          _mm256_storeu_ps(d + 2 * kNR, _mm256_permute2f128_ps(u2, u6, 0x20));
+          _mm256_storeu_ps(d + 3 * kNR, _mm256_permute2f128_ps(u3, u7, 0x20));
+          _mm256_storeu_ps(d + 4 * kNR, _mm256_permute2f128_ps(u0, u4, 0x31));
+          _mm256_storeu_ps(d + 5 * kNR, _mm256_permute2f128_ps(u1, u5, 0x31));
+          _mm256_storeu_ps(d + 6 * kNR, _mm256_permute2f128_ps(u2, u6, 0x31));
+          _mm256_storeu_ps(d + 7 * kNR, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+      }
+      for (; p < kc; ++p)
+        for (int64_t j = 0; j < kNR; ++j) dst[p * kNR + j] = j < cols ? b[(first + j) * ldb + p0 + p] : 0.0f;
+    }
+  }
+}
+
+// This thread's packing buffers, grown when needed, 64-byte aligned.
+struct PackBuffers {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> a, b;
+  int64_t a_size = 0, b_size = 0;
+  static float* ensure(std::unique_ptr<float, Free>& buf, int64_t& have, int64_t need) {
+    if (have < need) {
+      const size_t bytes = (static_cast<size_t>(need) * sizeof(float) + 63) / 64 * 64;
+      buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (!buf) throw std::bad_alloc();
+      have = need;
+    }
+    return buf.get();
+  }
+};
+
+TRIDENT_AVX512 void sgemm_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local PackBuffers bufs;
+  const int64_t kc_max = std::min(kKC, k);
+  float* bp = PackBuffers::ensure(bufs.b, bufs.b_size, kc_max * (std::min(kNC, n) + kNR));
+  float* ap = PackBuffers::ensure(bufs.a, bufs.a_size, kc_max * (std::min(kMC, m) + kMR));
+  for (int64_t jc = 0; jc < n; jc += kNC) {
+    const int64_t nc = std::min(kNC, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kKC) {
+      const int64_t kc = std::min(kKC, k - pc);
+      const float beta_here = pc == 0 ? beta : 1.0f;
+      pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
+      for (int64_t ic = 0; ic < m; ic += kMC) {
+        const int64_t mc = std::min(kMC, m - ic);
+        pack_a(ta, a, lda, ic, mc, pc, kc, ap);
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const float* bpanel = bp + (jr / kNR) * kc * kNR;
+          for (int64_t ir = 0; ir < mc; ir += kMR) {
+            micro_kernel(kc, ap + (ir / kMR) * kc * kMR, bpanel, alpha, beta_here, c + (ic + ir) * ldc + jc + jr, ldc,
+                         std::min(kMR, mc - ir), std::min(kNR, nc - jr));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (alpha == 0.0f || k <= 0) {  // C = beta C, A and B unread (BLAS's rule)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  sgemm_blocks(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+#else
+
+void sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
+                  int64_t) {
+  TRIDENT_FAIL("sgemm_avx512: this build has no AVX-512 kernels");
+}
+
+#endif
+
+}  // namespace trident::cpu

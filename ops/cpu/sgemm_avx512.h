@@ -1,0 +1,30 @@
+// Trident's own f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower kernels (NOTE [AVX-512
+// SGEMM] in ops/cpu/sgemm_avx512.cpp). Internal to ops/cpu: cpu::gemm (ops/cpu/linalg.cpp)
+// chooses it.
+#pragma once
+
+#include <cstdint>
+
+namespace trident::cpu {
+
+// C = alpha * op(A) @ op(B) + beta * C, row-major, on the calling thread, as cblas_sgemm with
+// CblasRowMajor: op(A) is m x k, op(B) is k x n, lda/ldb/ldc the row strides of the stored
+// matrices. With beta == 0, C is written without being read (NaN there does not propagate).
+// Needs a CPU with AVX-512 (sgemm_avx512_available()); k > 0.
+void sgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Whether this build has the kernel and the CPU runs it (and tests have not turned the AVX-512
+// kernels off: set_cpu_avx512_kernels_enabled_for_testing in ops/cpu/isa.h).
+bool sgemm_avx512_available();
+
+// Whether cpu::gemm<float> runs sgemm_avx512 instead of OpenBLAS for an m x n x k product: it is
+// available, the product is not too thin for its 8 x 48 tiles, and OpenBLAS's kernels here use
+// no AVX-512 (with them, OpenBLAS is as fast or faster).
+bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k);
+
+// Tests: 1 forces sgemm_avx512 wherever it is available, 0 forces OpenBLAS, -1 restores the
+// choice above. Returns the previous mode. Not thread-safe: call it between ops.
+int set_sgemm_avx512_preference_for_testing(int mode);
+
+}  // namespace trident::cpu
