@@ -299,11 +299,7 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
     // hardware prefetchers follow, and a burst of 200 prefetches per plane measured 10-15%
     // slower (3x3 and 5x5 stride 2, one thread).
     if (g.sw == 1) {
-      for (int64_t k = 0; k < ncopies; ++k) {
-        float* dst = phases.data() + copies[k].dst;
-        const float* src = x + copies[k].src;
-        for (int64_t i = 0; i < copies[k].n; ++i) dst[i] = src[i];
-      }
+      for (int64_t k = 0; k < ncopies; ++k) copy_floats<Vec>(phases.data() + copies[k].dst, x + copies[k].src, copies[k].n);
     } else if (g.sw == 2) {  // both column phases of an input row in one pass (deinterleave2)
       for (int64_t k = 0; k + 1 < ncopies; k += 2)
         deinterleave2(x + copies[k].src, g.W, phases.data() + copies[k].dst, phases.data() + copies[k + 1].dst);
