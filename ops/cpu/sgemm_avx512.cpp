@@ -123,6 +123,26 @@ TRIDENT_AVX512 __attribute__((noinline)) void micro_kernel(int64_t kc, const flo
   }
 }
 
+// d[j * ld + i] = v[i][j] for the 8 x 8 block v (unpack, shuffle and 128-bit permute steps).
+TRIDENT_AVX512 inline void transpose_8x8(const __m256 (&v)[8], float* d, int64_t ld) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(d + 0 * ld, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + 1 * ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 // The mc x kc block of op(A) at (i0, p0) as panels of 8 rows: panel q holds, for each step p,
 // the 8 values op(A)[i0 + 8 q + r][p0 + p] (zeros past mc).
 TRIDENT_AVX512 void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
@@ -144,23 +164,7 @@ TRIDENT_AVX512 void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, 
         for (; p + 8 <= kc; p += 8) {
           __m256 v[8];
           for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src[r] + p);
-          const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-          const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-          const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-          const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-          const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-          const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-          const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-          const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-          float* d = dst + p * kMR;
-          _mm256_storeu_ps(d + 0 * 8, _mm256_permute2f128_ps(u0, u4, 0x20));
-          _mm256_storeu_ps(d + 1 * 8, _mm256_permute2f128_ps(u1, u5, 0x20));
-          _mm256_storeu_ps(d + 2 * 8, _mm256_permute2f128_ps(u2, u6, 0x20));
-          _mm256_storeu_ps(d + 3 * 8, _mm256_permute2f128_ps(u3, u7, 0x20));
-          _mm256_storeu_ps(d + 4 * 8, _mm256_permute2f128_ps(u0, u4, 0x31));
-          _mm256_storeu_ps(d + 5 * 8, _mm256_permute2f128_ps(u1, u5, 0x31));
-          _mm256_storeu_ps(d + 6 * 8, _mm256_permute2f128_ps(u2, u6, 0x31));
-          _mm256_storeu_ps(d + 7 * 8, _mm256_permute2f128_ps(u3, u7, 0x31));
+          transpose_8x8(v, dst + p * kMR, 8);
         }
       }
       for (; p < kc; ++p)
@@ -194,23 +198,7 @@ TRIDENT_AVX512 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, 
             const int64_t j = jb + r;
             v[r] = j < cols ? _mm256_loadu_ps(b + (first + j) * ldb + p0 + p) : _mm256_setzero_ps();
           }
-          const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-          const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-          const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-          const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-          const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-          const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-          const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-          const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-          float* d = dst + p * kNR + jb;
-          _mm256_storeu_ps(d + 0 * kNR, _mm256_permute2f128_ps(u0, u4, 0x20));
-          _mm256_storeu_ps(d + 1 * kNR, _mm256_permute2f128_ps(u1, u5, 0x20));
-          _mm256_storeu_ps(d + 2 * kNR, _mm256_permute2f128_ps(u2, u6, 0x20));
-          _mm256_storeu_ps(d + 3 * kNR, _mm256_permute2f128_ps(u3, u7, 0x20));
-          _mm256_storeu_ps(d + 4 * kNR, _mm256_permute2f128_ps(u0, u4, 0x31));
-          _mm256_storeu_ps(d + 5 * kNR, _mm256_permute2f128_ps(u1, u5, 0x31));
-          _mm256_storeu_ps(d + 6 * kNR, _mm256_permute2f128_ps(u2, u6, 0x31));
-          _mm256_storeu_ps(d + 7 * kNR, _mm256_permute2f128_ps(u3, u7, 0x31));
+          transpose_8x8(v, dst + p * kNR + jb, kNR);
         }
       }
       for (; p < kc; ++p)
