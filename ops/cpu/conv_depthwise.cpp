@@ -366,7 +366,7 @@ TRIDENT_CPU_CLONES void depthwise_forward_f32_planes(const DwForwardArgs& a, int
 // (cpu_avx512_kernels() in ops/cpu/isa.h; set_cpu_avx512_kernels_enabled_for_testing(false)
 // turns it off to test the 8-lane form on the same machine). A row's last partial vector goes
 // out as one masked store (store_first in ops/cpu/conv_simd.h).
-__attribute__((target("arch=x86-64-v4"), flatten)) void depthwise_forward_f32_planes_avx512(const DwForwardArgs& a, int64_t p0,
+__attribute__((TRIDENT_TARGET_V4, flatten)) void depthwise_forward_f32_planes_avx512(const DwForwardArgs& a, int64_t p0,
                                                                                          int64_t p1) {
   if (a.V == 2) {
     if (a.R == 7) return dw_forward_planes<7, 2, v16f>(a, p0, p1);

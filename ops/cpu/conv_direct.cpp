@@ -120,7 +120,7 @@ struct Taps {
 // The accumulators acc[N][OV] of a kernel: zero when first, else acc_io's rows (`pitch` floats
 // apart, OV vectors each); and back.
 template <int N, int OV>
-__attribute__((target("arch=x86-64-v4"), always_inline)) inline void load_sums(v16f (&acc)[N][OV], const float* acc_io,
+__attribute__((TRIDENT_TARGET_V4, always_inline)) inline void load_sums(v16f (&acc)[N][OV], const float* acc_io,
                                                                                 int pitch, bool first) {
   for (int j = 0; j < N; ++j)
     for (int v = 0; v < OV; ++v) {
@@ -132,7 +132,7 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline void load_sums(v
     }
 }
 template <int N, int OV>
-__attribute__((target("arch=x86-64-v4"), always_inline)) inline void store_sums(const v16f (&acc)[N][OV], float* acc_io,
+__attribute__((TRIDENT_TARGET_V4, always_inline)) inline void store_sums(const v16f (&acc)[N][OV], float* acc_io,
                                                                                  int pitch) {
   for (int j = 0; j < N; ++j)
     for (int v = 0; v < OV; ++v) std::memcpy(acc_io + j * pitch + 16 * v, &acc[j][v], sizeof(v16f));
@@ -142,7 +142,7 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline void store_sums(
 // sums AS L floats apart in acc_io: the forward pass XS = 2 (the stride), AS = 1; the input
 // gradient XS = 1 (gy's columns), AS = 2 (one stride phase of gx's columns).
 template <int OV, int UW, int XS, int AS>
-__attribute__((target("arch=x86-64-v4"), noinline)) void direct_kernel(const Taps& t, float* __restrict acc_io, bool first) {
+__attribute__((TRIDENT_TARGET_V4, noinline)) void direct_kernel(const Taps& t, float* __restrict acc_io, bool first) {
   constexpr int L = 16 * OV;
   v16f acc[UW][OV];
   load_sums(acc, acc_io, AS * L, first);
@@ -185,7 +185,7 @@ using v16i = int32_t __attribute__((vector_size(64)));
 // clear) swap the lanes with bit e set of row i with those with it clear of row i + e, which
 // exchanges bit e of the row and lane numbers; after all four every element (r, l) is at (l, r).
 template <int E>
-__attribute__((target("arch=x86-64-v4"), always_inline)) inline void transpose_step(v16f* v) {
+__attribute__((TRIDENT_TARGET_V4, always_inline)) inline void transpose_step(v16f* v) {
   v16i m0, m1;
   for (int l = 0; l < 16; ++l) {
     m0[l] = (l & E) ? 16 + l - E : l;
@@ -202,7 +202,7 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline void transpose_s
 // y rows [oc0, oc0 + L) of one output row (OW pixels; row l at y + l y_pitch) = stage
 // [pixel][L] + bias, by 16 x 16 transposes; stage has room for OW rounded up to 16 pixels (the
 // rows past OW are never stored).
-__attribute__((target("arch=x86-64-v4"), noinline)) void write_rows(const float* __restrict stage, int64_t OW, int L,
+__attribute__((TRIDENT_TARGET_V4, noinline)) void write_rows(const float* __restrict stage, int64_t OW, int L,
                                                                      const float* bias, float* __restrict y, int64_t y_pitch) {
   for (int l0 = 0; l0 < L; l0 += 16) {
     float b[16];
@@ -227,7 +227,7 @@ __attribute__((target("arch=x86-64-v4"), noinline)) void write_rows(const float*
 // dst[c][kh][e] = the input row (channel c, kernel row kh; x_c, x_kh apart from src) at column
 // iw0 + e, 0 outside [0, W), for e < span (a multiple of 16): masked loads, which read nothing
 // in the lanes they leave out.
-__attribute__((target("arch=x86-64-v4"), noinline)) void copy_edge(const float* src, int64_t nc, int64_t nkh, int64_t x_c,
+__attribute__((TRIDENT_TARGET_V4, noinline)) void copy_edge(const float* src, int64_t nc, int64_t nkh, int64_t x_c,
                                                                     int64_t x_kh, int64_t iw0, int64_t W, int64_t span,
                                                                     float* __restrict dst) {
   for (int64_t e = 0; e < span; e += 16) {
@@ -457,7 +457,7 @@ struct WTaps {
 
 // acc [T][16 OV] (= when first, += otherwise) over every output pixel, column stride SW.
 template <int OV, int T, int SW>
-__attribute__((target("arch=x86-64-v4"), noinline)) void wgrad_kernel(const WTaps& t, float* __restrict acc_io, bool first) {
+__attribute__((TRIDENT_TARGET_V4, noinline)) void wgrad_kernel(const WTaps& t, float* __restrict acc_io, bool first) {
   constexpr int L = 16 * OV;
   v16f acc[T][OV];
   load_sums(acc, acc_io, L, first);
@@ -498,7 +498,7 @@ const std::array<WTable, 2> kWKernels = {wkernels<1>(), wkernels<2>()};
 
 // dst [P][L] = the L planes src, src + P, ... (P floats each) transposed: 16 x 16 blocks, the
 // last P % 16 pixels with masked loads.
-__attribute__((target("arch=x86-64-v4"), noinline)) void gy_to_lanes(const float* __restrict src, int64_t P, int L,
+__attribute__((TRIDENT_TARGET_V4, noinline)) void gy_to_lanes(const float* __restrict src, int64_t P, int L,
                                                                       float* __restrict dst) {
   for (int64_t p = 0; p < P; p += 16) {
     const int64_t n = std::min<int64_t>(16, P - p);

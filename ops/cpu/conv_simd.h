@@ -125,7 +125,7 @@ using v16f = float __attribute__((vector_size(64)));
 // every B vector loaded serves 8 rows: at NV = 6 a k step is 3 loads and 8 broadcasts for 24
 // multiply-adds with 24 accumulators.
 template <int NV, bool Accumulate, int Blocks = 1>
-__attribute__((target("arch=x86-64-v4"), noinline)) void gemm_kernel_avx512(const float* __restrict up0, const float* __restrict up1,
+__attribute__((TRIDENT_TARGET_V4, noinline)) void gemm_kernel_avx512(const float* __restrict up0, const float* __restrict up1,
                                                                             const float* __restrict vp, int64_t K,
                                                                             float* __restrict mp0, float* __restrict mp1) {
   constexpr int NR = 8 * NV, NZ = NV / 2, NY = NV % 2, R = Blocks * kMR;
@@ -264,7 +264,7 @@ inline void store_lanes(float* dst, const Vec (&y)[NV], int64_t first, int64_t n
 // (From the intrinsic: GCC assembles a 16-lane initializer list of one variable lane by lane,
 // 16 masked broadcasts.)
 template <>
-__attribute__((target("arch=x86-64-v4"))) inline v16f vsplat<v16f>(float s) {
+__attribute__((TRIDENT_TARGET_V4)) inline v16f vsplat<v16f>(float s) {
   const __m512 v = _mm512_set1_ps(s);
   v16f r;
   std::memcpy(&r, &v, sizeof r);
@@ -272,14 +272,14 @@ __attribute__((target("arch=x86-64-v4"))) inline v16f vsplat<v16f>(float s) {
 }
 
 template <>
-__attribute__((target("arch=x86-64-v4"))) inline void store_first<v16f>(float* dst, const v16f& v, int64_t n) {
+__attribute__((TRIDENT_TARGET_V4)) inline void store_first<v16f>(float* dst, const v16f& v, int64_t n) {
   __m512 m;
   std::memcpy(&m, &v, sizeof m);
   _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << n) - 1), m);
 }
 
 template <>
-__attribute__((target("arch=x86-64-v4"))) inline void copy_floats<v16f>(float* __restrict dst, const float* __restrict src,
+__attribute__((TRIDENT_TARGET_V4)) inline void copy_floats<v16f>(float* __restrict dst, const float* __restrict src,
                                                                         int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
@@ -293,7 +293,7 @@ __attribute__((target("arch=x86-64-v4"))) inline void copy_floats<v16f>(float* _
 // store: no round trip through memory (a copy out of a stored row is a load across two stores,
 // which store forwarding cannot serve).
 template <int NV>
-__attribute__((target("arch=x86-64-v4"))) inline void store_lanes(float* dst, const v16f (&y)[NV], int64_t first, int64_t n) {
+__attribute__((TRIDENT_TARGET_V4)) inline void store_lanes(float* dst, const v16f (&y)[NV], int64_t first, int64_t n) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t e = 0; e < n; e += 16) {
     const int64_t at = first + e, v = at / 16, shift = at % 16, left = std::min<int64_t>(16, n - e);

@@ -26,9 +26,19 @@
 #endif
 
 // Code compiled for x86-64-v4 by target attributes (no ifunc needed): GCC on x86-64.
+// TRIDENT_TARGET_V4 goes inside __attribute__((...)): target("arch=x86-64-v4"), or nothing where
+// the translation unit already targets all of x86-64-v4 (TRIDENT_CPU_ISA=native on an AVX-512
+// machine): there the attribute would narrow the function below the intrinsics' own target
+// (-march=native's extra extensions), and GCC refuses to inline them into it ("target specific
+// option mismatch").
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define TRIDENT_CPU_HAS_AVX512_KERNELS 1
-#define TRIDENT_CPU_AVX512 __attribute__((target("arch=x86-64-v4"), flatten))
+#if defined(__AVX512F__) && defined(__AVX512CD__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define TRIDENT_TARGET_V4
+#else
+#define TRIDENT_TARGET_V4 target("arch=x86-64-v4")
+#endif
+#define TRIDENT_CPU_AVX512 __attribute__((TRIDENT_TARGET_V4, flatten))
 #endif
 
 // NOTE [AVX-512 kernels]: the row kernels that compute rather than stream (softmax, log-softmax

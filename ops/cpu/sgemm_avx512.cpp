@@ -73,7 +73,7 @@ constexpr int64_t kMR = 8, kNR = 48;
 constexpr int64_t kKC = 384, kMC = 96, kNC = 3072;
 constexpr int kUnroll = 4;
 
-#define TRIDENT_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define TRIDENT_AVX512 __attribute__((TRIDENT_TARGET_V4))
 
 // The mask of the first n (0 <= n <= 16) lanes.
 TRIDENT_AVX512 inline __mmask16 first_lanes(int64_t n) {
