@@ -2,7 +2,7 @@
 // baseline) and the register-blocked GEMM micro-kernel shared by the Winograd and blocked
 // im2col convolutions (ops/cpu/conv_winograd.cpp, ops/cpu/conv_blocked.cpp,
 // ops/cpu/conv_winograd7.cpp); the direct kernels (ops/cpu/conv_direct.cpp) use its 16-lane
-// type. Internal; call these only from functions compiled with TRIDENT_CPU_CLONES (NOTE [ISA
+// type, the AVX-512 SGEMM (ops/cpu/sgemm_avx512.cpp) its 8 x 8 transpose. Internal; call these only from functions compiled with TRIDENT_CPU_CLONES (NOTE [ISA
 // clones]) or a target attribute, which inline them.
 #pragma once
 
@@ -19,8 +19,8 @@
 
 // In a baseline (SSE2) build GCC notes that passing 32-byte vectors changes the ABI. Nothing
 // here crosses a boundary between code built for different ISAs: these inline functions are
-// only called from the same translation unit's clones, which inline them. (This header is
-// included only by the conv kernel files.)
+// only called from the same translation unit's clones or target functions, which inline them.
+// (This header is included only by the CPU kernel files named above.)
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace trident::cpu::conv_simd {

@@ -35,6 +35,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
 
 #if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)
@@ -123,24 +124,11 @@ TRIDENT_AVX512 __attribute__((noinline)) void micro_kernel(int64_t kc, const flo
   }
 }
 
-// d[j * ld + i] = v[i][j] for the 8 x 8 block v (unpack, shuffle and 128-bit permute steps).
-TRIDENT_AVX512 inline void transpose_8x8(const __m256 (&v)[8], float* d, int64_t ld) {
-  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  _mm256_storeu_ps(d + 0 * ld, _mm256_permute2f128_ps(u0, u4, 0x20));
-  _mm256_storeu_ps(d + 1 * ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+// d[j * ld + i] = v[i][j] for the 8 x 8 block v: conv_simd's transpose, then 8 row stores.
+TRIDENT_AVX512 inline void transpose_8x8(const conv_simd::v8f (&v)[8], float* d, int64_t ld) {
+  conv_simd::v8f t[8];
+  conv_simd::transpose_8x8(v, t);
+  for (int r = 0; r < 8; ++r) conv_simd::store8(d + r * ld, t[r]);
 }
 
 // The mc x kc block of op(A) at (i0, p0) as panels of 8 rows: panel q holds, for each step p,
@@ -162,8 +150,8 @@ TRIDENT_AVX512 void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, 
       if (rows == kMR) {
         // 8 steps at a time: an 8 x 8 transpose of 8-lane vectors.
         for (; p + 8 <= kc; p += 8) {
-          __m256 v[8];
-          for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src[r] + p);
+          conv_simd::v8f v[8];
+          for (int r = 0; r < 8; ++r) v[r] = conv_simd::load8(src[r] + p);
           transpose_8x8(v, dst + p * kMR, 8);
         }
       }
@@ -193,10 +181,10 @@ TRIDENT_AVX512 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, 
       int64_t p = 0;
       for (; p + 8 <= kc; p += 8) {
         for (int64_t jb = 0; jb < kNR; jb += 8) {
-          __m256 v[8];
+          conv_simd::v8f v[8];
           for (int r = 0; r < 8; ++r) {
             const int64_t j = jb + r;
-            v[r] = j < cols ? _mm256_loadu_ps(b + (first + j) * ldb + p0 + p) : _mm256_setzero_ps();
+            v[r] = j < cols ? conv_simd::load8(b + (first + j) * ldb + p0 + p) : conv_simd::v8f{};
           }
           transpose_8x8(v, dst + p * kNR + jb, kNR);
         }
