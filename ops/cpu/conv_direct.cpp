@@ -19,13 +19,18 @@
 // the partial sums wait in a per-thread buffer [channel block][pixel][lane] and go to y
 // transposed (16 x 16 blocks) with the bias at the end. Taps that fall in the padding are
 // skipped by the loop bounds for rows; for columns, the blocks at a row's edges (those with a
-// pixel whose taps reach outside the row) read a zero-padded copy of their input columns, made
-// once per chunk for all output-channel blocks (copy_edge: masked loads).
+// pixel whose taps reach outside the row) run their kernel columns in runs that reach the same
+// pixels, one narrower kernel call per run (Direct::inside), into sums zeroed first. (They
+// once read a zero-padded copy of their input columns instead: 8.5% of the 3x3 stride-2
+// forward pass below on one thread, whose first block of each row is an edge block; without
+// it that pass is 1.16x faster, Zen 5, best of 8 alternating runs of the two builds. The input
+// gradient's edge blocks still read copies, copy_edge: 2% of that convolution's forward +
+// backward.)
 // It takes every f32 pass of column stride 1 or 2 whose channels fill the lanes, except the
 // shapes of Winograd F(4x4, 3x3) and F(2, 7) (fewer multiplies) and pointwise and depthwise
 // convolutions (their own kernels). Measured against the blocked kernels (8x64x56x56->128, 3x3
 // stride 2, one Emerald Rapids thread, alternating): 6.6-6.7 ms against 8.2-8.3; the kernels run
-// at the FMA peak, the transposed writes take 6% and the edge copies 4%. On column stride 1
+// at the FMA peak, the transposed writes take 6% and the edge copies (since gone) 4%. On column stride 1
 // (two threads, best of 12 alternating rounds): 5x5 forward 1.10x the blocked kernels' speed,
 // forward + backward 1.31x; 1x5 1.22x and 1.23x; 3x3 dilated 2 0.99x and 1.18x; 7x1 with row
 // stride 2 1.06x and 1.21x. An AVX2 form (8 lanes, 16 registers: blocks of 6 pixels by 16
@@ -248,24 +253,23 @@ struct Direct {
   Conv2dGeometry g;
   int64_t Cg, Og, K, cb;
   int64_t blocks;      // pixel blocks per row, equal sizes of at most kUW
-  int64_t span;        // input columns a block of kUW pixels reads, rounded up to 16
   int64_t ow_a, ow_b;  // pixels whose taps all lie inside the row
   int64_t p0(int64_t b) const { return g.OW * b / blocks; }
   bool edge(int64_t b) const { return p0(b) < ow_a || p0(b + 1) > ow_b; }
-  // Per-thread buffer floats: the partial sums (Og x OW rounded up to 16) and the padded copies
-  // of the edge blocks' input (cb channels x kH rows x span each).
-  int64_t stage_floats() const { return Og * ((g.OW + 15) / 16 * 16); }
-  int64_t copy_floats() const {
-    int64_t e = 0;
-    for (int64_t b = 0; b < blocks; ++b) e += edge(b);
-    return e * cb * g.kH * span;
+  // The pixels [lo, hi) of [p0, p1) whose kernel column kw reads inside the row: 0 <= ow sw -
+  // pw + kw dw < W (lo >= hi when none does).
+  std::pair<int64_t, int64_t> inside(int64_t p0, int64_t p1, int64_t kw) const {
+    const int64_t a = g.pw - kw * g.dw, z = g.W - 1 + g.pw - kw * g.dw;  // ow sw in [a, z]
+    const int64_t lo = a <= 0 ? 0 : (a + g.sw - 1) / g.sw, hi = z < 0 ? 0 : z / g.sw + 1;
+    return {std::max(p0, lo), std::min(p1, hi)};
   }
+  // Per-thread buffer floats: the partial sums (Og x OW rounded up to 16).
+  int64_t stage_floats() const { return Og * ((g.OW + 15) / 16 * 16); }
 };
 
 // Output row oh of image n, group gi, output channels [o_begin, o_end) of the group; stage and
 // copies as sized by Direct.
-void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t o_begin, int64_t o_end, int64_t oh, float* stage,
-                float* copies) {
+void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t o_begin, int64_t o_end, int64_t oh, float* stage) {
   const Conv2dGeometry& g = d.g;
   int64_t kh0 = 0, kh1 = g.kH;
   while (kh0 < kh1 && oh * g.sh - g.ph + kh0 * g.dh < 0) ++kh0;
@@ -275,39 +279,45 @@ void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t o_begin, int64_t
   for (int64_t c0 = 0; c0 < d.Cg; c0 += d.cb) {
     const int64_t nc = std::min(d.cb, d.Cg - c0);
     const float* x_c0 = x_img + c0 * g.H * g.W;
-    // The edge blocks' input, zero where it falls outside the row: [c][kernel row][span].
-    float* cp = copies;
-    for (int64_t b = 0; b < d.blocks; ++b) {
-      if (!d.edge(b)) continue;
-      copy_edge(x_c0, nc, nkh, g.H * g.W, g.dh * g.W, d.p0(b) * g.sw - g.pw, g.W, d.span, cp);
-      cp += nc * nkh * d.span;
-    }
     for (int64_t o0 = o_begin; o0 < o_end; o0 += kOB) {
       const int L = static_cast<int>(std::min<int64_t>(kOB, o_end - o0)), OV = L / 16;
+      const auto& kernels = (g.sw == 2 ? kKernels : kStride1Kernels)[OV - 1];
       float* st = stage + o0 * ((g.OW + 15) / 16 * 16);
       Taps t;
       t.nc = nc;
       t.nkh = nkh;
-      t.nkw = g.kW;
+      t.x_c = g.H * g.W;
+      t.x_kh = g.dh * g.W;
       t.x_kw = g.dw;
       t.w_c = g.kH * g.kW * L;
       t.w_kh = g.kW * L;
       t.w_kw = L;
-      t.w = d.Wp + gi * d.Og * d.K + o0 * d.K + (c0 * g.kH + kh0) * g.kW * L;
-      const float* cpb = copies;
+      const float* w_c0 = d.Wp + gi * d.Og * d.K + o0 * d.K + (c0 * g.kH + kh0) * g.kW * L;
       for (int64_t b = 0; b < d.blocks; ++b) {
         const int64_t p0 = d.p0(b), p1 = d.p0(b + 1);
-        if (d.edge(b)) {
-          t.x = cpb;
-          t.x_c = nkh * d.span;
-          t.x_kh = d.span;
-          cpb += nc * nkh * d.span;
-        } else {
+        if (!d.edge(b)) {
+          t.nkw = g.kW;
           t.x = x_c0 + p0 * g.sw - g.pw;
-          t.x_c = g.H * g.W;
-          t.x_kh = g.dh * g.W;
+          t.w = w_c0;
+          kernels[p1 - p0 - 1](t, st + p0 * L, c0 == 0);
+          continue;
         }
-        (g.sw == 2 ? kKernels : kStride1Kernels)[OV - 1][p1 - p0 - 1](t, st + p0 * L, c0 == 0);
+        // An edge block: the kernel columns in runs that reach the same pixels of the block
+        // (those whose tap lies inside the row), one kernel call per run, so that nothing
+        // outside the row is read; its sums start from zero.
+        if (c0 == 0) std::fill_n(st + p0 * L, (p1 - p0) * L, 0.0f);
+        for (int64_t kw = 0; kw < g.kW;) {
+          const auto [lo, hi] = d.inside(p0, p1, kw);
+          int64_t kw1 = kw + 1;
+          while (kw1 < g.kW && d.inside(p0, p1, kw1) == std::pair{lo, hi}) ++kw1;
+          if (lo < hi) {
+            t.nkw = kw1 - kw;
+            t.x = x_c0 + lo * g.sw - g.pw + kw * g.dw;
+            t.w = w_c0 + kw * L;
+            kernels[hi - lo - 1](t, st + lo * L, false);
+          }
+          kw = kw1;
+        }
       }
     }
   }
@@ -680,7 +690,7 @@ bool direct_forward_applies(const Conv2dGeometry& g) {
 
 void direct_forward(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g) {
 #ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
-  Direct d{x, nullptr, bias, y, g, g.in_per_group(), g.out_per_group(), 0, 0, 0, 0, 0, 0};
+  Direct d{x, nullptr, bias, y, g, g.in_per_group(), g.out_per_group(), 0, 0, 0, 0, 0};
   const int64_t taps = g.kH * g.kW;
   d.K = d.Cg * taps;
   // Input channels per chunk: the kernel rows they read fit in about 24 KiB; equal chunks.
@@ -688,7 +698,6 @@ void direct_forward(const float* x, const float* w, const float* bias, float* y,
   const int64_t chunks = (d.Cg + fit - 1) / fit;
   d.cb = (d.Cg + chunks - 1) / chunks;
   d.blocks = (g.OW + kUW - 1) / kUW;
-  d.span = ((kUW - 1) * g.sw + (g.kW - 1) * g.dw + 1 + 15) / 16 * 16;
   d.ow_a = std::min<int64_t>((g.pw + g.sw - 1) / g.sw, g.OW);
   const int64_t last = g.W - 1 + g.pw - (g.kW - 1) * g.dw;  // the largest ow sw with every tap inside
   d.ow_b = last < 0 ? d.ow_a : std::clamp<int64_t>(last / g.sw + 1, d.ow_a, g.OW);
@@ -708,9 +717,9 @@ void direct_forward(const float* x, const float* w, const float* bias, float* y,
   });
   d.Wp = Wp;
   // Output channels in ranges whose weights (Cg kH kW floats each) fit in about half of L2.
-  for_rows(g, g.OH, d.Og, d.K, d.stage_floats(), d.copy_floats(),
-           [&](int64_t n, int64_t gi, int64_t o_begin, int64_t o_end, int64_t oh, float* stage, float* copies) {
-             direct_row(d, n, gi, o_begin, o_end, oh, stage, copies);
+  for_rows(g, g.OH, d.Og, d.K, d.stage_floats(), 0,
+           [&](int64_t n, int64_t gi, int64_t o_begin, int64_t o_end, int64_t oh, float* stage, float*) {
+             direct_row(d, n, gi, o_begin, o_end, oh, stage);
            });
 #else
   (void)x, (void)w, (void)bias, (void)y, (void)g;
