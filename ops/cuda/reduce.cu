@@ -199,34 +199,61 @@ struct ColParams {
   float p;
 };
 
-template <typename T>
+// V adjacent columns per thread (V = 1, or a 16-byte pack: 4 f32, 8 bf16 or f16, when inner is a
+// multiple of V and x is 16-byte aligned, so every pack is): a warp reads 32 V columns of a row,
+// whole 128-byte lines even for 2-byte types (V = 1 read half lines there: column sums of bf16
+// at 0.42 of PyTorch's speed, f32 at 0.63, on an H200). Each column's rows are summed in the
+// same order whatever V, so the result does not depend on it.
+template <typename T, int V>
 __global__ void __launch_bounds__(256) reduce_cols_kernel(const T* __restrict__ x, ColParams prm, float* __restrict__ partial) {
-  __shared__ float smem[8][33];
+  __shared__ float smem[8][32 * V + 1];
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  const int64_t j = (static_cast<int64_t>(blockIdx.x) * 32 + tx) * V;  // the thread's first column
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * prm.chunk;
   const int64_t r1 = r0 + prm.chunk < prm.r ? r0 + prm.chunk : prm.r;
   for (int64_t a = blockIdx.z; a < prm.outer; a += gridDim.z) {
-    float acc = identity(prm.op);
+    float acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = identity(prm.op);
     if (j < prm.inner) {
       // Four rows in flight per thread (independent accumulators), then the tail.
       const T* xa = x + a * prm.r * prm.inner + j;
-      float acc4[4] = {acc, acc, acc, acc};
+      float acc4[4][V];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc4[u][e] = acc[e];
+      const auto load = [&](int64_t r, float* dst) {
+        Pack<T, V> pk;
+        if constexpr (V == 1) {
+          pk.v[0] = xa[r * prm.inner];
+        } else {
+          pk = *reinterpret_cast<const Pack<T, V>*>(xa + r * prm.inner);
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) dst[e] = combine(prm.op, dst[e], pre_transform(prm.op, prm.p, static_cast<float>(pk.v[e])));
+      };
       int64_t r = r0 + ty;
       for (; r + 24 < r1; r += 32) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-          acc4[u] = combine(prm.op, acc4[u], pre_transform(prm.op, prm.p, static_cast<float>(xa[(r + 8 * u) * prm.inner])));
+        for (int u = 0; u < 4; ++u) load(r + 8 * u, acc4[u]);
       }
-      for (; r < r1; r += 8) acc4[0] = combine(prm.op, acc4[0], pre_transform(prm.op, prm.p, static_cast<float>(xa[r * prm.inner])));
-      acc = combine(prm.op, combine(prm.op, acc4[0], acc4[1]), combine(prm.op, acc4[2], acc4[3]));
-    }
-    smem[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0) {
+      for (; r < r1; r += 8) load(r, acc4[0]);
 #pragma unroll
-      for (int k = 1; k < 8; ++k) acc = combine(prm.op, acc, smem[k][tx]);
-      if (j < prm.inner) partial[(static_cast<int64_t>(blockIdx.y) * prm.outer + a) * prm.inner + j] = acc;
+      for (int e = 0; e < V; ++e)
+        acc[e] = combine(prm.op, combine(prm.op, acc4[0][e], acc4[1][e]), combine(prm.op, acc4[2][e], acc4[3][e]));
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) smem[ty][tx * V + e] = acc[e];
+    __syncthreads();
+    // The 8 row groups' sums of the block's 32 V columns, added in ty order; thread t < 32 V
+    // finishes column t of the block (coalesced writes).
+    const int64_t jb = static_cast<int64_t>(blockIdx.x) * 32 * V;
+    for (int t = threadIdx.x; t < 32 * V; t += blockDim.x) {
+      float v = smem[0][t];
+#pragma unroll
+      for (int k = 1; k < 8; ++k) v = combine(prm.op, v, smem[k][t]);
+      if (jb + t < prm.inner) partial[(static_cast<int64_t>(blockIdx.y) * prm.outer + a) * prm.inner + jb + t] = v;
     }
     __syncthreads();
   }
@@ -259,7 +286,10 @@ bool column_layout(const Tensor& x, std::vector<int64_t> dims, int64_t& outer, i
 
 void reduce_columns(RowOp op, const Tensor& x, int64_t outer, int64_t r, int64_t inner, float p, const Tensor& out) {
   ColParams prm{op, outer, r, inner, r, 1, p};
-  const int64_t col_blocks = (inner + 31) / 32;
+  const int64_t pack = 16 / static_cast<int64_t>(itemsize(x.dtype()));
+  const bool packed = inner % pack == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+  const int64_t cols_per_block = 32 * (packed ? pack : 1);
+  const int64_t col_blocks = (inner + cols_per_block - 1) / cols_per_block;
   const int64_t z = std::min<int64_t>(outer, 65535);
   // Enough splits of r for about 8 blocks per multiprocessor, each split at least 64 rows.
   const int64_t want = (static_cast<int64_t>(multiprocessor_count()) * 8 + col_blocks * z - 1) / (col_blocks * z);
@@ -270,8 +300,15 @@ void reduce_columns(RowOp op, const Tensor& x, int64_t outer, int64_t r, int64_t
   const cudaStream_t stream = current_stream(x.device().index).handle();
   const Tensor partial = empty_on({prm.splits, outer, inner}, DType::F32, x.device());
   TRIDENT_DISPATCH_CUDA_FLOATING(x.dtype(), "reduction", [&] {
-    reduce_cols_kernel<scalar_t><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(prm.splits), static_cast<unsigned>(z)), 256, 0, stream>>>(
-        static_cast<const scalar_t*>(x.data_ptr()), prm, static_cast<float*>(partial.data_ptr()));
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(prm.splits), static_cast<unsigned>(z));
+    constexpr int V = 16 / sizeof(scalar_t);
+    if (packed) {
+      reduce_cols_kernel<scalar_t, V><<<grid, 256, 0, stream>>>(static_cast<const scalar_t*>(x.data_ptr()), prm,
+                                                                static_cast<float*>(partial.data_ptr()));
+    } else {
+      reduce_cols_kernel<scalar_t, 1><<<grid, 256, 0, stream>>>(static_cast<const scalar_t*>(x.data_ptr()), prm,
+                                                                static_cast<float*>(partial.data_ptr()));
+    }
     TRIDENT_CUDA_KERNEL_CHECK();
     finish_cols_kernel<scalar_t><<<grid_size(outer * inner), 256, 0, stream>>>(
         static_cast<const float*>(partial.data_ptr()), prm, static_cast<scalar_t*>(out.data_ptr()));

@@ -102,6 +102,13 @@ std::vector<OpCase> op_table() {
   t.push_back({"sum_dim0_tall", {{4100, 37}}, [](const V& x) { return sum(x[0], {0}); }});
   t.push_back({"amax_middle_dim", {{3, 700, 50}}, [](const V& x) { return amax(x[0], {1}); }});
   t.push_back({"mean_leading_dims", {{20, 30, 40}}, [](const V& x) { return mean(x[0], {0, 1}, true); }});
+  // 16-byte packs of columns per thread where the columns are a multiple of the pack (4 f32, 8
+  // bf16/f16): several column blocks with a partial last one, a max, and a base pointer off the
+  // 16-byte alignment (a slice one element in), which must take the unpacked path.
+  t.push_back({"sum_dim0_packed", {{1000, 264}}, [](const V& x) { return sum(x[0], {0}); }});
+  t.push_back({"amax_middle_dim_packed", {{3, 700, 48}}, [](const V& x) { return amax(x[0], {1}); }});
+  t.push_back({"sum_dim0_unaligned", {{1 + 300 * 264}},
+               [](const V& x) { return sum(reshape(narrow(x[0], 0, 1, 300 * 264), {300, 264}), {0}); }});
   // Matrix products (cuBLASLt): plain, transposed operands, batched, broadcast batch, a shared
   // right operand folded into one tall GEMM, linear with and without bias.
   t.push_back({"matmul_2d", {{33, 70}, {70, 17}}, [](const V& x) { return matmul(x[0], x[1]); }});
