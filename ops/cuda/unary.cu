@@ -1,5 +1,7 @@
 #include "ops/cuda/unary.h"
 
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 #include "ops/math/unary.h"
 
@@ -115,15 +117,28 @@ Tensor map2(const char* name, const Tensor& g, const Tensor& x, Args... args) {
 // with the op fixed at compile time: with the switch inside the per-element loop the compiler
 // cannot interleave the lanes of a 16-byte pack, and GELU ran at a third of PyTorch's speed on an
 // H200. The other ops keep the one run-time-switch kernel per dtype (NOTE [CUDA dtypes]).
+// The tanh GELU of f16 and bf16 tensors takes the fast-math forms (math::gpu_half::gelu_tanh).
 template <UnaryOp Op>
 struct Fixed {
   template <typename T>
   struct F {
-    __device__ T operator()(T x) const { return static_cast<T>(forward(Op, static_cast<float>(x))); }
+    __device__ T operator()(T x) const {
+      if constexpr (Op == UnaryOp::GeluTanh && !std::is_same_v<T, float>) {
+        return static_cast<T>(math::gpu_half::gelu_tanh(static_cast<float>(x)));
+      } else {
+        return static_cast<T>(forward(Op, static_cast<float>(x)));
+      }
+    }
   };
   template <typename T>
   struct B {
-    __device__ T operator()(T g, T s) const { return static_cast<T>(backward(Op, static_cast<float>(g), static_cast<float>(s))); }
+    __device__ T operator()(T g, T s) const {
+      if constexpr (Op == UnaryOp::GeluTanh && !std::is_same_v<T, float>) {
+        return static_cast<T>(static_cast<float>(g) * math::gpu_half::gelu_tanh_grad(static_cast<float>(s)));
+      } else {
+        return static_cast<T>(backward(Op, static_cast<float>(g), static_cast<float>(s)));
+      }
+    }
   };
 };
 
