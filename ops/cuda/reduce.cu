@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(256) reduce_rows_kernel(const T* __restrict__ 
 // NOTE [CUDA column reductions]: a contiguous x whose reduced dims are one run of adjacent dims
 // is [outer, r, inner] reduced over r. With inner > 1 (a sum over the batch of a bias gradient, a
 // mean over dim 0) the row kernel would need x transposed first, a full extra copy; instead warps
-// read 32 adjacent columns of a row at a time (coalesced), the 8 warps of a block take every 8th
-// row of a chunk of r, and the chunk count (`splits`) is chosen to fill the device. Each split
+// read 32 adjacent columns, or 32 16-byte packs of them, of a row at a time (coalesced), the 8
+// warps of a block take every 8th row of a chunk of r, and the chunk count (`splits`) is chosen
+// to fill the device. Each split
 // writes f32 partials [splits, outer, inner] that a second kernel combines in split order, so the
 // result does not depend on timing.
 struct ColParams {
