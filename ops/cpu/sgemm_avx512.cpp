@@ -165,18 +165,30 @@ TRIDENT_AVX512 void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, 
 // the 48 values op(B)[p0 + p][j0 + 48 q + j] (zeros past nc).
 TRIDENT_AVX512 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                            float* dst) {
+  if (!trans) {
+    // op(B)[p][j] = b[p ldb + j]: row by row, each row's nc values read in one sequential run
+    // and dealt out to the panels (panel by panel, the reads jumped a row every 48 values, kc
+    // interleaved streams: pack_b took nearly as long as the micro-kernel in the small-m GEMMs of
+    // AmoebaNet's pointwise convolutions).
+    const int64_t panels = (nc + kNR - 1) / kNR, last = nc - (panels - 1) * kNR;
+    const __mmask16 m0 = first_lanes(last), m1 = first_lanes(last - 16), m2 = first_lanes(last - 32);
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* s = b + (p0 + p) * ldb + j0;
+      float* d = dst + p * kNR;
+      for (int64_t q = 0; q + 1 < panels; ++q, s += kNR, d += kc * kNR) {
+        _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+        _mm512_storeu_ps(d + 16, _mm512_loadu_ps(s + 16));
+        _mm512_storeu_ps(d + 32, _mm512_loadu_ps(s + 32));
+      }
+      _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
+      _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+      _mm512_storeu_ps(d + 32, _mm512_maskz_loadu_ps(m2, s + 32));
+    }
+    return;
+  }
   for (int64_t q = 0; q * kNR < nc; ++q, dst += kc * kNR) {
     const int64_t cols = std::min(kNR, nc - q * kNR), first = j0 + q * kNR;
-    if (!trans) {  // op(B)[p][j] = b[p ldb + j]: each step's 48 values are contiguous
-      const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16), m2 = first_lanes(cols - 32);
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* s = b + (p0 + p) * ldb + first;
-        float* d = dst + p * kNR;
-        _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
-        _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(m1, s + 16));
-        _mm512_storeu_ps(d + 32, _mm512_maskz_loadu_ps(m2, s + 32));
-      }
-    } else {  // op(B)[p][j] = b[j ldb + p]: 48 rows of b read along p, written transposed
+    {  // op(B)[p][j] = b[j ldb + p]: 48 rows of b read along p, written transposed
       // 8 x 8 blocks: 8 columns j (rows of b) by 8 steps p.
       int64_t p = 0;
       for (; p + 8 <= kc; p += 8) {
