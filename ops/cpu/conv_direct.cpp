@@ -30,8 +30,8 @@
 // shapes of Winograd F(4x4, 3x3) and F(2, 7) (fewer multiplies) and pointwise and depthwise
 // convolutions (their own kernels). Measured against the blocked kernels (8x64x56x56->128, 3x3
 // stride 2, one Emerald Rapids thread, alternating): 6.6-6.7 ms against 8.2-8.3; the kernels run
-// at the FMA peak, the transposed writes take 6% and the edge copies (since gone) 4%. On column stride 1
-// (two threads, best of 12 alternating rounds): 5x5 forward 1.10x the blocked kernels' speed,
+// at the FMA peak, the transposed writes take 6% and the edge copies (since gone) 4%. On column
+// stride 1 (two threads, best of 12 alternating rounds): 5x5 forward 1.10x the blocked kernels' speed,
 // forward + backward 1.31x; 1x5 1.22x and 1.23x; 3x3 dilated 2 0.99x and 1.18x; 7x1 with row
 // stride 2 1.06x and 1.21x. An AVX2 form (8 lanes, 16 registers: blocks of 6 pixels by 16
 // channels) measured slower than the blocked kernels in AVX2 mode on the same machine (3x3
@@ -267,8 +267,8 @@ struct Direct {
   int64_t stage_floats() const { return Og * ((g.OW + 15) / 16 * 16); }
 };
 
-// Output row oh of image n, group gi, output channels [o_begin, o_end) of the group; stage and
-// copies as sized by Direct.
+// Output row oh of image n, group gi, output channels [o_begin, o_end) of the group; stage as
+// sized by Direct.
 void direct_row(const Direct& d, int64_t n, int64_t gi, int64_t o_begin, int64_t o_end, int64_t oh, float* stage) {
   const Conv2dGeometry& g = d.g;
   int64_t kh0 = 0, kh1 = g.kH;
