@@ -122,15 +122,14 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, int64_t planes, cons
       for (int64_t h = 0; h < g.H; ++h) {
         const T* row = xp + h * g.W;
         const int64_t* dst = row_dst.data() + h * g.sw;
-        if (g.sw == 1) {
-          std::copy_n(row, g.W, phased.data() + dst[0]);
-        } else if constexpr (std::is_same_v<T, float>) {
+        if constexpr (std::is_same_v<T, float>) {
           if (g.sw == 2) {  // both column phases in one vectorized pass
             conv_simd::deinterleave2(row, g.W, phased.data() + dst[0], phased.data() + dst[1]);
             continue;
           }
-          for (int64_t w0 = 0; w0 < g.sw; ++w0)
-            for (int64_t w = w0, i = 0; w < g.W; w += g.sw, ++i) phased[static_cast<size_t>(dst[w0] + i)] = row[w];
+        }
+        if (g.sw == 1) {
+          std::copy_n(row, g.W, phased.data() + dst[0]);
         } else {
           for (int64_t w0 = 0; w0 < g.sw; ++w0)
             for (int64_t w = w0, i = 0; w < g.W; w += g.sw, ++i) phased[static_cast<size_t>(dst[w0] + i)] = row[w];
