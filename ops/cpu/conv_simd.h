@@ -2,8 +2,9 @@
 // baseline) and the register-blocked GEMM micro-kernel shared by the Winograd and blocked
 // im2col convolutions (ops/cpu/conv_winograd.cpp, ops/cpu/conv_blocked.cpp,
 // ops/cpu/conv_winograd7.cpp); the direct kernels (ops/cpu/conv_direct.cpp) use its 16-lane
-// type, the AVX-512 SGEMM (ops/cpu/sgemm_avx512.cpp) its 8 x 8 transpose. Internal; call these only from functions compiled with TRIDENT_CPU_CLONES (NOTE [ISA
-// clones]) or a target attribute, which inline them.
+// type, the AVX-512 SGEMM (ops/cpu/sgemm_avx512.cpp) its 8 x 8 transpose, max_pool2d
+// (ops/cpu/pool.cpp) its deinterleave2. Internal; call these only from functions compiled with
+// TRIDENT_CPU_CLONES (NOTE [ISA clones]) or a target attribute, which inline them.
 #pragma once
 
 #include <algorithm>

@@ -117,14 +117,15 @@ Tensor map2(const char* name, const Tensor& g, const Tensor& x, Args... args) {
 // with the op fixed at compile time: with the switch inside the per-element loop the compiler
 // cannot interleave the lanes of a 16-byte pack, and GELU ran at a third of PyTorch's speed on an
 // H200. The other ops keep the one run-time-switch kernel per dtype (NOTE [CUDA dtypes]).
-// The tanh GELU of f16 and bf16 tensors takes the fast-math forms (math::gpu_half::gelu_tanh).
+// The tanh GELU of f16 and bf16 tensors takes the fast-math forms (math::gpu::gelu_tanh<true>,
+// NOTE [GELU on the GPU]).
 template <UnaryOp Op>
 struct Fixed {
   template <typename T>
   struct F {
     __device__ T operator()(T x) const {
       if constexpr (Op == UnaryOp::GeluTanh && !std::is_same_v<T, float>) {
-        return static_cast<T>(math::gpu_half::gelu_tanh(static_cast<float>(x)));
+        return static_cast<T>(math::gpu::gelu_tanh<true>(static_cast<float>(x)));
       } else {
         return static_cast<T>(forward(Op, static_cast<float>(x)));
       }
@@ -134,7 +135,7 @@ struct Fixed {
   struct B {
     __device__ T operator()(T g, T s) const {
       if constexpr (Op == UnaryOp::GeluTanh && !std::is_same_v<T, float>) {
-        return static_cast<T>(static_cast<float>(g) * math::gpu_half::gelu_tanh_grad(static_cast<float>(s)));
+        return static_cast<T>(static_cast<float>(g) * math::gpu::gelu_tanh_grad<true>(static_cast<float>(s)));
       } else {
         return static_cast<T>(backward(Op, static_cast<float>(g), static_cast<float>(s)));
       }

@@ -91,11 +91,16 @@ struct TanhBackward {
 // Exact GELU (BERT): x Phi(x), Phi the standard normal CDF. In f64, Phi(x) = erfc(-x/sqrt2)/2,
 // which, unlike 1 + erf(x/sqrt2), does not cancel for negative x. Below -40 the result is -0
 // (x is clamped so that -inf gives the limit, not -inf * 0).
-#ifdef __CUDA_ARCH__
+#ifdef __CUDACC__
 // NOTE [GELU on the GPU]: the CPU forms (fast_f32.h) build exp from f64 pieces to vectorize and to
 // match the f64 reference closely; on the GPU f64 is slow, and CUDA's own erfcf and expf are
 // accurate to a few ulp, so the device uses them. Both forms avoid cancellation for negative x:
-// erf's through erfc(-x/sqrt2), tanh's as x sigmoid(2u) with e^(-2|u|).
+// erf's through erfc(-x/sqrt2), tanh's as x sigmoid(2u) with e^(-2|u|). The tanh form's Fast
+// variant, for f16 and bf16 results (11 and 8 significant bits), takes __expf and __fdividef
+// instead of expf and an IEEE division: their f32 errors (a few ulp, about 2^-21 relative for
+// __expf over this range) stay far below the result's rounding, and the half-precision GELU ran
+// compute-bound at 0.70 of PyTorch's speed with the accurate forms (H200, 2026-11-30).
+// (Declared in both of nvcc's passes: the kernels that call them are compiled for the host too.)
 namespace gpu {
 // Clamped below so that -inf gives -0 (not -inf * 0); NaN passes through the comparison.
 __device__ __forceinline__ float gelu_erf(float x) {
@@ -106,47 +111,33 @@ __device__ __forceinline__ float gelu_erf_grad(float x) {
   const float xm = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);
   return 0.5f * erfcf(-x * 0.70710678118654752f) + xm * expf(-0.5f * xm * xm) * 0.39894228040143268f;
 }
+template <bool Fast>
+__device__ __forceinline__ float exp_of(float x) {
+  return Fast ? __expf(x) : expf(x);
+}
+template <bool Fast>
+__device__ __forceinline__ float ratio(float a, float b) {
+  return Fast ? __fdividef(a, b) : a / b;
+}
 // u = sqrt(2/pi) (x + 0.044715 x^3); sigmoid(2u) from e = e^(-2|u|) without cancellation.
+template <bool Fast = false>
 __device__ __forceinline__ float gelu_tanh(float x) {
   const float xm = x < -20.0f ? -20.0f : x;
   const float u = 0.79788456080286536f * xm * (1.0f + 0.044715f * xm * xm);
-  const float e = expf(-2.0f * fabsf(u));
-  return (u >= 0.0f ? x : xm * e) / (1.0f + e);
+  const float e = exp_of<Fast>(-2.0f * fabsf(u));
+  return ratio<Fast>(u >= 0.0f ? x : xm * e, 1.0f + e);
 }
+template <bool Fast = false>
 __device__ __forceinline__ float gelu_tanh_grad(float x_in) {
   const float x = x_in < -20.0f ? -20.0f : (x_in > 20.0f ? 20.0f : x_in);
   const float u = 0.79788456080286536f * x * (1.0f + 0.044715f * x * x);
   const float du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x * x);
-  const float e = expf(-2.0f * fabsf(u));
-  const float r = 1.0f / (1.0f + e);
+  const float e = exp_of<Fast>(-2.0f * fabsf(u));
+  const float r = ratio<Fast>(1.0f, 1.0f + e);
   const float sig = u >= 0.0f ? r : e * r;  // sigmoid(2u)
   return sig + x * (e * r * r) * 2.0f * du;  // sigmoid'(2u) = e / (1 + e)^2
 }
 }  // namespace gpu
-#endif
-#ifdef __CUDACC__
-// (In both of nvcc's passes: the kernels that call these are compiled for the host too.)
-namespace gpu_half {
-// The tanh GELU for f16 and bf16 results (11 and 8 significant bits): __expf and __fdividef instead
-// of expf and an IEEE division, whose f32 errors (a few ulp, and about 2^-21 relative for
-// __expf over this range) stay far below the result's rounding. The half-precision GELU ran
-// compute-bound at 0.70 of PyTorch's speed with the accurate forms (H200, 2026-11-30).
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float xm = x < -20.0f ? -20.0f : x;
-  const float u = 0.79788456080286536f * xm * (1.0f + 0.044715f * xm * xm);
-  const float e = __expf(-2.0f * fabsf(u));
-  return __fdividef(u >= 0.0f ? x : xm * e, 1.0f + e);
-}
-__device__ __forceinline__ float gelu_tanh_grad(float x_in) {
-  const float x = x_in < -20.0f ? -20.0f : (x_in > 20.0f ? 20.0f : x_in);
-  const float u = 0.79788456080286536f * x * (1.0f + 0.044715f * x * x);
-  const float du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x * x);
-  const float e = __expf(-2.0f * fabsf(u));
-  const float r = __fdividef(1.0f, 1.0f + e);
-  const float sig = u >= 0.0f ? r : e * r;
-  return sig + x * (e * r * r) * 2.0f * du;
-}
-}  // namespace gpu_half
 #endif
 
 struct Gelu {
