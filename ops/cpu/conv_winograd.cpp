@@ -32,7 +32,8 @@
 //    that stays in cache, and the output transform (A^T from both sides, bias, a transpose back to
 //    4-float tile rows) writes the outputs. With few blocks (small batch, small map) the output
 //    channels are split into ranges so every thread has work; each range's thread redoes the
-//    block's input transform.
+//    block's input transform. With at most two blocks each thread instead owns a range of
+//    output channels for every block (NOTE [Winograd work by owner]).
 // Buffers whose 36 frequencies are written or read at once place them a cache line more than
 // a multiple of 4 KiB apart, so they do not all land in one L1 set.
 // The input gradient of a 3x3 stride-1 convolution with padding p is the same computation on
@@ -376,47 +377,68 @@ inline void block_inputs(const Chunk& ch, Scratch& s, int64_t gi) {
   transform_inputs(ch.xp + gi * p.Cg * HWp, HWp, p.Wp, p.Cg, s.in_off, NV, s.V, s.v_stride, 8 * NV);
 }
 
+// The tiles of block blk: where each one's input and outputs lie (and how much of it is inside
+// the output), then V for group gi when it is not already there.
 template <int NV>
-inline void chunk_items(const Chunk& ch, Scratch& s, int64_t i0, int64_t i1) {
+inline void enter_block(const Chunk& ch, Scratch& s, int64_t blk, int64_t gi) {
   const Problem& p = *ch.p;
   constexpr int NR = 8 * NV;
   const int64_t tiles_per_image = p.TH * p.TW;
+  if (blk != s.block) {
+    for (int q = 0; q < NR; ++q) {
+      const int64_t t = blk * NR + q;
+      if (t >= ch.T) {  // past the last tile: read tile 0, write nothing
+        s.in_off[q] = 0;
+        s.out_off[q] = 0;
+        s.rows[q] = s.cols[q] = 0;
+        continue;
+      }
+      const int64_t i = t / tiles_per_image, th = (t % tiles_per_image) / p.TW, tw = t % p.TW;
+      s.in_off[q] = (i * p.Cin * p.Hp + 4 * th) * p.Wp + 4 * tw;
+      s.out_off[q] = ((ch.n0 + i) * p.Cout * p.Hout + 4 * th) * p.Wout + 4 * tw;
+      s.rows[q] = static_cast<int>(std::min<int64_t>(4, p.Hout - 4 * th));
+      s.cols[q] = static_cast<int>(std::min<int64_t>(4, p.Wout - 4 * tw));
+    }
+    s.block = blk;
+    s.group = -1;
+  }
+  if (gi != s.group) {
+    block_inputs<NV>(ch, s, gi);
+    s.group = gi;
+  }
+}
+
+template <int NV>
+inline void chunk_items(const Chunk& ch, Scratch& s, int64_t i0, int64_t i1) {
+  const Problem& p = *ch.p;
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t orr = item % ch.orr, gi = (item / ch.orr) % p.groups, blk = item / (ch.orr * p.groups);
-    if (blk != s.block) {
-      for (int q = 0; q < NR; ++q) {
-        const int64_t t = blk * NR + q;
-        if (t >= ch.T) {  // past the last tile: read tile 0, write nothing
-          s.in_off[q] = 0;
-          s.out_off[q] = 0;
-          s.rows[q] = s.cols[q] = 0;
-          continue;
-        }
-        const int64_t i = t / tiles_per_image, th = (t % tiles_per_image) / p.TW, tw = t % p.TW;
-        s.in_off[q] = (i * p.Cin * p.Hp + 4 * th) * p.Wp + 4 * tw;
-        s.out_off[q] = ((ch.n0 + i) * p.Cout * p.Hout + 4 * th) * p.Wout + 4 * tw;
-        s.rows[q] = static_cast<int>(std::min<int64_t>(4, p.Hout - 4 * th));
-        s.cols[q] = static_cast<int>(std::min<int64_t>(4, p.Wout - 4 * tw));
-      }
-      s.block = blk;
-      s.group = -1;
-    }
-    if (gi != s.group) {
-      block_inputs<NV>(ch, s, gi);
-      s.group = gi;
-    }
+    enter_block<NV>(ch, s, blk, gi);
     const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr;
     block_outputs<NV>(ch, s, gi, ob0, ob1);
   }
 }
 
-TRIDENT_CPU_CLONES void winograd_items(const Chunk& ch, Scratch& s, int64_t i0, int64_t i1) {
+// Every block of the chunk, for the (group, output block) pairs [u0, u1) only (run_owned).
+template <int NV>
+inline void owned_items(const Chunk& ch, Scratch& s, int64_t u0, int64_t u1) {
+  const Problem& p = *ch.p;
+  for (int64_t blk = 0; blk < ch.blocks; ++blk) {
+    for (int64_t gi = u0 / p.OB; gi * p.OB < u1; ++gi) {
+      enter_block<NV>(ch, s, blk, gi);
+      block_outputs<NV>(ch, s, gi, std::max<int64_t>(0, u0 - gi * p.OB), std::min<int64_t>(p.OB, u1 - gi * p.OB));
+    }
+  }
+}
+
+// Items [i0, i1) of the chunk; or, when `owned`, every block for the pairs [i0, i1).
+TRIDENT_CPU_CLONES void winograd_items(const Chunk& ch, Scratch& s, int64_t i0, int64_t i1, bool owned) {
   switch (ch.nv) {
-    case 1: return chunk_items<1>(ch, s, i0, i1);
-    case 2: return chunk_items<2>(ch, s, i0, i1);
-    case 4: return chunk_items<4>(ch, s, i0, i1);
-    case 6: return chunk_items<6>(ch, s, i0, i1);
-    default: return chunk_items<3>(ch, s, i0, i1);
+    case 1: return owned ? owned_items<1>(ch, s, i0, i1) : chunk_items<1>(ch, s, i0, i1);
+    case 2: return owned ? owned_items<2>(ch, s, i0, i1) : chunk_items<2>(ch, s, i0, i1);
+    case 4: return owned ? owned_items<4>(ch, s, i0, i1) : chunk_items<4>(ch, s, i0, i1);
+    case 6: return owned ? owned_items<6>(ch, s, i0, i1) : chunk_items<6>(ch, s, i0, i1);
+    default: return owned ? owned_items<3>(ch, s, i0, i1) : chunk_items<3>(ch, s, i0, i1);
   }
 }
 
@@ -446,8 +468,73 @@ void plan_blocks(Chunk& ch, int threads) {
   while (ch.blocks * ch.p->groups * ch.orr < 4 * threads && ch.orr * 2 <= ch.p->OB) ch.orr *= 2;
 }
 
+// Per-thread scratch for a block of NR tiles: V and M, each frequency's panel a cache line more
+// than its size apart (the 36 frequencies of a tile go to 36 places at once; panels of 4 KiB
+// multiples would all map to one L1 set and evict each other).
+Scratch scratch_in(float* ws, const Problem& p, int64_t NR) {
+  Scratch s;
+  s.v_stride = p.Cg * NR + 16;
+  s.m_stride = kOC * NR + 16;
+  s.V = ws;
+  s.M = s.V + kXi * s.v_stride;
+  return s;
+}
+int64_t scratch_floats(const Problem& p, int64_t NR) { return kXi * (p.Cg * NR + 16 + kOC * NR + 16); }
+
+// NOTE [Winograd work by owner]: with at most two blocks of tiles (one or two small images) the
+// three-phase form below splits the output channels into ranges so that every thread has work,
+// and each thread then reads all of U, half of it written by the other thread moments before,
+// and rewrites its own half on the next call while the other still holds it in its cache: cache
+// lines crossing between cores by the megabyte. On the development VMs the host moves the two
+// vCPUs between cores of one chiplet and cores of different ones: a cache line's round trip
+// between the two threads measured 55-60 ns or 330-500 ns, switching within a second, while
+// one thread's speed stayed put. In the slow placements a one-image 128 -> 128 28x28 forward
+// pass on two threads took 1.5-1.7 ms against 0.65 in the fast ones (one thread: 1.1 ms
+// throughout). So such passes run as one region in which each thread owns a range of (group,
+// output block) pairs: it transforms their weights, pads its own copy of the input (the
+// buffers are slices of one allocation made before the region, so each thread gets the same
+// memory call after call) and computes every tile block of them. Nothing one thread writes is
+// read by another; each thread pads and transforms the whole input, a few percent of the work.
+// The two forms alternated every 0.1 s inside one process (two threads, 15-20 s): 1x128x28x28
+// -> 128 new/old time 0.74 by the median slot (0.63 ms against 0.65 at best, 1.06 against 1.55
+// by the median), 2x128x28x28 0.85; 8x256x14x14 (four blocks) 0.95 by the median slot but 1.07
+// at best (4.56 ms against 4.28: the duplicated transforms cost more than the shared reads
+// there), hence the limit of two blocks.
+bool run_owned(const Problem& p, int threads) {
+  const int64_t image_floats = p.Cin * p.Hp * p.Wp;
+  if (threads < 2 || threads > 8 || p.N * image_floats * static_cast<int64_t>(sizeof(float)) > conv_copy_budget_bytes() / threads)
+    return false;
+  Chunk ch{&p, nullptr, nullptr, 0, p.N, p.N * p.TH * p.TW, 3, 0, 1};
+  if (ch.T > 16 * widest_nv()) return false;  // more than two of the widest blocks
+  plan_blocks(ch, threads);
+  const int64_t units = p.groups * p.OB;
+  if (ch.orr == 1 || units < 2 * threads) return false;
+  plan_blocks(ch, 1);  // every thread computes every block: the fewest padded tiles
+  // Each thread's buffers are its slice of one allocation made here, so that it gets the same
+  // memory call after call (buffers allocated on the threads would trade places between them
+  // in the caching allocator as the threads race to it).
+  const int64_t NR = 8 * ch.nv, mine_floats = (p.N * image_floats + scratch_floats(p, NR) + 15) / 16 * 16;
+  Tensor u = empty({p.u_size()}), bufs = empty({threads * mine_floats});
+  float* U = u.data<float>();
+  ch.U = U;
+  parallel_for(0, threads, 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      float* xp = bufs.data<float>() + k * mine_floats;
+      Scratch s = scratch_in(xp + p.N * image_floats, p, NR);
+      pad_planes(p.x, p.N * p.Cin, p.Hin, p.Win, p.pt, p.pl, p.Hp, p.Wp, xp);  // in a region: serial
+      Chunk mine = ch;
+      mine.xp = xp;
+      const int64_t u0 = units * k / threads, u1 = units * (k + 1) / threads;
+      winograd_weights(p, U, u0, u1);
+      winograd_items(mine, s, u0, u1, true);
+    }
+  });
+  return true;
+}
+
 void run(const Problem& p) {
   const int threads = get_num_threads();
+  if (run_owned(p, threads)) return;
   Tensor u = empty({p.u_size()});
   float* U = u.data<float>();
   parallel_for(0, p.groups * p.OB, std::max<int64_t>(1, 2048 / (p.Cg * kMR)),
@@ -462,17 +549,9 @@ void run(const Problem& p) {
     plan_blocks(ch, threads);
     const int64_t NR = 8 * ch.nv;
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
-      // The 36 frequencies of a tile go to 36 places at once: one cache line more than the
-      // panel between them, so they never fall into the same L1 set (panels of 4 KiB
-      // multiples would all map to one set and evict each other).
-      const int64_t v_stride = p.Cg * NR + 16, m_stride = kOC * NR + 16;
-      Tensor ws = empty({kXi * (v_stride + m_stride)});
-      Scratch s;
-      s.V = ws.data<float>();
-      s.M = s.V + kXi * v_stride;
-      s.v_stride = v_stride;
-      s.m_stride = m_stride;
-      winograd_items(ch, s, i0, i1);
+      Tensor ws = empty({scratch_floats(p, NR)});
+      Scratch s = scratch_in(ws.data<float>(), p, NR);
+      winograd_items(ch, s, i0, i1, false);
     });
   }
 }
