@@ -487,7 +487,7 @@ int64_t scratch_floats(const Problem& p, int64_t NR) { return kXi * (p.Cg * NR +
 // and rewrites its own half on the next call while the other still holds it in its cache: cache
 // lines crossing between cores by the megabyte. On the development VMs the host moves the two
 // vCPUs between cores of one chiplet and cores of different ones: a cache line's round trip
-// between the two threads measured 55-60 ns or 330-500 ns, switching within a second, while
+// between the two threads measured 52-68 ns or 330-520 ns, switching within a second, while
 // one thread's speed stayed put. In the slow placements a one-image 128 -> 128 28x28 forward
 // pass on two threads took 1.5-1.7 ms against 0.65 in the fast ones (one thread: 1.1 ms
 // throughout). So such passes run as one region in which each thread owns a range of (group,
