@@ -502,6 +502,7 @@ int64_t scratch_floats(const Problem& p, int64_t NR) { return kXi * (p.Cg * NR +
 // there), hence the limit of two blocks.
 bool run_owned(const Problem& p, int threads) {
   const int64_t image_floats = p.Cin * p.Hp * p.Wp;
+  // Every thread pads the whole input: not for many threads, nor past the copy budget.
   if (threads < 2 || threads > 8 || p.N * image_floats * static_cast<int64_t>(sizeof(float)) > conv_copy_budget_bytes() / threads)
     return false;
   Chunk ch{&p, nullptr, nullptr, 0, p.N, p.N * p.TH * p.TW, 3, 0, 1};
