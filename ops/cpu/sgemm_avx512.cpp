@@ -31,6 +31,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <unistd.h>
 #include <utility>
 
 #include "core/error.h"
@@ -51,12 +52,21 @@ int set_sgemm_avx512_preference_for_testing(int mode) { return std::exchange(g_p
 
 bool sgemm_avx512_available() { return cpu_avx512_kernels(); }
 
+int sgemm_choice_from_env(const char* value) {
+  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "auto") == 0) return -1;
+  if (std::strcmp(value, "trident") == 0) return 1;
+  if (std::strcmp(value, "openblas") == 0) return 0;
+  TRIDENT_FAIL("TRIDENT_CPU_SGEMM=", value, ": expected trident, openblas or auto");
+}
+
 bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
   if (!sgemm_avx512_available()) return false;
   // Products thinner than a tile (a row vector times a matrix in token-by-token generation) would
   // spend most of each 8 x 48 tile on padding.
   if (m < 8 || n < 16 || k < 8) return g_preference == 1;
   if (g_preference >= 0) return g_preference == 1;
+  static const int env = sgemm_choice_from_env(std::getenv("TRIDENT_CPU_SGEMM"));
+  if (env >= 0) return env == 1;
   static const bool blas_avx512 = blas_core_has_avx512();
   return !blas_avx512;
 }
@@ -65,13 +75,21 @@ bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
 namespace {
 
 constexpr int64_t kMR = 8, kNR = 48;
-// Block sizes, measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B transposed, best of
-// 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 / 0.73-0.84 / 0.80-0.90 /
+// Block sizes. kKC was measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B transposed,
+// best of 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 / 0.73-0.84 / 0.80-0.90 /
 // 0.85-0.98 / 0.89-0.96 of OpenBLAS's SkylakeX kernels (768: one block at that k). At kKC = 384
 // a 48-column panel of B (72 KiB) is read from L2 for each of the kMC / 8 A panels (12 KiB
-// each), the kMC x kKC block of A (144 KiB) stays in L2, the kKC x kNC block of B (4.5 MiB) in
-// L3; the k loop is unrolled 4 times.
-constexpr int64_t kKC = 384, kMC = 96, kNC = 3072;
+// each) and the kMC x kKC block of A (144 KiB) stays in L2. The kKC x nc block of B is 3072
+// columns (4.5 MiB, in L3) where L2 is smaller than 2 MiB (Zen 4 and 5: 1 MiB), 768 (1.1 MiB,
+// in L2) where it is at least 2 MiB, at the price of packing A once per 768 columns: on a 2
+// MiB-L2 Xeon (two threads, the two alternating every 0.1 s in one process) 1024 x 3072 x 768
+// with B transposed ran 2.4-2.8% faster at 768 (with the C prefetch in micro_kernel, 3.4-4.0%),
+// 1024^3 the same. The k loop is unrolled 4 times.
+constexpr int64_t kKC = 384, kMC = 96;
+int64_t block_columns() {
+  static const int64_t nc = sysconf(_SC_LEVEL2_CACHE_SIZE) >= (int64_t{2} << 20) ? 768 : 3072;
+  return nc;
+}
 constexpr int kUnroll = 4;
 
 #define TRIDENT_AVX512 __attribute__((TRIDENT_TARGET_V4))
@@ -86,6 +104,13 @@ TRIDENT_AVX512 inline __mmask16 first_lanes(int64_t n) {
 TRIDENT_AVX512 __attribute__((noinline)) void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp,
                                                           float alpha, float beta, float* c, int64_t ldc, int64_t mr,
                                                           int64_t nr) {
+  // C's tile is read (beta != 0) and written only after the k loop; its lines (a row of 48 floats
+  // spans 3 or 4 of them) are requested now so that the misses overlap the multiply-adds. Prefetches
+  // never fault, so the last one of a row may point past the matrix.
+  for (int64_t r = 0; r < mr; ++r) {
+    const char* row = reinterpret_cast<const char*>(c + r * ldc);
+    for (int line = 0; line < 4; ++line) _mm_prefetch(row + std::min(64 * line, 188), _MM_HINT_T0);
+  }
   __m512 acc[kMR][3];
   for (int r = 0; r < kMR; ++r)
     for (int z = 0; z < 3; ++z) acc[r][z] = _mm512_setzero_ps();
@@ -227,6 +252,7 @@ struct PackBuffers {
 TRIDENT_AVX512 void sgemm_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   thread_local PackBuffers bufs;
+  const int64_t kNC = block_columns();
   const int64_t kc_max = std::min(kKC, k);
   float* bp = PackBuffers::ensure(bufs.b, bufs.b_size, kc_max * (std::min(kNC, n) + kNR));
   float* ap = PackBuffers::ensure(bufs.a, bufs.a_size, kc_max * (std::min(kMC, m) + kMR));

@@ -19,9 +19,15 @@ void sgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 bool sgemm_avx512_available();
 
 // Whether cpu::gemm<float> runs sgemm_avx512 instead of OpenBLAS for an m x n x k product: it is
-// available, the product is not too thin for its 8 x 48 tiles, and OpenBLAS's kernels here use
-// no AVX-512 (with them, OpenBLAS is as fast or faster).
+// available, the product is not too thin for its 8 x 48 tiles, and either the environment
+// variable TRIDENT_CPU_SGEMM says "trident" or it is unset (or "auto") and OpenBLAS's kernels
+// here use no AVX-512 (with them, OpenBLAS is as fast or faster on most of the products
+// measured). TRIDENT_CPU_SGEMM=openblas keeps every product on OpenBLAS.
 bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k);
+
+// TRIDENT_CPU_SGEMM's value (nullptr: unset) as a choice: 1 "trident", 0 "openblas", -1 "auto"
+// or empty or unset; anything else is an error naming the variable and the values it takes.
+int sgemm_choice_from_env(const char* value);
 
 // Tests: 1 forces sgemm_avx512 wherever it is available, 0 forces OpenBLAS, -1 restores the
 // choice above. Returns the previous mode. Not thread-safe: call it between ops.

@@ -228,7 +228,7 @@ TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
 
 // NOTE [AVX-512 SGEMM]: Trident's own f32 GEMM, forced on, against an f64 product of the same
 // f32 values, for every transpose pair, edges of each block size (8-row and 48-column tiles, kMC
-// = 96 rows, kKC = 384 steps, kNC = 3072 columns), row strides wider than the matrices, alpha and
+// = 96 rows, kKC = 384 steps, 768 or 3072 columns by the L2's size), row strides wider than the matrices, alpha and
 // beta (beta = 0 must not read C: C starts as NaN there). Elements outside C (the row padding)
 // must stay untouched. Tolerance: the f32 dot-product bound, k eps sum |a||b| (plus |beta c|
 // eps), per element.
@@ -283,6 +283,21 @@ TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
     }
   }
   cpu::set_sgemm_avx512_preference_for_testing(was);
+}
+
+// TRIDENT_CPU_SGEMM picks the f32 GEMM; a value it does not know is an error that names it.
+TEST(Gemm, SgemmEnvironmentChoice) {
+  EXPECT_EQ(cpu::sgemm_choice_from_env(nullptr), -1);
+  EXPECT_EQ(cpu::sgemm_choice_from_env(""), -1);
+  EXPECT_EQ(cpu::sgemm_choice_from_env("auto"), -1);
+  EXPECT_EQ(cpu::sgemm_choice_from_env("trident"), 1);
+  EXPECT_EQ(cpu::sgemm_choice_from_env("openblas"), 0);
+  try {
+    cpu::sgemm_choice_from_env("mkl");
+    ADD_FAILURE() << "no error for TRIDENT_CPU_SGEMM=mkl";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TRIDENT_CPU_SGEMM=mkl: expected trident, openblas or auto"), std::string::npos) << e.what();
+  }
 }
 
 // cpu::gemm splits a product into panels across threads; with Trident's own kernel each element
