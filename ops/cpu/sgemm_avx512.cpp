@@ -22,8 +22,14 @@
 // without reading it, as BLAS does), later ones add. Each element of C is summed in the same
 // order (k ascending, blocks of kKC) whatever the panel it falls in, so splitting C across threads
 // (cpu::gemm) does not change the result. Where OpenBLAS runs its own AVX-512 kernels
-// (SkylakeX, Cooperlake, SapphireRapids), it keeps the product: on one Zen 5 thread this GEMM
-// runs at 1.3-2.1x OpenBLAS's Haswell kernels and 0.6-0.98x its SkylakeX ones (docs/performance.md).
+// (SkylakeX, Cooperlake, SapphireRapids), it keeps the product where each core's L2 is smaller
+// than 2 MiB: on one Zen 5 thread (1 MiB L2) this GEMM runs at 1.3-2.1x OpenBLAS's Haswell
+// kernels and 0.6-0.98x its SkylakeX ones. On a Xeon with 2 MiB of L2 it ran 1.04-1.15x the
+// SkylakeX kernels on every product measured whose 48-column tiles were at least 85% full
+// (1024^3 and linear's three products on two threads, attention's 256 x 256 x 64, pointwise
+// convolutions, 512^3 on one), and 0.83-0.99x where they were not (n = 64, 200): so there it
+// takes those products (docs/performance.md). TRIDENT_CPU_SGEMM=trident or openblas overrides
+// the rule for every product.
 #include "ops/cpu/sgemm_avx512.h"
 
 #include <algorithm>
@@ -46,6 +52,14 @@
 namespace trident::cpu {
 namespace {
 int g_preference = -1;  // set_sgemm_avx512_preference_for_testing
+constexpr int64_t kTileRows = 8, kTileColumns = 48;  // the micro-kernel's tile of C
+
+// Whether each core's L2 holds at least 2 MiB (Intel's Xeons since Sapphire Rapids; AMD's Zen 4
+// and 5 have 1 MiB); 0 or an error from sysconf counts as smaller.
+bool large_l2() {
+  static const bool large = sysconf(_SC_LEVEL2_CACHE_SIZE) >= (int64_t{2} << 20);
+  return large;
+}
 }  // namespace
 
 int set_sgemm_avx512_preference_for_testing(int mode) { return std::exchange(g_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
@@ -68,13 +82,17 @@ bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
   static const int env = sgemm_choice_from_env(std::getenv("TRIDENT_CPU_SGEMM"));
   if (env >= 0) return env == 1;
   static const bool blas_avx512 = blas_core_has_avx512();
-  return !blas_avx512;
+  if (!blas_avx512) return true;
+  // OpenBLAS runs its AVX-512 kernels: on a large-L2 CPU this GEMM is still the faster one where
+  // its 48-column tiles are at least 85% full (NOTE [AVX-512 SGEMM]).
+  const int64_t padded = (n + kTileColumns - 1) / kTileColumns * kTileColumns;
+  return large_l2() && n * 20 >= padded * 17;
 }
 
 #if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)
 namespace {
 
-constexpr int64_t kMR = 8, kNR = 48;
+constexpr int64_t kMR = kTileRows, kNR = kTileColumns;
 // Block sizes. kKC was measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B transposed,
 // best of 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 / 0.73-0.84 / 0.80-0.90 /
 // 0.85-0.98 / 0.89-0.96 of OpenBLAS's SkylakeX kernels (768: one block at that k). At kKC = 384
@@ -86,10 +104,7 @@ constexpr int64_t kMR = 8, kNR = 48;
 // with B transposed ran 2.4-2.8% faster at 768 (with the C prefetch in micro_kernel, 3.4-4.0%),
 // 1024^3 the same. The k loop is unrolled 4 times.
 constexpr int64_t kKC = 384, kMC = 96;
-int64_t block_columns() {
-  static const int64_t nc = sysconf(_SC_LEVEL2_CACHE_SIZE) >= (int64_t{2} << 20) ? 768 : 3072;
-  return nc;
-}
+int64_t block_columns() { return large_l2() ? 768 : 3072; }
 constexpr int kUnroll = 4;
 
 #define TRIDENT_AVX512 __attribute__((TRIDENT_TARGET_V4))
