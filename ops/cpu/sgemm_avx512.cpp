@@ -1,5 +1,5 @@
 // NOTE [AVX-512 SGEMM]: Trident's f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower
-// kernels. OpenBLAS picks its kernels by CPU model, and OPENBLAS_CORETYPE overrides that; some
+// kernels, and for most products on those whose cores have 2 MiB of L2 (below). OpenBLAS picks its kernels by CPU model, and OPENBLAS_CORETYPE overrides that; some
 // machines run its AVX2 (Haswell) kernels on AVX-512 hardware: this workplace sets
 // OPENBLAS_CORETYPE=Haswell on its AMD EPYC Zen 5 VMs, because older OpenBLAS builds crash or
 // compute wrong results in their AVX-512 kernels there, and Trident keeps the user's choice
