@@ -77,7 +77,7 @@ bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
   if (!sgemm_avx512_available()) return false;
   // Products thinner than a tile (a row vector times a matrix in token-by-token generation) would
   // spend most of each 8 x 48 tile on padding.
-  if (m < 8 || n < 16 || k < 8) return g_preference == 1;
+  if (m < kTileRows || n < 16 || k < 8) return g_preference == 1;
   if (g_preference >= 0) return g_preference == 1;
   static const int env = sgemm_choice_from_env(std::getenv("TRIDENT_CPU_SGEMM"));
   if (env >= 0) return env == 1;
