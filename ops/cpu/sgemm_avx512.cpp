@@ -1,6 +1,7 @@
 // NOTE [AVX-512 SGEMM]: Trident's f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower
-// kernels, and for most products on those whose cores have 2 MiB of L2 (below). OpenBLAS picks its kernels by CPU model, and OPENBLAS_CORETYPE overrides that; some
-// machines run its AVX2 (Haswell) kernels on AVX-512 hardware: this workplace sets
+// kernels, and for most products on those whose cores have 2 MiB of L2 (below). OpenBLAS picks
+// its kernels by CPU model, and OPENBLAS_CORETYPE overrides that; some machines run its AVX2
+// (Haswell) kernels on AVX-512 hardware: this workplace sets
 // OPENBLAS_CORETYPE=Haswell on its AMD EPYC Zen 5 VMs, because older OpenBLAS builds crash or
 // compute wrong results in their AVX-512 kernels there, and Trident keeps the user's choice
 // (NOTE [OpenBLAS core] in core/parallel.cpp). Every f32 product (linear, matmul, attention's
@@ -93,10 +94,10 @@ bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
 namespace {
 
 constexpr int64_t kMR = kTileRows, kNR = kTileColumns;
-// Block sizes. kKC was measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B transposed,
-// best of 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 / 0.73-0.84 / 0.80-0.90 /
-// 0.85-0.98 / 0.89-0.96 of OpenBLAS's SkylakeX kernels (768: one block at that k). At kKC = 384
-// a 48-column panel of B (72 KiB) is read from L2 for each of the kMC / 8 A panels (12 KiB
+// Block sizes. kKC was measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B
+// transposed, best of 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 /
+// 0.73-0.84 / 0.80-0.90 / 0.85-0.98 / 0.89-0.96 of OpenBLAS's SkylakeX kernels (768: one
+// block at that k). At kKC = 384 a 48-column panel of B (72 KiB) is read from L2 for each of the kMC / 8 A panels (12 KiB
 // each) and the kMC x kKC block of A (144 KiB) stays in L2. The kKC x nc block of B is 3072
 // columns (4.5 MiB, in L3) where L2 is smaller than 2 MiB (Zen 4 and 5: 1 MiB), 768 (1.1 MiB,
 // in L2) where it is at least 2 MiB, at the price of packing A once per 768 columns: on a 2

@@ -1,6 +1,6 @@
 // Trident's own f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower kernels or whose cores
-// have 2 MiB of L2 (NOTE [AVX-512 SGEMM] in ops/cpu/sgemm_avx512.cpp). Internal to ops/cpu: cpu::gemm (ops/cpu/linalg.cpp)
-// chooses it.
+// have 2 MiB of L2 (NOTE [AVX-512 SGEMM] in ops/cpu/sgemm_avx512.cpp). Internal to ops/cpu:
+// cpu::gemm (ops/cpu/linalg.cpp) chooses it.
 #pragma once
 
 #include <cstdint>

@@ -230,8 +230,8 @@ TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
 // f32 values, for every transpose pair, edges of each block size (8-row and 48-column tiles, kMC
 // = 96 rows, kKC = 384 steps, blocks of 768 or 3072 columns by the L2's size), row strides wider
 // than the matrices, alpha and beta (beta = 0 must not read C: C starts as NaN there). Elements
-// outside C (the row padding) must stay untouched. Tolerance: the f32 dot-product bound, k eps sum |a||b| (plus |beta c|
-// eps), per element.
+// outside C (the row padding) must stay untouched. Tolerance: the f32 dot-product bound,
+// k eps sum |a||b| (plus |beta c| eps), per element.
 TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
   if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
   const int was = cpu::set_sgemm_avx512_preference_for_testing(1);
