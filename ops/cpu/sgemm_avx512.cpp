@@ -97,13 +97,13 @@ constexpr int64_t kMR = kTileRows, kNR = kTileColumns;
 // Block sizes. kKC was measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B
 // transposed, best of 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 /
 // 0.73-0.84 / 0.80-0.90 / 0.85-0.98 / 0.89-0.96 of OpenBLAS's SkylakeX kernels (768: one
-// block at that k). At kKC = 384 a 48-column panel of B (72 KiB) is read from L2 for each of the kMC / 8 A panels (12 KiB
-// each) and the kMC x kKC block of A (144 KiB) stays in L2. The kKC x nc block of B is 3072
-// columns (4.5 MiB, in L3) where L2 is smaller than 2 MiB (Zen 4 and 5: 1 MiB), 768 (1.1 MiB,
-// in L2) where it is at least 2 MiB, at the price of packing A once per 768 columns: on a 2
-// MiB-L2 Xeon (two threads, the two alternating every 0.1 s in one process) 1024 x 3072 x 768
-// with B transposed ran 2.4-2.8% faster at 768 (with the C prefetch in micro_kernel, 3.4-4.0%),
-// 1024^3 the same. The k loop is unrolled 4 times.
+// block at that k). At kKC = 384 a 48-column panel of B (72 KiB) is read from L2 for each of
+// the kMC / 8 A panels (12 KiB each) and the kMC x kKC block of A (144 KiB) stays in L2. The
+// kKC x nc block of B is 3072 columns (4.5 MiB, in L3) where L2 is smaller than 2 MiB (Zen 4
+// and 5: 1 MiB), 768 (1.1 MiB, in L2) where it is at least 2 MiB, at the price of packing A
+// once per 768 columns: on a 2 MiB-L2 Xeon (two threads, the two alternating every 0.1 s in one
+// process) 1024 x 3072 x 768 with B transposed ran 2.4-2.8% faster at 768 (with the C prefetch
+// in micro_kernel, 3.4-4.0%), 1024^3 the same. The k loop is unrolled 4 times.
 constexpr int64_t kKC = 384, kMC = 96;
 int64_t block_columns() { return large_l2() ? 768 : 3072; }
 constexpr int kUnroll = 4;
