@@ -741,6 +741,11 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
       {{2, 4, 16, 17}, {32, 4, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
       {{1, 8, 17, 12}, {16, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},
       {{2, 4, 9, 12}, {16, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, true},
+      // More taps than the kernel lists at a time (NOTE [Direct kernel taps]: 64): 9x9 with
+      // column stride 2 and 9x8 with stride 1, wide enough for blocks inside the row (81 and 72
+      // taps in one call).
+      {{1, 3, 21, 60}, {16, 3, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 1}, true},
+      {{2, 2, 12, 40}, {16, 2, 9, 8}, {{1, 1}, {4, 3}, {1, 1}, 1}, true},
   };
   check_direct_on_and_off(cases, {cpu::direct_forward_applies, cpu::direct_backward_weight_applies}, 9100);
 }
@@ -778,6 +783,8 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
       {{1, 16, 17, 12}, {8, 16, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},
       {{1, 16, 9, 9}, {4, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
       {{1, 16, 6, 7}, {8, 16, 3, 3}, {{1, 1}, {3, 3}, {1, 1}, 1}, true},
+      // More taps than the kernel lists at a time (64): 9x9 with stride 1 (one phase, 81 taps).
+      {{1, 16, 13, 18}, {4, 16, 9, 9}, {{1, 1}, {4, 4}, {1, 1}, 1}, true},
   };
   check_direct_on_and_off(cases, {cpu::direct_backward_input_applies}, 9300);
 }
