@@ -127,7 +127,9 @@ struct Taps {
 template <int N, int OV>
 __attribute__((TRIDENT_TARGET_V4, always_inline)) inline void load_sums(v16f (&acc)[N][OV], const float* acc_io,
                                                                                 int pitch, bool first) {
+#pragma GCC unroll 16
   for (int j = 0; j < N; ++j)
+#pragma GCC unroll 2
     for (int v = 0; v < OV; ++v) {
       if (first) {
         acc[j][v] = v16f{};
@@ -139,7 +141,9 @@ __attribute__((TRIDENT_TARGET_V4, always_inline)) inline void load_sums(v16f (&a
 template <int N, int OV>
 __attribute__((TRIDENT_TARGET_V4, always_inline)) inline void store_sums(const v16f (&acc)[N][OV], float* acc_io,
                                                                                  int pitch) {
+#pragma GCC unroll 16
   for (int j = 0; j < N; ++j)
+#pragma GCC unroll 2
     for (int v = 0; v < OV; ++v) std::memcpy(acc_io + j * pitch + 16 * v, &acc[j][v], sizeof(v16f));
 }
 
