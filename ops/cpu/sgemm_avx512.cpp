@@ -1,5 +1,6 @@
 // NOTE [AVX-512 SGEMM]: Trident's f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower
-// kernels, and for most products on those whose cores have 2 MiB of L2 (below). OpenBLAS picks
+// kernels, for most products on those whose cores have 2 MiB of L2, and for large ones on Zen 4
+// (below). OpenBLAS picks
 // its kernels by CPU model, and OPENBLAS_CORETYPE overrides that; some machines run its AVX2
 // (Haswell) kernels on AVX-512 hardware: this workplace sets
 // OPENBLAS_CORETYPE=Haswell on its AMD EPYC Zen 5 VMs, because older OpenBLAS builds crash or
@@ -29,11 +30,19 @@
 // SkylakeX kernels on every product measured whose 48-column tiles were at least 85% full
 // (1024^3 and linear's three products on two threads, attention's 256 x 256 x 64, pointwise
 // convolutions, 512^3 on one), and 0.83-0.99x where they were not (n = 64, 200): so there it
-// takes those products (docs/performance.md). TRIDENT_CPU_SGEMM=trident or openblas overrides
-// the rule for every product.
+// takes those products (docs/performance.md). On Zen 4, which executes AVX-512 as two 256-bit
+// halves (1 MiB of L2), it ran 1.02-1.10x OpenBLAS's Cooperlake kernels on products of at least
+// 512 rows and 256 steps of k with full tiles (1024^3, linear's three, 512^3, 1024 x 1024 x 256;
+// one and two threads, the two alternating in one process) and 0.88-1.03x on smaller ones
+// (256 x 784 x 256, the im2col and pointwise products of convolutions, attention's k = 64):
+// so there it takes the former. TRIDENT_CPU_SGEMM=trident or openblas overrides the rule for
+// every product.
 #include "ops/cpu/sgemm_avx512.h"
 
 #include <algorithm>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -61,6 +70,25 @@ bool large_l2() {
   static const bool large = sysconf(_SC_LEVEL2_CACHE_SIZE) >= (int64_t{2} << 20);
   return large;
 }
+
+// Whether the CPU is an AMD of family 0x19 (Zen 3 and 4; of those only Zen 4 has AVX-512, which
+// it executes as two 256-bit halves). Zen 5 (family 0x1A) runs 512 bits at once.
+bool amd_family_19h() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool zen4 = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
+    if (!amd || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    unsigned family = (eax >> 8) & 0xF;
+    if (family == 0xF) family += (eax >> 20) & 0xFF;
+    return family == 0x19;
+  }();
+  return zen4;
+#else
+  return false;
+#endif
+}
 }  // namespace
 
 int set_sgemm_avx512_preference_for_testing(int mode) { return std::exchange(g_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
@@ -85,9 +113,12 @@ bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
   static const bool blas_avx512 = blas_core_has_avx512();
   if (!blas_avx512) return true;
   // OpenBLAS runs its AVX-512 kernels: on a large-L2 CPU this GEMM is still the faster one where
-  // its 48-column tiles are at least 85% full (NOTE [AVX-512 SGEMM]).
+  // its 48-column tiles are at least 85% full, and on Zen 4 where they are, m is at least 512
+  // and k at least 256 (NOTE [AVX-512 SGEMM]).
   const int64_t padded = (n + kTileColumns - 1) / kTileColumns * kTileColumns;
-  return large_l2() && n * 20 >= padded * 17;
+  const bool full = n * 20 >= padded * 17;
+  if (large_l2()) return full;
+  return amd_family_19h() && full && m >= 512 && k >= 256;
 }
 
 #if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)

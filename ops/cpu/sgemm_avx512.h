@@ -1,6 +1,6 @@
-// Trident's own f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower kernels or whose cores
-// have 2 MiB of L2 (NOTE [AVX-512 SGEMM] in ops/cpu/sgemm_avx512.cpp). Internal to ops/cpu:
-// cpu::gemm (ops/cpu/linalg.cpp) chooses it.
+// Trident's own f32 GEMM for AVX-512 CPUs whose OpenBLAS runs narrower kernels, whose cores
+// have 2 MiB of L2, or that are Zen 4s (NOTE [AVX-512 SGEMM] in ops/cpu/sgemm_avx512.cpp).
+// Internal to ops/cpu: cpu::gemm (ops/cpu/linalg.cpp) chooses it.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +21,10 @@ bool sgemm_avx512_available();
 // Whether cpu::gemm<float> runs sgemm_avx512 instead of OpenBLAS for an m x n x k product: it is
 // available, the product is not too thin for its 8 x 48 tiles, and either the environment
 // variable TRIDENT_CPU_SGEMM says "trident" or it is unset (or "auto") and OpenBLAS's kernels
-// here use no AVX-512, or they do but each core has at least 2 MiB of L2 and the product's
-// 48-column tiles are at least 85% full (where this GEMM measured faster than OpenBLAS's AVX-512
-// kernels). TRIDENT_CPU_SGEMM=openblas keeps every product on OpenBLAS.
+// here use no AVX-512, or they do but the product's 48-column tiles are at least 85% full and
+// either each core has at least 2 MiB of L2 or the CPU is a Zen 4 (AMD family 0x19) and the
+// product has at least 512 rows and 256 steps of k (where this GEMM measured faster than
+// OpenBLAS's AVX-512 kernels). TRIDENT_CPU_SGEMM=openblas keeps every product on OpenBLAS.
 bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k);
 
 // TRIDENT_CPU_SGEMM's value (nullptr: unset) as a choice: 1 "trident", 0 "openblas", -1 "auto"
