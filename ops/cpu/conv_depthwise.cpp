@@ -207,6 +207,12 @@ void forward_planes_by_passes(const T* x, const T* w, const T* bias, T* y, const
 //   16 outputs, else 1; R = 7 when that divides the output height and 8 does not (28 and 14
 //   rows, AmoebaNet's 28 x 28 and 14 x 14 planes), else 8: at most 16 accumulators, the kernel
 //   column's weights held in registers, and half the instructions of the 8-lane kernel.
+// Each input vector is loaded once into a register and the accumulators are indexed by
+// constants only (the row loops unrolled), so they stay in registers for all the phases of a
+// block: with the loads folded into the multiply-adds (up to KH loads of each vector, two
+// cache lines each when unaligned) and the accumulators stored and reloaded around each
+// phase's taps, the 5x5 stride-2 forward pass ran at about a third of the FMA peak on Zen 4
+// (1.7 ms on one thread for 8 x 128 planes of 56 x 56; 0.95-1.05 ms now, AVX2 form 1.6 -> 1.15).
 using namespace conv_simd;
 
 // acc[r][v] += sum over taps (i, t) of wk[i nkw + t] src[(r + i) Wr + db[t] + L v].
@@ -231,7 +237,14 @@ inline void dw_rows(const float* src, int64_t Wr, const float* wk, const int64_t
     for (int i = 0; i < R + KH - 1; ++i, s += Wr) {
       Vec xv[V];
 #pragma GCC unroll 2
-      for (int v = 0; v < V; ++v) xv[v] = vload<Vec>(s + L * v);
+      for (int v = 0; v < V; ++v) {
+        // Loaded once into a register (the empty asm): GCC otherwise folds the load into each
+        // multiply-add that uses it, up to KH loads of one vector, and the 16-lane kernel ran
+        // load-bound (NOTE [Depthwise register blocks]).
+        Vec t = vload<Vec>(s + L * v);
+        __asm__("" : "+v"(t));
+        xv[v] = t;
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int kh = i - r;
@@ -295,14 +308,20 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n = p / g.C, c = p % g.C;
     const float* x = a.x + p * HW;
-    // No software prefetch of the next plane: the planes are read in order, which the
-    // hardware prefetchers follow, and a burst of 200 prefetches per plane measured 10-15%
-    // slower (3x3 and 5x5 stride 2, one thread).
+    // NOTE [Depthwise prefetch]: the copy of a plane into its phases used to wait on reading
+    // it (the hardware prefetchers do not run far ahead of a stream that pauses for the
+    // compute), a third of the 5x5 stride-2 forward pass on one thread. Prefetching the whole
+    // next plane at once (about 200 lines) stalled the core, 10-15% slower; prefetched into L2
+    // (hint 2; into L1, hint 3, measured slower) a share per block of output rows, spread over
+    // the compute, the 3x3 and 5x5 stride-2 passes ran 10-20% faster on one thread, 5-10% on
+    // two (Zen 4, docs/performance.md).
+    const char* next = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(x + HW) & ~uintptr_t{63});
+    const int64_t next_lines = p + 1 < p1 ? (reinterpret_cast<const char*>(x + 2 * HW) - next + 63) / 64 : 0;
     if (g.sw == 1) {
       for (int64_t k = 0; k < ncopies; ++k) copy_floats<Vec>(phases.data() + copies[k].dst, x + copies[k].src, copies[k].n);
     } else if (g.sw == 2) {  // both column phases of an input row in one pass (deinterleave2)
       for (int64_t k = 0; k + 1 < ncopies; k += 2)
-        deinterleave2(x + copies[k].src, g.W, phases.data() + copies[k].dst, phases.data() + copies[k + 1].dst);
+        deinterleave2_vec<Vec>(x + copies[k].src, g.W, phases.data() + copies[k].dst, phases.data() + copies[k + 1].dst);
     } else {
       for (int64_t k = 0; k < ncopies; ++k) {
         float* dst = phases.data() + copies[k].dst;
@@ -319,7 +338,14 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
           for (int64_t kw : pt.kw) wk[static_cast<size_t>(at++)] = a.w[o * khw + kh * g.kW + kw];
       const float b = a.bias ? a.bias[o] : 0.0f;
       float* yo = a.y + (n * g.O + o) * P;
+      // The next input plane is requested into L2 a share per row block while this one is
+      // computed (NOTE [Depthwise prefetch]).
+      const int64_t blocks = (g.OH + R - 1) / R, share = (next_lines + blocks - 1) / blocks;
       for (int64_t oh0 = 0; oh0 < g.OH; oh0 += R) {
+        if (j == 0) {
+          const int64_t l0 = oh0 / R * share, l1 = std::min(next_lines, l0 + share);
+          for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(next + 64 * l, 0, 2);
+        }
         for (int64_t jb = 0; jb < g.OW; jb += L * V) {
           // A last block that would stick out moves left to end at the edge (recomputing a
           // few outputs) when the row is wide enough, so its stores are whole vectors.
@@ -335,8 +361,13 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
             wp += pt.rows * nkw;
           }
           const int64_t rows = std::min<int64_t>(R, g.OH - oh0), cols = std::min<int64_t>(L * V, g.OW - j0);
-          for (int64_t r = 0; r < rows; ++r) {
+          // Constant indices (the loops unrolled, the row count a test): indexing acc by a
+          // run-time row would keep it in memory, stored and reloaded around every phase's taps.
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            if (r >= rows) break;
             float* dst = yo + (oh0 + r) * g.OW + j0;
+#pragma GCC unroll 2
             for (int v = 0; v < V; ++v) {
               const int64_t left = cols - L * v;
               if (left >= L) {

@@ -893,8 +893,10 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{1, 2, 30, 30}, {2, 1, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 2}, true},    // dilated: the flat kernel
       {{1, 2, 40, 40}, {2, 1, 9, 9}, {{2, 2}, {4, 4}, {1, 1}, 2}, false},   // 9 taps, stride 2: 5-row phases
       // Column stride 2 splits each input row into its even and odd columns in one pass
-      // (deinterleave2, 16 columns at a time, then 8, then one by one): one column (no odd
-      // ones), fewer than 8, 8 + 2, 8 + 5, 16 + 1, 16 + 8, even and odd left padding, row
+      // (8 lanes: deinterleave2, 16 columns at a time, then 8, then one by one; 16 lanes:
+      // deinterleave2_vec, 32 at a time, then masked moves of the last 1 to 31): one column
+      // (no odd ones), fewer than 8, 8 + 2, 8 + 5, 16 + 1, 16 + 8, 32 (no tail), 32 + 16,
+      // 32 + 24 (AmoebaNet's 56 columns), 32 + 31, 64 + 3, even and odd left padding, row
       // stride 1; stride 3 the general copy.
       {{1, 2, 9, 1}, {2, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
       {{2, 2, 11, 5}, {2, 1, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 2}, true},
@@ -903,6 +905,11 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
       {{2, 2, 8, 24}, {2, 1, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 2}, true},
       {{1, 2, 12, 17}, {2, 1, 5, 5}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
       {{1, 2, 10, 32}, {2, 1, 3, 3}, {{1, 2}, {1, 0}, {1, 1}, 2}, false},
+      {{1, 2, 6, 32}, {2, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 7, 48}, {2, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 2}, true},
+      {{2, 2, 12, 56}, {2, 1, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 2}, false},
+      {{1, 2, 9, 63}, {2, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 2}, true},
+      {{1, 2, 5, 67}, {2, 1, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 2}, false},
       {{1, 2, 16, 10}, {2, 1, 3, 3}, {{2, 1}, {1, 1}, {1, 1}, 2}, true},
       {{1, 2, 14, 14}, {2, 1, 3, 3}, {{3, 3}, {1, 1}, {1, 1}, 2}, true},
       // AmoebaNet's planes: 14 x 14 (one 16-lane vector, stored in part; two 7-row blocks),
