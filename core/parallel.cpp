@@ -77,9 +77,32 @@ thread_local bool t_single_threaded = false;  // NOTE [Single-threaded workers]
 SingleThreadGuard::SingleThreadGuard() : previous_(t_single_threaded) { t_single_threaded = true; }
 SingleThreadGuard::~SingleThreadGuard() { t_single_threaded = previous_; }
 
+namespace {
+// 1: auto, 0: off, -1: a value that is neither (avx512_choice_from_env's error, at first use).
+int avx512_env_setting() {
+  static const int setting = [] {
+    try {
+      return avx512_choice_from_env(std::getenv("TRIDENT_CPU_AVX512")) ? 1 : 0;
+    } catch (const Error&) {
+      return -1;
+    }
+  }();
+  return setting;
+}
+}  // namespace
+
+bool avx512_choice_from_env(const char* value) {
+  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "auto") == 0) return true;
+  if (std::strcmp(value, "off") == 0) return false;
+  TRIDENT_FAIL("TRIDENT_CPU_AVX512=", value, ": expected off or auto");
+}
+
+bool avx512_allowed_by_env() { return avx512_env_setting() != 0; }
+
 int get_num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {
+    if (avx512_env_setting() < 0) avx512_choice_from_env(std::getenv("TRIDENT_CPU_AVX512"));  // throws, naming it
     n = omp_get_max_threads();
     int expected = 0;
     if (g_threads.compare_exchange_strong(expected, n)) {
@@ -93,6 +116,7 @@ int get_num_threads() {
 
 void set_num_threads(int n) {
   TRIDENT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
+  if (avx512_env_setting() < 0) avx512_choice_from_env(std::getenv("TRIDENT_CPU_AVX512"));  // throws, naming it
   g_threads.store(n);
   omp_set_num_threads(n);
   ensure_blas_core();

@@ -21,6 +21,14 @@ const char* blas_core();
 bool blas_core_has_avx512();
 // Whether the CPU has AVX-512 F, CD, BW, DQ and VL (x86-64-v4's set); false off x86-64.
 bool cpu_has_avx512();
+// TRIDENT_CPU_AVX512 (NOTE [AVX-512 kernels] in ops/cpu/isa.h): false for "off" (Trident's
+// AVX-512 kernels stay off for the process: the AVX2 forms run, as on a CPU without AVX-512),
+// true for "auto", empty or unset (the CPU decides); any other value is an error naming the
+// variable.
+bool avx512_choice_from_env(const char* value);
+// That choice for this process's TRIDENT_CPU_AVX512. A value that is neither off nor auto
+// counts as auto here and is reported by every op from the first on (get_num_threads throws).
+bool avx512_allowed_by_env();
 
 // NOTE [Single-threaded workers]: while alive, ops called on this thread run on it alone
 // (get_num_threads() is 1 here). The data loader's workers hold one, as PyTorch's DataLoader

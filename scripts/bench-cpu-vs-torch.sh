@@ -4,6 +4,10 @@
 # (PyTorch time / Trident time: above 1.0 means Trident faster).
 #   scripts/bench-cpu-vs-torch.sh [threads] [filter-regex]   (default: all cores, every case)
 #   ROUNDS=5 scripts/bench-cpu-vs-torch.sh 2 'conv2d1x7|depthwise3x3s2'
+#   OPENBLAS_CORETYPE=Haswell TRIDENT_CPU_AVX512=off scripts/bench-cpu-vs-torch.sh 2
+# The last measures an AVX2 machine on an AVX-512 one: Trident's AVX2 kernels, OpenBLAS's AVX2
+# kernels on both sides, and PyTorch's own kernels held to AVX2 as well (ATen's
+# ATEN_CPU_CAPABILITY, oneDNN's DNNL_MAX_CPU_ISA).
 # The machines are shared VMs whose speed drifts by 10-30% over seconds to minutes, so one run of
 # each side is not a comparison. The two sides alternate case by case (Trident's case, then the
 # same case in PyTorch, then the next case), for ROUNDS rounds (default 3), so the two
@@ -27,6 +31,10 @@ cmake --build build -j "$(nproc)" --target bench_cpu_ops >/dev/null
 # handed to PyTorch, which loads the same library but keeps its own choice.
 export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$(build/benchmarks/bench_cpu_ops --blas-core)}"
 echo "OpenBLAS kernels on both sides: $OPENBLAS_CORETYPE" >&2
+if [[ "${TRIDENT_CPU_AVX512:-auto}" == off ]]; then
+  export ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2
+  echo "AVX-512 kernels off on both sides (TRIDENT_CPU_AVX512=off, ATEN_CPU_CAPABILITY=avx2, DNNL_MAX_CPU_ISA=AVX2)" >&2
+fi
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 NAMES=$(build/benchmarks/bench_cpu_ops --benchmark_list_tests=true --benchmark_filter="$FILTER" | sed 's|/real_time$||')
@@ -59,7 +67,8 @@ for r, path in in_order("torch"):
         torch.setdefault(name, {})[r] = t
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), platform.processor())
-print(f"CPU: {model}, OpenBLAS kernels: {os.environ.get('OPENBLAS_CORETYPE', '?')}, threads: {threads}; each side's fastest of {rounds} rounds alternating case by case (median of 5 repetitions each);"
+isa = ", AVX-512 kernels off on both sides" if os.environ.get("TRIDENT_CPU_AVX512") == "off" else ""
+print(f"CPU: {model}, OpenBLAS kernels: {os.environ.get('OPENBLAS_CORETYPE', '?')}{isa}, threads: {threads}; each side's fastest of {rounds} rounds alternating case by case (median of 5 repetitions each);"
       " ratio = peer / Trident (> 1: Trident faster); per round: median [lowest, highest] of the rounds' own ratios")
 print(f"| {'case':40} | {'Trident ms':>10} | {'peer ms':>10} | {'peer':>12} | {'ratio':>6} | {'per round':>18} |")
 print(f"|{'-'*42}|{'-'*12}|{'-'*12}|{'-'*14}|{'-'*8}|{'-'*20}|")

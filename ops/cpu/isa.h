@@ -50,7 +50,11 @@
 // run time rather than by the ifunc resolver so that tests can run both versions on one
 // machine: set_cpu_avx512_kernels_enabled_for_testing(false) sends every call to the clones.
 // The same switch chooses the convolutions' AVX-512 kernels (NOTE [AVX-512 micro-kernel] in
-// ops/cpu/conv_simd.h, NOTE [Conv2d direct], NOTE [Depthwise AVX-512]): one switch for all.
+// ops/cpu/conv_simd.h, NOTE [Conv2d direct], NOTE [Depthwise AVX-512], NOTE [AVX-512 SGEMM]):
+// one switch for all. TRIDENT_CPU_AVX512=off turns it off for the whole process (auto, the
+// default, leaves it to the CPU), so that one machine measures the AVX2 forms as well:
+// `OPENBLAS_CORETYPE=Haswell TRIDENT_CPU_AVX512=off scripts/bench-cpu-vs-torch.sh` (the script
+// keeps PyTorch to AVX2 too).
 // TRIDENT_CPU_KERNEL(name, (params), body...) defines `name` (the clones) and `name_avx512`
 // from one body; TRIDENT_CPU_PICK(name) names the one to call.
 #include <cstdint>
@@ -68,7 +72,7 @@ inline bool cpu_avx512_kernels_available() {
 #endif
 }
 namespace isa_detail {
-inline bool g_avx512 = cpu_avx512_kernels_available();
+inline bool g_avx512 = cpu_avx512_kernels_available() && avx512_allowed_by_env();
 }  // namespace isa_detail
 // Whether the AVX-512 kernels run: available, and tests have not turned them off (one load:
 // it is read before every micro-kernel call).

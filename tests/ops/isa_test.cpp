@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm_avx512.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -168,4 +169,58 @@ TEST(Avx512Kernels, AttentionBothWaysMatchesF64) {
       seed += 5;
     }
   });
+}
+
+// TRIDENT_CPU_AVX512=off keeps the AVX-512 kernels off for the whole process (the AVX2 forms
+// run, as on a CPU without AVX-512); auto, empty or unset leaves them to the CPU; anything
+// else is an error naming the variable.
+TEST(Avx512Kernels, EnvironmentChoice) {
+  EXPECT_TRUE(avx512_choice_from_env(nullptr));
+  EXPECT_TRUE(avx512_choice_from_env(""));
+  EXPECT_TRUE(avx512_choice_from_env("auto"));
+  EXPECT_FALSE(avx512_choice_from_env("off"));
+  for (const char* bad : {"on", "0", "OFF"}) {
+    try {
+      avx512_choice_from_env(bad);
+      ADD_FAILURE() << "no error for TRIDENT_CPU_AVX512=" << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("TRIDENT_CPU_AVX512=") + bad + ": expected off or auto"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// Run by ctest with TRIDENT_CPU_AVX512=off (ops.avx512_off) and with a bad value
+// (ops.avx512_bad_value); skipped in the plain run.
+TEST(Avx512Kernels, TheEnvironmentTurnsThemOffForTheProcess) {
+  const char* env = std::getenv("TRIDENT_CPU_AVX512");
+  if (env == nullptr || std::string(env) != "off") GTEST_SKIP() << "needs TRIDENT_CPU_AVX512=off (ctest ops.avx512_off)";
+  EXPECT_FALSE(avx512_allowed_by_env());
+  EXPECT_FALSE(cpu::cpu_avx512_kernels());
+  EXPECT_FALSE(cpu::sgemm_avx512_available());
+  // The ops still run, on the AVX2 forms: a product and a softmax against f64.
+  Generator g(11);
+  Tensor a = randn({37, 29}, kF32, &g), b = randn({29, 41}, kF32, &g);
+  EXPECT_TRUE(all_close(matmul(a, b).to(kF64), matmul(a.to(kF64), b.to(kF64)), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(softmax(a, -1).to(kF64), softmax(a.to(kF64), -1), 1e-6, 1e-7));
+}
+
+TEST(Avx512Kernels, ABadEnvironmentValueIsReportedByTheFirstOp) {
+  const char* env = std::getenv("TRIDENT_CPU_AVX512");
+  if (env == nullptr || std::string(env) != "avx2") GTEST_SKIP() << "needs TRIDENT_CPU_AVX512=avx2 (ctest ops.avx512_bad_value)";
+  for (int i = 0; i < 2; ++i) {  // every op, not only the first
+    try {
+      Tensor y = add(ones({4, 4}), ones({4, 4}));
+      ADD_FAILURE() << "no error for TRIDENT_CPU_AVX512=avx2";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TRIDENT_CPU_AVX512=avx2: expected off or auto"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    set_num_threads(1);
+    ADD_FAILURE() << "set_num_threads: no error for TRIDENT_CPU_AVX512=avx2";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TRIDENT_CPU_AVX512=avx2"), std::string::npos) << e.what();
+  }
 }
