@@ -99,10 +99,18 @@ bool avx512_choice_from_env(const char* value) {
 
 bool avx512_allowed_by_env() { return avx512_env_setting() != 0; }
 
+namespace {
+// A bad TRIDENT_CPU_AVX512 is reported where the thread count is first set: parsed again to
+// throw, naming the variable and its value.
+void require_valid_avx512_env() {
+  if (avx512_env_setting() < 0) avx512_choice_from_env(std::getenv("TRIDENT_CPU_AVX512"));
+}
+}  // namespace
+
 int get_num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {
-    if (avx512_env_setting() < 0) avx512_choice_from_env(std::getenv("TRIDENT_CPU_AVX512"));  // throws, naming it
+    require_valid_avx512_env();
     n = omp_get_max_threads();
     int expected = 0;
     if (g_threads.compare_exchange_strong(expected, n)) {
@@ -116,7 +124,7 @@ int get_num_threads() {
 
 void set_num_threads(int n) {
   TRIDENT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
-  if (avx512_env_setting() < 0) avx512_choice_from_env(std::getenv("TRIDENT_CPU_AVX512"));  // throws, naming it
+  require_valid_avx512_env();
   g_threads.store(n);
   omp_set_num_threads(n);
   ensure_blas_core();

@@ -304,9 +304,10 @@ __attribute__((TRIDENT_TARGET_V4)) inline void copy_floats<v16f>(float* __restri
 }
 
 // Two loads, two two-source permutes and two stores per 32 elements; the last 1 to 31 by the
-// same with masked loads and stores (the 8-lane form's tail went through a stack copy and took
-// 7 shuffles and 8 stores for a 56-float row where this takes 4 of each: the row copies were a
-// third of the 5x5 stride-2 depthwise forward pass on planes in L2).
+// same with masked loads and stores (the 8-lane form takes 7 shuffles and 8 stores, its tail
+// through a stack copy, for a 56-float row where this takes 4 of each). The copy is bound by
+// its stores either way (17-19 cycles a 56-float row in L1 on Zen 4): no gain measured beyond
+// the noise in the depthwise forward pass, kept for its fewer instructions.
 template <>
 __attribute__((TRIDENT_TARGET_V4)) inline void deinterleave2_vec<v16f>(const float* src, int64_t n, float* even,
                                                                          float* odd) {
