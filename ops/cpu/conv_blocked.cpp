@@ -31,6 +31,8 @@
 // takes the output blocks two at a time (NOTE [AVX-512 micro-kernel] in ops/cpu/conv_simd.h);
 // the numbers "24" below are nr at its AVX2 value. Every function that touches a block is a
 // template on NV = nr / 8 behind one cloned entry point that dispatches on the problem's nr.
+// A forward pass of column stride >= 2 over wide rows gathers its tiles from the input instead,
+// with no phase planes (NOTE [Conv2d dense blocks]).
 // The input gradient of a stride-1 convolution with padding p is the same computation on gy
 // with the kernel flipped and transposed and padding (k - 1) d - p. The weight gradient uses
 // the same tiles, transposed, against gy (see "weight gradient" below).
@@ -145,17 +147,39 @@ TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float*
       if (h < 0 || h >= p.H)
         for (int64_t b = 0; b < p.sw; ++b) std::fill_n(dst + (a * p.sw + b) * p.plane + i * p.Wq, p.Wq, 0.0f);
     }
+  // Column phase b: columns j of the phase with input column j sw + b - pw inside [0, W) are
+  // [lo, hi), the same for every row; the rest, a column or two at either end, zeros. Those go
+  // first, as one vector store at each end where the row allows (the gather then overwrites
+  // what is input), not as two calls to memset per row; the row phase is counted, not divided
+  // out (one 64x56x56 image at stride 2, in cache: 62 -> 47 us, about 60 -> 45 cycles a row).
+  constexpr int64_t kMaxSw = 8;
+  int64_t lo[kMaxSw], hi[kMaxSw];
+  const int64_t nsw = std::min(p.sw, kMaxSw);
+  bool edges_by_vector = p.sw <= kMaxSw && p.Wq >= 8;
+  for (int64_t b = 0; b < nsw; ++b) {
+    lo[b] = std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
+    hi[b] = std::max(lo[b], std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
+    edges_by_vector = edges_by_vector && lo[b] <= 8 && p.Wq - hi[b] <= 8;
+  }
+  int64_t a = p.ph % p.sh, i = p.ph / p.sh;  // input row h is row i of row phase a
   for (int64_t h = 0; h < p.H; ++h) {
-    const int64_t r = h + p.ph, a = r % p.sh, i = r / p.sh;
     const float* in = src + h * p.W;
     for (int64_t b = 0; b < p.sw; ++b) {
       float* row = dst + (a * p.sw + b) * p.plane + i * p.Wq;
-      // Columns j of the phase with input column j sw + b - pw inside [0, W): [j_lo, j_hi).
-      const int64_t j_lo = std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
-      const int64_t j_hi = std::max(j_lo, std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
-      std::fill_n(row, j_lo, 0.0f);
+      const int64_t j_lo = b < nsw ? lo[b] : std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
+      const int64_t j_hi = b < nsw ? hi[b] : std::max(j_lo, std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
+      if (edges_by_vector) {
+        if (j_lo > 0) store8(row, splat(0.0f));
+        if (j_hi < p.Wq) store8(row + p.Wq - 8, splat(0.0f));
+      } else {
+        std::fill_n(row, j_lo, 0.0f);
+        std::fill_n(row + j_hi, p.Wq - j_hi, 0.0f);
+      }
       gather_strided(in + j_lo * p.sw + b - p.pw, row + j_lo, j_hi - j_lo, p.sw);
-      std::fill_n(row + j_hi, p.Wq - j_hi, 0.0f);
+    }
+    if (++a == p.sh) {
+      a = 0;
+      ++i;
     }
   }
   std::fill_n(dst + p.sh * p.sw * p.plane, kMaxNR, 0.0f);
@@ -230,7 +254,24 @@ inline void blocked_items_nv(const Chunk& ch, float* tile, float* out, int64_t i
           }
         }
         const auto up = [&](int64_t ob) { return ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR; };
-        const auto mp = [&](int64_t ob) { return out + (bk * nob + ob - ob0) * kMR * NR; };
+        // In the last slice, each block of 4 output channels first asks for the lines of y its
+        // runs go to (the writes below then find them in cache rather than waiting for each:
+        // 4% of a 3x3 stride-2 forward pass, measured).
+        Runs yr;
+        const bool last = k0 + kn == p.K;
+        if (last) yr.find(p.flat, p.Wq, p.OW, (b0 + bk) * NR, NR);
+        const auto mp = [&](int64_t ob) {
+          if (last)
+            for (int r = 0; r < kMR && ob * kMR + r < p.Og; ++r) {
+              const float* yo = ch.y + (i * p.Cout + gi * p.Og + ob * kMR + r) * out_plane;
+              for (int k = 0; k < yr.count; ++k) {
+                const float* d = yo + yr.out(p, k, /*plane_layout=*/true);
+                __builtin_prefetch(d, 1);
+                __builtin_prefetch(d + yr.len[k] - 1, 1);
+              }
+            }
+          return out + (bk * nob + ob - ob0) * kMR * NR;
+        };
         if (k0 == 0) {
           gemm_rows<NV, false>(ob0, ob1, tile, kn, up, mp);
         } else {
@@ -258,6 +299,157 @@ inline void blocked_items_nv(const Chunk& ch, float* tile, float* out, int64_t i
       }
     }
   }
+}
+
+// ---- dense blocks, tiles gathered from x ---------------------------------------------------
+// NOTE [Conv2d dense blocks]: for a column stride of 2 or more the phase planes cost a pass of
+// their own over the input and its copy (read x, write the planes, read them back: the split
+// took 0.8-0.9 ms of a 3x3 stride-2 forward pass of 10.4 on one thread, AVX2, Zen 4, with the
+// input in memory), computes the Wq - OW columns per row it drops, and splits every phase of a
+// 1x1 stride-2 kernel to use one. Dense blocks number the outputs j = oh OW + ow instead (y's
+// own layout: a block's lanes go to y as one run per channel, nothing computed and dropped) and
+// gather each tile row from the input planes directly, the stride and the padding applied in
+// the gather: a block's tile row is one piece per output row it covers (Seg), each a strided
+// gather (gather_strided: 8 outputs from two vector loads and a shuffle at stride 2) with zeros
+// where it falls in the padding. The pieces are filled tap by tap, piece by piece, for every
+// channel of the slice at once, so one piece's lengths repeat and its branches are predicted;
+// the zeros go first, as whole vectors (a piece's tail reaching into lanes the gathers then
+// write, or into the tile's 8 floats of slack). A gather costs more than the phase path's copy
+// of a tile row (a vector load per 8 lanes), and the tile is shared by every output block, so it
+// pays where rows are wide (few pieces per block) and the kernel narrow (few gathers per input
+// row): column stride >= 2, kW <= 3 and OW >= 16, or a 1x1 kernel. Measured (best of 12 runs
+// alternating the two in one process, Zen 4, AVX2 kernels and OpenBLAS Haswell, phases / dense,
+// 1 and 2 threads): 3x3 stride 2 8x64x56x56->128 1.07 / 1.09, 8x64x112x112->64 1.06 / 1.09,
+// 8x128x28x28->256 1.01 / 1.01, grouped 8x64x56x56->64 g4 1.11 / 1.02, 1x1 stride 2
+// 8x64x56x56->128 1.39 / 1.56 and 8x256x28x28->512 1.17 / 1.18; left on the phase planes:
+// 8x256x14x14->256 (OW 7) 0.97 / 0.96, 1x128x28x28->128 (OW 14) 0.98 / 0.98, the 7x7 stride-2
+// stem 0.92 / 0.91, 5x5 stride 2 0.85 / 0.89. With the AVX-512 kernels the direct kernel
+// (NOTE [Conv2d direct]) takes most of these; of those left to the blocked kernels, 3x3
+// stride 2 to 36 channels measured 0.96-0.99 (at parity) and 5x5 0.82-0.87.
+// set_conv_dense_blocks_for_testing forces either layout.
+// One piece of a block's tile row: lanes [lane, lane + len) are output row oh, columns ow..,
+// whose inputs for tap t lie in one input row (src < 0: a row of padding) at columns
+// (w0 + e sw), inside the row for lo <= e < hi.
+struct Seg {
+  int64_t src;  // offset in the channel's plane of the element for e = lo, or -1
+  int32_t lane, len, lo, hi;
+};
+
+// v8f zeros over d[0, n) and up to 7 floats past it (the callers write what follows later).
+inline void zero_over(float* d, int64_t n) {
+  for (int64_t e = 0; e < n; e += 8) store8(d + e, splat(0.0f));
+}
+
+// The pieces of block j0 (NR lanes, valid of them outputs) for every tap: segs[t * count + k].
+// Lanes past the outputs (the last block of an image) get a piece of padding.
+inline int dense_segments(const Problem& p, int64_t j0, int64_t NR, Seg* segs) {
+  Runs rn;
+  const int64_t P = p.OH * p.OW;
+  rn.find(P, p.OW, p.OW, j0, NR);
+  const int64_t valid = std::min(NR, P - j0);
+  const int count = rn.count + (valid < NR ? 1 : 0);
+  for (int64_t t = 0; t < p.taps; ++t) {
+    const int64_t kh = t / p.kW, kw = t % p.kW;
+    Seg* st = segs + t * count;
+    for (int k = 0; k < rn.count; ++k) {
+      const int64_t h = rn.row[k] * p.sh + kh * p.dh - p.ph, w0 = rn.col[k] * p.sw + kw * p.dw - p.pw, len = rn.len[k];
+      int64_t lo = w0 < 0 ? (-w0 + p.sw - 1) / p.sw : 0, hi = w0 < p.W ? (p.W - w0 + p.sw - 1) / p.sw : 0;
+      lo = std::min(lo, len);
+      hi = std::clamp(hi, lo, len);
+      const bool row_in = h >= 0 && h < p.H && hi > lo;
+      st[k] = Seg{row_in ? h * p.W + w0 + lo * p.sw : -1, static_cast<int32_t>(rn.lane[k]), static_cast<int32_t>(len),
+                  static_cast<int32_t>(lo), static_cast<int32_t>(hi)};
+    }
+    if (valid < NR) st[rn.count] = Seg{-1, static_cast<int32_t>(valid), static_cast<int32_t>(NR - valid), 0, 0};
+  }
+  return count;
+}
+
+// Items [i0, i1) of a chunk of dense blocks (ch.phases is x itself, ch.y is y); tile is
+// slice_rows(nr) x nr floats and 8 of slack, out per_item x OB x kMR x nr, segs taps x (nr + 1).
+template <int NV>
+inline void dense_items_nv(const Chunk& ch, float* tile, float* out, Seg* segs, int64_t i0, int64_t i1) {
+  constexpr int NR = 8 * NV;
+  constexpr int64_t KC = slice_rows(NR);
+  const Problem& p = *ch.p;
+  const int64_t out_plane = p.OH * p.OW, in_plane = p.H * p.W;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t orr = item % ch.orr, unit = item / ch.orr;  // unit = (image, group, run of blocks)
+    const int64_t run = unit % ch.runs, gi = (unit / ch.runs) % p.groups, i = unit / (ch.runs * p.groups);
+    const int64_t b0 = run * ch.per_item, nblk = std::min(ch.per_item, p.blocks - b0);
+    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
+    const float* xg = ch.phases + (i * p.Cin + gi * p.Cg) * in_plane;
+    const int64_t slices = (p.K + KC - 1) / KC, kc = (p.K + slices - 1) / slices;
+    for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
+      const int64_t kn = std::min(kc, p.K - k0);
+      for (int64_t bk = 0; bk < nblk; ++bk) {
+        const int64_t j0 = (b0 + bk) * NR;
+        const int count = dense_segments(p, j0, NR, segs);
+        // Tap by tap, piece by piece, every channel of the slice: the same lengths over and
+        // over (predicted branches). The zeros first, as whole vectors that may reach past
+        // their piece (into lanes the gathers then write, or the tile's slack).
+        for (int pass = 0; pass < 2; ++pass)
+          for (int64_t t = 0; t < p.taps; ++t) {
+            const int64_t c_lo = std::max<int64_t>(0, (k0 - t + p.taps - 1) / p.taps);
+            const int64_t c_hi = (k0 + kn - t + p.taps - 1) / p.taps;
+            if (c_hi <= c_lo) continue;
+            for (int q = 0; q < count; ++q) {
+              const Seg& sg = segs[t * count + q];
+              float* d = tile + (c_lo * p.taps + t - k0) * NR + sg.lane;
+              const int64_t dstep = p.taps * NR;
+              if (pass == 0) {
+                if (sg.src < 0) {
+                  for (int64_t c = c_lo; c < c_hi; ++c, d += dstep) zero_over(d, sg.len);
+                } else if (sg.lo > 0 || sg.hi < sg.len) {
+                  for (int64_t c = c_lo; c < c_hi; ++c, d += dstep) {
+                    zero_over(d, sg.lo);
+                    zero_over(d + sg.hi, sg.len - sg.hi);
+                  }
+                }
+              } else if (sg.src >= 0) {
+                const float* xs = xg + c_lo * in_plane + sg.src;
+                for (int64_t c = c_lo; c < c_hi; ++c, d += dstep, xs += in_plane)
+                  gather_strided(xs, d + sg.lo, sg.hi - sg.lo, p.sw);
+              }
+            }
+          }
+        const bool last = k0 + kn == p.K;
+        const auto up = [&](int64_t ob) { return ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR; };
+        const auto mp = [&](int64_t ob) {
+          if (last)  // the output's lines, for the writes below
+            for (int r = 0; r < kMR && ob * kMR + r < p.Og; ++r) {
+              const float* yo = ch.y + (i * p.Cout + gi * p.Og + ob * kMR + r) * out_plane + j0;
+              for (int e = 0; e < NR; e += 16) __builtin_prefetch(yo + e, 1);
+            }
+          return out + (bk * nob + ob - ob0) * kMR * NR;
+        };
+        if (k0 == 0) {
+          gemm_rows<NV, false>(ob0, ob1, tile, kn, up, mp);
+        } else {
+          gemm_rows<NV, true>(ob0, ob1, tile, kn, up, mp);
+        }
+      }
+    }
+    // Each output channel's lanes of the item are one run of y.
+    for (int64_t ob = ob0; ob < ob1; ++ob)
+      for (int r = 0; r < kMR && ob * kMR + r < p.Og; ++r) {
+        const int64_t oc = gi * p.Og + ob * kMR + r;
+        const v8f b = splat(p.bias ? p.bias[oc] : 0.0f);
+        float* yo = ch.y + (i * p.Cout + oc) * out_plane;
+        for (int64_t bk = 0; bk < nblk; ++bk) {
+          const int64_t j0 = (b0 + bk) * NR, valid = std::min<int64_t>(NR, out_plane - j0);
+          const float* s = out + ((bk * nob + ob - ob0) * kMR + r) * NR;
+          int64_t e = 0;
+          for (; e + 8 <= valid; e += 8) store8(yo + j0 + e, load8(s + e) + b);
+          for (; e < valid; ++e) yo[j0 + e] = s[e] + b[0];
+        }
+      }
+  }
+}
+
+TRIDENT_CPU_CLONES void dense_items(const Chunk& ch, float* tile, float* out, Seg* segs, int64_t i0, int64_t i1) {
+  if (ch.p->nr == 48) return dense_items_nv<6>(ch, tile, out, segs, i0, i1);
+  dense_items_nv<3>(ch, tile, out, segs, i0, i1);
 }
 
 TRIDENT_CPU_CLONES void blocked_items(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
@@ -299,6 +491,13 @@ void transpose_if_row_kernel(Problem& p) {
 namespace {
 
 int g_blocked_preference = -1;  // NOTE [Blocked or GEMM]
+int g_dense_blocks = -1;        // NOTE [Conv2d dense blocks]
+
+bool dense_blocks_apply(const Problem& p) {
+  if (p.transposed) return false;
+  if (g_dense_blocks >= 0) return g_dense_blocks == 1;
+  return p.sw >= 2 && ((p.kW <= 3 && p.OW >= 16) || p.taps == 1);
+}
 
 void run(Problem& p) {
   transpose_if_row_kernel(p);
@@ -311,14 +510,29 @@ void run(Problem& p) {
   const int threads = get_num_threads();
   Tensor wp = empty({p.groups * p.OB * p.K * kMR});
   pack_weights(p, wp.data<float>());
-  forward_chunks(p, p, [&](int64_t n0, int64_t nb, const float* phases, float* y) {
-    Chunk ch{&p, wp.data<float>(), phases, y, n0, nb, kFwdBlocks, 0, 1};
-    // Too few items to keep every thread busy for long: fewer blocks per item, then the
-    // output channels split as well.
+  // Too few items to keep every thread busy for long: fewer blocks per item, then the output
+  // channels split as well.
+  const auto share_out = [&](Chunk& ch) {
     const auto runs_for = [&](int64_t per_item) { return (p.blocks + per_item - 1) / per_item; };
-    while (ch.per_item > 1 && nb * p.groups * runs_for(ch.per_item) < 4 * threads) ch.per_item /= 2;
+    while (ch.per_item > 1 && ch.nb * p.groups * runs_for(ch.per_item) < 4 * threads) ch.per_item /= 2;
     ch.runs = runs_for(ch.per_item);
     while (ch.items() < 4 * threads && ch.orr * 2 <= p.OB) ch.orr *= 2;
+  };
+  if (dense_blocks_apply(p)) {
+    p.blocks = (p.OH * p.OW + p.nr - 1) / p.nr;
+    Chunk ch{&p, wp.data<float>(), p.x, p.y, 0, p.N, kFwdBlocks, 0, 1};
+    share_out(ch);
+    parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
+      const int64_t tile = slice_rows(p.nr) * p.nr + 8;
+      Tensor ws = empty({tile + ch.per_item * p.OB * kMR * p.nr});
+      std::vector<Seg> segs(static_cast<size_t>(p.taps * (p.nr + 1)));
+      dense_items(ch, ws.data<float>(), ws.data<float>() + tile, segs.data(), i0, i1);
+    });
+    return;
+  }
+  forward_chunks(p, p, [&](int64_t n0, int64_t nb, const float* phases, float* y) {
+    Chunk ch{&p, wp.data<float>(), phases, y, n0, nb, kFwdBlocks, 0, 1};
+    share_out(ch);
     parallel_for(0, ch.items(), 1, [&](int64_t i0, int64_t i1) {
       const int64_t tile = slice_rows(p.nr) * p.nr;
       Tensor ws = empty({tile + ch.per_item * p.OB * kMR * p.nr});
@@ -465,6 +679,8 @@ bool blocked_kernels_preferred() {
 }
 
 int set_conv_blocked_preference_for_testing(int mode) { return std::exchange(g_blocked_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+
+int set_conv_dense_blocks_for_testing(int mode) { return std::exchange(g_dense_blocks, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
 
 void blocked_backward_weight(const float* gy, const float* x, float* gw, const Conv2dGeometry& g) {
   Problem p(x, nullptr, nullptr, g.N, g.C, g.H, g.W, g.O, g.OH, g.OW, g.kH, g.kW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);

@@ -25,6 +25,12 @@ bool blocked_kernels_preferred();
 // previous setting. Not thread-safe: call it between convolutions.
 int set_conv_blocked_preference_for_testing(int mode);
 
+// Forces the blocked forward pass's layout for tests (NOTE [Conv2d dense blocks] in
+// ops/cpu/conv_blocked.cpp): 1 dense blocks gathered from the input wherever they can run (not
+// for a 1 x k kernel computed on transposed planes), 0 the phase planes, -1 the rule; returns the
+// previous setting. Not thread-safe: call it between convolutions.
+int set_conv_dense_blocks_for_testing(int mode);
+
 // The AVX-512 micro-kernel (NOTE [AVX-512 micro-kernel] in ops/cpu/conv_simd.h) runs where
 // cpu_avx512_kernels() (ops/cpu/isa.h) says; set_cpu_avx512_kernels_enabled_for_testing(false)
 // makes the Winograd and blocked kernels use the AVX2 one.

@@ -187,7 +187,9 @@ inline void gemm_kernel(const float* __restrict up, const float* __restrict vp, 
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) store8(mp + r * NR + 8 * v, acc[r][v]);
 }
 

@@ -663,6 +663,30 @@ TEST(Conv2d, EveryMicroKernelOfThisCpuMatchesF64Products) {
   }
 }
 
+TEST(Conv2d, DenseBlocksAndPhasePlanesMatchNestedLoops) {
+  // NOTE [Conv2d dense blocks]: the blocked forward pass with its tiles gathered from the input
+  // (dense blocks) and from phase planes, each forced for every case: output rows wider than a
+  // block (pieces crossing rows), output channels not a multiple of 4, column strides 2 and 3
+  // (vector and scalar gathers), row stride 1 under column stride 2 with dilation and groups,
+  // padding wider than the input (whole pieces of padding), K in two slices that split a
+  // channel's taps, and a 1x1 stride-2 kernel; both micro-kernels, 1 and 3 threads.
+  const std::vector<ConvCase> cases = {
+      {{2, 5, 13, 11}, {7, 5, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{1, 3, 40, 61}, {8, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 4, 9, 40}, {12, 2, 3, 5}, {{1, 2}, {2, 0}, {1, 2}, 2}, true},
+      {{2, 6, 17, 17}, {6, 2, 3, 3}, {{3, 3}, {0, 2}, {2, 1}, 3}, true},
+      {{1, 4, 5, 3}, {4, 4, 5, 5}, {{1, 1}, {4, 4}, {1, 1}, 1}, true},
+      {{2, 33, 12, 12}, {8, 33, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 6, 9, 10}, {5, 6, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, true},
+  };
+  for (int dense : {1, 0}) {
+    SCOPED_TRACE(dense ? "dense blocks" : "phase planes");
+    const int was = cpu::set_conv_dense_blocks_for_testing(dense);
+    with_and_without_avx512([&](bool avx512) { on_one_and_three_threads(cases, avx512 ? 9300 : 9100, check_against_reference); });
+    cpu::set_conv_dense_blocks_for_testing(was);
+  }
+}
+
 TEST(Conv2d, GemmRouteOfAvx512MachinesMatchesNestedLoops) {
   // NOTE [Blocked or GEMM]: with the blocked kernels set aside, f32 forward passes, weight and
   // input gradients of the shapes they serve outside F(2, 7) (3x3 stride 2, 5x3 padded, 1x3
