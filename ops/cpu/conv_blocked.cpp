@@ -72,7 +72,7 @@ void pack_weights(const Problem& p, float* Wp) {
 }
 
 // dst[k] = src[k sw] for k < n: sw = 1 a copy, sw = 2 deinterleaved 8 outputs at a time (two
-// vector loads and one shuffle) where the loads stay inside the n (n - 1) sw + 1 elements read.
+// vector loads and alternate8) where the loads stay inside the n (n - 1) sw + 1 elements read.
 inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) {
   if (sw == 1) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -80,12 +80,10 @@ inline void gather_strided(const float* src, float* dst, int64_t n, int64_t sw) 
   }
   int64_t k = 0;
   if (sw == 2) {
-    const v8i even = {0, 2, 4, 6, 8, 10, 12, 14};
-    for (; 2 * k + 16 <= 2 * n - 1; k += 8) store8(dst + k, __builtin_shuffle(load8(src + 2 * k), load8(src + 2 * k + 8), even));
+    for (; 2 * k + 16 <= 2 * n - 1; k += 8) store8(dst + k, alternate8<0>(load8(src + 2 * k), load8(src + 2 * k + 8)));
     if (k < n && n > 8) {  // the last 8 outputs again, from one float earlier (the odd lanes)
-      const v8i odd = {1, 3, 5, 7, 9, 11, 13, 15};
       k = n - 8;
-      store8(dst + k, __builtin_shuffle(load8(src + 2 * k - 1), load8(src + 2 * k + 7), odd));
+      store8(dst + k, alternate8<1>(load8(src + 2 * k - 1), load8(src + 2 * k + 7)));
       return;
     }
   }

@@ -37,15 +37,29 @@ inline v8f load8(const float* p) {
 inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
 inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
 
+// The even (Odd = 0) or odd (Odd = 1) elements of the 16 floats a, b, in order: a shuffle
+// within 128-bit lanes, then one of 64-bit pairs across them (vshufps, vpermpd on AVX2: two
+// shuffles, where the one-step __builtin_shuffle becomes two vpermd and a blend).
+template <int Odd>
+inline v8f alternate8(v8f a, v8f b) {
+  using v4d = double __attribute__((vector_size(32)));
+  const v8f t = __builtin_shufflevector(a, b, Odd, 2 + Odd, 8 + Odd, 10 + Odd, 4 + Odd, 6 + Odd, 12 + Odd, 14 + Odd);
+  v4d d;
+  std::memcpy(&d, &t, sizeof d);
+  d = __builtin_shufflevector(d, d, 0, 2, 1, 3);
+  v8f r;
+  std::memcpy(&r, &d, sizeof r);
+  return r;
+}
+
 // even[i] = src[2 i], odd[i] = src[2 i + 1] for the n elements of src: 16 at a time with two
-// loads, two shuffles and two stores, then 8 with one of each, the last 7 at most one by one.
+// loads, four shuffles and two stores, then 8 with one of each, the last 7 at most one by one.
 inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) {
-  const v8i ev = {0, 2, 4, 6, 8, 10, 12, 14}, od = {1, 3, 5, 7, 9, 11, 13, 15};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const v8f a = load8(src + i), b = load8(src + i + 8);
-    store8(even + i / 2, __builtin_shuffle(a, b, ev));
-    store8(odd + i / 2, __builtin_shuffle(a, b, od));
+    store8(even + i / 2, alternate8<0>(a, b));
+    store8(odd + i / 2, alternate8<1>(a, b));
   }
   if (i + 8 <= n) {  // 8 more: evens to the low half, odds to the high half, 4 floats each
     const v8i split = {0, 2, 4, 6, 1, 3, 5, 7};

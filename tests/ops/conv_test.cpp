@@ -745,7 +745,7 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
   // 1x1 stride 2; 1x7 and 7x1 (row stride 3); 100 input channels in chunks over 60 columns (5
   // blocks); padding past the kernel's reach (output rows and columns with no tap inside);
   // without bias. Then the same cases with the direct kernel off (the blocked kernels).
-  if (!cpu::cpu_avx512_kernels_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
+  if (!cpu::cpu_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels here (the CPU has none, or TRIDENT_CPU_AVX512=off): the direct kernel never runs";
   const std::vector<ConvCase> cases = {
       {{2, 8, 13, 12}, {16, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 5, 9, 61}, {48, 5, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
@@ -785,7 +785,7 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
   // output channels in chunks; padding 3 (gy read past its edges); a 4x4 kernel; dilation 3
   // (kernel rows 2 apart). Then the same cases with the direct kernel off (im2col + GEMM; the
   // blocked kernels for some of column stride 1).
-  if (!cpu::cpu_avx512_kernels_available()) GTEST_SKIP() << "this CPU has no AVX-512: the direct kernel never runs here";
+  if (!cpu::cpu_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels here (the CPU has none, or TRIDENT_CPU_AVX512=off): the direct kernel never runs";
   const std::vector<ConvCase> cases = {
       {{2, 16, 13, 12}, {8, 16, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 48, 9, 61}, {20, 48, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
