@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 
@@ -71,6 +72,39 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
       } catch (...) {
 #pragma omp critical(trident_parallel_for_error)
         if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// Like parallel_for, but the range goes out `chunk` elements at a time to whichever thread asks
+// next (an atomic counter), so a thread whose core runs slow (a busy neighbour on a shared VM)
+// takes fewer chunks instead of holding up the rest: for work items of about equal cost whose
+// results do not depend on which thread computes them. f(b, e) runs once per chunk.
+template <typename F>
+void parallel_for_dynamic(int64_t begin, int64_t end, int64_t chunk, const F& f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  const int max_threads = get_num_threads();
+  if (n <= chunk || max_threads <= 1 || omp_in_parallel()) {
+    f(begin, end);
+    return;
+  }
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(max_threads, chunks)))
+  {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks; c = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t b = begin + c * chunk, e = std::min(end, b + chunk);
+      try {
+        f(b, e);
+      } catch (...) {
+#pragma omp critical(trident_parallel_for_error)
+        if (!error) error = std::current_exception();
+        next.store(chunks, std::memory_order_relaxed);
       }
     }
   }

@@ -93,21 +93,25 @@ int64_t range_of(int64_t channels, int64_t per_channel) {
 }
 
 // The work items of the forward pass and the input gradient on the threads: (image, group,
-// range of `channels` lanes-side channels, one of `rows` rows), a range's rows consecutive in a
-// thread's items so that the range's weights (range_of) stay in L2 from row to row (all of a
-// 416 -> 416 7x1 convolution's, 4.8 MB, came from L3 for every row otherwise). Each thread gets
+// range of `channels` lanes-side channels, one of `rows` rows), handed out in chunks of
+// consecutive items (NOTE [Dynamic items] in ops/cpu/conv_blocked.cpp), so a range's rows follow
+// one another on a thread and the range's weights (range_of) stay in L2 from row to row (all of
+// a 416 -> 416 7x1 convolution's, 4.8 MB, came from L3 for every row otherwise). Each chunk gets
 // its own stage and copy buffers; row(n, gi, begin, end, row, stage, copies).
 template <typename Row>
 void for_rows(const Conv2dGeometry& g, int64_t rows, int64_t channels, int64_t per_channel, int64_t stage_floats,
               int64_t copy_floats, const Row& row) {
   const int64_t range = range_of(channels, per_channel), ranges = (channels + range - 1) / range;
-  parallel_for(0, g.N * g.groups * ranges * rows, 1, [&](int64_t i0, int64_t i1) {
+  const int64_t items = g.N * g.groups * ranges * rows;
+  const auto body = [&](int64_t i0, int64_t i1) {
     std::vector<float> stage(static_cast<size_t>(stage_floats)), copies(static_cast<size_t>(copy_floats));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r = i % rows, q = i / rows % ranges, gi = i / (rows * ranges) % g.groups, n = i / (rows * ranges * g.groups);
       row(n, gi, q * range, std::min(channels, (q + 1) * range), r, stage.data(), copies.data());
     }
-  });
+  };
+  // Handed out in chunks of about an eighth of a thread's share (NOTE [Dynamic items]).
+  parallel_for_dynamic(0, items, std::max<int64_t>(1, items / (8 * get_num_threads())), body);
 }
 
 // One block's sums over input channels [c0, c0 + nc) and the kernel rows and columns that stay
