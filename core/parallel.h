@@ -111,4 +111,8 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t chunk, const F& f)
   if (error) std::rethrow_exception(error);
 }
 
+// A chunk for parallel_for_dynamic over n items: about an eighth of each thread's share, so a
+// slow thread leaves at most a small piece for the others, and consecutive items stay together.
+inline int64_t dynamic_chunk(int64_t n) { return std::max<int64_t>(1, n / (8 * int64_t{get_num_threads()})); }
+
 }  // namespace trident

@@ -150,22 +150,20 @@ TRIDENT_CPU_CLONES void split_channel(const Problem& p, const float* src, float*
   // first, as one vector store at each end where the row allows (the gather then overwrites
   // what is input), not as two calls to memset per row; the row phase is counted, not divided
   // out (one 64x56x56 image at stride 2, in cache: 62 -> 47 us, about 60 -> 45 cycles a row).
-  constexpr int64_t kMaxSw = 8;
-  int64_t lo[kMaxSw], hi[kMaxSw];
-  const int64_t nsw = std::min(p.sw, kMaxSw);
-  bool edges_by_vector = p.sw <= kMaxSw && p.Wq >= 8;
-  for (int64_t b = 0; b < nsw; ++b) {
-    lo[b] = std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
-    hi[b] = std::max(lo[b], std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
-    edges_by_vector = edges_by_vector && lo[b] <= 8 && p.Wq - hi[b] <= 8;
-  }
+  const auto j_lo_of = [&](int64_t b) { return std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw)); };
+  const auto j_hi_of = [&](int64_t b) { return std::max(j_lo_of(b), std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw)); };
+  // Whether every column phase's zeros fit one vector store at each end (the phase with the
+  // most zeros is b = 0 at the start and b = sw - 1 at the end).
+  const bool edges_by_vector = p.Wq >= 8 && j_lo_of(0) <= 8 && p.Wq - j_hi_of(p.sw - 1) <= 8;
+  constexpr int64_t kKept = 8;  // column phases whose ranges are computed once (any more: per row)
+  int64_t lo[kKept], hi[kKept];
+  for (int64_t b = 0; b < std::min(p.sw, kKept); ++b) lo[b] = j_lo_of(b), hi[b] = j_hi_of(b);
   int64_t a = p.ph % p.sh, i = p.ph / p.sh;  // input row h is row i of row phase a
   for (int64_t h = 0; h < p.H; ++h) {
     const float* in = src + h * p.W;
     for (int64_t b = 0; b < p.sw; ++b) {
       float* row = dst + (a * p.sw + b) * p.plane + i * p.Wq;
-      const int64_t j_lo = b < nsw ? lo[b] : std::min(p.Wq, std::max<int64_t>(0, (p.pw - b + p.sw - 1) / p.sw));
-      const int64_t j_hi = b < nsw ? hi[b] : std::max(j_lo, std::min(p.Wq, (p.W + p.pw - b + p.sw - 1) / p.sw));
+      const int64_t j_lo = b < kKept ? lo[b] : j_lo_of(b), j_hi = b < kKept ? hi[b] : j_hi_of(b);
       if (edges_by_vector) {
         if (j_lo > 0) store8(row, splat(0.0f));
         if (j_hi < p.Wq) store8(row + p.Wq - 8, splat(0.0f));
@@ -214,80 +212,116 @@ struct Chunk {
   int64_t items() const { return nb * p->groups * runs * orr; }
 };
 
+// One work item of a chunk: image i (of the chunk), group gi, blocks [b0, b0 + nblk) of nr
+// outputs, output blocks [ob0, ob1).
+struct Item {
+  int64_t i, gi, b0, nblk, ob0, ob1;
+};
+
+inline Item item_of(const Chunk& ch, int64_t item) {
+  const Problem& p = *ch.p;
+  const int64_t orr = item % ch.orr, unit = item / ch.orr;  // unit = (image, group, run of blocks)
+  const int64_t run = unit % ch.runs, b0 = run * ch.per_item;
+  return Item{unit / (ch.runs * p.groups), (unit / ch.runs) % p.groups, b0, std::min(ch.per_item, p.blocks - b0),
+              p.OB * orr / ch.orr, p.OB * (orr + 1) / ch.orr};
+}
+
+// The multiply-adds of one item, both layouts: K in slices of at most KC tile rows, of equal
+// size (576 rows: 3 x 192, not 256, 256, 64, so none is a short one that pays the accumulators'
+// loads and stores for few rows); per slice, for each block bk of the item, fill(bk, k0, kn)
+// writes its tile slice and the micro-kernel runs it against every output block's weights, the
+// sums going to out [block][output block][kMR][NR]. A block's tile slice stays in L1 while every
+// output block uses it, the weights' slice in L2 while every block of the item uses it. In the
+// last slice touch_y(bk, ob) runs before output block ob's kernel: it asks for the lines of y
+// the writes after the item go to, which then find them in cache rather than waiting for each
+// (4% of a 3x3 stride-2 forward pass, measured).
+// The rows per K slice: at most KC, in equal slices (see multiply_item).
+inline int64_t slice_size(int64_t K, int64_t KC) {
+  const int64_t slices = (K + KC - 1) / KC;
+  return (K + slices - 1) / slices;
+}
+
+template <int NV, typename Fill, typename TouchY>
+inline void multiply_item(const Chunk& ch, const Item& it, float* tile, float* out, const Fill& fill, const TouchY& touch_y) {
+  constexpr int NR = 8 * NV;
+  constexpr int64_t KC = slice_rows(NR);
+  const Problem& p = *ch.p;
+  const int64_t kc = slice_size(p.K, KC), nob = it.ob1 - it.ob0;
+  for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
+    const int64_t kn = std::min(kc, p.K - k0);
+    const bool last = k0 + kn == p.K;
+    for (int64_t bk = 0; bk < it.nblk; ++bk) {
+      fill(bk, k0, kn);
+      const auto up = [&](int64_t ob) { return ch.Wp + ((it.gi * p.OB + ob) * p.K + k0) * kMR; };
+      const auto mp = [&](int64_t ob) {
+        if (last) touch_y(bk, ob);
+        return out + (bk * nob + ob - it.ob0) * kMR * NR;
+      };
+      if (k0 == 0) {
+        gemm_rows<NV, false>(it.ob0, it.ob1, tile, kn, up, mp);
+      } else {
+        gemm_rows<NV, true>(it.ob0, it.ob1, tile, kn, up, mp);
+      }
+    }
+  }
+}
+
 // Items [i0, i1) of a chunk; tile is slice_rows(nr) x nr floats, out per_item x OB x kMR x nr (nr = 8 NV).
 template <int NV>
 inline void blocked_items_nv(const Chunk& ch, float* tile, float* out, int64_t i0, int64_t i1) {
   constexpr int NR = 8 * NV;
-  constexpr int64_t KC = slice_rows(NR);
   const Problem& p = *ch.p;
   const int64_t* off = p.off.data();
   const int64_t out_plane = p.OH * p.OW;
   for (int64_t item = i0; item < i1; ++item) {
-    const int64_t orr = item % ch.orr, unit = item / ch.orr;  // unit = (image, group, run of blocks)
-    const int64_t run = unit % ch.runs, gi = (unit / ch.runs) % p.groups, i = unit / (ch.runs * p.groups);
-    const int64_t b0 = run * ch.per_item, nblk = std::min(ch.per_item, p.blocks - b0);
-    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
-    const float* base = ch.phases + (i * p.Cin + gi * p.Cg) * p.Lc + b0 * NR;
-    // K in slices of KC tile rows: a block's slice stays in L1 while every output block uses
-    // it, the weights' slice in L2 while every block of the item uses it.
-    // Slices of equal size (576 rows: 3 x 192, not 256, 256, 64), so none is a short one
-    // that pays the accumulators' loads and stores for few rows.
-    const int64_t slices = (p.K + KC - 1) / KC, kc = (p.K + slices - 1) / slices;
-    for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
-      const int64_t kn = std::min(kc, p.K - k0);
-      for (int64_t bk = 0; bk < nblk; ++bk) {
-        int64_t c = k0 / p.taps, t = k0 % p.taps;
-        const float* src = base + c * p.Lc + bk * NR;
-        float* dst = tile;
-        for (int64_t k = 0; k < kn; ++k, dst += NR) {
-          const float* row = src + off[t];
-          for (int v = 0; v < NV; ++v) store8(dst + 8 * v, load8(row + 8 * v));
-          // The next block reads the next NR floats of every row, from up to 256 different
-          // phase planes at once: more streams than the hardware prefetchers follow.
-          __builtin_prefetch(row + NR);
-          __builtin_prefetch(row + 2 * NR - 1);
-          if (++t == p.taps) {
-            t = 0;
-            src += p.Lc;
-          }
-        }
-        const auto up = [&](int64_t ob) { return ch.Wp + ((gi * p.OB + ob) * p.K + k0) * kMR; };
-        // In the last slice, each block of 4 output channels first asks for the lines of y its
-        // runs go to (the writes below then find them in cache rather than waiting for each:
-        // 4% of a 3x3 stride-2 forward pass, measured).
-        Runs yr;
-        const bool last = k0 + kn == p.K;
-        if (last) yr.find(p.flat, p.Wq, p.OW, (b0 + bk) * NR, NR);
-        const auto mp = [&](int64_t ob) {
-          if (last)
-            for (int r = 0; r < kMR && ob * kMR + r < p.Og; ++r) {
-              const float* yo = ch.y + (i * p.Cout + gi * p.Og + ob * kMR + r) * out_plane;
-              for (int k = 0; k < yr.count; ++k) {
-                const float* d = yo + yr.out(p, k, /*plane_layout=*/true);
-                __builtin_prefetch(d, 1);
-                __builtin_prefetch(d + yr.len[k] - 1, 1);
-              }
-            }
-          return out + (bk * nob + ob - ob0) * kMR * NR;
-        };
-        if (k0 == 0) {
-          gemm_rows<NV, false>(ob0, ob1, tile, kn, up, mp);
-        } else {
-          gemm_rows<NV, true>(ob0, ob1, tile, kn, up, mp);
+    const Item it = item_of(ch, item);
+    const int64_t nob = it.ob1 - it.ob0;
+    const float* base = ch.phases + (it.i * p.Cin + it.gi * p.Cg) * p.Lc + it.b0 * NR;
+    const auto copy_tile = [&](int64_t bk, int64_t k0, int64_t kn) {
+      int64_t c = k0 / p.taps, t = k0 % p.taps;
+      const float* src = base + c * p.Lc + bk * NR;
+      float* dst = tile;
+      for (int64_t k = 0; k < kn; ++k, dst += NR) {
+        const float* row = src + off[t];
+        for (int v = 0; v < NV; ++v) store8(dst + 8 * v, load8(row + 8 * v));
+        // The next block reads the next NR floats of every row, from up to 256 different
+        // phase planes at once: more streams than the hardware prefetchers follow.
+        __builtin_prefetch(row + NR);
+        __builtin_prefetch(row + 2 * NR - 1);
+        if (++t == p.taps) {
+          t = 0;
+          src += p.Lc;
         }
       }
-    }
-    for (int64_t bk = 0; bk < nblk; ++bk) {
+    };
+    Runs yr;  // block yr_bk's runs of y
+    int64_t yr_bk = -1;
+    const auto touch_y = [&](int64_t bk, int64_t ob) {
+      if (bk != yr_bk) {
+        yr.find(p.flat, p.Wq, p.OW, (it.b0 + bk) * NR, NR);
+        yr_bk = bk;
+      }
+      for (int r = 0; r < kMR && ob * kMR + r < p.Og; ++r) {
+        const float* yo = ch.y + (it.i * p.Cout + it.gi * p.Og + ob * kMR + r) * out_plane;
+        for (int k = 0; k < yr.count; ++k) {
+          const float* d = yo + yr.out(p, k, /*plane_layout=*/true);
+          __builtin_prefetch(d, 1);
+          __builtin_prefetch(d + yr.len[k] - 1, 1);
+        }
+      }
+    };
+    multiply_item<NV>(ch, it, tile, out, copy_tile, touch_y);
+    for (int64_t bk = 0; bk < it.nblk; ++bk) {
       Runs rn;
-      rn.find(p.flat, p.Wq, p.OW, (b0 + bk) * NR, NR);
-      for (int64_t ob = ob0; ob < ob1; ++ob) {
-        const float* ob_out = out + (bk * nob + ob - ob0) * kMR * NR;
+      rn.find(p.flat, p.Wq, p.OW, (it.b0 + bk) * NR, NR);
+      for (int64_t ob = it.ob0; ob < it.ob1; ++ob) {
+        const float* ob_out = out + (bk * nob + ob - it.ob0) * kMR * NR;
         for (int r = 0; r < kMR; ++r) {
           const int64_t o = ob * kMR + r;
           if (o >= p.Og) break;
-          const int64_t oc = gi * p.Og + o;
+          const int64_t oc = it.gi * p.Og + o;
           const float b = p.bias ? p.bias[oc] : 0.0f;
-          float* yo = ch.y + (i * p.Cout + oc) * out_plane;
+          float* yo = ch.y + (it.i * p.Cout + oc) * out_plane;
           for (int k = 0; k < rn.count; ++k) {
             const float* s = ob_out + r * NR + rn.lane[k];
             float* d = yo + rn.out(p, k, /*plane_layout=*/true);
@@ -365,6 +399,8 @@ inline int dense_segments(const Problem& p, int64_t j0, int64_t NR, Seg* segs) {
 
 // Items [i0, i1) of a chunk of dense blocks (ch.phases is x itself, ch.y is y); tile is
 // slice_rows(nr) x nr floats and 8 of slack, out per_item x OB x kMR x nr, segs taps x (nr + 1).
+// The same slices and kernel calls as multiply_item, written out: the gathers passed to it as
+// a callback ran 2-3% slower (AVX2, one thread, 3x3 stride 2, best of 15 alternating builds).
 template <int NV>
 inline void dense_items_nv(const Chunk& ch, float* tile, float* out, Seg* segs, int64_t i0, int64_t i1) {
   constexpr int NR = 8 * NV;
@@ -372,12 +408,10 @@ inline void dense_items_nv(const Chunk& ch, float* tile, float* out, Seg* segs, 
   const Problem& p = *ch.p;
   const int64_t out_plane = p.OH * p.OW, in_plane = p.H * p.W;
   for (int64_t item = i0; item < i1; ++item) {
-    const int64_t orr = item % ch.orr, unit = item / ch.orr;  // unit = (image, group, run of blocks)
-    const int64_t run = unit % ch.runs, gi = (unit / ch.runs) % p.groups, i = unit / (ch.runs * p.groups);
-    const int64_t b0 = run * ch.per_item, nblk = std::min(ch.per_item, p.blocks - b0);
-    const int64_t ob0 = p.OB * orr / ch.orr, ob1 = p.OB * (orr + 1) / ch.orr, nob = ob1 - ob0;
+    const Item it = item_of(ch, item);
+    const int64_t i = it.i, gi = it.gi, b0 = it.b0, nblk = it.nblk, ob0 = it.ob0, ob1 = it.ob1, nob = ob1 - ob0;
     const float* xg = ch.phases + (i * p.Cin + gi * p.Cg) * in_plane;
-    const int64_t slices = (p.K + KC - 1) / KC, kc = (p.K + slices - 1) / slices;
+    const int64_t kc = slice_size(p.K, KC);
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       const int64_t kn = std::min(kc, p.K - k0);
       for (int64_t bk = 0; bk < nblk; ++bk) {
@@ -491,13 +525,12 @@ namespace {
 // NOTE [Dynamic items]: the forward passes' work items (blocks of outputs here, output rows of
 // the direct kernel) cost about the same and write disjoint outputs, so they go to the threads
 // in chunks of about an eighth of a thread's share, to whichever thread asks next
-// (parallel_for_dynamic), rather than as one fixed range each: on these shared VMs one vCPU
-// often runs slower for a while, and with fixed ranges the other then waits for it (libgomp's
+// (parallel_for_dynamic with dynamic_chunk, core/parallel.h), rather than as one fixed range
+// each: on these shared VMs one vCPU often runs slower for a while, and with fixed ranges the other then waits for it (libgomp's
 // barrier took 4-5% of a 3x3 stride-2 forward pass on two threads; runs of the pass took 8.5 ms
 // instead of 4.4 with fixed ranges, 5.0 handed out). A chunk keeps consecutive items together, so
 // each still reuses what the one before left in cache; the results do not depend on which thread
 // computes which item.
-inline int64_t dynamic_chunk(int64_t items) { return std::max<int64_t>(1, items / (8 * get_num_threads())); }
 
 int g_blocked_preference = -1;  // NOTE [Blocked or GEMM]
 int g_dense_blocks = -1;        // NOTE [Conv2d dense blocks]

@@ -111,7 +111,7 @@ void for_rows(const Conv2dGeometry& g, int64_t rows, int64_t channels, int64_t p
     }
   };
   // Handed out in chunks of about an eighth of a thread's share (NOTE [Dynamic items]).
-  parallel_for_dynamic(0, items, std::max<int64_t>(1, items / (8 * get_num_threads())), body);
+  parallel_for_dynamic(0, items, dynamic_chunk(items), body);
 }
 
 // One block's sums over input channels [c0, c0 + nc) and the kernel rows and columns that stay
