@@ -522,8 +522,8 @@ void transpose_if_row_kernel(Problem& p) {
 
 namespace {
 
-// NOTE [Dynamic items]: the forward passes' work items (blocks of outputs here, output rows of
-// the direct kernel) cost about the same and write disjoint outputs, so they go to the threads
+// NOTE [Dynamic items]: the work items of the forward passes and input gradients that run here
+// (blocks of outputs) and in the direct kernels (rows) cost about the same and write disjoint outputs, so they go to the threads
 // in chunks of about an eighth of a thread's share, to whichever thread asks next
 // (parallel_for_dynamic with dynamic_chunk, core/parallel.h), rather than as one fixed range
 // each: on these shared VMs one vCPU often runs slower for a while, and with fixed ranges the other then waits for it (libgomp's
