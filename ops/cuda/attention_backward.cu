@@ -5,6 +5,9 @@
 
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_mma.h"
+#if !defined(TRIDENT_SIMT)  // the host side: not compiled by the CPU emulator (tests/simt/simt.h)
+#include "ops/cuda/common.cuh"
+#endif
 
 namespace trident::cuda {
 
@@ -36,7 +39,7 @@ template <typename T, int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(Operand<T> q, Operand<T> k, Operand<T> v, Operand<T> dout, MaskDesc mask, Params p,
                 const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv) {
-  extern __shared__ float4 smem4[];
+  TRIDENT_DYNAMIC_SHARED(float4, smem4);
   __shared__ uint16_t bits[kTile * 4];
   __shared__ float sL[kTile], sDelta[kTile];
   const int ldk = ld_rows(p.D), ldv = ld_rows(p.Dv), ldq = ld_cols(p.D), ldo = ld_cols(p.Dv);
@@ -106,7 +109,7 @@ template <typename T, int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(Operand<T> q, Operand<T> k, Operand<T> v, Operand<T> dout, MaskDesc mask, Params p,
               const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dq, T* __restrict__ dmask) {
-  extern __shared__ float4 smem4[];
+  TRIDENT_DYNAMIC_SHARED(float4, smem4);
   __shared__ uint16_t bits[kTile * 4];
   const int ldq = ld_rows(p.D), ldo = ld_rows(p.Dv), ldk = ld_cols(p.D), ldv = ld_cols(p.Dv);
   float* sQ = reinterpret_cast<float*>(smem4);
@@ -164,6 +167,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Dynamic shared memory of dkdv_kernel and dq_kernel.
+inline size_t backward_smem(const Params& p) {
+  return sizeof(float) * kTile * (ld_rows(p.D) + ld_rows(p.Dv) + ld_cols(p.D) + ld_cols(p.Dv));
+}
+
+}  // namespace
+}  // namespace attn
+
+#if !defined(TRIDENT_SIMT)
+namespace attn {
+namespace {
+
 template <typename T, int kMaxD>
 void launch_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const MaskDesc& md,
                      const Tensor& out, const Tensor& lse, const Params& p, AttentionGrads& g) {
@@ -184,7 +199,7 @@ void launch_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const
     if (attention_mma_backward(dout, q, k, v, md, p, lp, dp, g)) return;  // NOTE [Tensor-core attention]
   }
 
-  const size_t smem = sizeof(float) * kTile * (ld_rows(p.D) + ld_rows(p.Dv) + ld_cols(p.D) + ld_cols(p.Dv));
+  const size_t smem = backward_smem(p);
   allow_shared_memory(dkdv_kernel<T, kMaxD>, smem, device);
   dkdv_kernel<T, kMaxD><<<grid_blocks(BH, (p.Tk + kTile - 1) / kTile), kThreads, smem, stream>>>(
       qo, ko, vo, go, md, p, lp, dp, static_cast<T*>(g.dk.data_ptr()), static_cast<T*>(g.dv.data_ptr()));
@@ -225,5 +240,6 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   });
   return g;
 }
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

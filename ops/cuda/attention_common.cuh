@@ -28,9 +28,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/check.h"
 #include "core/rng.h"
+#include "core/tensor.h"
 #include "ops/cuda/attention.h"
-#include "ops/cuda/common.cuh"
+
+// A kernel's dynamic shared memory, `T* name`. The SIMT emulator (tests/simt/simt.h) defines it
+// first, as a pointer to its own buffer.
+#ifndef TRIDENT_DYNAMIC_SHARED
+#define TRIDENT_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
 
 namespace trident::cuda::attn {
 

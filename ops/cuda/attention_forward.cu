@@ -1,6 +1,9 @@
 // Fused attention forward on CUDA (NOTE [Flash attention on CUDA] in attention_common.cuh).
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_mma.h"
+#if !defined(TRIDENT_SIMT)  // the host side: not compiled by the CPU emulator (tests/simt/simt.h)
+#include "ops/cuda/common.cuh"
+#endif
 
 namespace trident::cuda {
 
@@ -13,7 +16,7 @@ template <typename T, int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(Operand<T> q, Operand<T> k, Operand<T> v, MaskDesc mask, Params p, T* __restrict__ out,
                    float* __restrict__ lse) {
-  extern __shared__ float4 smem4[];
+  TRIDENT_DYNAMIC_SHARED(float4, smem4);
   __shared__ uint16_t bits[kTile * 4];
   float* sQ = reinterpret_cast<float*>(smem4);
   const int ldq = ld_rows(p.D), ldkv = ld_cols(max(p.D, p.Dv));
@@ -92,13 +95,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Dynamic shared memory of forward_kernel.
+inline size_t forward_smem(const Params& p) {
+  return sizeof(float) * kTile * (ld_rows(p.D) + ld_cols(std::max(p.D, p.Dv)));
+}
+
+}  // namespace
+}  // namespace attn
+
+#if !defined(TRIDENT_SIMT)
+namespace attn {
+namespace {
+
 template <typename T, int kMaxD>
 void launch_forward(const Tensor& q, const Tensor& k, const Tensor& v, const MaskDesc& md, const Params& p, Tensor& out,
                     Tensor& lse) {
   Tensor qk, kk, vk;
   const Operand<T> qo = operand<T>(q, qk), ko = operand<T>(k, kk), vo = operand<T>(v, vk);
   const int device = q.device().index;
-  const size_t smem = sizeof(float) * kTile * (ld_rows(p.D) + ld_cols(std::max(p.D, p.Dv)));
+  const size_t smem = forward_smem(p);
   allow_shared_memory(forward_kernel<T, kMaxD>, smem, device);
   const int blocks = grid_blocks(q.size(0), (p.Tq + kTile - 1) / kTile);
   forward_kernel<T, kMaxD><<<blocks, kThreads, smem, current_stream(device).handle()>>>(
@@ -130,5 +145,6 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   });
   return out;
 }
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

@@ -41,6 +41,8 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+#elif defined(TRIDENT_SIMT)
+  ::simt::mma_m16n8k16(std::is_same_v<T, __nv_bfloat16>, d, a, b0, b1);  // the CPU emulator (tests/simt)
 #else
   __trap();  // the host never launches these kernels below sm_80 (attention_mma_supported)
 #endif

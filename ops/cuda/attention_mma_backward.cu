@@ -9,6 +9,9 @@
 // second).
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/attention_mma.h"
+#if !defined(TRIDENT_SIMT)  // the host side: not compiled by the CPU emulator (tests/simt/simt.h)
+#include "ops/cuda/common.cuh"
+#endif
 
 namespace trident::cuda {
 
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;
   constexpr int kOut = D / 8, kQueryTiles = kTile / 8;
-  extern __shared__ uint4 smem_mma[];
+  TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
   __shared__ uint16_t bits[kTile * 4];
   __shared__ float sL[kTile], sDelta[kTile];
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;
   constexpr int kOut = D / 8, kKeyTiles = kTile / 8;
-  extern __shared__ uint4 smem_mma[];
+  TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
   __shared__ uint16_t bits[kTile * 4];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
   uint16_t* sO = sQ + kTile * kLd;
@@ -220,6 +223,24 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
+// Dynamic shared memory of mma_dkdv_kernel<T, D> (K, V, Q, dO tiles, then Qt and dOt) and of
+// mma_dq_kernel<T, D> (Q, dO, K, V tiles, then Kt).
+template <int D>
+constexpr size_t mma_dkdv_smem() {
+  return sizeof(uint16_t) * (4 * kTile * (D + 8) + 2 * D * kLdV);
+}
+template <int D>
+constexpr size_t mma_dq_smem() {
+  return sizeof(uint16_t) * (4 * kTile * (D + 8) + D * kLdV);
+}
+
+}  // namespace
+}  // namespace attn
+
+#if !defined(TRIDENT_SIMT)
+namespace attn {
+namespace {
+
 template <typename T, int D>
 void launch_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const MaskDesc& md,
                          const Params& p, const float* lse, const float* delta, cpu::AttentionGrads& g) {
@@ -227,8 +248,7 @@ void launch_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k, c
   const int64_t BH = q.size(0);
   const int device = q.device().index;
   const cudaStream_t stream = current_stream(device).handle();
-  const size_t tile = sizeof(uint16_t) * kTile * (D + 8), tile_t = sizeof(uint16_t) * D * kLdV;
-  const size_t smem_kv = 4 * tile + 2 * tile_t, smem_q = 4 * tile + tile_t;
+  const size_t smem_kv = mma_dkdv_smem<D>(), smem_q = mma_dq_smem<D>();
   allow_shared_memory(mma_dkdv_kernel<T, D>, smem_kv, device);
   mma_dkdv_kernel<T, D><<<grid_blocks(BH, (p.Tk + kTile - 1) / kTile), kMmaThreads, smem_kv, stream>>>(
       qo, ko, vo, go, md, p, lse, delta, static_cast<uint16_t*>(g.dk.data_ptr()), static_cast<uint16_t*>(g.dv.data_ptr()));
@@ -262,5 +282,7 @@ bool attention_mma_backward(const Tensor& dout, const Tensor& q, const Tensor& k
   }
   return true;
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

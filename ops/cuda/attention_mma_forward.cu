@@ -25,6 +25,9 @@
 
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/attention_mma.h"
+#if !defined(TRIDENT_SIMT)  // the host side: not compiled by the CPU emulator (tests/simt/simt.h)
+#include "ops/cuda/common.cuh"
+#endif
 
 namespace trident::cuda {
 
@@ -40,7 +43,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;  // Q and K row stride (elements)
   constexpr int kSteps = D / 16, kOut = D / 8, kKeyTiles = kTile / 8;
-  extern __shared__ uint4 smem_mma[];
+  TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
   __shared__ uint16_t bits[kTile * 4];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);
   uint16_t* sK = sQ + kTile * kLd;
@@ -161,12 +164,25 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
+// Dynamic shared memory of mma_forward_kernel<T, D>: Q and K tiles, then Vt.
+template <int D>
+constexpr size_t mma_forward_smem() {
+  return sizeof(uint16_t) * (2 * kTile * (D + 8) + D * kLdV);
+}
+
+}  // namespace
+}  // namespace attn
+
+#if !defined(TRIDENT_SIMT)
+namespace attn {
+namespace {
+
 template <typename T, int D>
 void launch_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const MaskDesc& md, const Params& p, Tensor& out,
                         Tensor& lse) {
   const Operand<uint16_t> qo = raw_operand(q), ko = raw_operand(k), vo = raw_operand(v);
   const int device = q.device().index;
-  const size_t smem = sizeof(uint16_t) * (2 * kTile * (D + 8) + D * kLdV);
+  const size_t smem = mma_forward_smem<D>();
   allow_shared_memory(mma_forward_kernel<T, D>, smem, device);
   const int blocks = grid_blocks(q.size(0), (p.Tq + kTile - 1) / kTile);
   mma_forward_kernel<T, D><<<blocks, kMmaThreads, smem, current_stream(device).handle()>>>(
@@ -208,5 +224,7 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
     else attn::launch_mma_forward<Half, 128>(q, k, v, md, p, out, lse);
   }
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

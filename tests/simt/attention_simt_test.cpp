@@ -1,0 +1,273 @@
+// The CUDA fused-attention kernels run on the CPU by the SIMT emulator (NOTE [Kernels on the CPU
+// emulator] in tests/simt/simt.h), against the CPU kernels in f64 on the same (rounded) inputs:
+// out, lse, dq, dk, dv (and dmask), with tests/cuda/attention_test.cpp's tolerances. Two sets:
+//   - the tensor-core kernels (ops/cuda/attention_mma_*.cu: f16/bf16, head dims 64 and 128,
+//     mma.sync), which no GPU has run yet: lengths that are not multiples of the 64-row tile,
+//     Tq != Tk both ways, causal, additive, broadcast and padding masks, dropout with the CPU's
+//     keep mask, dmask, padded rows, k and v shared by every head;
+//   - the f32 FMA kernels (attention_forward.cu, attention_backward.cu), which passed these
+//     comparisons on an H200: here they check the emulator.
+// Each launch runs twice, its threads in forward and in reverse order, and the two must give the
+// same bits (a race between threads would not). Outputs start as NaN, as the CUDA suites poison
+// their allocations, so an element no thread writes fails.
+#include "tests/simt/simt.h"  // first: it defines what the kernels below take from nvcc
+
+#include "ops/cuda/attention_backward.cu"
+#include "ops/cuda/attention_forward.cu"
+#include "ops/cuda/attention_mma_backward.cu"
+#include "ops/cuda/attention_mma_forward.cu"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/attention.h"
+#include "test_util.h"
+
+using namespace trident;
+namespace attn = trident::cuda::attn;
+
+namespace {
+
+// As in tests/cuda/attention_test.cpp.
+double rel_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
+}
+double tolerance(DType dt, bool backward) {
+  switch (dt) {
+    case DType::F32: return backward ? 5e-5 : 2e-5;
+    case DType::F16: return backward ? 4e-3 : 2e-3;
+    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
+    default: return 0;
+  }
+}
+constexpr double kLseTolerance = 2e-5;
+
+// Bit-for-bit equality, NaN equal to NaN.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
+  return true;
+}
+
+enum class MaskKind { None, Additive, AdditiveBroadcast, Padding };
+
+struct Case {
+  std::string name;
+  int64_t BH, Tq, Tk, D, Dv;
+  bool causal = false;
+  MaskKind mask = MaskKind::None;
+  double dropout = 0.0;
+  int pad = 0;  // operands as column slices of rows `pad` elements wider
+  bool want_dmask = false;
+  bool shared_kv = false;  // k and v one head expanded to all (batch stride 0)
+};
+
+Tensor mask_storage(const Case& c, DType dt, Generator& g) {
+  switch (c.mask) {
+    case MaskKind::None: return Tensor();
+    case MaskKind::Additive: return randn({c.BH, c.Tq, c.Tk}, kF64, &g).to(dt);
+    case MaskKind::AdditiveBroadcast: {
+      const Tensor m = randn({1, c.Tq, c.Tk}, kF64, &g);
+      return where(lt(m, -1.5), full({1, c.Tq, c.Tk}, -INFINITY, kF64), m).to(dt);
+    }
+    case MaskKind::Padding: {  // head b sees keys [0, Tk - 37 b), at least one
+      std::vector<uint8_t> keep(static_cast<size_t>(c.BH * c.Tk), 0);
+      for (int64_t b = 1; b < c.BH; ++b)
+        for (int64_t j = 0; j < std::max<int64_t>(c.Tk - 37 * b, 1); ++j) keep[static_cast<size_t>(b * c.Tk + j)] = 1;
+      return from_vector<uint8_t>(keep, {c.BH, 1, c.Tk}).to(DType::Bool);
+    }
+  }
+  return Tensor();
+}
+
+Tensor nans(const Shape& s, DType dt) { return full(s, NAN, dt); }
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(const_cast<void*>(t.data_ptr()));
+}
+
+struct Outputs {
+  Tensor out, lse, dq, dk, dv, dmask;
+};
+
+// What cuda::attention_forward and cuda::attention_backward launch, with the emulator in place
+// of the GPU: the same kernels, grids, blocks and shared-memory sizes.
+template <typename T, int kMaxD>
+Outputs run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& mask,
+            const cpu::AttentionParams& ap, bool want_dmask, bool tensor_cores, simt::Order order) {
+  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1), D = q.size(2), Dv = v.size(2);
+  const DType dt = q.dtype();
+  const attn::Params p = attn::params(q, k, v, ap);
+  const attn::MaskDesc md = attn::mask_desc(mask);
+  Outputs o{nans({BH, Tq, Dv}, dt), nans({BH, Tq}, kF32), nans({BH, Tq, D}, dt), nans({BH, Tk, D}, dt),
+            nans({BH, Tk, Dv}, dt), want_dmask ? zeros({BH, Tq, Tk}, dt) : Tensor()};
+  const unsigned q_blocks = static_cast<unsigned>(attn::grid_blocks(BH, (Tq + attn::kTile - 1) / attn::kTile));
+  const unsigned k_blocks = static_cast<unsigned>(attn::grid_blocks(BH, (Tk + attn::kTile - 1) / attn::kTile));
+  Tensor keep[5];
+  const attn::Operand<T> qo = attn::operand<T>(q, keep[0]), ko = attn::operand<T>(k, keep[1]),
+                         vo = attn::operand<T>(v, keep[2]), go = attn::operand<T>(dout, keep[3]);
+  if (std::is_same_v<T, float>) {
+    EXPECT_FALSE(tensor_cores);
+  }
+  if (tensor_cores) {  // what attention_mma_supported asks of the operands (and the backward pass of dout)
+    EXPECT_TRUE(attn::aligned16(q) && attn::aligned16(k) && attn::aligned16(v) && attn::aligned16(dout));
+  }
+  auto* out = ptr<T>(o.out);
+  auto* lse = ptr<float>(o.lse);
+  if (tensor_cores) {
+    if constexpr (!std::is_same_v<T, float>) {
+      const auto qr = attn::raw_operand(q), kr = attn::raw_operand(k), vr = attn::raw_operand(v);
+      simt::launch({dim3(q_blocks), dim3(attn::kMmaThreads), attn::mma_forward_smem<kMaxD>(), order},
+                   [&] { attn::mma_forward_kernel<T, kMaxD>(qr, kr, vr, md, p, ptr<uint16_t>(o.out), lse); });
+    }
+  } else {
+    simt::launch({dim3(q_blocks), dim3(attn::kThreads), attn::forward_smem(p), order},
+                 [&] { attn::forward_kernel<T, kMaxD>(qo, ko, vo, md, p, out, lse); });
+  }
+
+  // Backward: delta, then dK and dV by key tiles, dQ by query tiles.
+  Tensor oo_keep;
+  const attn::Operand<T> oo = attn::operand<T>(o.out, oo_keep);
+  const Tensor delta = nans({BH, Tq}, kF32);
+  const unsigned delta_blocks = static_cast<unsigned>((BH * Tq + attn::kThreads / 32 - 1) / (attn::kThreads / 32));
+  simt::launch({dim3(delta_blocks), dim3(attn::kThreads), 0, order},
+               [&] { attn::delta_kernel<T>(go, oo, ptr<float>(delta), BH, Tq, static_cast<int>(Dv)); });
+  const float* lp = ptr<float>(o.lse);
+  const float* dp = ptr<float>(delta);
+  T* dmask = want_dmask ? ptr<T>(o.dmask) : nullptr;
+  if (tensor_cores) {
+    if constexpr (!std::is_same_v<T, float>) {
+      const auto qr = attn::raw_operand(q), kr = attn::raw_operand(k), vr = attn::raw_operand(v),
+                 gr = attn::raw_operand(dout);
+      simt::launch({dim3(k_blocks), dim3(attn::kMmaThreads), attn::mma_dkdv_smem<kMaxD>(), order}, [&] {
+        attn::mma_dkdv_kernel<T, kMaxD>(qr, kr, vr, gr, md, p, lp, dp, ptr<uint16_t>(o.dk), ptr<uint16_t>(o.dv));
+      });
+      simt::launch({dim3(q_blocks), dim3(attn::kMmaThreads), attn::mma_dq_smem<kMaxD>(), order}, [&] {
+        attn::mma_dq_kernel<T, kMaxD>(qr, kr, vr, gr, md, p, lp, dp, ptr<uint16_t>(o.dq),
+                                       reinterpret_cast<uint16_t*>(dmask));
+      });
+    }
+  } else {
+    const size_t smem = attn::backward_smem(p);
+    simt::launch({dim3(k_blocks), dim3(attn::kThreads), smem, order},
+                 [&] { attn::dkdv_kernel<T, kMaxD>(qo, ko, vo, go, md, p, lp, dp, ptr<T>(o.dk), ptr<T>(o.dv)); });
+    simt::launch({dim3(q_blocks), dim3(attn::kThreads), smem, order},
+                 [&] { attn::dq_kernel<T, kMaxD>(qo, ko, vo, go, md, p, lp, dp, ptr<T>(o.dq), dmask); });
+  }
+  return o;
+}
+
+template <typename T>
+Outputs run_dispatch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& mask,
+                     const cpu::AttentionParams& ap, bool want_dmask, bool tensor_cores, simt::Order order) {
+  if (std::max(q.size(2), v.size(2)) <= 64) return run<T, 64>(q, k, v, dout, mask, ap, want_dmask, tensor_cores, order);
+  return run<T, 128>(q, k, v, dout, mask, ap, want_dmask, tensor_cores, order);
+}
+
+void check_case(const Case& c, DType dt, bool tensor_cores, uint64_t seed) {
+  SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)) + (tensor_cores ? " tensor cores" : " FMA"));
+  Generator g(seed);
+  const auto draw = [&](int64_t bh, int64_t t, int64_t d) { return randn({bh, t, d + c.pad}, kF64, &g).to(dt); };
+  const auto view = [&](const Tensor& base, int64_t d) {
+    const Tensor x = c.pad ? narrow(base, 2, 0, d) : base;
+    return x.size(0) == c.BH ? x : expand(x, {c.BH, x.size(1), x.size(2)});
+  };
+  const int64_t kv_heads = c.shared_kv ? 1 : c.BH;
+  const Tensor qb = draw(c.BH, c.Tq, c.D), kb = draw(kv_heads, c.Tk, c.D), vb = draw(kv_heads, c.Tk, c.Dv);
+  const Tensor ms = mask_storage(c, dt, g);
+  const Tensor doutb = draw(c.BH, c.Tq, c.Dv);
+  const Shape scores{c.BH, c.Tq, c.Tk};
+  cpu::AttentionParams p;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  p.causal = c.causal;
+  p.dropout_p = c.dropout;
+  p.rng = {seed * 7919 + 3, 12345};
+
+  const auto f64 = [](const Tensor& t) { return !t.defined() || t.dtype() == DType::Bool ? t : t.to(kF64); };
+  const Tensor q = view(qb, c.D), k = view(kb, c.D), v = view(vb, c.Dv), dout = view(doutb, c.Dv);
+  const Tensor mask = ms.defined() ? expand(ms, scores) : Tensor();
+  const Tensor mask64 = ms.defined() ? expand(f64(ms), scores) : Tensor();
+  Tensor lse_ref;
+  const Tensor out_ref = cpu::attention_forward(f64(q), f64(k), f64(v), mask64, p, lse_ref);
+  const cpu::AttentionGrads g_ref =
+      cpu::attention_backward(f64(dout), f64(q), f64(k), f64(v), mask64, out_ref, lse_ref, p, c.want_dmask);
+
+  Outputs got[2];
+  for (int r = 0; r < 2; ++r) {
+    const simt::Order order = r == 0 ? simt::Order::Forward : simt::Order::Reverse;
+    switch (dt) {
+      case DType::F32: got[r] = run_dispatch<float>(q, k, v, dout, mask, p, c.want_dmask, tensor_cores, order); break;
+      case DType::F16: got[r] = run_dispatch<Half>(q, k, v, dout, mask, p, c.want_dmask, tensor_cores, order); break;
+      case DType::BF16:
+        got[r] = run_dispatch<BFloat16>(q, k, v, dout, mask, p, c.want_dmask, tensor_cores, order);
+        break;
+      default: FAIL() << "dtype " << dt;
+    }
+  }
+  const Outputs& o = got[0];
+  EXPECT_LE(rel_error(o.out, out_ref), tolerance(dt, false)) << "out";
+  EXPECT_LE(rel_error(o.lse, lse_ref), kLseTolerance) << "lse";
+  EXPECT_LE(rel_error(o.dq, g_ref.dq), tolerance(dt, true)) << "dq";
+  EXPECT_LE(rel_error(o.dk, g_ref.dk), tolerance(dt, true)) << "dk";
+  EXPECT_LE(rel_error(o.dv, g_ref.dv), tolerance(dt, true)) << "dv";
+  if (c.want_dmask) {
+    EXPECT_LE(rel_error(o.dmask, g_ref.dmask), tolerance(dt, true)) << "dmask";
+  }
+  const char* names[] = {"out", "lse", "dq", "dk", "dv", "dmask"};
+  const Tensor Outputs::*fields[] = {&Outputs::out, &Outputs::lse, &Outputs::dq,
+                                      &Outputs::dk,  &Outputs::dv,  &Outputs::dmask};
+  for (int i = 0; i < 6; ++i)
+    EXPECT_TRUE(same_bits(got[0].*fields[i], got[1].*fields[i])) << names[i] << " depends on the order the threads run in";
+}
+
+TEST(SimtAttentionTensorCores, MatchTheCpuInF64) {
+  // (name, BH, Tq, Tk, D, Dv, causal, mask, dropout, pad, dmask, shared kv); each in f16 and bf16.
+  const std::vector<Case> cases = {
+      {"causal_d64_t200", 2, 200, 200, 64, 64, true},
+      {"padding_d128_t130", 2, 130, 130, 128, 128, false, MaskKind::Padding},
+      {"additive_dmask_d128", 2, 100, 150, 128, 128, false, MaskKind::Additive, 0.0, 0, true},
+      {"additive_broadcast_causal_d64", 3, 77, 77, 64, 64, true, MaskKind::AdditiveBroadcast},
+      {"dropout_causal_d64", 2, 130, 130, 64, 64, true, MaskKind::None, 0.1},
+      {"strided_aligned_d64", 3, 100, 130, 64, 64, false, MaskKind::Additive, 0.0, 8},
+      {"causal_fewer_queries_d64", 2, 130, 200, 64, 64, true},
+      {"causal_more_queries_d128", 2, 200, 70, 128, 128, true},
+      {"dropout_additive_dmask_causal_d128", 2, 140, 100, 128, 128, true, MaskKind::Additive, 0.1, 0, true},
+      {"five_keys_d128", 2, 150, 5, 128, 128, false, MaskKind::AdditiveBroadcast},
+      {"shared_kv_d64", 3, 70, 90, 64, 64, true, MaskKind::None, 0.0, 0, false, true},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases)
+    for (DType dt : {DType::F16, DType::BF16}) check_case(c, dt, true, seed++);
+}
+
+TEST(SimtAttentionFma, MatchTheCpuInF64) {
+  const std::vector<Case> cases = {
+      {"tiny_d32", 3, 17, 17, 32, 32},
+      {"causal_d64_t130", 2, 130, 130, 64, 64, true},
+      {"dropout_additive_dmask_d32", 2, 65, 66, 32, 32, false, MaskKind::Additive, 0.1, 0, true},
+      {"strided_dv_differs", 2, 100, 90, 64, 32, false, MaskKind::None, 0.0, 5},
+      {"dv_wider_than_d_padding", 2, 70, 70, 32, 128, false, MaskKind::Padding},
+  };
+  uint64_t seed = 200;
+  for (const Case& c : cases) check_case(c, DType::F32, false, seed++);
+  check_case(cases[1], DType::BF16, false, seed++);
+}
+
+}  // namespace

@@ -1,0 +1,449 @@
+// The SIMT emulator's scheduler (NOTE [Kernels on the CPU emulator] in tests/simt/simt.h): one
+// fiber per thread of a block; a fiber runs until it reaches a collective, and when every fiber
+// of the block waits (or has exited) the collectives whose threads have all arrived complete and
+// their threads run again.
+//
+// A fiber starts on its own stack through makecontext/setcontext and from then on switches with
+// _setjmp/_longjmp, which unlike swapcontext leave the signal mask alone: no system call per
+// switch (swapcontext's made the attention tests spend more time in the kernel than in them).
+// _FORTIFY_SOURCE's longjmp check takes a jump to another stack for a corrupt one; it is off here.
+#ifdef _FORTIFY_SOURCE
+#undef _FORTIFY_SOURCE
+#endif
+#include "tests/simt/simt.h"
+
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace simt {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kGuardBytes = 4096;  // behind the dynamic shared memory, must stay 0xff
+constexpr int kWarp = 32;
+
+enum class Wait { None, Block, Warp };
+enum class Op { Shuffle, Ballot, SyncWarp, Mma };
+
+const char* op_name(Op op, Shuffle kind) {
+  switch (op) {
+    case Op::Shuffle:
+      switch (kind) {
+        case Shuffle::Index: return "__shfl_sync";
+        case Shuffle::Xor: return "__shfl_xor_sync";
+        case Shuffle::Down: return "__shfl_down_sync";
+        case Shuffle::Up: return "__shfl_up_sync";
+      }
+      break;
+    case Op::Ballot: return "__ballot_sync";
+    case Op::SyncWarp: return "__syncwarp";
+    case Op::Mma: return "mma.sync.m16n8k16";
+  }
+  return "?";
+}
+
+struct Fiber {
+  ucontext_t ctx{};  // the start
+  jmp_buf jb{};      // where it waits
+  bool started = false;
+  char* stack = nullptr;
+  uint3 idx{};
+  int linear = 0;
+  bool done = false;
+  Wait wait = Wait::None;
+  // The warp collective it waits on, its operands and its result.
+  Op op = Op::SyncWarp;
+  Shuffle kind = Shuffle::Index;
+  unsigned mask = 0;
+  int arg = 0, width = kWarp;
+  bool bf16 = false;
+  uint64_t value = 0;
+  uint32_t a[4] = {}, b[2] = {};
+  float d[4] = {};
+};
+
+struct Block {
+  jmp_buf sched{};  // the scheduler, inside resume()
+  std::vector<Fiber> fibers;
+  uint3 idx{};
+  dim3 dim, grid;
+  unsigned char* shared = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::exception_ptr error;
+};
+
+thread_local Block* g_block = nullptr;
+thread_local Fiber* g_self = nullptr;
+// Fiber stacks, kept from launch to launch (allocating and touching fresh ones each time cost
+// more than the kernels).
+thread_local std::vector<std::unique_ptr<char[]>> g_stacks;
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("simt: " + what); }
+
+Fiber& self() {
+  if (!g_self) fail("a kernel intrinsic was called outside simt::launch");
+  return *g_self;
+}
+
+std::string where(const Block& b, const Fiber& f) {
+  std::ostringstream s;
+  s << "block (" << b.idx.x << "," << b.idx.y << "," << b.idx.z << ") thread (" << f.idx.x << "," << f.idx.y << ","
+    << f.idx.z << ") [warp " << f.linear / kWarp << " lane " << f.linear % kWarp << "]";
+  return s.str();
+}
+
+std::string state(const Fiber& f) {
+  if (f.done) return "exited";
+  if (f.wait == Wait::Block) return "waits at __syncthreads";
+  if (f.wait == Wait::Warp) {
+    std::ostringstream s;
+    s << "waits at " << op_name(f.op, f.kind) << " (mask 0x" << std::hex << f.mask << ")";
+    return s.str();
+  }
+  return "runs";
+}
+
+void yield() {
+  Fiber& f = self();
+  if (!_setjmp(f.jb)) _longjmp(g_block->sched, 1);
+}
+
+void entry() {
+  Block* b = g_block;
+  try {
+    (*b->body)();
+  } catch (...) {
+    if (!b->error) b->error = std::current_exception();
+  }
+  g_self->done = true;
+  g_self->wait = Wait::None;
+  _longjmp(b->sched, 1);  // never returns: the stack is abandoned
+}
+
+Fiber& warp_op(Op op, unsigned mask) {
+  Fiber& f = self();
+  f.wait = Wait::Warp;
+  f.op = op;
+  f.kind = Shuffle::Index;  // compared between lanes: the same for every non-shuffle op
+  f.mask = mask;
+  return f;
+}
+
+float decode16(uint16_t bits, bool bf16) {
+  if (bf16) {
+    const uint32_t u = static_cast<uint32_t>(bits) << 16;
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+  }
+  __half_raw r;
+  r.x = bits;
+  return __half2float(__half(r));
+}
+
+// Completes the collective `origin` waits on in warp w: the lanes its mask names must all wait on
+// the same collective with the same mask.
+void complete_warp(Block& b, int w, const Fiber& origin) {
+  const int n = static_cast<int>(b.fibers.size());
+  const unsigned mask = origin.mask;
+  Fiber* lane[kWarp] = {};
+  const Fiber* first = &origin;
+  for (int l = 0; l < kWarp; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    const int i = w * kWarp + l;
+    if (i >= n) fail("mask 0x" + [&] { std::ostringstream s; s << std::hex << mask; return s.str(); }() +
+                     " names lane " + std::to_string(l) + " of warp " + std::to_string(w) + ", which the block (" +
+                     std::to_string(n) + " threads) does not have");
+    Fiber& f = b.fibers[static_cast<size_t>(i)];
+    if (f.wait != Wait::Warp || f.mask != mask || f.op != first->op || f.kind != first->kind) {
+      fail(where(b, *first) + " " + state(*first) + ", but " + where(b, f) + ", named by its mask, " + state(f) +
+           ": the collective can never complete (divergent warp)");
+    }
+    lane[l] = &f;
+  }
+  const Op op = first->op;
+  if (op == Op::Mma) {
+    if (mask != 0xffffffffu) fail(where(b, *first) + ": mma.sync needs the whole warp (mask 0xffffffff)");
+    // PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type": lane = 4 g + t;
+    // A [16][16]: reg 0 (g, 2t..2t+1), 1 (g+8, 2t..), 2 (g, 2t+8..), 3 (g+8, 2t+8..);
+    // B [16][8] (k, n): reg 0 (2t..2t+1, g), 1 (2t+8..2t+9, g); C [16][8]: (g, 2t..), (g+8, 2t..).
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < kWarp; ++l) {
+      const int g = l / 4, t = l % 4;
+      const Fiber& f = *lane[l];
+      if (f.bf16 != first->bf16) fail(where(b, f) + ": mma.sync lanes disagree on the input type");
+      for (int r = 0; r < 4; ++r) {
+        const int row = g + (r & 1 ? 8 : 0), col = 2 * t + (r & 2 ? 8 : 0);
+        A[row][col] = decode16(static_cast<uint16_t>(f.a[r] & 0xffffu), f.bf16);
+        A[row][col + 1] = decode16(static_cast<uint16_t>(f.a[r] >> 16), f.bf16);
+      }
+      for (int r = 0; r < 2; ++r) {
+        const int k = 2 * t + 8 * r;
+        B[k][g] = decode16(static_cast<uint16_t>(f.b[r] & 0xffffu), f.bf16);
+        B[k + 1][g] = decode16(static_cast<uint16_t>(f.b[r] >> 16), f.bf16);
+      }
+      C[g][2 * t] = f.d[0];
+      C[g][2 * t + 1] = f.d[1];
+      C[g + 8][2 * t] = f.d[2];
+      C[g + 8][2 * t + 1] = f.d[3];
+    }
+    for (int l = 0; l < kWarp; ++l) {
+      const int g = l / 4, t = l % 4;
+      Fiber& f = *lane[l];
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + (e < 2 ? 0 : 8), col = 2 * t + (e & 1);
+        float s = 0.f;  // products of 16-bit floats are exact in f32
+        for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+        f.d[e] = C[row][col] + s;
+      }
+    }
+  } else if (op == Op::Ballot) {
+    unsigned bits = 0;
+    for (int l = 0; l < kWarp; ++l)
+      if (lane[l] && lane[l]->value) bits |= 1u << l;
+    for (int l = 0; l < kWarp; ++l)
+      if (lane[l]) lane[l]->value = bits;
+  } else if (op == Op::Shuffle) {
+    uint64_t in[kWarp] = {};
+    for (int l = 0; l < kWarp; ++l)
+      if (lane[l]) in[l] = lane[l]->value;
+    for (int l = 0; l < kWarp; ++l) {
+      if (!lane[l]) continue;
+      Fiber& f = *lane[l];
+      const int w = f.width;
+      if (w < 1 || w > kWarp || (w & (w - 1))) fail(where(b, f) + ": shuffle width " + std::to_string(w));
+      const int base = l / w * w;
+      int src = l;
+      switch (f.kind) {
+        case Shuffle::Index: src = base + ((f.arg % w) + w) % w; break;
+        case Shuffle::Xor: src = l ^ f.arg; break;
+        case Shuffle::Down: src = l + f.arg; break;
+        case Shuffle::Up: src = l - f.arg; break;
+      }
+      // Outside the segment (later for xor and down, earlier for up): the lane keeps its own value.
+      if (src < base && f.kind == Shuffle::Up) src = l;
+      if (src >= base + w && f.kind != Shuffle::Index) src = l;
+      if (src < 0 || src >= kWarp || !lane[src])
+        fail(where(b, f) + ": " + op_name(op, f.kind) + " reads lane " + std::to_string(src) +
+             ", which its mask leaves out (an undefined value on a GPU)");
+      f.value = in[src];
+    }
+  }
+  for (int l = 0; l < kWarp; ++l)
+    if (lane[l]) lane[l]->wait = Wait::None;
+}
+
+// Completes what can complete; false when nothing could (the caller reports the deadlock).
+// Completes the collectives warp w waits on; false when it waits on none.
+bool complete_warp_ops(Block& b, int w) {
+  const int n = static_cast<int>(b.fibers.size());
+  bool progress = false;
+  for (int l = 0; l < kWarp && w * kWarp + l < n; ++l) {
+    Fiber& f = b.fibers[static_cast<size_t>(w * kWarp + l)];
+    if (f.wait != Wait::Warp) continue;
+    if (!(f.mask >> l & 1u)) fail(where(b, f) + ": " + op_name(f.op, f.kind) + " with a mask that leaves out the caller");
+    complete_warp(b, w, f);
+    progress = true;
+  }
+  return progress;
+}
+
+// Releases __syncthreads once every thread waits there; false when some thread waits elsewhere.
+bool release_barrier(Block& b) {
+  // __syncthreads completes when every thread of the block waits there. One that exited instead
+  // is an error: the CUDA Programming Guide allows the barrier in conditional code only where
+  // the condition is the same for the whole block.
+  const Fiber* exited = nullptr;
+  for (const Fiber& f : b.fibers) {
+    if (f.done) {
+      if (!exited) exited = &f;
+    } else if (f.wait != Wait::Block) {
+      return false;
+    }
+  }
+  if (exited) {
+    for (const Fiber& f : b.fibers)
+      if (!f.done)
+        fail(where(b, f) + " waits at __syncthreads, but " + where(b, *exited) +
+             " exited without reaching it (a barrier in code the block does not take alike)");
+  }
+  for (Fiber& f : b.fibers) f.wait = Wait::None;
+  return true;
+}
+
+std::string deadlock(const Block& b) {
+  std::ostringstream s;
+  s << "deadlock in block (" << b.idx.x << "," << b.idx.y << "," << b.idx.z << "):";
+  int shown = 0;
+  for (const Fiber& f : b.fibers) {
+    if (shown++ == 8) {
+      s << " ...";
+      break;
+    }
+    s << "\n  " << where(b, f) << " " << state(f);
+  }
+  return s.str();
+}
+
+// A fresh context that runs entry() on f's stack. Out of line, as resume(): getcontext and
+// _setjmp return twice as far as the compiler knows, which would make it assume any local of
+// their caller may be clobbered.
+[[gnu::noinline]] void start(Fiber& f) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack;
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;  // entry() jumps back to the scheduler instead of returning
+  makecontext(&f.ctx, entry, 0);
+  f.started = false;
+}
+
+// Runs f until it waits at a collective or exits.
+[[gnu::noinline]] void resume(Block& b, Fiber& f) {
+  if (_setjmp(b.sched)) return;
+  if (!f.started) {
+    f.started = true;
+    setcontext(&f.ctx);
+  }
+  _longjmp(f.jb, 1);
+}
+
+}  // namespace
+
+void launch(const Launch& cfg, const std::function<void()>& body) {
+  if (g_block) fail("simt::launch inside a kernel");
+  const size_t nthreads = static_cast<size_t>(cfg.block.x) * cfg.block.y * cfg.block.z;
+  if (nthreads == 0 || nthreads > 1024) fail("a block of " + std::to_string(nthreads) + " threads");
+  Block b;
+  b.dim = cfg.block;
+  b.grid = cfg.grid;
+  b.body = &body;
+  b.fibers.resize(nthreads);
+  while (g_stacks.size() < nthreads) g_stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  for (size_t i = 0; i < nthreads; ++i) b.fibers[i].stack = g_stacks[i].get();
+  std::vector<uint4> shared((cfg.shared_bytes + kGuardBytes + 15) / 16);
+  b.shared = reinterpret_cast<unsigned char*>(shared.data());
+  // The order of the warps, and of the lanes within each.
+  const int nwarps = static_cast<int>((nthreads + kWarp - 1) / kWarp);
+  std::vector<int> warps(static_cast<size_t>(nwarps)), lanes(kWarp);
+  for (int w = 0; w < nwarps; ++w) warps[static_cast<size_t>(w)] = cfg.order == Order::Forward ? w : nwarps - 1 - w;
+  for (int l = 0; l < kWarp; ++l) lanes[static_cast<size_t>(l)] = cfg.order == Order::Forward ? l : kWarp - 1 - l;
+
+  struct Reset {
+    ~Reset() {
+      g_block = nullptr;
+      g_self = nullptr;
+    }
+  } reset;
+  g_block = &b;
+  for (unsigned bz = 0; bz < cfg.grid.z; ++bz)
+    for (unsigned by = 0; by < cfg.grid.y; ++by)
+      for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
+        b.idx = {bx, by, bz};
+        std::memset(b.shared, 0xff, shared.size() * sizeof(uint4));
+        for (size_t i = 0; i < nthreads; ++i) {
+          Fiber& f = b.fibers[i];
+          f.linear = static_cast<int>(i);
+          f.idx = {static_cast<unsigned>(i % cfg.block.x), static_cast<unsigned>(i / cfg.block.x % cfg.block.y),
+                   static_cast<unsigned>(i / (static_cast<size_t>(cfg.block.x) * cfg.block.y))};
+          f.done = false;
+          f.wait = Wait::None;
+          start(f);
+        }
+        for (;;) {
+          // Each warp runs as far as it can, its own collectives completing at once, before the
+          // next one starts: the warps end up as far apart as a GPU may let them drift (up to a
+          // __syncthreads), and a missing barrier between them shows.
+          for (int w : warps) {
+            do {
+              for (int l : lanes) {
+                const size_t i = static_cast<size_t>(w * kWarp + l);
+                if (i >= nthreads) continue;
+                Fiber& f = b.fibers[i];
+                if (f.done || f.wait != Wait::None) continue;
+                g_self = &f;
+                resume(b, f);
+                g_self = nullptr;
+                if (b.error) std::rethrow_exception(b.error);
+              }
+            } while (complete_warp_ops(b, w));
+          }
+          if (std::all_of(b.fibers.begin(), b.fibers.end(), [](const Fiber& f) { return f.done; })) break;
+          if (!release_barrier(b)) fail(deadlock(b));
+        }
+        const unsigned char* guard = b.shared + cfg.shared_bytes;
+        for (size_t i = 0; i < kGuardBytes; ++i)
+          if (guard[i] != 0xff)
+            fail("block (" + std::to_string(bx) + "," + std::to_string(by) + "," + std::to_string(bz) +
+                 ") wrote byte " + std::to_string(cfg.shared_bytes + i) + " of dynamic shared memory; the launch gave " +
+                 std::to_string(cfg.shared_bytes));
+      }
+}
+
+const uint3& thread_idx() { return self().idx; }
+const uint3& block_idx() {
+  self();
+  return g_block->idx;
+}
+const dim3& block_dim() {
+  self();
+  return g_block->dim;
+}
+const dim3& grid_dim() {
+  self();
+  return g_block->grid;
+}
+void* dynamic_shared() {
+  self();
+  return g_block->shared;
+}
+
+void sync_threads() {
+  Fiber& f = self();
+  f.wait = Wait::Block;
+  yield();
+}
+
+void sync_warp(unsigned mask) {
+  warp_op(Op::SyncWarp, mask);
+  yield();
+}
+
+uint64_t shuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int width) {
+  Fiber& f = warp_op(Op::Shuffle, mask);
+  f.kind = kind;
+  f.arg = arg;
+  f.width = width;
+  f.value = bits;
+  yield();
+  return f.value;
+}
+
+unsigned ballot(unsigned mask, bool pred) {
+  Fiber& f = warp_op(Op::Ballot, mask);
+  f.value = pred;
+  yield();
+  return static_cast<unsigned>(f.value);
+}
+
+void mma_m16n8k16(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Fiber& f = warp_op(Op::Mma, 0xffffffffu);
+  f.bf16 = bf16;
+  std::copy(a, a + 4, f.a);
+  f.b[0] = b0;
+  f.b[1] = b1;
+  std::copy(d, d + 4, f.d);
+  yield();
+  std::copy(f.d, f.d + 4, d);
+}
+
+void trap(const char* what) { fail(std::string(what) + " in " + where(*g_block, self())); }
+
+}  // namespace simt

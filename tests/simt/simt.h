@@ -1,0 +1,162 @@
+// A SIMT emulator: runs CUDA kernels' device code on the CPU, one fiber per GPU thread, so that a
+// kernel that has never met a GPU can still be compared with the CPU reference on a machine
+// without one (most of this project's machines).
+//
+// NOTE [Kernels on the CPU emulator]: a test defines nothing itself; it includes this header
+// first and then the .cu file whose kernels it runs. This header defines TRIDENT_SIMT, under
+// which a .cu file compiles only its kernels (its host launchers sit under
+// `#if !defined(TRIDENT_SIMT)`: g++ cannot parse `<<<...>>>`), and replaces what nvcc provides:
+//   - threadIdx, blockIdx, blockDim and gridDim read the running fiber's coordinates;
+//   - `__shared__` variables become function statics, one copy for the block that runs (blocks
+//     run one after another); dynamic shared memory (TRIDENT_DYNAMIC_SHARED) is a buffer of the
+//     launch's size, filled with 0xff bytes (NaN in f32, f16 and bf16) before each block, with a
+//     guard zone behind it that must still hold them when the block ends;
+//   - __syncthreads, __syncwarp, the shuffles, votes and mma.sync m16n8k16 (through
+//     simt::mma_m16n8k16, which ops/cuda/attention_mma.cuh calls in place of its inline PTX) are
+//     collectives: a fiber runs until it reaches one and waits there until every thread it names
+//     has arrived at the same one. A collective that can never complete (a thread of the mask
+//     exited or waits at another one, __syncthreads reached by part of the block) is an error
+//     naming the threads and what each waits on, never a hang;
+//   - a fiber runs without interruption between collectives, so atomics are plain
+//     read-modify-writes; arithmetic is the host's (expf is not __expf to the last bit).
+// Races: the threads of a block run in the order the launch names (Order). A kernel that reads
+// shared or global memory another thread wrote without a barrier in between gives different
+// results for different orders, so the tests run each kernel in two orders and compare the
+// outputs bit for bit.
+// What this does not check: timing, occupancy, bank conflicts, the real instruction results of
+// fast-math intrinsics, resource limits, and races that happen to give the same bits in both
+// orders. It is a check of a kernel's indexing and synchronization, not a GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+#define TRIDENT_SIMT 1
+
+namespace simt {
+
+// The order in which the threads of a block run between collectives.
+enum class Order { Forward, Reverse };
+
+struct Launch {
+  dim3 grid;
+  dim3 block;
+  size_t shared_bytes = 0;  // dynamic shared memory
+  Order order = Order::Forward;
+};
+
+// Runs body once in every thread of every block (blocks in order, x fastest); throws a
+// std::runtime_error for a collective that cannot complete, an exception thrown by a thread, a
+// write past the dynamic shared memory or __trap.
+void launch(const Launch& cfg, const std::function<void()>& body);
+
+const uint3& thread_idx();
+const uint3& block_idx();
+const dim3& block_dim();
+const dim3& grid_dim();
+void* dynamic_shared();
+template <typename T>
+T* dynamic_shared_as() {
+  return static_cast<T*>(dynamic_shared());
+}
+
+// The collectives (called by the intrinsics below).
+enum class Shuffle { Index, Xor, Down, Up };
+void sync_threads();
+void sync_warp(unsigned mask);
+uint64_t shuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int width);
+unsigned ballot(unsigned mask, bool pred);
+// d = a b + d for the warp, fragments as the PTX ISA lays them out for mma.m16n8k16 with f16 or
+// bf16 inputs and f32 accumulators.
+void mma_m16n8k16(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+[[noreturn]] void trap(const char* what);
+
+template <typename T>
+T shuffle_as(unsigned mask, T v, Shuffle kind, int arg, int width) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "simt: shuffles move values of up to 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = shuffle(mask, bits, kind, arg, width);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+
+}  // namespace simt
+
+// ---- what nvcc would provide ----
+
+#undef __shared__
+#define __shared__ static
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+#define threadIdx (::simt::thread_idx())
+#define blockIdx (::simt::block_idx())
+#define blockDim (::simt::block_dim())
+#define gridDim (::simt::grid_dim())
+#define TRIDENT_DYNAMIC_SHARED(T, name) T* name = ::simt::dynamic_shared_as<T>()
+
+inline void __syncthreads() { simt::sync_threads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { simt::sync_warp(mask); }
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  return simt::shuffle_as(mask, v, simt::Shuffle::Index, src, width);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return simt::shuffle_as(mask, v, simt::Shuffle::Xor, lane_mask, width);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return simt::shuffle_as(mask, v, simt::Shuffle::Down, static_cast<int>(delta), width);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return simt::shuffle_as(mask, v, simt::Shuffle::Up, static_cast<int>(delta), width);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return simt::ballot(mask, pred != 0); }
+inline int __any_sync(unsigned mask, int pred) { return simt::ballot(mask, pred != 0) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return simt::ballot(mask, pred != 0) == mask; }
+[[noreturn]] inline void __trap() { simt::trap("__trap()"); }
+
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <typename T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+
+// The device's min and max take mixed integer types.
+template <typename A, typename B>
+constexpr std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(a) : static_cast<C>(b);
+}
+template <typename A, typename B>
+constexpr std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
+}
