@@ -10,41 +10,12 @@
 
 namespace trident::nn::optim::cuda {
 
-using trident::cuda::current_stream;
-using trident::cuda::DeviceGuard;
-
 namespace {
 
 constexpr int kThreads = kMultiTensorThreads;
 
 // Every element of the block's chunk, one per thread per iteration (coalesced).
 #define TRIDENT_MT_LOOP(r) for (int64_t i = (r).begin + threadIdx.x; i < (r).end; i += kThreads)
-
-// The device, dtype and stream of a call; checks that every tensor of every list agrees.
-struct Target {
-  int device = 0;
-  DType dtype = DType::F32;
-  cudaStream_t stream = nullptr;
-};
-Target target_of(const char* name, std::initializer_list<const TensorVec*> lists) {
-  const TensorVec& first = **lists.begin();
-  TRIDENT_ASSERT(!first.empty(), name, ": empty tensor list");
-  const Tensor& t0 = first[0];
-  TRIDENT_CHECK(t0.device().is_cuda(), name, ": tensors on ", t0.device(), ", expected a CUDA device");
-  for (const TensorVec* l : lists) {
-    if (l->empty()) continue;  // an unused buffer list
-    TRIDENT_ASSERT(l->size() == first.size(), name, ": lists of ", l->size(), " and ", first.size(), " tensors");
-    for (size_t i = 0; i < l->size(); ++i) {
-      const Tensor& t = (*l)[i];
-      TRIDENT_CHECK(t.device() == t0.device() && t.dtype() == t0.dtype() && t.is_contiguous() &&
-                        t.numel() == first[i].numel(),
-                    name, ": tensor ", i, " (", t.dtype(), " on ", t.device(), ", shape ", t.sizes(),
-                    ") does not match tensor 0 (", t0.dtype(), " on ", t0.device(), ") or its parameter's ",
-                    first[i].numel(), " contiguous elements");
-    }
-  }
-  return {t0.device().index, t0.dtype(), current_stream(t0.device().index).handle()};
-}
 
 int64_t total_chunks(const TensorVec& l) {
   int64_t c = 0;
@@ -285,6 +256,42 @@ struct ClipScaleOp {
 
 }  // namespace
 
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// ops above themselves.
+#if !defined(TRIDENT_SIMT)
+using trident::cuda::current_stream;
+using trident::cuda::DeviceGuard;
+
+namespace {
+
+// The device, dtype and stream of a call; checks that every tensor of every list agrees.
+struct Target {
+  int device = 0;
+  DType dtype = DType::F32;
+  cudaStream_t stream = nullptr;
+};
+Target target_of(const char* name, std::initializer_list<const TensorVec*> lists) {
+  const TensorVec& first = **lists.begin();
+  TRIDENT_ASSERT(!first.empty(), name, ": empty tensor list");
+  const Tensor& t0 = first[0];
+  TRIDENT_CHECK(t0.device().is_cuda(), name, ": tensors on ", t0.device(), ", expected a CUDA device");
+  for (const TensorVec* l : lists) {
+    if (l->empty()) continue;  // an unused buffer list
+    TRIDENT_ASSERT(l->size() == first.size(), name, ": lists of ", l->size(), " and ", first.size(), " tensors");
+    for (size_t i = 0; i < l->size(); ++i) {
+      const Tensor& t = (*l)[i];
+      TRIDENT_CHECK(t.device() == t0.device() && t.dtype() == t0.dtype() && t.is_contiguous() &&
+                        t.numel() == first[i].numel(),
+                    name, ": tensor ", i, " (", t.dtype(), " on ", t.device(), ", shape ", t.sizes(),
+                    ") does not match tensor 0 (", t0.dtype(), " on ", t0.device(), ") or its parameter's ",
+                    first[i].numel(), " contiguous elements");
+    }
+  }
+  return {t0.device().index, t0.dtype(), current_stream(t0.device().index).handle()};
+}
+
+}  // namespace
+
 void sgd(const TensorVec& p, const TensorVec& g, const TensorVec& buf, const math::SGDUpdate<double>& fd) {
   const Target tg = target_of("SGD (CUDA)", {&p, &g, &buf});
   DeviceGuard dg(tg.device);
@@ -428,5 +435,7 @@ void scale_by_clip_coef(const TensorVec& grads, const Tensor& norm_and_coef) {
     });
   }
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::nn::optim::cuda

@@ -118,8 +118,13 @@ int64_t multi_tensor_apply(const std::array<const std::vector<Tensor>*, K>& list
   int nt = 0, nb = 0;
   int64_t chunk_total = 0;
   auto launch = [&] {
+#if defined(TRIDENT_SIMT)  // the CPU emulator (tests/simt/simt.h) runs the blocks
+    ::simt::launch({dim3(static_cast<unsigned>(nb)), dim3(kMultiTensorThreads)},
+                   [&] { multi_tensor_kernel<K, Op>(meta, op); });
+#else
     multi_tensor_kernel<K, Op><<<static_cast<unsigned>(nb), kMultiTensorThreads, 0, stream>>>(meta, op);
     TRIDENT_CUDA_KERNEL_CHECK();
+#endif
     detail::count_multi_tensor_launch();
   };
   for (size_t t = 0; t < n; ++t) {

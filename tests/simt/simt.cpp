@@ -85,6 +85,7 @@ thread_local Fiber* g_self = nullptr;
 // Fiber stacks, kept from launch to launch (allocating and touching fresh ones each time cost
 // more than the kernels).
 thread_local std::vector<std::unique_ptr<char[]>> g_stacks;
+thread_local Order g_default_order = Order::Forward;
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error("simt: " + what); }
 
@@ -386,6 +387,10 @@ void launch(const Launch& cfg, const std::function<void()>& body) {
                  std::to_string(cfg.shared_bytes));
       }
 }
+
+Order default_order() { return g_default_order; }
+ScopedOrder::ScopedOrder(Order o) : saved_(g_default_order) { g_default_order = o; }
+ScopedOrder::~ScopedOrder() { g_default_order = saved_; }
 
 const uint3& thread_idx() { return self().idx; }
 const uint3& block_idx() {

@@ -42,14 +42,28 @@
 
 namespace simt {
 
-// The order in which the threads of a block run between collectives.
+// The order in which the warps of a block, and the lanes of a warp, run between collectives.
 enum class Order { Forward, Reverse };
+
+// The order of launches that do not name one (those made by host code under test, such as the
+// multi-tensor launcher); Forward unless a ScopedOrder says otherwise.
+Order default_order();
+class ScopedOrder {
+ public:
+  explicit ScopedOrder(Order o);
+  ~ScopedOrder();
+  ScopedOrder(const ScopedOrder&) = delete;
+  ScopedOrder& operator=(const ScopedOrder&) = delete;
+
+ private:
+  Order saved_;
+};
 
 struct Launch {
   dim3 grid;
   dim3 block;
   size_t shared_bytes = 0;  // dynamic shared memory
-  Order order = Order::Forward;
+  Order order = default_order();
 };
 
 // Runs body once in every thread of every block (blocks in order, x fastest); throws a
@@ -98,6 +112,8 @@ T shuffle_as(unsigned mask, T v, Shuffle kind, int arg, int width) {
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
+#undef __grid_constant__
+#define __grid_constant__
 #define threadIdx (::simt::thread_idx())
 #define blockIdx (::simt::block_idx())
 #define blockDim (::simt::block_dim())
@@ -144,6 +160,9 @@ T __ldg(const T* p) {
   return *p;
 }
 
+using std::isfinite;
+using std::isinf;
+using std::isnan;
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
