@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) strided_kernel(int64_t n, OffsetCalc
   }
 }
 
+#if !defined(TRIDENT_SIMT)  // host code: not compiled by the CPU emulator (tests/simt/simt.h)
 // out[...] = f(ins[...]...) with the inputs broadcast to out's shape. Out and In are the C++
 // element types of out and the inputs (the caller has dispatched on the dtypes). Launches on
 // the current stream of out's device.
@@ -165,5 +166,7 @@ void elementwise(const Tensor& out, const std::array<Tensor, sizeof...(In)>& ins
   }
   TRIDENT_CUDA_KERNEL_CHECK();
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

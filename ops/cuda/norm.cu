@@ -45,9 +45,6 @@ T* mut_ptr(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
-// f32, contiguous, on x's device (a no-op for the f32 statistics saved by the forward).
-Tensor f32_contiguous(const Tensor& t) { return t.to(DType::F32).contiguous(); }
-
 // ============================================================================================
 // Layer norm (NOTE [CUDA norm reductions]).
 // ============================================================================================
@@ -346,6 +343,31 @@ __global__ void batch_norm_update_running_kernel(const float* __restrict__ rm, c
   }
 }
 
+// The row chunks of layer_norm_dwdb_partial_kernel (grid.y): at least 32 rows each, at most 256
+// chunks, and partials of at most 2^24 floats each; fixed by the shapes alone, so the sums are
+// reproducible.
+struct RowChunks {
+  int64_t rows_per_chunk, chunks;
+};
+inline RowChunks dwdb_chunks(int64_t rows, int64_t cols) {
+  const int64_t max_chunks = std::min<int64_t>(256, std::max<int64_t>(1, (int64_t{1} << 24) / cols));
+  const int64_t chunks0 = std::min<int64_t>(max_chunks, (rows + 31) / 32);
+  const int64_t rpc = (rows + chunks0 - 1) / chunks0;
+  return {rpc, (rows + rpc - 1) / rpc};
+}
+
+
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
+
+namespace {
+
+// f32, contiguous, on x's device (a no-op for the f32 statistics saved by the forward).
+Tensor f32_contiguous(const Tensor& t) { return t.to(DType::F32).contiguous(); }
+
 // Refuses f64 (NOTE [CUDA dtypes]) with the op's name, before any allocation or early return.
 void check_dtype(const char* op, DType dt) {
   TRIDENT_CHECK(dt == DType::F32 || dt == DType::F16 || dt == DType::BF16, op, " (CUDA): no kernel for dtype ", dt,
@@ -441,13 +463,8 @@ NormGrads layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tens
     TRIDENT_CUDA_KERNEL_CHECK();
   }
   if (need_dw || need_db) {
-    // Chunks of rows: at least 32 rows each, at most 256 chunks (grid.y), and partials of at
-    // most 2^24 floats each; fixed by the shapes alone, so the sums are reproducible.
-    const int64_t max_chunks =
-        std::min<int64_t>(256, std::max<int64_t>(1, (int64_t{1} << 24) / cols));
-    const int64_t chunks0 = std::min<int64_t>(max_chunks, (rows + 31) / 32);
-    const int64_t rpc = (rows + chunks0 - 1) / chunks0;
-    const int64_t chunks = (rows + rpc - 1) / rpc;
+    const RowChunks rc = dwdb_chunks(rows, cols);
+    const int64_t rpc = rc.rows_per_chunk, chunks = rc.chunks;
     const Tensor pdw = need_dw ? empty_on({chunks, cols}, DType::F32, dev) : Tensor();
     const Tensor pdb = need_db ? empty_on({chunks, cols}, DType::F32, dev) : Tensor();
     const int64_t tiles = (cols + kColTile - 1) / kColTile;
@@ -579,5 +596,7 @@ void batch_norm_update_running(const Tensor& running_mean, const Tensor& running
   copy_(running_mean, new_m);
   copy_(running_var, new_v);
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

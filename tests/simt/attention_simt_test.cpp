@@ -24,46 +24,16 @@
 #include <vector>
 
 #include "ops/cpu/attention.h"
+#include "simt/simt_test_util.h"
 #include "test_util.h"
 
 using namespace trident;
+using namespace trident::simt_testing;
 namespace attn = trident::cuda::attn;
 
 namespace {
 
-// As in tests/cuda/attention_test.cpp.
-double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] == b[i]) continue;
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
-}
-double tolerance(DType dt, bool backward) {
-  switch (dt) {
-    case DType::F32: return backward ? 5e-5 : 2e-5;
-    case DType::F16: return backward ? 4e-3 : 2e-3;
-    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
-    default: return 0;
-  }
-}
 constexpr double kLseTolerance = 2e-5;
-
-// Bit-for-bit equality, NaN equal to NaN.
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  if (!a.defined()) return true;
-  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
-  return true;
-}
 
 enum class MaskKind { None, Additive, AdditiveBroadcast, Padding };
 
@@ -94,13 +64,6 @@ Tensor mask_storage(const Case& c, DType dt, Generator& g) {
     }
   }
   return Tensor();
-}
-
-Tensor nans(const Shape& s, DType dt) { return full(s, NAN, dt); }
-
-template <typename T>
-T* ptr(const Tensor& t) {
-  return static_cast<T*>(const_cast<void*>(t.data_ptr()));
 }
 
 struct Outputs {

@@ -1,0 +1,59 @@
+// Shared by the emulator's kernel tests (tests/simt/*_simt_test.cpp).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/tensor.h"
+
+namespace trident::simt_testing {
+
+// ||got - ref|| / ||ref|| over the elements (as tests/cuda/attention_test.cpp); equal values
+// (equal infinities included) count as equal, any other non-finite value as an infinite error.
+inline double rel_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The CUDA suites' tolerances against f64 (tests/cuda/cuda_test_util.h).
+inline double tolerance(DType dt, bool backward) {
+  switch (dt) {
+    case DType::F32: return backward ? 5e-5 : 2e-5;
+    case DType::F16: return backward ? 4e-3 : 2e-3;
+    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
+    default: return 0;
+  }
+}
+
+// Bit-for-bit equality (as doubles; NaN equal to NaN); undefined equals undefined.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
+  return true;
+}
+
+// An output before a kernel writes it: NaN everywhere, as the CUDA suites poison allocations.
+inline Tensor nans(const Shape& s, DType dt) { return full(s, NAN, dt); }
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(const_cast<void*>(t.data_ptr())) : nullptr;
+}
+
+}  // namespace trident::simt_testing
