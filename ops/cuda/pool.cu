@@ -193,7 +193,12 @@ __global__ void adaptive_backward_kernel(const T* __restrict__ gy, T* __restrict
   }
 }
 
-// ---- host side ----
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
+namespace {
 
 void check_dtype(const char* op, DType dt) {
   TRIDENT_CHECK(dt == DType::F32 || dt == DType::F16 || dt == DType::BF16, op, " (CUDA): no kernel for dtype ", dt,
@@ -327,5 +332,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
   TRIDENT_CUDA_KERNEL_CHECK();
   return gx;
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda
