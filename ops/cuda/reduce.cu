@@ -270,6 +270,39 @@ __global__ void __launch_bounds__(256) finish_cols_kernel(const float* __restric
   }
 }
 
+// How reduce_columns cuts [outer, r, inner]: 16-byte packs of columns when inner is a multiple
+// of the pack (`pack` elements) and x is 16-byte aligned; blocks of 32 columns (or packs) along
+// grid.x, the outer index along grid.z, and enough splits of r along grid.y for about 8 blocks
+// per multiprocessor (`sms` of them), each at least 64 rows.
+struct ColLaunch {
+  ColParams prm;
+  bool packed;
+  dim3 grid;
+};
+inline ColLaunch column_launch(RowOp op, int64_t outer, int64_t r, int64_t inner, float p, int64_t pack, bool aligned,
+                               int sms) {
+  ColLaunch l{{op, outer, r, inner, r, 1, p}, inner % pack == 0 && aligned, dim3()};
+  const int64_t cols_per_block = 32 * (l.packed ? pack : 1);
+  const int64_t col_blocks = (inner + cols_per_block - 1) / cols_per_block;
+  const int64_t z = std::min<int64_t>(outer, 65535);
+  const int64_t want = (static_cast<int64_t>(sms) * 8 + col_blocks * z - 1) / (col_blocks * z);
+  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, (r + 63) / 64, 65535}));
+  l.prm.chunk = (r + splits - 1) / splits;
+  l.prm.splits = static_cast<int>((r + l.prm.chunk - 1) / l.prm.chunk);
+  l.grid = dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(l.prm.splits), static_cast<unsigned>(z));
+  return l;
+}
+
+// Threads per row of reduce_rows_kernel: a warp for short rows, the whole block for long ones.
+inline int row_threads(int64_t n) { return n >= 1024 ? 256 : 32; }
+
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
+namespace {
+
 // [outer, r, inner] when x is contiguous and `dims` are adjacent, with inner > 1; else false.
 bool column_layout(const Tensor& x, std::vector<int64_t> dims, int64_t& outer, int64_t& r, int64_t& inner) {
   if (dims.empty() || !x.is_contiguous()) return false;
@@ -286,22 +319,15 @@ bool column_layout(const Tensor& x, std::vector<int64_t> dims, int64_t& outer, i
 }
 
 void reduce_columns(RowOp op, const Tensor& x, int64_t outer, int64_t r, int64_t inner, float p, const Tensor& out) {
-  ColParams prm{op, outer, r, inner, r, 1, p};
-  const int64_t pack = 16 / static_cast<int64_t>(itemsize(x.dtype()));
-  const bool packed = inner % pack == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
-  const int64_t cols_per_block = 32 * (packed ? pack : 1);
-  const int64_t col_blocks = (inner + cols_per_block - 1) / cols_per_block;
-  const int64_t z = std::min<int64_t>(outer, 65535);
-  // Enough splits of r for about 8 blocks per multiprocessor, each split at least 64 rows.
-  const int64_t want = (static_cast<int64_t>(multiprocessor_count()) * 8 + col_blocks * z - 1) / (col_blocks * z);
-  const int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, (r + 63) / 64, 65535}));
-  prm.chunk = (r + splits - 1) / splits;
-  prm.splits = static_cast<int>((r + prm.chunk - 1) / prm.chunk);
+  const ColLaunch l = column_launch(op, outer, r, inner, p, 16 / static_cast<int64_t>(itemsize(x.dtype())),
+                                    reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, multiprocessor_count());
+  const ColParams& prm = l.prm;
+  const bool packed = l.packed;
   DeviceGuard g(x.device().index);
   const cudaStream_t stream = current_stream(x.device().index).handle();
   const Tensor partial = empty_on({prm.splits, outer, inner}, DType::F32, x.device());
   TRIDENT_DISPATCH_CUDA_FLOATING(x.dtype(), "reduction", [&] {
-    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(prm.splits), static_cast<unsigned>(z));
+    const dim3 grid = l.grid;
     constexpr int V = 16 / sizeof(scalar_t);
     if (packed) {
       reduce_cols_kernel<scalar_t, V><<<grid, 256, 0, stream>>>(static_cast<const scalar_t*>(x.data_ptr()), prm,
@@ -359,7 +385,7 @@ std::pair<Tensor, Tensor> run(RowOp op, const Tensor& x, const std::vector<int64
   if (indexed) idx = empty_on(shape, DType::I64, x.device());
   if (rows == 0) return {out, idx};
   RowParams prm{op, rows, n, p, static_cast<float>(std::max(0.0, static_cast<double>(n) - correction)), take_sqrt,
-                n >= 1024 ? 256 : 32,
+                row_threads(n),
                 n % (16 / static_cast<int64_t>(itemsize(x.dtype()))) == 0 && reinterpret_cast<uintptr_t>(xr.data_ptr()) % 16 == 0};
   const int rows_per_block = 256 / prm.threads_per_row;
   DeviceGuard g(x.device().index);
@@ -439,5 +465,7 @@ Tensor norm_backward(const Tensor& x, const Tensor& g_k, const Tensor& norm_k, d
   const Tensor zero_norm = compare_scalar(CompareOp::Eq, norm_k, 0.0);
   return where_scalar(zero_norm, r, 0.0, /*x_when_true=*/false, x.sizes());
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda
