@@ -14,11 +14,6 @@ namespace trident::cuda {
 
 namespace {
 
-cudaStream_t stream_of(const Tensor& t) { return current_stream(t.device().index).handle(); }
-
-// f32 and contiguous (weights, upstream gradients: small tensors), or undefined.
-Tensor f32_contiguous(const Tensor& t) { return t.defined() ? t.to(kF32).contiguous() : t; }
-
 // ============================================================================================
 // Device totals (NOTE [Deterministic device totals]).
 // ============================================================================================
@@ -33,15 +28,6 @@ __global__ void __launch_bounds__(kReduceThreads) sum_partials_kernel(const doub
     v = block_reduce(v, SumOp{}, 0.0, smem);
     if (threadIdx.x == 0) out[k] = v;
   }
-}
-
-// Runs stage two on `partial` ([nb, width] doubles on the device) and copies the `width` totals
-// back: the copy synchronizes the stream (the contracts return host numbers).
-std::vector<double> finish_totals(const Tensor& partial, int nb, int width) {
-  const Tensor out = empty_on({width}, kF64, partial.device());
-  sum_partials_kernel<<<1, kReduceThreads, 0, stream_of(partial)>>>(partial.data<double>(), nb, width, out.data<double>());
-  TRIDENT_CUDA_KERNEL_CHECK();
-  return out.to(Device::cpu()).to_vector<double>();
 }
 
 // Stage one of the class losses' totals: sum of the per-position losses, and of w[t] (1 without
@@ -64,20 +50,6 @@ __global__ void __launch_bounds__(kReduceThreads) class_totals_kernel(const floa
     partial[2 * blockIdx.x] = ls;
     partial[2 * blockIdx.x + 1] = ws;
   }
-}
-
-// (loss_sum, total_weight) of the per-position losses.
-std::pair<double, double> class_totals(const Tensor& loss, const Tensor& tgt, const Tensor& w, int64_t ignore) {
-  const int64_t npos = loss.numel();
-  if (npos == 0) return {0.0, 0.0};
-  const int nb = partial_blocks(npos);
-  const Tensor partial = empty_on({nb, 2}, kF64, loss.device());
-  class_totals_kernel<<<nb, kReduceThreads, 0, stream_of(loss)>>>(loss.data<float>(), tgt.data<int64_t>(),
-                                                                   w.defined() ? w.data<float>() : nullptr, npos, ignore,
-                                                                   partial.data<double>());
-  TRIDENT_CUDA_KERNEL_CHECK();
-  const std::vector<double> r = finish_totals(partial, nb, 2);
-  return {r[0], r[1]};
 }
 
 // Sum of the class weights (f64), for label smoothing: one block.
@@ -250,26 +222,6 @@ int position_blocks(int64_t npos, int tpr) {
   return static_cast<int>(b < 1 ? 1 : (b > (int64_t{1} << 30) ? (int64_t{1} << 30) : b));
 }
 
-CeArgs ce_args(const ClassLossArgs& args, const Tensor& w32, Tensor& w_total_holder) {
-  CeArgs a;
-  a.n = args.n;
-  a.classes = args.classes;
-  a.inner = args.inner;
-  a.ignore = args.ignore_index;
-  a.eps = static_cast<float>(args.label_smoothing);
-  a.w_total = static_cast<double>(args.classes);
-  a.tpr = threads_per_position(args);
-  if (w32.defined() && args.label_smoothing != 0.0 && args.classes > 0) {
-    // W stays on the device (a host copy would synchronize).
-    w_total_holder = empty_on({1}, kF64, w32.device());
-    weight_total_kernel<<<1, kReduceThreads, 0, stream_of(w32)>>>(w32.data<float>(), args.classes,
-                                                                   w_total_holder.data<double>());
-    TRIDENT_CUDA_KERNEL_CHECK();
-    a.w_total_dev = w_total_holder.data<double>();
-  }
-  return a;
-}
-
 // ============================================================================================
 // NLL loss: one thread per position.
 // ============================================================================================
@@ -346,6 +298,61 @@ __global__ void __launch_bounds__(kReduceThreads) squared_error_partials_kernel(
     v += static_cast<double>(math::squared_error<float>(static_cast<float>(a[i]), static_cast<float>(b[i])));
   v = block_reduce(v, SumOp{}, 0.0, smem);
   if (threadIdx.x == 0) partial[blockIdx.x] = v;
+}
+
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
+namespace {
+
+cudaStream_t stream_of(const Tensor& t) { return current_stream(t.device().index).handle(); }
+
+// f32 and contiguous (weights, upstream gradients: small tensors), or undefined.
+Tensor f32_contiguous(const Tensor& t) { return t.defined() ? t.to(kF32).contiguous() : t; }
+
+// Runs stage two on `partial` ([nb, width] doubles on the device) and copies the `width` totals
+// back: the copy synchronizes the stream (the contracts return host numbers).
+std::vector<double> finish_totals(const Tensor& partial, int nb, int width) {
+  const Tensor out = empty_on({width}, kF64, partial.device());
+  sum_partials_kernel<<<1, kReduceThreads, 0, stream_of(partial)>>>(partial.data<double>(), nb, width, out.data<double>());
+  TRIDENT_CUDA_KERNEL_CHECK();
+  return out.to(Device::cpu()).to_vector<double>();
+}
+
+// (loss_sum, total_weight) of the per-position losses.
+std::pair<double, double> class_totals(const Tensor& loss, const Tensor& tgt, const Tensor& w, int64_t ignore) {
+  const int64_t npos = loss.numel();
+  if (npos == 0) return {0.0, 0.0};
+  const int nb = partial_blocks(npos);
+  const Tensor partial = empty_on({nb, 2}, kF64, loss.device());
+  class_totals_kernel<<<nb, kReduceThreads, 0, stream_of(loss)>>>(loss.data<float>(), tgt.data<int64_t>(),
+                                                                   w.defined() ? w.data<float>() : nullptr, npos, ignore,
+                                                                   partial.data<double>());
+  TRIDENT_CUDA_KERNEL_CHECK();
+  const std::vector<double> r = finish_totals(partial, nb, 2);
+  return {r[0], r[1]};
+}
+
+CeArgs ce_args(const ClassLossArgs& args, const Tensor& w32, Tensor& w_total_holder) {
+  CeArgs a;
+  a.n = args.n;
+  a.classes = args.classes;
+  a.inner = args.inner;
+  a.ignore = args.ignore_index;
+  a.eps = static_cast<float>(args.label_smoothing);
+  a.w_total = static_cast<double>(args.classes);
+  a.tpr = threads_per_position(args);
+  if (w32.defined() && args.label_smoothing != 0.0 && args.classes > 0) {
+    // W stays on the device (a host copy would synchronize).
+    w_total_holder = empty_on({1}, kF64, w32.device());
+    weight_total_kernel<<<1, kReduceThreads, 0, stream_of(w32)>>>(w32.data<float>(), args.classes,
+                                                                   w_total_holder.data<double>());
+    TRIDENT_CUDA_KERNEL_CHECK();
+    a.w_total_dev = w_total_holder.data<double>();
+  }
+  return a;
 }
 
 }  // namespace
@@ -514,5 +521,7 @@ double squared_error_sum(const Tensor& a_in, const Tensor& b_in) {
   TRIDENT_CUDA_KERNEL_CHECK();
   return finish_totals(partial, nb, 1)[0];  // synchronizes: a host number by contract
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda
