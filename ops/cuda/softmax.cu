@@ -243,6 +243,13 @@ bool can_pack(int e, int n, const void* p) {
   return n % w == 0 && reinterpret_cast<uintptr_t>(p) % (static_cast<size_t>(w) * sizeof(T)) == 0;
 }
 
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
+namespace {
+
 // Launches the register kernel of the plan's bucket; false when the row is too long for it.
 template <typename T>
 bool launch_regs(int e, int blocks, cudaStream_t st, const T* x, T* y, int64_t rows, int n, int tpr, bool log) {
@@ -332,5 +339,7 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log)
   }
   return restore(gx, perm);
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda
