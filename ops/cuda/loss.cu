@@ -216,6 +216,20 @@ int threads_per_position(const ClassLossArgs& args) {
   return args.classes >= 1024 ? kReduceThreads : 32;
 }
 
+// The kernels' arguments without class weights; with them and label smoothing the host also
+// points w_total_dev at the weights' device total (ce_args).
+CeArgs ce_launch_args(const ClassLossArgs& args) {
+  CeArgs a;
+  a.n = args.n;
+  a.classes = args.classes;
+  a.inner = args.inner;
+  a.ignore = args.ignore_index;
+  a.eps = static_cast<float>(args.label_smoothing);
+  a.w_total = static_cast<double>(args.classes);
+  a.tpr = threads_per_position(args);
+  return a;
+}
+
 int position_blocks(int64_t npos, int tpr) {
   const int64_t per_block = kReduceThreads / tpr;
   const int64_t b = (npos + per_block - 1) / per_block;
@@ -336,14 +350,7 @@ std::pair<double, double> class_totals(const Tensor& loss, const Tensor& tgt, co
 }
 
 CeArgs ce_args(const ClassLossArgs& args, const Tensor& w32, Tensor& w_total_holder) {
-  CeArgs a;
-  a.n = args.n;
-  a.classes = args.classes;
-  a.inner = args.inner;
-  a.ignore = args.ignore_index;
-  a.eps = static_cast<float>(args.label_smoothing);
-  a.w_total = static_cast<double>(args.classes);
-  a.tpr = threads_per_position(args);
+  CeArgs a = ce_launch_args(args);
   if (w32.defined() && args.label_smoothing != 0.0 && args.classes > 0) {
     // W stays on the device (a host copy would synchronize).
     w_total_holder = empty_on({1}, kF64, w32.device());

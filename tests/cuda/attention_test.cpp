@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_cases.h"
 #include "core/cuda/allocator.h"
 #include "cuda/cuda_test_util.h"
 #include "ops/cpu/attention.h"
@@ -55,18 +56,8 @@ double tolerance(DType dt, bool backward) {
 }
 constexpr double kLseTolerance = 2e-5;
 
-enum class MaskKind { None, Additive, AdditiveBroadcast, Padding };
-
-struct Case {
-  std::string name;
-  int64_t BH, Tq, Tk, D, Dv;
-  bool causal = false;
-  MaskKind mask = MaskKind::None;
-  double dropout = 0.0;
-  int pad = 0;              // q, k, v, dout as column slices of rows `pad` elements wider (row stride > D)
-  bool want_dmask = false;  // additive masks only
-  bool shared_kv = false;   // k and v one [1, Tk, d] expanded to every head (batch stride 0)
-};
+using Case = trident::testing::AttentionCase;
+using trident::testing::MaskKind;
 
 std::vector<Case> cases() {
   return {
@@ -98,54 +89,18 @@ std::vector<Case> cases() {
   };
 }
 
-// The mask storage for a case, in dt or bool, before broadcasting to [BH, Tq, Tk] (the kernels'
-// contract; the broadcast views have stride 0 along heads or rows).
-Tensor mask_storage(const Case& c, DType dt, Generator& g) {
-  switch (c.mask) {
-    case MaskKind::None: return Tensor();
-    case MaskKind::Additive: return randn({c.BH, c.Tq, c.Tk}, kF64, &g).to(dt);
-    case MaskKind::AdditiveBroadcast: {  // one [Tq, Tk] for every head, about 7% of it -inf
-      const Tensor m = randn({1, c.Tq, c.Tk}, kF64, &g);
-      return where(lt(m, -1.5), full({1, c.Tq, c.Tk}, -INFINITY, kF64), m).to(dt);
-    }
-    case MaskKind::Padding: {  // head b sees keys [0, Tk - 37 b), at least one; head 0 none (zero rows)
-      std::vector<uint8_t> keep(static_cast<size_t>(c.BH * c.Tk), 0);
-      for (int64_t b = 1; b < c.BH; ++b)
-        for (int64_t j = 0; j < std::max<int64_t>(c.Tk - 37 * b, 1); ++j) keep[static_cast<size_t>(b * c.Tk + j)] = 1;
-      return from_vector<uint8_t>(keep, {c.BH, 1, c.Tk}).to(DType::Bool);
-    }
-  }
-  return Tensor();
-}
-
 void check_case(const Case& c, DType dt, uint64_t seed) {
-  Generator g(seed);
   // Operands as [BH, T, d] views of [BH, T, d + pad] rows when padded (k and v: of one head
   // expanded to all when shared); the same values and layout on both sides.
-  const auto draw = [&](int64_t bh, int64_t t, int64_t d) { return randn({bh, t, d + c.pad}, kF64, &g).to(dt); };
-  const auto view = [&](const Tensor& base, int64_t d) {
-    const Tensor x = c.pad ? narrow(base, 2, 0, d) : base;
-    return x.size(0) == c.BH ? x : expand(x, {c.BH, x.size(1), x.size(2)});
-  };
-  const int64_t kv_heads = c.shared_kv ? 1 : c.BH;
-  const Tensor qb = draw(c.BH, c.Tq, c.D), kb = draw(kv_heads, c.Tk, c.D), vb = draw(kv_heads, c.Tk, c.Dv);
-  const Tensor ms = mask_storage(c, dt, g);
-  const Tensor doutb = draw(c.BH, c.Tq, c.Dv);
+  const trident::testing::AttentionInputs in = trident::testing::draw_attention_inputs(c, dt, seed);
+  const trident::testing::AttentionReference ref = trident::testing::attention_reference(c, in);
+  const Tensor& out_ref = ref.out;
+  const Tensor& lse_ref = ref.lse;
+  const cpu::AttentionGrads& g_ref = ref.grads;
+  const cpu::AttentionParams& p = in.params;
+  const auto view = [&](const Tensor& base, int64_t d) { return trident::testing::attention_view(c, base, d); };
+  const Tensor &qb = in.q, &kb = in.k, &vb = in.v, &doutb = in.dout, &ms = in.mask;
   const Shape scores{c.BH, c.Tq, c.Tk};
-  cpu::AttentionParams p;
-  p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
-  p.causal = c.causal;
-  p.dropout_p = c.dropout;
-  p.rng = {seed * 7919 + 3, 12345};
-
-  // Reference: the CPU kernels in f64 on the same values.
-  const auto f64 = [](const Tensor& t) { return !t.defined() || t.dtype() == DType::Bool ? t : t.to(kF64); };
-  const Tensor q = f64(view(qb, c.D)), k = f64(view(kb, c.D)), v = f64(view(vb, c.Dv));
-  const Tensor mask = ms.defined() ? expand(f64(ms), scores) : Tensor();
-  Tensor lse_ref;
-  const Tensor out_ref = cpu::attention_forward(q, k, v, mask, p, lse_ref);
-  const cpu::AttentionGrads g_ref =
-      cpu::attention_backward(f64(view(doutb, c.Dv)), q, k, v, mask, out_ref, lse_ref, p, c.want_dmask);
 
   const Tensor qd = view(qb.to(kGPU), c.D), kd = view(kb.to(kGPU), c.D), vd = view(vb.to(kGPU), c.Dv);
   const Tensor doutd = view(doutb.to(kGPU), c.Dv);

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_cases.h"
 #include "ops/cpu/attention.h"
 #include "simt/simt_test_util.h"
 #include "test_util.h"
@@ -35,36 +36,8 @@ namespace {
 
 constexpr double kLseTolerance = 2e-5;
 
-enum class MaskKind { None, Additive, AdditiveBroadcast, Padding };
-
-struct Case {
-  std::string name;
-  int64_t BH, Tq, Tk, D, Dv;
-  bool causal = false;
-  MaskKind mask = MaskKind::None;
-  double dropout = 0.0;
-  int pad = 0;  // operands as column slices of rows `pad` elements wider
-  bool want_dmask = false;
-  bool shared_kv = false;  // k and v one head expanded to all (batch stride 0)
-};
-
-Tensor mask_storage(const Case& c, DType dt, Generator& g) {
-  switch (c.mask) {
-    case MaskKind::None: return Tensor();
-    case MaskKind::Additive: return randn({c.BH, c.Tq, c.Tk}, kF64, &g).to(dt);
-    case MaskKind::AdditiveBroadcast: {
-      const Tensor m = randn({1, c.Tq, c.Tk}, kF64, &g);
-      return where(lt(m, -1.5), full({1, c.Tq, c.Tk}, -INFINITY, kF64), m).to(dt);
-    }
-    case MaskKind::Padding: {  // head b sees keys [0, Tk - 37 b), at least one
-      std::vector<uint8_t> keep(static_cast<size_t>(c.BH * c.Tk), 0);
-      for (int64_t b = 1; b < c.BH; ++b)
-        for (int64_t j = 0; j < std::max<int64_t>(c.Tk - 37 * b, 1); ++j) keep[static_cast<size_t>(b * c.Tk + j)] = 1;
-      return from_vector<uint8_t>(keep, {c.BH, 1, c.Tk}).to(DType::Bool);
-    }
-  }
-  return Tensor();
-}
+using Case = trident::testing::AttentionCase;
+using trident::testing::MaskKind;
 
 struct Outputs {
   Tensor out, lse, dq, dk, dv, dmask;
@@ -146,31 +119,15 @@ Outputs run_dispatch(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 
 void check_case(const Case& c, DType dt, bool tensor_cores, uint64_t seed) {
   SCOPED_TRACE(c.name + " " + std::string(dtype_name(dt)) + (tensor_cores ? " tensor cores" : " FMA"));
-  Generator g(seed);
-  const auto draw = [&](int64_t bh, int64_t t, int64_t d) { return randn({bh, t, d + c.pad}, kF64, &g).to(dt); };
-  const auto view = [&](const Tensor& base, int64_t d) {
-    const Tensor x = c.pad ? narrow(base, 2, 0, d) : base;
-    return x.size(0) == c.BH ? x : expand(x, {c.BH, x.size(1), x.size(2)});
-  };
-  const int64_t kv_heads = c.shared_kv ? 1 : c.BH;
-  const Tensor qb = draw(c.BH, c.Tq, c.D), kb = draw(kv_heads, c.Tk, c.D), vb = draw(kv_heads, c.Tk, c.Dv);
-  const Tensor ms = mask_storage(c, dt, g);
-  const Tensor doutb = draw(c.BH, c.Tq, c.Dv);
-  const Shape scores{c.BH, c.Tq, c.Tk};
-  cpu::AttentionParams p;
-  p.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
-  p.causal = c.causal;
-  p.dropout_p = c.dropout;
-  p.rng = {seed * 7919 + 3, 12345};
-
-  const auto f64 = [](const Tensor& t) { return !t.defined() || t.dtype() == DType::Bool ? t : t.to(kF64); };
-  const Tensor q = view(qb, c.D), k = view(kb, c.D), v = view(vb, c.Dv), dout = view(doutb, c.Dv);
-  const Tensor mask = ms.defined() ? expand(ms, scores) : Tensor();
-  const Tensor mask64 = ms.defined() ? expand(f64(ms), scores) : Tensor();
-  Tensor lse_ref;
-  const Tensor out_ref = cpu::attention_forward(f64(q), f64(k), f64(v), mask64, p, lse_ref);
-  const cpu::AttentionGrads g_ref =
-      cpu::attention_backward(f64(dout), f64(q), f64(k), f64(v), mask64, out_ref, lse_ref, p, c.want_dmask);
+  const trident::testing::AttentionInputs in = trident::testing::draw_attention_inputs(c, dt, seed);
+  const trident::testing::AttentionReference ref = trident::testing::attention_reference(c, in);
+  const cpu::AttentionParams& p = in.params;
+  const Tensor q = trident::testing::attention_view(c, in.q, c.D), k = trident::testing::attention_view(c, in.k, c.D),
+               v = trident::testing::attention_view(c, in.v, c.Dv), dout = trident::testing::attention_view(c, in.dout, c.Dv);
+  const Tensor mask = trident::testing::attention_mask_view(c, in.mask);
+  const Tensor& out_ref = ref.out;
+  const Tensor& lse_ref = ref.lse;
+  const cpu::AttentionGrads& g_ref = ref.grads;
 
   Outputs got[2];
   for (int r = 0; r < 2; ++r) {

@@ -18,11 +18,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::simt_testing::nans;
-using trident::simt_testing::ptr;
-using trident::simt_testing::rel_error;
-using trident::simt_testing::same_bits;
-using trident::simt_testing::tolerance;
+using namespace trident::simt_testing;
 namespace cu = trident::cuda;
 
 namespace {
@@ -72,14 +68,7 @@ void ce_case(DType dt, const CeCase& c, uint64_t seed) {
   args.label_smoothing = c.smoothing;
   const double scale = 0.25;
 
-  cu::CeArgs a;  // as ce_args
-  a.n = c.n;
-  a.classes = c.classes;
-  a.inner = c.inner;
-  a.ignore = args.ignore_index;
-  a.eps = static_cast<float>(c.smoothing);
-  a.w_total = static_cast<double>(c.classes);
-  a.tpr = cu::threads_per_position(args);
+  const cu::CeArgs a = cu::ce_launch_args(args);
   const int blocks = cu::position_blocks(npos, a.tpr);
   Tensor loss[2], rmax[2], rlog[2], gx[2];
   std::vector<double> tot[2];

@@ -23,6 +23,7 @@ using trident::simt_testing::nans;
 using trident::simt_testing::rel_error;
 using trident::simt_testing::same_bits;
 using trident::simt_testing::tolerance;
+using trident::simt_testing::in_both_orders;
 namespace cu = trident::cuda;
 
 namespace {
@@ -33,19 +34,6 @@ T* mp(const Tensor& t) {
 }
 
 Tensor f64(const Tensor& t) { return t.defined() ? t.to(kF64) : t; }
-
-// Runs `launches` (which fills `outs` from fresh NaN tensors made by `make`) in both thread
-// orders and checks that the results agree bit for bit; returns the forward-order outputs.
-std::vector<Tensor> in_both_orders(const std::function<std::vector<Tensor>()>& make,
-                                   const std::function<void(const std::vector<Tensor>&, simt::Order)>& launches) {
-  std::vector<Tensor> r[2];
-  for (int o = 0; o < 2; ++o) {
-    r[o] = make();
-    launches(r[o], o == 0 ? simt::Order::Forward : simt::Order::Reverse);
-  }
-  for (size_t i = 0; i < r[0].size(); ++i) EXPECT_TRUE(same_bits(r[0][i], r[1][i])) << "output " << i << " depends on the thread order";
-  return r[0];
-}
 
 template <typename T>
 void layer_norm_case(DType dt, int64_t rows, int64_t cols, bool residual, bool affine, uint64_t seed) {

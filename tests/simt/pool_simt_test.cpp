@@ -17,11 +17,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::simt_testing::nans;
-using trident::simt_testing::ptr;
-using trident::simt_testing::rel_error;
-using trident::simt_testing::same_bits;
-using trident::simt_testing::tolerance;
+using namespace trident::simt_testing;
 namespace cu = trident::cuda;
 
 namespace {
@@ -45,19 +41,6 @@ cpu::Pool2dGeometry geometry(int64_t H, int64_t W, int64_t k, int64_t s, int64_t
   g.OW = out_size(W, k, s, p, d);
   g.count_include_pad = include_pad;
   return g;
-}
-
-// Launches `body` for `threads` threads in both orders into fresh NaN outputs from `make`; the
-// two must agree bit for bit. Returns the forward-order outputs.
-template <typename Make, typename Body>
-std::vector<Tensor> in_both_orders(Make make, Body body) {
-  std::vector<Tensor> r[2];
-  for (int o = 0; o < 2; ++o) {
-    r[o] = make();
-    body(r[o], o == 0 ? simt::Order::Forward : simt::Order::Reverse);
-  }
-  for (size_t i = 0; i < r[0].size(); ++i) EXPECT_TRUE(same_bits(r[0][i], r[1][i])) << "output " << i << " depends on the thread order";
-  return r[0];
 }
 
 template <typename T>

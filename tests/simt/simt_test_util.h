@@ -9,6 +9,7 @@
 
 #include "core/factory.h"
 #include "core/tensor.h"
+#include "tests/simt/simt.h"
 
 namespace trident::simt_testing {
 
@@ -54,6 +55,20 @@ inline Tensor nans(const Shape& s, DType dt) { return full(s, NAN, dt); }
 template <typename T>
 T* ptr(const Tensor& t) {
   return t.defined() ? static_cast<T*>(const_cast<void*>(t.data_ptr())) : nullptr;
+}
+
+// Runs `launches(outputs, order)` on fresh outputs from `make()` in both thread orders; the two
+// runs must give the same bits. Returns the forward-order outputs.
+template <typename Make, typename Launches>
+std::vector<Tensor> in_both_orders(Make make, Launches launches) {
+  std::vector<Tensor> r[2];
+  for (int o = 0; o < 2; ++o) {
+    r[o] = make();
+    launches(r[o], o == 0 ? ::simt::Order::Forward : ::simt::Order::Reverse);
+  }
+  for (size_t i = 0; i < r[0].size(); ++i)
+    EXPECT_TRUE(same_bits(r[0][i], r[1][i])) << "output " << i << " depends on the thread order";
+  return r[0];
 }
 
 }  // namespace trident::simt_testing

@@ -18,11 +18,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::simt_testing::nans;
-using trident::simt_testing::ptr;
-using trident::simt_testing::rel_error;
-using trident::simt_testing::same_bits;
-using trident::simt_testing::tolerance;
+using namespace trident::simt_testing;
 namespace cu = trident::cuda;
 
 namespace {
