@@ -108,6 +108,22 @@ inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, do
   return ::testing::AssertionSuccess();
 }
 
+// ||got - ref|| / ||ref|| over all elements (got brought to the CPU first); equal values, equal
+// infinities included, count as equal, any other non-finite value as an infinite error. The
+// measure of the CUDA suites' comparisons with the CPU in f64.
+inline double relative_error(const Tensor& got, const Tensor& ref) {
+  const std::vector<double> a = got.to(Device::cpu()).to_vector<double>(), b = ref.to(Device::cpu()).to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
+}
+
 // The message of the trident::Error that f throws ("(no error)" when it throws none).
 inline std::string error_message(const std::function<void()>& f) {
   try {

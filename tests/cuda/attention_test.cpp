@@ -27,20 +27,7 @@ namespace {
 
 const Device kGPU = Device::cuda(0);
 
-// ||got - ref|| / ||ref|| over the elements; equal infinities (lse of a row that sees no key)
-// count as equal, any other non-finite value as an infinite error.
-double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to(kCPU).to_vector<double>(), b = ref.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] == b[i]) continue;
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
-}
+double rel_error(const Tensor& got, const Tensor& ref) { return trident::testing::relative_error(got, ref); }
 
 // Tolerances on the relative error against f64. The kernels compute in f32 from the same inputs,
 // so f16 and bf16 differ from f64 mostly by the final rounding of each output (2^-11, 2^-8:

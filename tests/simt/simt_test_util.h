@@ -9,24 +9,13 @@
 
 #include "core/factory.h"
 #include "core/tensor.h"
+#include "test_util.h"
 #include "tests/simt/simt.h"
 
 namespace trident::simt_testing {
 
-// ||got - ref|| / ||ref|| over the elements (as tests/cuda/attention_test.cpp); equal values
-// (equal infinities included) count as equal, any other non-finite value as an infinite error.
-inline double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] == b[i]) continue;
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
-}
+// tests/test_util.h's relative_error.
+inline double rel_error(const Tensor& got, const Tensor& ref) { return ::trident::testing::relative_error(got, ref); }
 
 // The CUDA suites' tolerances against f64 (tests/cuda/cuda_test_util.h).
 inline double tolerance(DType dt, bool backward) {
