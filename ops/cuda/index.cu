@@ -1,6 +1,8 @@
 #include "ops/cuda/index.h"
 
+#if !defined(TRIDENT_SIMT)  // the host side's sort; the CPU emulator (tests/simt) sorts on the host
 #include <cub/device/device_radix_sort.cuh>
+#endif
 
 #include <climits>
 #include <cstdint>
@@ -13,14 +15,6 @@
 namespace trident::cuda {
 
 namespace {
-
-cudaStream_t stream_of(const Tensor& t) { return current_stream(t.device().index).handle(); }
-
-int64_t prod(const Shape& s, size_t first, size_t last) {
-  int64_t n = 1;
-  for (size_t d = first; d < last; ++d) n *= s[d];
-  return n;
-}
 
 // Moving data needs only the element size (or a wider unit that divides a whole row).
 template <typename F>
@@ -82,26 +76,17 @@ __global__ void __launch_bounds__(kReduceThreads) index_combine_kernel(const int
   if (threadIdx.x == 0) *out = v;
 }
 
-// The reduction of a non-empty contiguous i64 device tensor, copied back to the host: the copy
-// synchronizes the stream (the contract asks for a host value).
-int64_t reduce_index(const Tensor& index, int64_t limit, IndexReduce kind) {
-  const int64_t n = index.numel();
-  DeviceGuard guard(index.device().index);
-  const cudaStream_t s = stream_of(index);
-  const int nb = partial_blocks(n);
-  const Tensor partial = empty_on({nb}, kI64, index.device());
-  const Tensor result = empty_on({1}, kI64, index.device());
-  index_partials_kernel<<<nb, kReduceThreads, 0, s>>>(index.data<int64_t>(), n, limit, kind, partial.data<int64_t>());
-  TRIDENT_CUDA_KERNEL_CHECK();
-  index_combine_kernel<<<1, kReduceThreads, 0, s>>>(partial.data<int64_t>(), nb, kind, n, result.data<int64_t>());
-  TRIDENT_CUDA_KERNEL_CHECK();
-  return result.item<int64_t>();
-}
-
 // ============================================================================================
 // index_select: rows copied in the widest unit (up to 16 bytes) that divides a row and both
 // base addresses.
 // ============================================================================================
+
+// The widest unit (16, 8, 4, 2 or 1 bytes) that divides a row and both base addresses.
+inline size_t copy_unit(uint64_t row_bytes, uintptr_t a, uintptr_t b) {
+  size_t unit = 16;
+  while (unit > 1 && (row_bytes % unit != 0 || a % unit != 0 || b % unit != 0)) unit /= 2;
+  return unit;
+}
 
 template <typename U>
 __global__ void __launch_bounds__(kThreads) index_select_kernel(const U* __restrict__ x, const int64_t* __restrict__ idx,
@@ -261,6 +246,37 @@ __global__ void __launch_bounds__(kThreads) one_hot_kernel(const int64_t* __rest
   }
 }
 
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
+namespace {
+
+int64_t prod(const Shape& s, size_t first, size_t last) {
+  int64_t n = 1;
+  for (size_t d = first; d < last; ++d) n *= s[d];
+  return n;
+}
+
+cudaStream_t stream_of(const Tensor& t) { return current_stream(t.device().index).handle(); }
+
+// The reduction of a non-empty contiguous i64 device tensor, copied back to the host: the copy
+// synchronizes the stream (the contract asks for a host value).
+int64_t reduce_index(const Tensor& index, int64_t limit, IndexReduce kind) {
+  const int64_t n = index.numel();
+  DeviceGuard guard(index.device().index);
+  const cudaStream_t s = stream_of(index);
+  const int nb = partial_blocks(n);
+  const Tensor partial = empty_on({nb}, kI64, index.device());
+  const Tensor result = empty_on({1}, kI64, index.device());
+  index_partials_kernel<<<nb, kReduceThreads, 0, s>>>(index.data<int64_t>(), n, limit, kind, partial.data<int64_t>());
+  TRIDENT_CUDA_KERNEL_CHECK();
+  index_combine_kernel<<<1, kReduceThreads, 0, s>>>(partial.data<int64_t>(), nb, kind, n, result.data<int64_t>());
+  TRIDENT_CUDA_KERNEL_CHECK();
+  return result.item<int64_t>();
+}
+
 // A device flag (0) a kernel sets to 1 when it meets an index out of range.
 Tensor zero_flag(const Tensor& like) { return zeros({1}, TensorOptions(kI32).device(like.device())); }
 
@@ -293,8 +309,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t rows = xc.size(dim), inner = prod(xc.sizes(), d + 1, xc.sizes().size());
   const auto row_bytes = static_cast<uint64_t>(inner) * xc.element_size();
   const auto xa = reinterpret_cast<uintptr_t>(xc.data_ptr()), oa = reinterpret_cast<uintptr_t>(out.data_ptr());
-  size_t unit = 16;
-  while (unit > 1 && (row_bytes % unit != 0 || xa % unit != 0 || oa % unit != 0)) unit /= 2;
+  const size_t unit = copy_unit(row_bytes, xa, oa);
   const auto upr = static_cast<int64_t>(row_bytes / unit);
   const int64_t total = out.numel() * static_cast<int64_t>(xc.element_size()) / static_cast<int64_t>(unit);
   DeviceGuard guard(x.device().index);
@@ -402,5 +417,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
   TRIDENT_CUDA_KERNEL_CHECK();
   return out;
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda
