@@ -80,6 +80,21 @@ struct Block {
   std::exception_ptr error;
 };
 
+// The kernels' static __shared__ variables: simt.h puts them all in this section, whose bounds
+// the linker provides (weak: a program without kernels has no such section).
+extern "C" {
+extern char __start_simt_shared[] __attribute__((weak));
+extern char __stop_simt_shared[] __attribute__((weak));
+}
+
+// Static shared memory as a GPU leaves it to a new block: garbage. 0xff bytes are NaN in f32,
+// f16 and bf16 and -1 in integers, so a read before the block's own write shows.
+void poison_static_shared() {
+  char* begin = __start_simt_shared;
+  char* end = __stop_simt_shared;
+  if (begin != nullptr && end > begin) std::memset(begin, 0xff, static_cast<size_t>(end - begin));
+}
+
 thread_local Block* g_block = nullptr;
 thread_local Fiber* g_self = nullptr;
 // Fiber stacks, kept from launch to launch (allocating and touching fresh ones each time cost
@@ -349,6 +364,7 @@ void launch(const Launch& cfg, const std::function<void()>& body) {
       for (unsigned bx = 0; bx < cfg.grid.x; ++bx) {
         b.idx = {bx, by, bz};
         std::memset(b.shared, 0xff, shared.size() * sizeof(uint4));
+        poison_static_shared();
         for (size_t i = 0; i < nthreads; ++i) {
           Fiber& f = b.fibers[i];
           f.linear = static_cast<int>(i);

@@ -7,9 +7,10 @@
 // which a .cu file compiles only its kernels (its host launchers sit under
 // `#if !defined(TRIDENT_SIMT)`: g++ cannot parse `<<<...>>>`), and replaces what nvcc provides:
 //   - threadIdx, blockIdx, blockDim and gridDim read the running fiber's coordinates;
-//   - `__shared__` variables become function statics, one copy for the block that runs (blocks
-//     run one after another); dynamic shared memory (TRIDENT_DYNAMIC_SHARED) is a buffer of the
-//     launch's size, filled with 0xff bytes (NaN in f32, f16 and bf16) before each block, with a
+//   - `__shared__` variables become function statics in one section of the program, one copy
+//     for the block that runs (blocks run one after another), the whole section filled with 0xff
+//     bytes (NaN in f32, f16 and bf16, -1 in integers) before each block; dynamic shared memory
+//     (TRIDENT_DYNAMIC_SHARED) is a buffer of the launch's size, filled the same way, with a
 //     guard zone behind it that must still hold them when the block ends;
 //   - __syncthreads, __syncwarp, the shuffles, votes and mma.sync m16n8k16 (through
 //     simt::mma_m16n8k16, which ops/cuda/attention_mma.cuh calls in place of its inline PTX) are
@@ -108,7 +109,7 @@ T shuffle_as(unsigned mask, T v, Shuffle kind, int arg, int width) {
 // ---- what nvcc would provide ----
 
 #undef __shared__
-#define __shared__ static
+#define __shared__ __attribute__((section("simt_shared"))) static
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif

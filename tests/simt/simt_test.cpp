@@ -216,6 +216,20 @@ TEST(Simt, DynamicSharedMemoryStartsAsNaN) {
   EXPECT_TRUE(std::isnan(seen));
 }
 
+TEST(Simt, StaticSharedMemoryStartsAsNaNInEveryBlock) {
+  // Block 0 writes its shared variable; block 1 finds garbage there (NaN), not block 0's value.
+  std::vector<float> seen(2, 0.f);
+  simt::launch({dim3(2), dim3(32)}, [&] {
+    __shared__ float s[2];
+    if (threadIdx.x == 0) {
+      seen[blockIdx.x] = s[1];
+      s[1] = 5.f;
+    }
+  });
+  EXPECT_TRUE(std::isnan(seen[0]));
+  EXPECT_TRUE(std::isnan(seen[1]));
+}
+
 // Warp 1 reads what warp 0 wrote to shared memory, with or without a barrier in between.
 std::vector<float> exchange(bool barrier, simt::Order order) {
   std::vector<float> out(64);
