@@ -15,6 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist
   python3
   gnuplot-nox
+  valgrind
 )
 # Optional extras a script asks for by name (e.g. `scripts/setup.sh python3-torch`).
 PACKAGES+=("$@")
