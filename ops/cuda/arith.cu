@@ -72,6 +72,9 @@ struct MaxMinGradScalarF {
 
 }  // namespace
 
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), binary_op_name(op));
   Tensor out = empty_on(shape, a.dtype(), a.device());
@@ -124,5 +127,7 @@ Tensor max_min_grad_scalar(BinaryOp op, const Tensor& g, const Tensor& a, double
   });
   return out;
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

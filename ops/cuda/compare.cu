@@ -51,6 +51,9 @@ float scalar_as(double s) {
 
 }  // namespace
 
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
 Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
   Tensor out = empty_on(broadcast_shapes(a.sizes(), b.sizes(), compare_op_name(op)), DType::Bool, a.device());
   TRIDENT_DISPATCH_CUDA_FLOATING(a.dtype(), "compare", [&] {
@@ -91,5 +94,7 @@ void masked_fill_(const Tensor& self, const Tensor& mask, double s) {
   });
   self.bump_version();
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

@@ -31,6 +31,9 @@ __global__ void __launch_bounds__(kBlock) dropout_kernel(const T* __restrict__ x
 
 }  // namespace
 
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
 Tensor dropout(const Tensor& x_in, const PhiloxState& state, double p) {
   const Device dev = x_in.device();
   const Tensor x = x_in.detach().contiguous();  // row-major order, as the CPU reads it
@@ -49,5 +52,7 @@ Tensor dropout(const Tensor& x_in, const PhiloxState& state, double p) {
   });
   return out;
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

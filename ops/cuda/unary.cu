@@ -145,6 +145,9 @@ struct Fixed {
 
 }  // namespace
 
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernels above themselves.
+#if !defined(TRIDENT_SIMT)
 Tensor unary(UnaryOp op, const Tensor& x) {
   switch (op) {
     case UnaryOp::Relu: return map1<Fixed<UnaryOp::Relu>::F>("relu", x);
@@ -178,5 +181,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
 Tensor clamp_backward(const Tensor& g, const Tensor& x, double lo, double hi) {
   return map2<ClampBackwardF>("clamp_backward", g, x, math::ClampBackward<float>{static_cast<float>(lo), static_cast<float>(hi)});
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

@@ -91,7 +91,7 @@ struct TanhBackward {
 // Exact GELU (BERT): x Phi(x), Phi the standard normal CDF. In f64, Phi(x) = erfc(-x/sqrt2)/2,
 // which, unlike 1 + erf(x/sqrt2), does not cancel for negative x. Below -40 the result is -0
 // (x is clamped so that -inf gives the limit, not -inf * 0).
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(TRIDENT_SIMT)  // TRIDENT_SIMT: the CPU emulator (tests/simt) runs the kernels
 // NOTE [GELU on the GPU]: the CPU forms (fast_f32.h) build exp from f64 pieces to vectorize and to
 // match the f64 reference closely; on the GPU f64 is slow, and CUDA's own erfcf and expf are
 // accurate to a few ulp, so the device uses them. Both forms avoid cancellation for negative x:
