@@ -23,6 +23,7 @@ namespace trident {
 
 namespace cuda {
 
+#if !defined(TRIDENT_SIMT)  // host code: not compiled by the CPU emulator (tests/simt/simt.h)
 int multiprocessor_count() {
   static std::array<int, 64> counts{};
   static std::mutex mu;
@@ -38,6 +39,7 @@ int grid_size(int64_t work, int threads) {
   const int64_t cap = static_cast<int64_t>(multiprocessor_count()) * (2048 / threads) * 4;
   return static_cast<int>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
+#endif  // !TRIDENT_SIMT
 
 namespace {
 
@@ -108,6 +110,13 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(int64_t n, OffsetCalc
     store_as(dt, dst, off[0], load_as(st, src, off[1]));
   }
 }
+
+}  // namespace
+
+// The host side: not compiled by the CPU emulator (tests/simt/simt.h), whose tests launch the
+// kernel above themselves.
+#if !defined(TRIDENT_SIMT)
+namespace {
 
 void convert_kernel_launch(const Tensor& dst, const Tensor& src) {
   const int64_t n = dst.numel();
@@ -237,6 +246,8 @@ void add_into_impl(const Tensor& dst, const Tensor& src) {
     });
   });
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace cuda
 }  // namespace trident
