@@ -28,63 +28,31 @@ namespace {
 
 simt::Order order_of(int o) { return o == 0 ? simt::Order::Forward : simt::Order::Reverse; }
 
-// out = f(ins...) as elementwise() launches it: the vectorized loop when everything is
-// contiguous, of out's shape and 16-byte aligned, else the strided loop over broadcast strides.
-template <typename Out, typename... In, typename F>
-void run(const Tensor& out, const std::array<Tensor, sizeof...(In)>& ins, F f, simt::Order order) {
-  const int64_t n = out.numel();
-  constexpr int V = cu::vec_width<Out, In...>();
-  bool contiguous = out.is_contiguous();
-  bool aligned = reinterpret_cast<uintptr_t>(out.data_ptr()) % (sizeof(Out) * V) == 0;
-  for (const Tensor& t : ins) {
-    contiguous = contiguous && t.sizes() == out.sizes() && t.is_contiguous();
-    aligned = aligned && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  }
-  Out* o = ptr<Out>(out);
-  if (contiguous && aligned) {
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      simt::launch({dim3(3), dim3(cu::kThreads), 0, order},
-                   [&] { cu::vectorized_kernel<V>(n, f, o, static_cast<const In*>(ins[K].data_ptr())...); });
-    }(std::index_sequence_for<In...>{});
-  } else {
-    std::array<Shape, 1 + sizeof...(In)> strides;
-    strides[0] = out.strides();
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      ((strides[K + 1] = broadcast_strides(ins[K].sizes(), ins[K].strides(), out.sizes())), ...);
-    }(std::index_sequence_for<In...>{});
-    const auto oc = cu::make_offset_calc<1 + sizeof...(In)>(out.sizes(), strides);
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      simt::launch({dim3(3), dim3(cu::kThreads), 0, order},
-                   [&] { cu::strided_kernel(n, oc, f, o, static_cast<const In*>(ins[K].data_ptr())...); });
-    }(std::index_sequence_for<In...>{});
-  }
-}
-
 TEST(SimtElementwise, BinaryCompareWhereAndUnaryMatchTheCpu) {
   Generator g(1);
   for (int o = 0; o < 2; ++o) {
     // Contiguous with a tail past the last pack (1001 elements): the vectorized loop.
     const Tensor a = randn({1001}, kF32, &g), b = randn({1001}, kF32, &g);
     const Tensor sum = nans({1001}, kF32);
-    run<float, float, float>(sum, {a, b}, cu::BinaryF<float>{BinaryOp::Add}, order_of(o));
+    run_elementwise<float, float, float>(sum, {a, b}, cu::BinaryF<float>{BinaryOp::Add}, order_of(o));
     EXPECT_TRUE(same_bits(sum, add(a, b))) << "add";
     // Broadcast [5, 1, 7] against [1, 6, 7] in bf16: the strided loop.
     const Tensor x = randn({5, 1, 7}, kF64, &g).to(kBF16), y = randn({1, 6, 7}, kF64, &g).to(kBF16);
     const Tensor prod = nans({5, 6, 7}, kBF16);
-    run<BFloat16, BFloat16, BFloat16>(prod, {x, y}, cu::BinaryF<BFloat16>{BinaryOp::Mul}, order_of(o));
+    run_elementwise<BFloat16, BFloat16, BFloat16>(prod, {x, y}, cu::BinaryF<BFloat16>{BinaryOp::Mul}, order_of(o));
     EXPECT_TRUE(same_bits(prod, mul(x, y))) << "mul with broadcasting";
     const Tensor lt_out = full({5, 6, 7}, 0, DType::Bool);
-    run<bool, BFloat16, BFloat16>(lt_out, {x, y}, cu::CompareF<BFloat16>{CompareOp::Lt}, order_of(o));
+    run_elementwise<bool, BFloat16, BFloat16>(lt_out, {x, y}, cu::CompareF<BFloat16>{CompareOp::Lt}, order_of(o));
     EXPECT_EQ(lt_out.to_vector<uint8_t>(), lt(x, y).to_vector<uint8_t>()) << "lt";
     const Tensor w = nans({5, 6, 7}, kBF16);
-    run<BFloat16, bool, BFloat16, BFloat16>(w, {lt_out, x, y}, cu::WhereF<BFloat16>{}, order_of(o));
+    run_elementwise<BFloat16, bool, BFloat16, BFloat16>(w, {lt_out, x, y}, cu::WhereF<BFloat16>{}, order_of(o));
     EXPECT_TRUE(same_bits(w, where(lt(x, y), expand(x, {5, 6, 7}), expand(y, {5, 6, 7})))) << "where";
     // The hot activations: ReLU and the tanh GELU (bf16: the fast form), and a switched op.
     const Tensor h = randn({4, 300}, kF64, &g).to(kBF16);
     const Tensor gelu_out = nans({4, 300}, kBF16), exp_out = nans({4, 300}, kBF16);
-    run<BFloat16, BFloat16>(gelu_out, {h}, cu::Fixed<cu::UnaryOp::GeluTanh>::F<BFloat16>{}, order_of(o));
+    run_elementwise<BFloat16, BFloat16>(gelu_out, {h}, cu::Fixed<cu::UnaryOp::GeluTanh>::F<BFloat16>{}, order_of(o));
     EXPECT_LE(rel_error(gelu_out, gelu(h.to(kF64), GeluApproximation::Tanh)), tolerance(kBF16, false)) << "gelu tanh";
-    run<BFloat16, BFloat16>(exp_out, {h}, cu::UnaryF<BFloat16>{cu::UnaryOp::Exp}, order_of(o));
+    run_elementwise<BFloat16, BFloat16>(exp_out, {h}, cu::UnaryF<BFloat16>{cu::UnaryOp::Exp}, order_of(o));
     EXPECT_TRUE(same_bits(exp_out, exp(h))) << "exp";
   }
 }

@@ -131,6 +131,22 @@ TEST(SimtLoss, CrossEntropyMatchesTheCpu) {
   }
 }
 
+TEST(SimtLoss, BinaryCrossEntropyWithLogitsMatchesTheCpu) {
+  Generator g(3);
+  const Tensor x = mul(randn({9, 13}, kF32, &g), 5.0), y = rand({9, 13}, kF32, &g), pw = add(rand({13}, kF32, &g), 0.5);
+  const Tensor gy = randn({9, 13}, kF32, &g);
+  for (int o = 0; o < 2; ++o) {
+    const Tensor out = nans({9, 13}, kF32), gx = nans({9, 13}, kF32), gt = nans({9, 13}, kF32);
+    run_elementwise<float, float, float, float>(out, {x, y, pw}, cu::BceF<float>{}, order_of(o));
+    run_elementwise<float, float, float, float, float>(gx, {x, y, pw, gy}, cu::BceGradF<float>{0.5f, true}, order_of(o));
+    run_elementwise<float, float, float, float, float>(gt, {x, y, pw, gy}, cu::BceGradF<float>{0.5f, false}, order_of(o));
+    EXPECT_LE(rel_error(out, cpu::bce_with_logits(x.to(kF64), y.to(kF64), pw.to(kF64))), 1e-6) << "loss";
+    const auto [rx, ry] = cpu::bce_with_logits_backward(gy.to(kF64), 0.5, x.to(kF64), y.to(kF64), pw.to(kF64), true, true);
+    EXPECT_LE(rel_error(gx, rx), 1e-6) << "d/dx";
+    EXPECT_LE(rel_error(gt, ry), 1e-6) << "d/dy";
+  }
+}
+
 TEST(SimtLoss, NllFirstInvalidTargetAndSquaredErrorMatchTheCpu) {
   Generator g(40);
   const int64_t n = 6, classes = 11, inner = 5, npos = n * inner;

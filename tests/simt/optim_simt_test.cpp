@@ -212,6 +212,28 @@ TEST(SimtMultiTensor, LambWithLayerAdaptationMatchesTheCpu) {
   }
 }
 
+TEST(SimtMultiTensor, LambWithoutLayerAdaptationMatchesTheCpu) {
+  // One fused pass (trust ratio 1): the moments, then p = p - lr * r.
+  Generator g(16);
+  const std::vector<int64_t> s = sizes(10, 45);
+  const TensorVec p = random_list(s, kF32, g), gr = random_list(s, kF32, g), m = random_list(s, kF32, g, -0.1, 0.1),
+                  v = random_list(s, kF32, g, 0, 0.1);
+  const om::LambUpdate<double> f{0.9, 0.999, 1e-6, 0.01, 1 - 0.9, 1 - 0.999};
+  const double lr = 1e-3;
+  const std::vector<TensorVec> got = in_both_orders({p, m, v}, [&](std::vector<TensorVec>& st) {
+    oc::multi_tensor_apply<4>({&st[0], &gr, &st[1], &st[2]}, nullptr,
+                              oc::LambFusedOp<float>{f.cast<float>(), static_cast<float>(lr)});
+  });
+  const TensorVec rp = clone_list(p), rm = clone_list(m), rv = clone_list(v);
+  for (size_t i = 0; i < s.size(); ++i) {
+    nn::optim::cpu::lamb_moments(rp[i], gr[i], rm[i], rv[i], f);
+    nn::optim::cpu::lamb_apply(rp[i], rm[i], rv[i], f, lr);
+  }
+  EXPECT_LE(max_rel(got[0], rp), tol(kF32)) << "p";
+  EXPECT_LE(max_rel(got[1], rm), tol(kF32)) << "m";
+  EXPECT_LE(max_rel(got[2], rv), tol(kF32)) << "v";
+}
+
 TEST(SimtMultiTensor, UnscaleFindsAnInfInATensorThatStraddlesTwoLaunches) {
   // 300 chunks, then 50: the second tensor's chunks 0-19 end the first launch (320 blocks), the
   // other 30 start the next as its slot 0.
