@@ -130,16 +130,21 @@ __global__ void __launch_bounds__(kThreads) strided_kernel(int64_t n, OffsetCalc
   }
 }
 
-#if !defined(TRIDENT_SIMT)  // host code: not compiled by the CPU emulator (tests/simt/simt.h)
 // out[...] = f(ins[...]...) with the inputs broadcast to out's shape. Out and In are the C++
 // element types of out and the inputs (the caller has dispatched on the dtypes). Launches on
-// the current stream of out's device.
+// the current stream of out's device; on the CPU emulator (tests/simt/simt.h), where out and the
+// inputs are host tensors, the same kernels run there over a few blocks.
 template <typename Out, typename... In, typename F>
 void elementwise(const Tensor& out, const std::array<Tensor, sizeof...(In)>& ins, F f) {
   const int64_t n = out.numel();
   if (n == 0) return;
+#if defined(TRIDENT_SIMT)
+#define TRIDENT_ELEMENTWISE_LAUNCH(kernel, work, ...) ::simt::launch({dim3(3), dim3(kThreads)}, [&] { kernel(__VA_ARGS__); })
+#else
   DeviceGuard guard(out.device().index);
   const cudaStream_t stream = current_stream(out.device().index).handle();
+#define TRIDENT_ELEMENTWISE_LAUNCH(kernel, work, ...) kernel<<<grid_size(work), kThreads, 0, stream>>>(__VA_ARGS__)
+#endif
   constexpr int V = vec_width<Out, In...>();
   bool contiguous = out.is_contiguous();
   bool aligned = reinterpret_cast<uintptr_t>(out.data_ptr()) % (sizeof(Out) * V) == 0;
@@ -150,8 +155,7 @@ void elementwise(const Tensor& out, const std::array<Tensor, sizeof...(In)>& ins
   Out* o = static_cast<Out*>(out.data_ptr());
   if (contiguous && aligned) {
     [&]<size_t... K>(std::index_sequence<K...>) {
-      vectorized_kernel<V><<<grid_size((n + V - 1) / V), kThreads, 0, stream>>>(
-          n, f, o, static_cast<const In*>(ins[K].data_ptr())...);
+      TRIDENT_ELEMENTWISE_LAUNCH(vectorized_kernel<V>, (n + V - 1) / V, n, f, o, static_cast<const In*>(ins[K].data_ptr())...);
     }(std::index_sequence_for<In...>{});
   } else {
     std::array<Shape, 1 + sizeof...(In)> strides;
@@ -161,12 +165,13 @@ void elementwise(const Tensor& out, const std::array<Tensor, sizeof...(In)>& ins
     }(std::index_sequence_for<In...>{});
     const auto oc = make_offset_calc<1 + sizeof...(In)>(out.sizes(), strides);
     [&]<size_t... K>(std::index_sequence<K...>) {
-      strided_kernel<<<grid_size(n), kThreads, 0, stream>>>(n, oc, f, o, static_cast<const In*>(ins[K].data_ptr())...);
+      TRIDENT_ELEMENTWISE_LAUNCH(strided_kernel, n, n, oc, f, o, static_cast<const In*>(ins[K].data_ptr())...);
     }(std::index_sequence_for<In...>{});
   }
+#undef TRIDENT_ELEMENTWISE_LAUNCH
+#if !defined(TRIDENT_SIMT)
   TRIDENT_CUDA_KERNEL_CHECK();
+#endif
 }
-
-#endif  // !TRIDENT_SIMT
 
 }  // namespace trident::cuda

@@ -62,36 +62,12 @@ std::vector<Tensor> in_both_orders(Make make, Launches launches) {
   return r[0];
 }
 
-// out = f(ins...) as elementwise() launches it: the vectorized loop when everything is
-// contiguous, of out's shape and 16-byte aligned, else the strided loop over broadcast strides.
+// out = f(ins...) through cuda::elementwise (the vectorized or the strided loop, as on a GPU),
+// its threads in `order`.
 template <typename Out, typename... In, typename F>
 void run_elementwise(const Tensor& out, const std::array<Tensor, sizeof...(In)>& ins, F f, ::simt::Order order) {
-  const int64_t n = out.numel();
-  constexpr int V = ::trident::cuda::vec_width<Out, In...>();
-  bool contiguous = out.is_contiguous();
-  bool aligned = reinterpret_cast<uintptr_t>(out.data_ptr()) % (sizeof(Out) * V) == 0;
-  for (const Tensor& t : ins) {
-    contiguous = contiguous && t.sizes() == out.sizes() && t.is_contiguous();
-    aligned = aligned && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  }
-  Out* o = ptr<Out>(out);
-  if (contiguous && aligned) {
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      ::simt::launch({dim3(3), dim3(::trident::cuda::kThreads), 0, order},
-                   [&] { ::trident::cuda::vectorized_kernel<V>(n, f, o, static_cast<const In*>(ins[K].data_ptr())...); });
-    }(std::index_sequence_for<In...>{});
-  } else {
-    std::array<Shape, 1 + sizeof...(In)> strides;
-    strides[0] = out.strides();
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      ((strides[K + 1] = broadcast_strides(ins[K].sizes(), ins[K].strides(), out.sizes())), ...);
-    }(std::index_sequence_for<In...>{});
-    const auto oc = ::trident::cuda::make_offset_calc<1 + sizeof...(In)>(out.sizes(), strides);
-    [&]<size_t... K>(std::index_sequence<K...>) {
-      ::simt::launch({dim3(3), dim3(::trident::cuda::kThreads), 0, order},
-                   [&] { ::trident::cuda::strided_kernel(n, oc, f, o, static_cast<const In*>(ins[K].data_ptr())...); });
-    }(std::index_sequence_for<In...>{});
-  }
+  const ::simt::ScopedOrder scoped(order);
+  ::trident::cuda::elementwise<Out, In...>(out, ins, f);
 }
 
 }  // namespace trident::simt_testing
