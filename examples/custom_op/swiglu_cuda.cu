@@ -2,9 +2,11 @@
 // Trident's current stream (core/cuda/stream.h, NOTE [Current stream]) with the tensors passed
 // as TensorArg (core/tensor_arg.h, NOTE [Kernel arguments]): pointer, sizes and strides.
 //
-// UNTESTED until a GPU run. This file is compiled only against a CUDA build of Trident; CI has
-// no GPU, so these kernels have never run. The test (test_swiglu.cpp) compares them with the CPU
-// kernels when a GPU is present.
+// Not yet run on a GPU: this file is compiled only against a CUDA build of Trident, and CI has no
+// GPU. The test (test_swiglu.cpp) compares them with the CPU kernels when a GPU is present;
+// Trident's own CPU test suite runs the kernels on its SIMT emulator
+// (tests/simt/custom_op_simt_test.cpp), which compiles this file with TRIDENT_SIMT defined: the
+// kernels only, the launchers under `#if !defined(TRIDENT_SIMT)`.
 #include <algorithm>
 
 #include "core/cuda/stream.h"
@@ -40,6 +42,7 @@ __global__ void backward_kernel(TensorArg<const T> g, TensorArg<const T> a, Tens
 
 }  // namespace
 
+#if !defined(TRIDENT_SIMT)
 void swiglu_forward_cuda(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   cudaStream_t stream = trident::cuda::current_stream(out.device());
@@ -67,5 +70,7 @@ void swiglu_backward_cuda(const Tensor& g, const Tensor& a, const Tensor& b, con
   }
   TRIDENT_CUDA_CHECK(cudaGetLastError());
 }
+
+#endif  // !TRIDENT_SIMT
 
 }  // namespace custom_op
