@@ -1,11 +1,12 @@
 // The SIMT emulator's scheduler (NOTE [Kernels on the CPU emulator] in tests/simt/simt.h): one
-// fiber per thread of a block; a fiber runs until it reaches a collective, and when every fiber
-// of the block waits (or has exited) the collectives whose threads have all arrived complete and
-// their threads run again.
+// fiber per thread of a block. Warp by warp (in the launch's order), the warp's lanes run until
+// each waits at a collective or exits, its warp collectives complete, and so on until the warp
+// waits only at __syncthreads (or has exited); when every warp is there, the barrier releases
+// them all and the round starts again. A collective that can never complete is an error.
 //
 // A fiber starts on its own stack through makecontext/setcontext and from then on switches with
 // _setjmp/_longjmp, which unlike swapcontext leave the signal mask alone: no system call per
-// switch (swapcontext's made the attention tests spend more time in the kernel than in them).
+// switch (swapcontext's sigprocmask calls took more time than the kernels themselves).
 // _FORTIFY_SOURCE's longjmp check takes a jump to another stack for a corrupt one; it is off here.
 #ifdef _FORTIFY_SOURCE
 #undef _FORTIFY_SOURCE
@@ -116,13 +117,17 @@ std::string where(const Block& b, const Fiber& f) {
   return s.str();
 }
 
+std::string hex(unsigned v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
 std::string state(const Fiber& f) {
   if (f.done) return "exited";
   if (f.wait == Wait::Block) return "waits at __syncthreads";
   if (f.wait == Wait::Warp) {
-    std::ostringstream s;
-    s << "waits at " << op_name(f.op, f.kind) << " (mask 0x" << std::hex << f.mask << ")";
-    return s.str();
+    return std::string("waits at ") + op_name(f.op, f.kind) + " (mask " + hex(f.mask) + ")";
   }
   return "runs";
 }
@@ -171,23 +176,21 @@ void complete_warp(Block& b, int w, const Fiber& origin) {
   const int n = static_cast<int>(b.fibers.size());
   const unsigned mask = origin.mask;
   Fiber* lane[kWarp] = {};
-  const Fiber* first = &origin;
   for (int l = 0; l < kWarp; ++l) {
     if (!(mask >> l & 1u)) continue;
     const int i = w * kWarp + l;
-    if (i >= n) fail("mask 0x" + [&] { std::ostringstream s; s << std::hex << mask; return s.str(); }() +
-                     " names lane " + std::to_string(l) + " of warp " + std::to_string(w) + ", which the block (" +
+    if (i >= n) fail("mask " + hex(mask) + " names lane " + std::to_string(l) + " of warp " + std::to_string(w) + ", which the block (" +
                      std::to_string(n) + " threads) does not have");
     Fiber& f = b.fibers[static_cast<size_t>(i)];
-    if (f.wait != Wait::Warp || f.mask != mask || f.op != first->op || f.kind != first->kind) {
-      fail(where(b, *first) + " " + state(*first) + ", but " + where(b, f) + ", named by its mask, " + state(f) +
+    if (f.wait != Wait::Warp || f.mask != mask || f.op != origin.op || f.kind != origin.kind) {
+      fail(where(b, origin) + " " + state(origin) + ", but " + where(b, f) + ", named by its mask, " + state(f) +
            ": the collective can never complete (divergent warp)");
     }
     lane[l] = &f;
   }
-  const Op op = first->op;
+  const Op op = origin.op;
   if (op == Op::Mma) {
-    if (mask != 0xffffffffu) fail(where(b, *first) + ": mma.sync needs the whole warp (mask 0xffffffff)");
+    if (mask != 0xffffffffu) fail(where(b, origin) + ": mma.sync needs the whole warp (mask 0xffffffff)");
     // PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type": lane = 4 g + t;
     // A [16][16]: reg 0 (g, 2t..2t+1), 1 (g+8, 2t..), 2 (g, 2t+8..), 3 (g+8, 2t+8..);
     // B [16][8] (k, n): reg 0 (2t..2t+1, g), 1 (2t+8..2t+9, g); C [16][8]: (g, 2t..), (g+8, 2t..).
@@ -195,7 +198,7 @@ void complete_warp(Block& b, int w, const Fiber& origin) {
     for (int l = 0; l < kWarp; ++l) {
       const int g = l / 4, t = l % 4;
       const Fiber& f = *lane[l];
-      if (f.bf16 != first->bf16) fail(where(b, f) + ": mma.sync lanes disagree on the input type");
+      if (f.bf16 != origin.bf16) fail(where(b, f) + ": mma.sync lanes disagree on the input type");
       for (int r = 0; r < 4; ++r) {
         const int row = g + (r & 1 ? 8 : 0), col = 2 * t + (r & 2 ? 8 : 0);
         A[row][col] = decode16(static_cast<uint16_t>(f.a[r] & 0xffffu), f.bf16);
