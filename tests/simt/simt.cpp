@@ -260,7 +260,6 @@ void complete_warp(Block& b, int w, const Fiber& origin) {
     if (lane[l]) lane[l]->wait = Wait::None;
 }
 
-// Completes what can complete; false when nothing could (the caller reports the deadlock).
 // Completes the collectives warp w waits on; false when it waits on none.
 bool complete_warp_ops(Block& b, int w) {
   const int n = static_cast<int>(b.fibers.size());
