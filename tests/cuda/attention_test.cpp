@@ -33,14 +33,7 @@ double rel_error(const Tensor& got, const Tensor& ref) { return trident::testing
 // so f16 and bf16 differ from f64 mostly by the final rounding of each output (2^-11, 2^-8:
 // the cross-backend suite's bounds); f32 by f32 sums over up to ~1000 keys or queries, plus the
 // cancellation in dP - Delta for the gradients. lse is f32 for every input dtype.
-double tolerance(DType dt, bool backward) {
-  switch (dt) {
-    case DType::F32: return backward ? 5e-5 : 2e-5;
-    case DType::F16: return backward ? 4e-3 : 2e-3;
-    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
-    default: return 0;
-  }
-}
+double tolerance(DType dt, bool backward) { return trident::testing::f64_reference_tolerance(dt, backward); }
 constexpr double kLseTolerance = 2e-5;
 
 using Case = trident::testing::AttentionCase;

@@ -19,15 +19,8 @@ namespace trident::simt_testing {
 // tests/test_util.h's relative_error.
 inline double rel_error(const Tensor& got, const Tensor& ref) { return ::trident::testing::relative_error(got, ref); }
 
-// The CUDA suites' tolerances against f64 (tests/cuda/cuda_test_util.h).
-inline double tolerance(DType dt, bool backward) {
-  switch (dt) {
-    case DType::F32: return backward ? 5e-5 : 2e-5;
-    case DType::F16: return backward ? 4e-3 : 2e-3;
-    case DType::BF16: return backward ? 3e-2 : 1.6e-2;
-    default: return 0;
-  }
-}
+// tests/test_util.h's f64_reference_tolerance (the CUDA attention suite's).
+inline double tolerance(DType dt, bool backward) { return ::trident::testing::f64_reference_tolerance(dt, backward); }
 
 // Bit-for-bit equality (as doubles; NaN equal to NaN); undefined equals undefined.
 inline bool same_bits(const Tensor& a, const Tensor& b) {
