@@ -6,7 +6,8 @@
 # a regression guard for the register budgets the kernels are written to (NOTE [CUDA kernel
 # resources] in docs/architecture.md). The ctest cuda.kernel_resources runs it.
 #   scripts/cuda-resources.sh NVCC "80;90" "FLAGS" FILE.cu...
-# FLAGS: the include and define flags of the library's CUDA compile, one string.
+# FLAGS: the library's CUDA compile flags (dialect, optimization, includes), one string; the
+# ctest passes the build's own (CMAKE_CUDA_FLAGS and the build type's, the C++20 option).
 set -euo pipefail
 NVCC="$1"
 ARCHS="$2"
@@ -29,8 +30,7 @@ for arch in ${ARCHS//;/ }; do
 done >"$work/jobs"
 compile_one() {  # N ARCH FILE
   # shellcheck disable=SC2086
-  if ! "$NVCC" -cubin -O3 -DNDEBUG -std=c++20 --expt-relaxed-constexpr --extended-lambda -arch="sm_$2" \
-    -Xptxas -v $FLAGS "$3" -o "$work/$1.cubin" >"$work/$1.log" 2>&1; then
+  if ! "$NVCC" -cubin -arch="sm_$2" -Xptxas -v $FLAGS "$3" -o "$work/$1.cubin" >"$work/$1.log" 2>&1; then
     echo "$3 sm_$2" >"$work/$1.fail"
   fi
 }
