@@ -5,7 +5,9 @@
 // NOTE [Kernels on the CPU emulator]: a test defines nothing itself; it includes this header
 // first and then the .cu file whose kernels it runs. This header defines TRIDENT_SIMT, under
 // which a .cu file compiles only its kernels (its host launchers sit under
-// `#if !defined(TRIDENT_SIMT)`: g++ cannot parse `<<<...>>>`), and replaces what nvcc provides:
+// `#if !defined(TRIDENT_SIMT)`: g++ cannot parse `<<<...>>>`; two host helpers launch through
+// simt::launch instead and so run here whole: cuda::elementwise in core/cuda/loops.cuh and
+// multi_tensor_apply in nn/optim/multi_tensor.cuh), and replaces what nvcc provides:
 //   - threadIdx, blockIdx, blockDim and gridDim read the running fiber's coordinates;
 //   - `__shared__` variables become function statics in one section of the program, one copy
 //     for the block that runs (blocks run one after another), the whole section filled with 0xff
