@@ -4,9 +4,9 @@
 // f32 accumulation. A warp owns 16 rows of its block's tile (keys in the first pass, queries in
 // the second); the probabilities and dS leave the accumulators as A fragments of the next
 // product, rounded to the input dtype as in the forward pass. Shared-memory tiles are stored
-// row-major (rows padded by 8 elements) where a product reads them along the head dim, and
-// transposed where it reads them along the tile (Qt and dOt in the first pass, Kt in the
-// second).
+// row-major (rows padded by 8 elements) and arrive by cp.async, two stages of the tiles a pass
+// walks; ldmatrix reads them along the head dim as they are and along the tile transposed
+// (Q and dO for dK and dV, K for dQ), so no tile is stored twice.
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/attention_mma.h"
 #if !defined(TRIDENT_SIMT)  // the host side: not compiled by the CPU emulator (tests/simt/simt.h)
@@ -18,31 +18,57 @@ namespace trident::cuda {
 namespace attn {
 namespace {
 
-// The two score-sized products of a backward tile, for a warp's 16 rows: s = A1 B1^T and
-// dp = A2 B2^T, where A1, A2 point at the warp's first row of 64 x D row-major tiles and B1, B2 at
-// the other side's 64 x D tiles (row stride D + 8): s[j], dp[j] hold columns 8 j .. 8 j + 7.
-template <typename M, int D>
-__device__ __forceinline__ void two_products(float (&s)[kTile / 8][4], float (&dp)[kTile / 8][4], const uint16_t* a1,
-                                             const uint16_t* b1, const uint16_t* a2, const uint16_t* b2, int g, int t) {
+// Keys (first pass) or queries (second) of the other side that a warp's score registers cover
+// at once: half a tile. All 64 would take s and dp to 64 registers beside dK and dV's 128 at
+// D = 128 and push the first pass past 255; at D = 64 the half keeps both passes near 168
+// registers, three blocks per multiprocessor instead of two (ptxas, sm_80 and sm_90).
+constexpr int kSub = 32;
+
+// The two score-sized products of a backward tile, for a warp's 16 rows and N columns: s = A1 B1^T
+// and dp = A2 B2^T, where A1, A2 point at the warp's first row of row-major tiles and B1, B2 at
+// the first of N rows on the other side (row stride D + 8): s[j], dp[j] hold columns 8 j .. 8 j + 7.
+template <typename M, int D, int N>
+__device__ __forceinline__ void two_products(float (&s)[N / 8][4], float (&dp)[N / 8][4], const uint16_t* a1,
+                                             const uint16_t* b1, const uint16_t* a2, const uint16_t* b2, int lane) {
   constexpr int kLd = D + 8;
 #pragma unroll
-  for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
+  for (int j = 0; j < N / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
 #pragma unroll
   for (int st = 0; st < D / 16; ++st) {
     uint32_t x[4], y[4];
-    mma::load_a(x, a1 + 16 * st, kLd, g, t);
-    mma::load_a(y, a2 + 16 * st, kLd, g, t);
+    mma::ldmatrix_a(x, a1 + 16 * st, kLd, lane);
+    mma::ldmatrix_a(y, a2 + 16 * st, kLd, lane);
 #pragma unroll
-    for (int j = 0; j < kTile / 8; ++j) {
-      mma::mma_bt<M>(s[j], x, b1 + 8 * j * kLd + 16 * st, kLd, g, t);
-      mma::mma_bt<M>(dp[j], y, b2 + 8 * j * kLd + 16 * st, kLd, g, t);
+    for (int j = 0; j < N / 8; j += 2) {
+      uint32_t bb[4];
+      mma::ldmatrix_bt(bb, b1 + 8 * j * kLd + 16 * st, kLd, lane);
+      mma::mma_16816<M>(s[j], x, bb[0], bb[1]);
+      mma::mma_16816<M>(s[j + 1], x, bb[2], bb[3]);
+      mma::ldmatrix_bt(bb, b2 + 8 * j * kLd + 16 * st, kLd, lane);
+      mma::mma_16816<M>(dp[j], y, bb[0], bb[1]);
+      mma::mma_16816<M>(dp[j + 1], y, bb[2], bb[3]);
     }
+  }
+}
+
+// acc[n] += A B for the D / 8 column blocks of a 16 x D accumulator, A the fragment of 16 rows
+// of the other side, B the 16 rows x D of a row-major tile at `rows` (read transposed).
+template <typename M, int D>
+__device__ __forceinline__ void accumulate_rows(float (&acc)[D / 8][4], const uint32_t (&a)[4], const uint16_t* rows,
+                                                int lane) {
+#pragma unroll
+  for (int n = 0; n < D / 8; n += 2) {
+    uint32_t bb[4];
+    mma::ldmatrix_b(bb, rows + 8 * n, D + 8, lane);
+    mma::mma_16816<M>(acc[n], a, bb[0], bb[1]);
+    mma::mma_16816<M>(acc[n + 1], a, bb[2], bb[3]);
   }
 }
 
 // One block per (head b, 64 keys); warp w owns keys k0 + 16 w .. + 15 and walks the query tiles
 // that see any of the block's keys: S^T = K Q^T and dP^T = V dO^T, then dV += P_drop^T dO and
-// dK += dS^T Q (scaled at the end).
+// dK += dS^T Q (scaled at the end). The query tiles (Q, dO, their lse and delta) are double
+// buffered: the next one loads by cp.async while this one is worked on.
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_dkdv_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, Operand<uint16_t> dout, MaskDesc mask,
@@ -50,16 +76,13 @@ __global__ void __launch_bounds__(kMmaThreads)
                     uint16_t* __restrict__ dv) {
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;
-  constexpr int kOut = D / 8, kQueryTiles = kTile / 8;
+  constexpr int kOut = D / 8, kStage = 2 * kTile * kLd;
   TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
   __shared__ uint16_t bits[kTile * 4];
-  __shared__ float sL[kTile], sDelta[kTile];
+  __shared__ float sL[2][kTile], sDelta[2][kTile];
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
   uint16_t* sV = sK + kTile * kLd;
-  uint16_t* sQ = sV + kTile * kLd;
-  uint16_t* sO = sQ + kTile * kLd;
-  uint16_t* sQt = sO + kTile * kLd;  // [D][kLdV] each
-  uint16_t* sOt = sQt + D * kLdV;
+  uint16_t* sQO = sV + kTile * kLd;  // stage s: Q at sQO + s kStage, dO behind it
 
   const int64_t tiles = (p.Tk + kTile - 1) / kTile;
   const int64_t b = blockIdx.x / tiles;
@@ -68,9 +91,25 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int g = lane / 4, t = lane % 4;
   const int wr = warp * 16;
   const int key_a = wr + g, key_b = key_a + 8;  // this lane's two keys, in the tile
+  // Query tile i0 into stage st: Q and dO by cp.async, lse and delta by plain stores (visible
+  // behind the barrier that also covers the copies).
+  const auto fetch = [&](int st, int64_t i0) {
+    uint16_t* dst = sQO + st * kStage;
+    async_rows<D>(dst, kLd, q.head(b), q.sr, i0, p.Tq);
+    async_rows<D>(dst + kTile * kLd, kLd, dout.head(b), dout.sr, i0, p.Tq);
+    if (threadIdx.x < kTile) {
+      const int64_t row = i0 + threadIdx.x;
+      sL[st][threadIdx.x] = row < p.Tq ? lse[b * p.Tq + row] : -INFINITY;
+      sDelta[st][threadIdx.x] = row < p.Tq ? delta[b * p.Tq + row] : 0.f;
+    }
+  };
 
-  load_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
-  load_rows<D>(sV, kLd, v.head(b), v.sr, k0, p.Tk);
+  // Causal: query i sees key j when j <= i, so no tile before the one holding query k0.
+  const int64_t first = p.causal ? k0 / kTile * kTile : 0;
+  async_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
+  async_rows<D>(sV, kLd, v.head(b), v.sr, k0, p.Tk);
+  fetch(0, first);
+  mma::cp_async_commit();
   const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
   float gk[kOut][4], gv[kOut][4];
 #pragma unroll
@@ -78,51 +117,48 @@ __global__ void __launch_bounds__(kMmaThreads)
     gk[n][0] = gk[n][1] = gk[n][2] = gk[n][3] = 0.f;
     gv[n][0] = gv[n][1] = gv[n][2] = gv[n][3] = 0.f;
   }
-  // Causal: query i sees key j when j <= i, so no tile before the one holding query k0.
-  for (int64_t i0 = p.causal ? k0 / kTile * kTile : 0; i0 < p.Tq; i0 += kTile) {
-    __syncthreads();  // the previous query tile is no longer read
-    load_rows<D>(sQ, kLd, q.head(b), q.sr, i0, p.Tq);
-    load_rows<D>(sO, kLd, dout.head(b), dout.sr, i0, p.Tq);
-    load_rows_transposed<D>(sQt, q.head(b), q.sr, i0, p.Tq);
-    load_rows_transposed<D>(sOt, dout.head(b), dout.sr, i0, p.Tq);
-    if (threadIdx.x < kTile) {
-      const int64_t row = i0 + threadIdx.x;
-      sL[threadIdx.x] = row < p.Tq ? lse[b * p.Tq + row] : -INFINITY;
-      sDelta[threadIdx.x] = row < p.Tq ? delta[b * p.Tq + row] : 0.f;
-    }
+  int st = 0;
+  for (int64_t i0 = first; i0 < p.Tq; i0 += kTile, st ^= 1) {
+    // The other stage and the bits were last read before the barrier that ended the last tile.
+    if (i0 + kTile < p.Tq) fetch(st ^ 1, i0 + kTile);
+    mma::cp_async_commit();
     if (p.dropout) {
       for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, i0, k0, x);
     }
-    __syncthreads();
+    mma::cp_async_wait<1>();  // this thread's copies of this tile
+    __syncthreads();          // and everyone's
+    const uint16_t* cQ = sQO + st * kStage;
+    const uint16_t* cO = cQ + kTile * kLd;
+    const float* cL = sL[st];
+    const float* cD = sDelta[st];
 
-    // s[j] = keys x queries 8 j .. 8 j + 7 of K Q^T, dp[j] of V dO^T.
-    float s[kQueryTiles][4], dp[kQueryTiles][4];
-    two_products<M, D>(s, dp, sK + wr * kLd, sQ, sV + wr * kLd, sO, g, t);
-    // s becomes P_drop^T, dp becomes dS^T.
+    for (int h = 0; h < kTile; h += kSub) {
+      // s[j] = keys x queries h + 8 j .. + 7 of K Q^T, dp[j] of V dO^T.
+      float s[kSub / 8][4], dp[kSub / 8][4];
+      two_products<M, D, kSub>(s, dp, sK + wr * kLd, cQ + h * kLd, sV + wr * kLd, cO + h * kLd, lane);
+      // s becomes P_drop^T, dp becomes dS^T.
 #pragma unroll
-    for (int j = 0; j < kQueryTiles; ++j) {
+      for (int j = 0; j < kSub / 8; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kl = e < 2 ? key_a : key_b, il = 8 * j + 2 * t + (e & 1);
-        const int64_t key = k0 + kl, i = i0 + il;
-        const ProbGrad r =
-            score_grad<T>(p, mask, mhead, i, key, s[j][e], dp[j][e], sL[il], sDelta[il], p.dropout && kept(bits, il, kl));
-        s[j][e] = r.pd;
-        dp[j][e] = r.ds;
+        for (int e = 0; e < 4; ++e) {
+          const int kl = e < 2 ? key_a : key_b, il = h + 8 * j + 2 * t + (e & 1);
+          const ProbGrad r = score_grad<T>(p, mask, mhead, i0 + il, k0 + kl, s[j][e], dp[j][e], cL[il], cD[il],
+                                           p.dropout && kept(bits, il, kl));
+          s[j][e] = r.pd;
+          dp[j][e] = r.ds;
+        }
+      }
+      // Queries h + 16 kk .. + 15 are accumulators 2 kk and 2 kk + 1.
+#pragma unroll
+      for (int kk = 0; kk < kSub / 16; ++kk) {
+        uint32_t pa[4], da[4];
+        mma::acc_to_a<M>(pa, s[2 * kk], s[2 * kk + 1]);
+        mma::acc_to_a<M>(da, dp[2 * kk], dp[2 * kk + 1]);
+        accumulate_rows<M, D>(gv, pa, cO + (h + 16 * kk) * kLd, lane);  // dV += P_drop^T dO
+        accumulate_rows<M, D>(gk, da, cQ + (h + 16 * kk) * kLd, lane);  // dK += dS^T Q
       }
     }
-    // Queries 16 kk .. 16 kk + 15 are accumulators 2 kk and 2 kk + 1.
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      uint32_t pa[4], da[4];
-      mma::acc_to_a<M>(pa, s[2 * kk], s[2 * kk + 1]);
-      mma::acc_to_a<M>(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < kOut; ++n) {
-        mma::mma_bt<M>(gv[n], pa, sOt + 8 * n * kLdV + 16 * kk, kLdV, g, t);  // dV += P_drop^T dO
-        mma::mma_bt<M>(gk[n], da, sQt + 8 * n * kLdV + 16 * kk, kLdV, g, t);  // dK += dS^T Q
-      }
-    }
+    __syncthreads();  // this stage, its statistics and the bits are free
   }
   const int64_t ka = k0 + key_a, kb = k0 + key_b;
 #pragma unroll
@@ -141,7 +177,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 // One block per (head b, 64 queries); warp w owns queries i0 + 16 w .. + 15 and walks the key
 // tiles they see: S = Q K^T and dP = dO V^T, then dQ += dS K (scaled at the end). dmask (when
-// not null) gets dS.
+// not null) gets dS. The key tiles (K and V) are double buffered like the first pass's query tiles.
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_dq_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, Operand<uint16_t> dout, MaskDesc mask,
@@ -149,14 +185,12 @@ __global__ void __launch_bounds__(kMmaThreads)
                   uint16_t* __restrict__ dmask) {
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;
-  constexpr int kOut = D / 8, kKeyTiles = kTile / 8;
+  constexpr int kOut = D / 8, kStage = 2 * kTile * kLd;
   TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
   __shared__ uint16_t bits[kTile * 4];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);  // [64][kLd] each
   uint16_t* sO = sQ + kTile * kLd;
-  uint16_t* sK = sO + kTile * kLd;
-  uint16_t* sV = sK + kTile * kLd;
-  uint16_t* sKt = sV + kTile * kLd;  // [D][kLdV]
+  uint16_t* sKV = sO + kTile * kLd;  // stage s: K at sKV + s kStage, V behind it
 
   const int64_t tiles = (p.Tq + kTile - 1) / kTile;
   const int64_t b = blockIdx.x / tiles;
@@ -165,9 +199,16 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int g = lane / 4, t = lane % 4;
   const int wr = warp * 16;
   const int64_t row_a = i0 + wr + g, row_b = row_a + 8;
+  const auto fetch = [&](int st, int64_t k0) {
+    uint16_t* dst = sKV + st * kStage;
+    async_rows<D>(dst, kLd, k.head(b), k.sr, k0, p.Tk);
+    async_rows<D>(dst + kTile * kLd, kLd, v.head(b), v.sr, k0, p.Tk);
+  };
 
-  load_rows<D>(sQ, kLd, q.head(b), q.sr, i0, p.Tq);
-  load_rows<D>(sO, kLd, dout.head(b), dout.sr, i0, p.Tq);
+  async_rows<D>(sQ, kLd, q.head(b), q.sr, i0, p.Tq);
+  async_rows<D>(sO, kLd, dout.head(b), dout.sr, i0, p.Tq);
+  fetch(0, 0);
+  mma::cp_async_commit();
   const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
   const float L_a = row_a < p.Tq ? lse[b * p.Tq + row_a] : -INFINITY, L_b = row_b < p.Tq ? lse[b * p.Tq + row_b] : -INFINITY;
   const float d_a = row_a < p.Tq ? delta[b * p.Tq + row_a] : 0.f, d_b = row_b < p.Tq ? delta[b * p.Tq + row_b] : 0.f;
@@ -176,42 +217,47 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int n = 0; n < kOut; ++n) gq[n][0] = gq[n][1] = gq[n][2] = gq[n][3] = 0.f;
 
   const int64_t kend = p.causal ? min(p.Tk, i0 + kTile) : p.Tk;
-  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();  // the previous key and value tiles are no longer read
-    load_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
-    load_rows<D>(sV, kLd, v.head(b), v.sr, k0, p.Tk);
-    load_rows_transposed<D>(sKt, k.head(b), k.sr, k0, p.Tk);
+  int st = 0;
+  for (int64_t k0 = 0; k0 < kend; k0 += kTile, st ^= 1) {
+    // The other stage and the bits were last read before the barrier that ended the last tile.
+    if (k0 + kTile < kend) fetch(st ^ 1, k0 + kTile);
+    mma::cp_async_commit();
     if (p.dropout) {
       for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, i0, k0, x);
     }
-    __syncthreads();
+    mma::cp_async_wait<1>();  // this thread's copies of this tile
+    __syncthreads();          // and everyone's
+    const uint16_t* cK = sKV + st * kStage;
+    const uint16_t* cV = cK + kTile * kLd;
 
-    // s[j] = queries x keys 8 j .. 8 j + 7 of Q K^T, dp[j] of dO V^T.
-    float s[kKeyTiles][4], dp[kKeyTiles][4];
-    two_products<M, D>(s, dp, sQ + wr * kLd, sK, sO + wr * kLd, sV, g, t);
-    // s becomes dS.
+    for (int h = 0; h < kTile; h += kSub) {
+      // s[j] = queries x keys h + 8 j .. + 7 of Q K^T, dp[j] of dO V^T.
+      float s[kSub / 8][4], dp[kSub / 8][4];
+      two_products<M, D, kSub>(s, dp, sQ + wr * kLd, cK + h * kLd, sO + wr * kLd, cV + h * kLd, lane);
+      // s becomes dS.
 #pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
+      for (int j = 0; j < kSub / 8; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = wr + g + (e < 2 ? 0 : 8), jl = 8 * j + 2 * t + (e & 1);
-        const int64_t i = i0 + il, key = k0 + jl;
-        const ProbGrad r = score_grad<T>(p, mask, mhead, i, key, s[j][e], dp[j][e], e < 2 ? L_a : L_b, e < 2 ? d_a : d_b,
-                                         p.dropout && kept(bits, il, jl));
-        s[j][e] = r.ds;
-        if (dmask && i < p.Tq && key < p.Tk) {
-          const T v16 = static_cast<T>(r.ds);
-          dmask[(b * p.Tq + i) * p.Tk + key] = *reinterpret_cast<const uint16_t*>(&v16);
+        for (int e = 0; e < 4; ++e) {
+          const int il = wr + g + (e < 2 ? 0 : 8), jl = h + 8 * j + 2 * t + (e & 1);
+          const int64_t i = i0 + il, key = k0 + jl;
+          const ProbGrad r = score_grad<T>(p, mask, mhead, i, key, s[j][e], dp[j][e], e < 2 ? L_a : L_b,
+                                           e < 2 ? d_a : d_b, p.dropout && kept(bits, il, jl));
+          s[j][e] = r.ds;
+          if (dmask && i < p.Tq && key < p.Tk) {
+            const T v16 = static_cast<T>(r.ds);
+            dmask[(b * p.Tq + i) * p.Tk + key] = *reinterpret_cast<const uint16_t*>(&v16);
+          }
         }
       }
-    }
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      uint32_t da[4];
-      mma::acc_to_a<M>(da, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < kOut; ++n) mma::mma_bt<M>(gq[n], da, sKt + 8 * n * kLdV + 16 * kk, kLdV, g, t);  // dQ += dS K
+      for (int kk = 0; kk < kSub / 16; ++kk) {
+        uint32_t da[4];
+        mma::acc_to_a<M>(da, s[2 * kk], s[2 * kk + 1]);
+        accumulate_rows<M, D>(gq, da, cK + (h + 16 * kk) * kLd, lane);  // dQ += dS K
+      }
     }
+    __syncthreads();  // this stage and the bits are free
   }
 #pragma unroll
   for (int n = 0; n < kOut; ++n) {
@@ -223,15 +269,15 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
-// Dynamic shared memory of mma_dkdv_kernel<T, D> (K, V, Q, dO tiles, then Qt and dOt) and of
-// mma_dq_kernel<T, D> (Q, dO, K, V tiles, then Kt).
+// Dynamic shared memory of mma_dkdv_kernel<T, D> (K and V tiles, then two stages of Q and dO) and
+// of mma_dq_kernel<T, D> (Q and dO tiles, then two stages of K and V): six tiles each.
 template <int D>
 constexpr size_t mma_dkdv_smem() {
-  return sizeof(uint16_t) * (4 * kTile * (D + 8) + 2 * D * kLdV);
+  return sizeof(uint16_t) * 6 * kTile * (D + 8);
 }
 template <int D>
 constexpr size_t mma_dq_smem() {
-  return sizeof(uint16_t) * (4 * kTile * (D + 8) + D * kLdV);
+  return mma_dkdv_smem<D>();
 }
 
 }  // namespace

@@ -6,15 +6,20 @@
 // attention on CUDA], with the same contract and the same outputs up to rounding: O in q's
 // dtype, lse in f32, the same online softmax, causal triangle, mask and Philox dropout indexing.
 // A block of 4 warps owns 64 query rows (16 per warp) and walks the key tiles of 64:
-//   - Q's fragments are loaded into registers once; each key tile goes to shared memory as it
-//     is (K[key][d], rows padded by 8 elements so that the fragment loads of a warp hit 32
-//     different banks) and each value tile transposed (Vt[d][key], same padding), because the
-//     B operand of P V wants pairs of consecutive keys in one 32-bit word;
+//   - tiles travel from global to shared memory by cp.async (16 bytes per copy, no registers),
+//     rows padded by 8 elements so that the 8 rows an ldmatrix reads fall in 8 different bank
+//     groups; Q's fragments are loaded into registers once; K and V take turns so that each
+//     loads behind the other's products (the next key tile during the softmax and P V, the next
+//     value tile during the next Q K^T), with one buffer each;
+//   - fragments come from shared memory by ldmatrix, one instruction per four registers: K as
+//     it is (K[key][d] is B^T for Q K^T) and V transposed on the way (.trans: the B operand of
+//     P V wants pairs of consecutive keys in one 32-bit word, which V's rows do not hold);
 //   - S = Q K^T: per warp 8 accumulators of 16 x 8 (64 keys), 4 f32 per lane;
 //   - the softmax works on those registers: each lane holds two rows (g and g + 8 of its warp's
 //     16) and 16 of their 64 columns; row maxima meet over the 4 lanes of a quad by shuffles;
 //     the running sums stay per lane (every term is rescaled by the same row factor) and are
-//     added over the quad once at the end;
+//     added over the quad once at the end; a tile inside the keys, below the causal diagonal
+//     and without a mask skips the per-element checks;
 //   - P, rounded to q's dtype, is already the A operand of P V (attention_mma.cuh), and O
 //     (16 x D per warp, D / 8 accumulators per lane) stays in registers throughout.
 // Rounding P to 16 bits before P V is what every fused f16/bf16 attention does (FlashAttention,
@@ -41,13 +46,13 @@ __global__ void __launch_bounds__(kMmaThreads)
     mma_forward_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, MaskDesc mask, Params p,
                        uint16_t* __restrict__ out, float* __restrict__ lse) {
   using M = typename MmaType<T>::type;
-  constexpr int kLd = D + 8;  // Q and K row stride (elements)
+  constexpr int kLd = D + 8;  // tile row stride (elements): the 8 rows of an ldmatrix hit 8 bank groups
   constexpr int kSteps = D / 16, kOut = D / 8, kKeyTiles = kTile / 8;
   TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
   __shared__ uint16_t bits[kTile * 4];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);
   uint16_t* sK = sQ + kTile * kLd;
-  uint16_t* sVt = sK + kTile * kLd;
+  uint16_t* sV = sK + kTile * kLd;
 
   const int64_t tiles = (p.Tq + kTile - 1) / kTile;
   const int64_t b = blockIdx.x / tiles;
@@ -56,12 +61,20 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int g = lane / 4, t = lane % 4;
   const int wr = warp * 16;                            // the warp's first row in the tile
   const int64_t row_a = q0 + wr + g, row_b = row_a + 8;  // this lane's two rows
+  const int64_t kend = p.causal ? min(p.Tk, q0 + kTile) : p.Tk;  // causal: later keys are never seen
 
-  load_rows<D>(sQ, kLd, q.head(b), q.sr, q0, p.Tq);
+  // Three groups of copies in flight: Q, the first key tile, the first value tile.
+  async_rows<D>(sQ, kLd, q.head(b), q.sr, q0, p.Tq);
+  mma::cp_async_commit();
+  async_rows<D>(sK, kLd, k.head(b), k.sr, 0, p.Tk);
+  mma::cp_async_commit();
+  async_rows<D>(sV, kLd, v.head(b), v.sr, 0, p.Tk);
+  mma::cp_async_commit();
+  mma::cp_async_wait<2>();
   __syncthreads();
   uint32_t qf[kSteps][4];
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) mma::load_a(qf[s], sQ + wr * kLd + 16 * s, kLd, g, t);
+  for (int s = 0; s < kSteps; ++s) mma::ldmatrix_a(qf[s], sQ + wr * kLd + 16 * s, kLd, lane);
 
   const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
   float o[kOut][4];
@@ -69,30 +82,46 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int n = 0; n < kOut; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;  // running max and (partial) sums
 
-  const int64_t kend = p.causal ? min(p.Tk, q0 + kTile) : p.Tk;  // causal: later keys are never seen
+  // Each tile: wait for K, S = Q K^T, then (sK free) start the next key tile, softmax, wait for
+  // V, O += P V, then (sV free) start the next value tile: the next K loads during the softmax
+  // and P V, the next V during the next Q K^T.
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();  // the previous tiles are no longer read
-    load_rows<D>(sK, kLd, k.head(b), k.sr, k0, p.Tk);
-    load_rows_transposed<D>(sVt, v.head(b), v.sr, k0, p.Tk);
-    if (p.dropout) {
+    const bool more = k0 + kTile < kend;
+    if (p.dropout) {  // the previous tile's bits were last read before the barrier of its P V
       for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, q0, k0, x);
     }
-    __syncthreads();
+    mma::cp_async_wait<1>();  // this thread's key tile (the value tile may still be on its way)
+    __syncthreads();          // and everyone's
 
     float s[kKeyTiles][4];
 #pragma unroll
-    for (int j = 0; j < kKeyTiles; ++j) {
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int j = 0; j < kKeyTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-      for (int st = 0; st < kSteps; ++st) mma::mma_bt<M>(s[j], qf[st], sK + 8 * j * kLd + 16 * st, kLd, g, t);
+    for (int st = 0; st < kSteps; ++st) {
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; j += 2) {
+        uint32_t kb[4];
+        mma::ldmatrix_bt(kb, sK + 8 * j * kLd + 16 * st, kLd, lane);
+        mma::mma_16816<M>(s[j], qf[st], kb[0], kb[1]);
+        mma::mma_16816<M>(s[j + 1], qf[st], kb[2], kb[3]);
+      }
     }
+    __syncthreads();  // every warp is done with sK
+    if (more) async_rows<D>(sK, kLd, k.head(b), k.sr, k0 + kTile, p.Tk);
+    mma::cp_async_commit();
 
-    // Scale, mask, bounds; the tile's row maxima.
+    // Scale, mask, bounds; the tile's row maxima. A tile inside the keys, below the causal
+    // diagonal and without a mask (the whole block alike) needs only the scale.
+    const bool plain = !mask.base && k0 + kTile <= p.Tk && (!p.causal || k0 + kTile - 1 <= q0);
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        if (plain) {
+          s[j][e] *= p.scale;
+          continue;
+        }
         const int64_t row = e < 2 ? row_a : row_b, col = k0 + 8 * j + 2 * t + (e & 1);
         float x = -INFINITY;
         if (col < p.Tk && (!p.causal || col <= row)) {
@@ -135,14 +164,25 @@ __global__ void __launch_bounds__(kMmaThreads)
       o[n][2] *= alpha_b;
       o[n][3] *= alpha_b;
     }
+
+    mma::cp_async_wait<1>();  // this thread's value tile (the next key tile may still be on its way)
+    __syncthreads();
     // O += P V: keys 16 kk .. 16 kk + 15 are accumulators 2 kk and 2 kk + 1.
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
       uint32_t pa[4];
       mma::acc_to_a<M>(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int n = 0; n < kOut; ++n) mma::mma_bt<M>(o[n], pa, sVt + 8 * n * kLdV + 16 * kk, kLdV, g, t);
+      for (int n = 0; n < kOut; n += 2) {
+        uint32_t vb[4];
+        mma::ldmatrix_b(vb, sV + 16 * kk * kLd + 8 * n, kLd, lane);
+        mma::mma_16816<M>(o[n], pa, vb[0], vb[1]);
+        mma::mma_16816<M>(o[n + 1], pa, vb[2], vb[3]);
+      }
     }
+    __syncthreads();  // every warp is done with sV (and with bits)
+    if (more) async_rows<D>(sV, kLd, v.head(b), v.sr, k0 + kTile, p.Tk);
+    mma::cp_async_commit();
   }
 
 #pragma unroll
@@ -164,10 +204,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
-// Dynamic shared memory of mma_forward_kernel<T, D>: Q and K tiles, then Vt.
+// Dynamic shared memory of mma_forward_kernel<T, D>: the Q, K and V tiles.
 template <int D>
 constexpr size_t mma_forward_smem() {
-  return sizeof(uint16_t) * (2 * kTile * (D + 8) + D * kLdV);
+  return sizeof(uint16_t) * 3 * kTile * (D + 8);
 }
 
 }  // namespace

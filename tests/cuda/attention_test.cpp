@@ -66,6 +66,10 @@ std::vector<Case> cases() {
       {"dropout_additive_dmask_causal_d128", 2, 140, 100, 128, 128, true, MaskKind::Additive, 0.1, 0, true},
       {"five_keys_d128", 2, 150, 5, 128, 128, false, MaskKind::AdditiveBroadcast},
       {"shared_kv_d64", 3, 70, 90, 64, 64, true, MaskKind::None, 0.0, 0, false, true},
+      // Whole key tiles without a mask: the forward kernel's tiles without per-element checks,
+      // and double-buffered tiles over several stages in both backward passes.
+      {"unmasked_d128_k192", 2, 96, 192, 128, 128},
+      {"unmasked_dropout_d64_k256", 1, 130, 256, 64, 64, false, MaskKind::None, 0.1},
   };
 }
 

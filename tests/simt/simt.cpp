@@ -32,7 +32,7 @@ constexpr size_t kGuardBytes = 4096;  // behind the dynamic shared memory, must 
 constexpr int kWarp = 32;
 
 enum class Wait { None, Block, Warp };
-enum class Op { Shuffle, Ballot, SyncWarp, Mma };
+enum class Op { Shuffle, Ballot, SyncWarp, Mma, Ldmatrix };
 
 const char* op_name(Op op, Shuffle kind) {
   switch (op) {
@@ -47,6 +47,7 @@ const char* op_name(Op op, Shuffle kind) {
     case Op::Ballot: return "__ballot_sync";
     case Op::SyncWarp: return "__syncwarp";
     case Op::Mma: return "mma.sync.m16n8k16";
+    case Op::Ldmatrix: return "ldmatrix.sync.aligned.m8n8";
   }
   return "?";
 }
@@ -69,6 +70,18 @@ struct Fiber {
   uint64_t value = 0;
   uint32_t a[4] = {}, b[2] = {};
   float d[4] = {};
+  int count = 0;  // ldmatrix: matrices, transposed or not, and this lane's row address
+  bool trans = false;
+  const unsigned char* row = nullptr;
+  // cp.async copies that have not landed (Order::Reverse): the bytes, read when issued, and
+  // their group (the number of commits before them).
+  struct Copy {
+    unsigned char* dst;
+    unsigned char bytes[16];
+    int group;
+  };
+  std::vector<Copy> copies;
+  int committed = 0;
 };
 
 struct Block {
@@ -77,6 +90,8 @@ struct Block {
   uint3 idx{};
   dim3 dim, grid;
   unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
+  Order order = Order::Forward;
   const std::function<void()>* body = nullptr;
   std::exception_ptr error;
 };
@@ -94,6 +109,14 @@ void poison_static_shared() {
   char* begin = __start_simt_shared;
   char* end = __stop_simt_shared;
   if (begin != nullptr && end > begin) std::memset(begin, 0xff, static_cast<size_t>(end - begin));
+}
+
+// Whether [p, p + n) lies in the block's shared memory (dynamic or static).
+bool in_shared(const Block& b, const void* p, size_t n) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  const auto* sb = reinterpret_cast<const unsigned char*>(__start_simt_shared);
+  const auto* se = reinterpret_cast<const unsigned char*>(__stop_simt_shared);
+  return (c >= b.shared && c + n <= b.shared + b.shared_bytes) || (sb != nullptr && c >= sb && c + n <= se);
 }
 
 thread_local Block* g_block = nullptr;
@@ -224,6 +247,29 @@ void complete_warp(Block& b, int w, const Fiber& origin) {
         f.d[e] = C[row][col] + s;
       }
     }
+  } else if (op == Op::Ldmatrix) {
+    if (mask != 0xffffffffu) fail(where(b, origin) + ": ldmatrix needs the whole warp");
+    // PTX ISA, ldmatrix: the rows of matrix i come from the addresses of lanes 8 i .. 8 i + 7;
+    // lane 4 r + c holds elements 2c, 2c + 1 of row r (.trans: of column r).
+    uint16_t m[4][8][8];
+    for (int i = 0; i < origin.count; ++i)
+      for (int r = 0; r < 8; ++r) {
+        const Fiber& f = *lane[8 * i + r];
+        if (f.count != origin.count || f.trans != origin.trans)
+          fail(where(b, f) + ": ldmatrix lanes disagree on the number of matrices or .trans");
+        if (reinterpret_cast<uintptr_t>(f.row) % 16 != 0 || !in_shared(b, f.row, 16))
+          fail(where(b, f) + ": ldmatrix row address " + hex(static_cast<unsigned>(reinterpret_cast<uintptr_t>(f.row))) +
+               " is not 16 bytes of shared memory on a 16-byte boundary");
+        std::memcpy(m[i][r], f.row, 16);
+      }
+    for (int l = 0; l < kWarp; ++l) {
+      const int r = l / 4, c = l % 4;
+      for (int i = 0; i < origin.count; ++i) {
+        const uint16_t lo = origin.trans ? m[i][2 * c][r] : m[i][r][2 * c];
+        const uint16_t hi = origin.trans ? m[i][2 * c + 1][r] : m[i][r][2 * c + 1];
+        lane[l]->a[i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+      }
+    }
   } else if (op == Op::Ballot) {
     unsigned bits = 0;
     for (int l = 0; l < kWarp; ++l)
@@ -348,6 +394,8 @@ void launch(const Launch& cfg, const std::function<void()>& body) {
   for (size_t i = 0; i < nthreads; ++i) b.fibers[i].stack = g_stacks[i].get();
   std::vector<uint4> shared((cfg.shared_bytes + kGuardBytes + 15) / 16);
   b.shared = reinterpret_cast<unsigned char*>(shared.data());
+  b.shared_bytes = cfg.shared_bytes;
+  b.order = cfg.order;
   // The order of the warps, and of the lanes within each.
   const int nwarps = static_cast<int>((nthreads + kWarp - 1) / kWarp);
   std::vector<int> warps(static_cast<size_t>(nwarps)), lanes(kWarp);
@@ -374,6 +422,8 @@ void launch(const Launch& cfg, const std::function<void()>& body) {
                    static_cast<unsigned>(i / (static_cast<size_t>(cfg.block.x) * cfg.block.y))};
           f.done = false;
           f.wait = Wait::None;
+          f.copies.clear();  // a copy never waited for does not outlive its block
+          f.committed = 0;
           start(f);
         }
         for (;;) {
@@ -465,6 +515,45 @@ void mma_m16n8k16(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
   std::copy(d, d + 4, f.d);
   yield();
   std::copy(f.d, f.d + 4, d);
+}
+
+void ldmatrix(int count, bool trans, uint32_t* regs, const void* row) {
+  if (count != 1 && count != 2 && count != 4) fail("ldmatrix of " + std::to_string(count) + " matrices");
+  Fiber& f = warp_op(Op::Ldmatrix, 0xffffffffu);
+  f.count = count;
+  f.trans = trans;
+  f.row = static_cast<const unsigned char*>(row);
+  yield();
+  std::copy(f.a, f.a + count, regs);
+}
+
+void cp_async16(void* dst, const void* src, int src_bytes) {
+  Fiber& f = self();
+  const Block& b = *g_block;
+  if (src_bytes < 0 || src_bytes > 16) fail(where(b, f) + ": cp.async of " + std::to_string(src_bytes) + " source bytes");
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || !in_shared(b, dst, 16))
+    fail(where(b, f) + ": cp.async destination is not 16 bytes of shared memory on a 16-byte boundary");
+  if (reinterpret_cast<uintptr_t>(src) % 16 != 0) fail(where(b, f) + ": cp.async source is not 16-byte aligned");
+  Fiber::Copy c{static_cast<unsigned char*>(dst), {}, f.committed};
+  std::memcpy(c.bytes, src, static_cast<size_t>(src_bytes));  // what a GPU reads; the rest zeros
+  if (b.order == Order::Forward) {
+    std::memcpy(c.dst, c.bytes, 16);
+  } else {
+    f.copies.push_back(c);
+  }
+}
+
+void cp_async_commit() { ++self().committed; }
+
+void cp_async_wait(int pending) {
+  Fiber& f = self();
+  const int done = f.committed - pending;  // groups [0, done) must have landed
+  auto land = [done](const Fiber::Copy& c) {
+    if (c.group >= done) return false;
+    std::memcpy(c.dst, c.bytes, 16);
+    return true;
+  };
+  f.copies.erase(std::remove_if(f.copies.begin(), f.copies.end(), land), f.copies.end());
 }
 
 void trap(const char* what) { fail(std::string(what) + " in " + where(*g_block, self())); }

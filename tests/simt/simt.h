@@ -14,12 +14,15 @@
 //     bytes (NaN in f32, f16 and bf16, -1 in integers) before each block; dynamic shared memory
 //     (TRIDENT_DYNAMIC_SHARED) is a buffer of the launch's size, filled the same way, with a
 //     guard zone behind it that must still hold them when the block ends;
-//   - __syncthreads, __syncwarp, the shuffles, votes and mma.sync m16n8k16 (through
-//     simt::mma_m16n8k16, which ops/cuda/attention_mma.cuh calls in place of its inline PTX) are
-//     collectives: a fiber runs until it reaches one and waits there until every thread it names
-//     has arrived at the same one. A collective that can never complete (a thread of the mask
-//     exited or waits at another one, __syncthreads reached by part of the block) is an error
-//     naming the threads and what each waits on, never a hang;
+//   - __syncthreads, __syncwarp, the shuffles, votes, mma.sync m16n8k16 and ldmatrix (through
+//     simt::mma_m16n8k16 and simt::ldmatrix, which ops/cuda/attention_mma.cuh calls in place of
+//     its inline PTX) are collectives: a fiber runs until it reaches one and waits there until
+//     every thread it names has arrived at the same one. A collective that can never complete (a
+//     thread of the mask exited or waits at another one, __syncthreads reached by part of the
+//     block) is an error naming the threads and what each waits on, never a hang;
+//   - cp.async (simt::cp_async16, commit and wait) copies 16 bytes into shared memory whose
+//     landing the order decides: at once (Order::Forward) or only at the issuing thread's wait
+//     (Order::Reverse), the two ends of what a GPU may do;
 //   - a fiber runs without interruption between collectives, so atomics are plain
 //     read-modify-writes; arithmetic is the host's (expf is not __expf to the last bit).
 // Races: the threads of a block run in the order the launch names (Order). A kernel that reads
@@ -93,6 +96,20 @@ unsigned ballot(unsigned mask, bool pred);
 // d = a b + d for the warp, fragments as the PTX ISA lays them out for mma.m16n8k16 with f16 or
 // bf16 inputs and f32 accumulators.
 void mma_m16n8k16(bool bf16, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+// ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16 (count 1, 2 or 4): lane 8 i + r gives the
+// address of row r of matrix i (16 bytes, 16-byte aligned, in shared memory; for count < 4 the
+// other lanes' addresses are ignored, as on a GPU); lane 4 r + c receives in regs[i] elements 2c
+// and 2c + 1 of row r of matrix i, or with trans, element r of rows 2c and 2c + 1 (the low half
+// holds the first). A warp collective of the whole warp.
+void ldmatrix(int count, bool trans, uint32_t* regs, const void* row);
+// cp.async.cg.shared.global of 16 bytes from src (16-byte aligned, global) to dst (16-byte
+// aligned, shared): src_bytes (0..16) of them read, the rest zeros. Where the bytes land: in a
+// launch of Order::Forward at once, in one of Order::Reverse only when the issuing thread waits
+// for their group; so a read of them before the wait and the barrier behind it, or a copy issued
+// into a buffer other warps still read, gives different results in the two orders.
+void cp_async16(void* dst, const void* src, int src_bytes);
+void cp_async_commit();             // cp.async.commit_group: the copies issued since the last one
+void cp_async_wait(int pending);    // cp.async.wait_group: every committed group but the newest `pending`
 [[noreturn]] void trap(const char* what);
 
 template <typename T>
