@@ -160,28 +160,34 @@ __device__ __forceinline__ void dropout_bits(uint16_t* bits, const Params& p, in
 // Whether tile element (query row r, key c) is kept.
 __device__ __forceinline__ bool kept(const uint16_t* bits, int r, int c) { return (bits[r * 4 + c / 16] >> (c % 16)) & 1u; }
 
-// P (dropped: pd) and dS of one score, shared by both passes. visible: inside the bounds and
-// the causal triangle; L: the row's lse; x: scale q.k plus the mask; dp: dO.v.
+// P (dropped: pd) and dS of one score, shared by both passes, from its probability P; dp: dO.v.
 struct ProbGrad {
   float pd, ds;
 };
-__device__ __forceinline__ ProbGrad prob_grad(bool visible, float x, float L, float dp, float delta, bool dropout,
-                                              bool keep, float keep_scale) {
-  const float P = visible && L != -INFINITY ? expf(x - L) : 0.f;
+__device__ __forceinline__ ProbGrad grad_of_prob(float P, float dp, float delta, bool dropout, bool keep, float keep_scale) {
   if (!dropout) return {P, P * (dp - delta)};
   return {keep ? P * keep_scale : 0.f, P * ((keep ? dp * keep_scale : 0.f) - delta)};
 }
 
-// prob_grad of the score of query i and key j, from raw = q_i . k_j: bounds, the causal
-// triangle, scale and mask applied here (every backward kernel sees scores this way). keep: the
-// dropout bit (ignored without dropout).
+// The score of query i and key j as the softmax sees it, from raw = q_i . k_j: scale times raw
+// plus the mask, or -inf outside the bounds and the causal triangle.
+template <typename T>
+__device__ __forceinline__ float score_value(const Params& p, const MaskDesc& mask, int64_t mhead, int64_t i, int64_t j,
+                                             float raw) {
+  if (j >= p.Tk || i >= p.Tq || (p.causal && j > i)) return -INFINITY;
+  float x = raw * p.scale;
+  if (mask.base) x += mask_value<T>(mask, mhead, i, j);
+  return x;
+}
+
+// P and dS of the score of query i and key j, from raw = q_i . k_j (every FMA backward kernel
+// sees scores this way). keep: the dropout bit (ignored without dropout).
 template <typename T>
 __device__ __forceinline__ ProbGrad score_grad(const Params& p, const MaskDesc& mask, int64_t mhead, int64_t i, int64_t j,
                                                float raw, float dp, float L, float delta, bool keep) {
-  const bool visible = j < p.Tk && i < p.Tq && (!p.causal || j <= i);
-  float x = raw * p.scale;
-  if (visible && mask.base) x += mask_value<T>(mask, mhead, i, j);
-  return prob_grad(visible, x, L, dp, delta, p.dropout, p.dropout && keep, p.keep_scale);
+  const float x = score_value<T>(p, mask, mhead, i, j, raw);
+  return grad_of_prob(x != -INFINITY && L != -INFINITY ? expf(x - L) : 0.f, dp, delta, p.dropout, p.dropout && keep,
+                      p.keep_scale);
 }
 
 // acc[i][j] += sum_{d < n} A[4g + i][d] * B[l + 16 j][d]: A read by rows (stride lda, a

@@ -167,6 +167,7 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
 
 namespace trident::cuda::attn {
 
+constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = 32 * kMmaWarps;  // 64 rows, 16 per warp
 

@@ -24,6 +24,28 @@ namespace {
 // registers, three blocks per multiprocessor instead of two (ptxas, sm_80 and sm_90).
 constexpr int kSub = 32;
 
+// Whether every score of (query tile i0, key tile k0) is inside both lengths and the causal
+// triangle with no mask: then P = exp(scale q.k - lse) needs no per-element checks.
+__device__ __forceinline__ bool plain_tile(const Params& p, const MaskDesc& mask, int64_t i0, int64_t k0) {
+  return !mask.base && i0 + kTile <= p.Tq && k0 + kTile <= p.Tk && (!p.causal || k0 + kTile - 1 <= i0);
+}
+
+// P and dS of the score of query i and key j from raw = q_i . k_j, the row's lse in base 2
+// (L2 = lse log2(e)): exp(x - lse) as one FFMA and one exp2; in a plain tile x is scale raw.
+template <typename T>
+__device__ __forceinline__ ProbGrad mma_score_grad(bool plain, const Params& p, const MaskDesc& mask, int64_t mhead,
+                                                   int64_t i, int64_t j, float raw, float dp, float L2, float delta,
+                                                   bool keep) {
+  float P;
+  if (plain) {
+    P = exp2f(fmaf(raw, p.scale * kLog2e, -L2));
+  } else {
+    const float x = score_value<T>(p, mask, mhead, i, j, raw);
+    P = x != -INFINITY && L2 != -INFINITY ? exp2f(fmaf(x, kLog2e, -L2)) : 0.f;
+  }
+  return grad_of_prob(P, dp, delta, p.dropout, p.dropout && keep, p.keep_scale);
+}
+
 // The two score-sized products of a backward tile, for a warp's 16 rows and N columns: s = A1 B1^T
 // and dp = A2 B2^T, where A1, A2 point at the warp's first row of row-major tiles and B1, B2 at
 // the first of N rows on the other side (row stride D + 8): s[j], dp[j] hold columns 8 j .. 8 j + 7.
@@ -99,7 +121,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     async_rows<D>(dst + kTile * kLd, kLd, dout.head(b), dout.sr, i0, p.Tq);
     if (threadIdx.x < kTile) {
       const int64_t row = i0 + threadIdx.x;
-      sL[st][threadIdx.x] = row < p.Tq ? lse[b * p.Tq + row] : -INFINITY;
+      sL[st][threadIdx.x] = row < p.Tq ? lse[b * p.Tq + row] * kLog2e : -INFINITY;  // base 2
       sDelta[st][threadIdx.x] = row < p.Tq ? delta[b * p.Tq + row] : 0.f;
     }
   };
@@ -131,6 +153,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     const uint16_t* cO = cQ + kTile * kLd;
     const float* cL = sL[st];
     const float* cD = sDelta[st];
+    const bool plain = plain_tile(p, mask, i0, k0);
 
     for (int h = 0; h < kTile; h += kSub) {
       // s[j] = keys x queries h + 8 j .. + 7 of K Q^T, dp[j] of V dO^T.
@@ -142,8 +165,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kl = e < 2 ? key_a : key_b, il = h + 8 * j + 2 * t + (e & 1);
-          const ProbGrad r = score_grad<T>(p, mask, mhead, i0 + il, k0 + kl, s[j][e], dp[j][e], cL[il], cD[il],
-                                           p.dropout && kept(bits, il, kl));
+          const ProbGrad r = mma_score_grad<T>(plain, p, mask, mhead, i0 + il, k0 + kl, s[j][e], dp[j][e], cL[il], cD[il],
+                                               p.dropout && kept(bits, il, kl));
           s[j][e] = r.pd;
           dp[j][e] = r.ds;
         }
@@ -210,7 +233,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   fetch(0, 0);
   mma::cp_async_commit();
   const int64_t mhead = mask.base ? mask_head(mask, b) : 0;
-  const float L_a = row_a < p.Tq ? lse[b * p.Tq + row_a] : -INFINITY, L_b = row_b < p.Tq ? lse[b * p.Tq + row_b] : -INFINITY;
+  // The two rows' lse in base 2.
+  const float L_a = row_a < p.Tq ? lse[b * p.Tq + row_a] * kLog2e : -INFINITY;
+  const float L_b = row_b < p.Tq ? lse[b * p.Tq + row_b] * kLog2e : -INFINITY;
   const float d_a = row_a < p.Tq ? delta[b * p.Tq + row_a] : 0.f, d_b = row_b < p.Tq ? delta[b * p.Tq + row_b] : 0.f;
   float gq[kOut][4];
 #pragma unroll
@@ -229,6 +254,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     __syncthreads();          // and everyone's
     const uint16_t* cK = sKV + st * kStage;
     const uint16_t* cV = cK + kTile * kLd;
+    const bool plain = plain_tile(p, mask, i0, k0);
 
     for (int h = 0; h < kTile; h += kSub) {
       // s[j] = queries x keys h + 8 j .. + 7 of Q K^T, dp[j] of dO V^T.
@@ -241,8 +267,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         for (int e = 0; e < 4; ++e) {
           const int il = wr + g + (e < 2 ? 0 : 8), jl = h + 8 * j + 2 * t + (e & 1);
           const int64_t i = i0 + il, key = k0 + jl;
-          const ProbGrad r = score_grad<T>(p, mask, mhead, i, key, s[j][e], dp[j][e], e < 2 ? L_a : L_b,
-                                           e < 2 ? d_a : d_b, p.dropout && kept(bits, il, jl));
+          const ProbGrad r = mma_score_grad<T>(plain, p, mask, mhead, i, key, s[j][e], dp[j][e], e < 2 ? L_a : L_b,
+                                               e < 2 ? d_a : d_b, p.dropout && kept(bits, il, jl));
           s[j][e] = r.ds;
           if (dmask && i < p.Tq && key < p.Tk) {
             const T v16 = static_cast<T>(r.ds);

@@ -19,7 +19,8 @@
 //     16) and 16 of their 64 columns; row maxima meet over the 4 lanes of a quad by shuffles;
 //     the running sums stay per lane (every term is rescaled by the same row factor) and are
 //     added over the quad once at the end; a tile inside the keys, below the causal diagonal
-//     and without a mask skips the per-element checks;
+//     and without a mask skips the per-element checks, and each exponential is one FFMA and
+//     one exp2 (the scale and log2(e) folded into one factor);
 //   - P, rounded to q's dtype, is already the A operand of P V (attention_mma.cuh), and O
 //     (16 x D per warp, D / 8 accumulators per lane) stays in registers throughout.
 // Rounding P to 16 bits before P V is what every fused f16/bf16 attention does (FlashAttention,
@@ -38,8 +39,6 @@ namespace trident::cuda {
 
 namespace attn {
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads)
@@ -110,28 +109,31 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (more) async_rows<D>(sK, kLd, k.head(b), k.sr, k0 + kTile, p.Tk);
     mma::cp_async_commit();
 
-    // Scale, mask, bounds; the tile's row maxima. A tile inside the keys, below the causal
-    // diagonal and without a mask (the whole block alike) needs only the scale.
-    const bool plain = !mask.base && k0 + kTile <= p.Tk && (!p.causal || k0 + kTile - 1 <= q0);
+    // Scale, mask, bounds; the tile's row maxima. A plain tile (inside the keys, below the causal
+    // diagonal, no mask, a positive scale: the whole block alike) keeps q.k as it is, its maxima
+    // scaled afterwards, and the scale joins the exponent's single FFMA below.
+    const bool plain = p.scale > 0.f && !mask.base && k0 + kTile <= p.Tk && (!p.causal || k0 + kTile - 1 <= q0);
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
+      if (!plain) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (plain) {
-          s[j][e] *= p.scale;
-          continue;
+        for (int e = 0; e < 4; ++e) {
+          const int64_t row = e < 2 ? row_a : row_b, col = k0 + 8 * j + 2 * t + (e & 1);
+          float x = -INFINITY;
+          if (col < p.Tk && (!p.causal || col <= row)) {
+            x = s[j][e] * p.scale;
+            if (mask.base && row < p.Tq) x += mask_value<T>(mask, mhead, row, col);
+          }
+          s[j][e] = x;
         }
-        const int64_t row = e < 2 ? row_a : row_b, col = k0 + 8 * j + 2 * t + (e & 1);
-        float x = -INFINITY;
-        if (col < p.Tk && (!p.causal || col <= row)) {
-          x = s[j][e] * p.scale;
-          if (mask.base && row < p.Tq) x += mask_value<T>(mask, mhead, row, col);
-        }
-        s[j][e] = x;
       }
       mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
+    }
+    if (plain) {
+      mx_a *= p.scale;
+      mx_b *= p.scale;
     }
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1) {  // the quad's 4 lanes share the two rows
@@ -144,12 +146,14 @@ __global__ void __launch_bounds__(kMmaThreads)
     const float alpha_a = exp2f((m_a - ref_a) * kLog2e), alpha_b = exp2f((m_b - ref_b) * kLog2e);
     m_a = mn_a;
     m_b = mn_b;
+    // exp(x - ref) = 2^(x log2(e) - ref log2(e)), x = scale q.k in a plain tile.
+    const float c = plain ? p.scale * kLog2e : kLog2e, off_a = -ref_a * kLog2e, off_b = -ref_b * kLog2e;
     float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float ex = exp2f((s[j][e] - (e < 2 ? ref_a : ref_b)) * kLog2e);
+        const float ex = exp2f(fmaf(s[j][e], c, e < 2 ? off_a : off_b));
         if (e < 2) ps_a += ex; else ps_b += ex;
         // The sum counts kept and dropped alike: the CPU normalizes before dropping.
         s[j][e] = !p.dropout ? ex : kept(bits, wr + g + (e < 2 ? 0 : 8), 8 * j + 2 * t + (e & 1)) ? ex * p.keep_scale : 0.f;
