@@ -6,14 +6,23 @@
 # tests skip and the GPU rows fail; what this checks is that the configure and build rows pass
 # (and which tests exist), before a lent GPU's minutes are spent finding out.
 #   sudo scripts/gpu-check-bare.sh [OUT]        # root: it mounts; default OUT /tmp/gpu-check-bare
-# Runs from a clean clone of HEAD (with .carry/ prepared there) so that nothing built here leaks in.
+#   WORK=/tmp/gpu-check-bare.XXXX STEPS=tests FILTER='*Attention*' scripts/gpu-check-bare.sh
+# Runs from a clean clone of HEAD (with .carry/ prepared there) so that nothing built here leaks
+# in; WORK names the folder of an earlier run to update its clone to HEAD and reuse its build.
+# gpu-check.sh's variables (STEPS, FILTER, ARCHS, BUDGET, ...) pass through.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${1:-/tmp/gpu-check-bare}"
-WORK="$(mktemp -d /tmp/gpu-check-bare.XXXXXX)"
 rm -rf "$OUT"
 mkdir -p "$OUT"
-git clone -q "$ROOT" "$WORK/src"
+if [[ -n "${WORK:-}" && -d "$WORK/src/.git" ]]; then
+  git -C "$WORK/src" fetch -q "$ROOT" HEAD
+  git -C "$WORK/src" reset -q --hard FETCH_HEAD
+else
+  WORK="$(mktemp -d /tmp/gpu-check-bare.XXXXXX)"
+  git clone -q "$ROOT" "$WORK/src"
+fi
+echo "work folder: $WORK"
 "$WORK/src/scripts/prepare-carry.sh" > "$OUT/prepare-carry.log"
 
 # Inside the namespace: each of /usr/include, /usr/include/x86_64-linux-gnu and

@@ -6,6 +6,12 @@
 # comes from .carry/ (scripts/prepare-carry.sh, run beforehand on a Debian machine).
 #   scripts/gpu-check.sh                   # build for the GPU it finds, run the tests
 #   ARCHS=90 JOBS=16 BUDGET=540 scripts/gpu-check.sh
+#   STEPS=tests FILTER='*Attention*' scripts/gpu-check.sh   # a quick rerun after a fix
+# STEPS (default tests,apps,bench): which parts run after the build (and what it builds): the
+# CUDA suites, the training programs (scripts/app-cuda-check.sh), the benchmarks (bench, or
+# some of ops-bench, attention-bench, gpt2-bench). FILTER (a
+# GoogleTest positive pattern, default *) narrows the CUDA suite; with a FILTER the NCCL
+# init-timeout test and the caching allocator's run only when it names them.
 # BUDGET (seconds, default 540: a device call runs at most 600) bounds the whole check: every
 # step's timeout is cut to what is left of it (less 30 s kept for the summary), a step that would
 # get under 30 s is skipped with a SKIP row, and a TERM or INT still prints the table. The exit
@@ -19,6 +25,10 @@ JOBS="${JOBS:-$(nproc)}"
 mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET="${BUDGET:-540}"
+STEPS=",${STEPS:-tests,apps,bench},"
+FILTER="${FILTER:-*}"
+# want STEP: whether STEPS names it ("bench" names the three *-bench steps).
+want() { [[ "$STEPS" == *",$1,"* || ( "$1" == *-bench && "$STEPS" == *",bench,"* ) ]]; }
 declare -a ROWS=()
 row() { ROWS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
 # The timeout for a step of at most $1 seconds within BUDGET (30 s kept for the summary); 0 when
@@ -124,9 +134,13 @@ fi
 echo "== build"
 B0=$(date +%s)
 # The benchmarks that need no Google Benchmark: the CUDA op table, and attention when present.
-BENCH_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(cuda_ops_bench|attention_cuda_bench|gpt2_cuda_bench):' | tr -d : | tr '\n' ' ')
+BENCH_TARGETS=""
+for b in ops attention gpt2; do
+  want "$b-bench" && BENCH_TARGETS+=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE "^$([[ $b == ops ]] && echo cuda_ops || echo "${b}_cuda")_bench:" | tr -d : | tr '\n' ' ')
+done
 # The training programs, when data/ is on (the carried PCRE2 and zlib).
-APP_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(train_gpt2|generate|train_imagenet):' | tr -d : | tr '\n' ' ')
+APP_TARGETS=""
+want apps && APP_TARGETS=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -oE '^(train_gpt2|generate|train_imagenet):' | tr -d : | tr '\n' ' ')
 # -k 0: a target that fails to compile (a benchmark, say) does not keep the others from being
 # built and run; the steps below find what is missing.
 T=$(tmo 420)
@@ -159,19 +173,27 @@ run_suite() {  # name binary filter [max seconds, default 300]
 # The NCCL init-timeout test relies on ncclCommAbort interrupting an init whose second rank never
 # comes; if it does not, that test hangs: it runs on its own, after the rest, with a short limit.
 NCCL_INIT_TIMEOUT_TEST='NcclOneRank.InitTimesOutWhenARankNeverJoins'
-run_suite cuda_tests "$BUILD_DIR/tests/cuda_tests" "*:-$NCCL_INIT_TIMEOUT_TEST"
-run_suite nccl_init_timeout "$BUILD_DIR/tests/cuda_tests" "$NCCL_INIT_TIMEOUT_TEST" 60
-run_suite caching_allocator "$BUILD_DIR/tests/core_tests" 'CachingAllocator*'
+if want tests; then
+  run_suite cuda_tests "$BUILD_DIR/tests/cuda_tests" "$FILTER:-$NCCL_INIT_TIMEOUT_TEST"
+  if [[ "$FILTER" == '*' || "$FILTER" == *NcclOneRank* ]]; then
+    run_suite nccl_init_timeout "$BUILD_DIR/tests/cuda_tests" "$NCCL_INIT_TIMEOUT_TEST" 60
+  fi
+  if [[ "$FILTER" == '*' || "$FILTER" == *CachingAllocator* ]]; then
+    run_suite caching_allocator "$BUILD_DIR/tests/core_tests" 'CachingAllocator*'
+  fi
+fi
 # When something failed: once more with every launch synchronized, so that an asynchronous error
 # is pinned to its launch (BLOCKING_RERUN=1 forces it, 0 skips it). The NCCL init-timeout row
 # alone does not trigger it (a rerun would not tell more about an init that never returned).
 failed_rows=$(printf '%s\n' "${ROWS[@]}" | grep -v '^nccl_init_timeout ' | grep -c ' FAIL ' || true)
 if [[ "${BLOCKING_RERUN:-auto}" == 1 || ( "${BLOCKING_RERUN:-auto}" == auto && "$failed_rows" != 0 ) ]]; then
-  LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" "*:-$NCCL_INIT_TIMEOUT_TEST"
+  LAUNCH_BLOCKING=1 run_suite cuda_tests_blocking "$BUILD_DIR/tests/cuda_tests" "$FILTER:-$NCCL_INIT_TIMEOUT_TEST"
 fi
 
 echo "== training programs on the GPU (scripts/app-cuda-check.sh)"
-if [[ -z "$APP_TARGETS" ]]; then
+if ! want apps; then
+  echo "(not in STEPS)"
+elif [[ -z "$APP_TARGETS" ]]; then
   row app_cuda FAIL "train_gpt2 not configured: data/ off (run scripts/prepare-carry.sh, carry .carry)"
 elif T=$(tmo 300) && (( T == 0 )); then
   skip app_cuda
@@ -191,64 +213,67 @@ else
 fi
 
 echo "== benchmarks (PyTorch on the same GPU alongside)"
-if [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]] && T=$(tmo 240) && (( T == 0 )); then
-  skip cuda_ops_bench
-elif [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
-  # The cases measured are compared even when some failed (cuda_ops_bench goes on after a case
-  # that throws, exit status 1); the PyTorch twin runs under the budget too (bg: a signal stops it).
-  bg timeout "$T" "$BUILD_DIR/benchmarks/cuda_ops_bench" > "$OUT/cuda_ops_bench.jsonl" 2> "$OUT/bench.err"
-  rc=$?
-  prc="not run"
-  if [[ -s "$OUT/cuda_ops_bench.jsonl" ]] && T=$(tmo 120) && (( T > 0 )); then
-    bg timeout "$T" python3 benchmarks/cuda_ops_torch.py "$OUT/cuda_ops_bench.jsonl" > "$OUT/bench.txt" 2>> "$OUT/bench.err"
-    prc=$?
+if ! want ops-bench && ! want attention-bench && ! want gpt2-bench; then
+  echo "(not in STEPS)"
+else
+  if want ops-bench && [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]] && T=$(tmo 240) && (( T == 0 )); then
+    skip cuda_ops_bench
+  elif want ops-bench && [[ -x "$BUILD_DIR/benchmarks/cuda_ops_bench" ]]; then
+    # The cases measured are compared even when some failed (cuda_ops_bench goes on after a case
+    # that throws, exit status 1); the PyTorch twin runs under the budget too (bg: a signal stops it).
+    bg timeout "$T" "$BUILD_DIR/benchmarks/cuda_ops_bench" > "$OUT/cuda_ops_bench.jsonl" 2> "$OUT/bench.err"
+    rc=$?
+    prc="not run"
+    if [[ -s "$OUT/cuda_ops_bench.jsonl" ]] && T=$(tmo 120) && (( T > 0 )); then
+      bg timeout "$T" python3 benchmarks/cuda_ops_torch.py "$OUT/cuda_ops_bench.jsonl" > "$OUT/bench.txt" 2>> "$OUT/bench.err"
+      prc=$?
+    fi
+    if [[ $rc == 0 && $prc == 0 ]]; then
+      cat "$OUT/bench.txt"; row cuda_ops_bench ok "bench.txt ($(grep -c . "$OUT/cuda_ops_bench.jsonl") cases)"
+    else
+      if [[ $prc == 0 ]]; then cat "$OUT/bench.txt"; else cat "$OUT/cuda_ops_bench.jsonl"; fi
+      tail -20 "$OUT/bench.err"
+      row cuda_ops_bench FAIL "rc $rc$([[ $rc == 124 ]] && echo ", timed out"), torch rc $prc: see bench.err"
+    fi
   fi
-  if [[ $rc == 0 && $prc == 0 ]]; then
-    cat "$OUT/bench.txt"; row cuda_ops_bench ok "bench.txt ($(grep -c . "$OUT/cuda_ops_bench.jsonl") cases)"
-  else
-    if [[ $prc == 0 ]]; then cat "$OUT/bench.txt"; else cat "$OUT/cuda_ops_bench.jsonl"; fi
-    tail -20 "$OUT/bench.err"
-    row cuda_ops_bench FAIL "rc $rc$([[ $rc == 124 ]] && echo ", timed out"), torch rc $prc: see bench.err"
+  if want attention-bench && [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
+    # T = 1024 (batch 8) and T = 4096 (batch 2): Trident's tensor-core and FMA kernels, then
+    # PyTorch's fused attention on the same shapes. A failed PyTorch run fails the row too (the
+    # comparison is the point), and the row's note says which sdpa backend PyTorch ran.
+    ATT_OK=1 TORCH_ATT_OK=1
+    for shape in "--seq 1024 --batch 8" "--seq 4096 --batch 2"; do
+      T=$(tmo 120)
+      (( T > 0 )) || { ATT_OK=2; break; }
+      # shellcheck disable=SC2086
+      bg timeout "$T" "$BUILD_DIR/benchmarks/attention_cuda_bench" $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || ATT_OK=0
+      T=$(tmo 120)
+      (( T > 0 )) || { ATT_OK=2; break; }
+      # shellcheck disable=SC2086
+      bg timeout "$T" python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || TORCH_ATT_OK=0
+    done
+    SDPA=$(grep -a '^sdpa backends:' "$OUT/bench.txt" | sed 's/^sdpa backends: //' | paste -sd ';' -)
+    if [[ $ATT_OK == 2 ]]; then
+      skip attention_cuda_bench
+    elif [[ $ATT_OK == 1 && $TORCH_ATT_OK == 1 ]]; then
+      row attention_cuda_bench ok "bench.txt; PyTorch sdpa fwd/fwd+bwd: ${SDPA:-not reported}"
+      grep -A8 "scaled_dot_product_attention" "$OUT/bench.txt" | tail -24
+    else
+      row attention_cuda_bench FAIL "$([[ $ATT_OK == 0 ]] && echo "Trident failed; ")$([[ $TORCH_ATT_OK == 0 ]] && echo "PyTorch sdpa failed (${SDPA:-no backend reported}); ")see bench.err"
+    fi
   fi
-fi
-if [[ -x "$BUILD_DIR/benchmarks/attention_cuda_bench" ]]; then
-  # T = 1024 (batch 8) and T = 4096 (batch 2): Trident's tensor-core and FMA kernels, then
-  # PyTorch's fused attention on the same shapes. A failed PyTorch run fails the row too (the
-  # comparison is the point), and the row's note says which sdpa backend PyTorch ran.
-  ATT_OK=1 TORCH_ATT_OK=1
-  for shape in "--seq 1024 --batch 8" "--seq 4096 --batch 2"; do
-    T=$(tmo 120)
-    (( T > 0 )) || { ATT_OK=2; break; }
-    # shellcheck disable=SC2086
-    bg timeout "$T" "$BUILD_DIR/benchmarks/attention_cuda_bench" $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || ATT_OK=0
-    T=$(tmo 120)
-    (( T > 0 )) || { ATT_OK=2; break; }
-    # shellcheck disable=SC2086
-    bg timeout "$T" python3 benchmarks/attention_cuda_torch.py $shape >> "$OUT/bench.txt" 2>> "$OUT/bench.err" || TORCH_ATT_OK=0
-  done
-  SDPA=$(grep -a '^sdpa backends:' "$OUT/bench.txt" | sed 's/^sdpa backends: //' | paste -sd ';' -)
-  if [[ $ATT_OK == 2 ]]; then
-    skip attention_cuda_bench
-  elif [[ $ATT_OK == 1 && $TORCH_ATT_OK == 1 ]]; then
-    row attention_cuda_bench ok "bench.txt; PyTorch sdpa fwd/fwd+bwd: ${SDPA:-not reported}"
-    grep -A8 "scaled_dot_product_attention" "$OUT/bench.txt" | tail -24
-  else
-    row attention_cuda_bench FAIL "$([[ $ATT_OK == 0 ]] && echo "Trident failed; ")$([[ $TORCH_ATT_OK == 0 ]] && echo "PyTorch sdpa failed (${SDPA:-no backend reported}); ")see bench.err"
-  fi
-fi
 
-if [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]] && T=$(tmo 180) && (( T == 0 )); then
-  skip gpt2_cuda_bench
-elif [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
-  # GPT-2 124M, bf16, context 1024, batch 8: Trident, then the same model in PyTorch (each with
-  # half of what is left, at most 180 s). The twin divides by the peak Trident's run used (its
-  # "peak_tflops": TRIDENT_PEAK_TFLOPS, else apps/mfu.cpp's table; NOTE [MFU]).
-  T=$(( $(tmo 360) / 2 ))
-  if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
-     PEAK=$(python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).readline()); print(r.get("peak_tflops") or 0)' "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err") &&
-     bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 --peak-tflops "$PEAK" >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
-    # The row is ok only when the table could be made (two JSON objects, finite losses).
-    if python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"; then
+  if want gpt2-bench && [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]] && T=$(tmo 180) && (( T == 0 )); then
+    skip gpt2_cuda_bench
+  elif want gpt2-bench && [[ -x "$BUILD_DIR/benchmarks/gpt2_cuda_bench" ]]; then
+    # GPT-2 124M, bf16, context 1024, batch 8: Trident, then the same model in PyTorch (each with
+    # half of what is left, at most 180 s). The twin divides by the peak Trident's run used (its
+    # "peak_tflops": TRIDENT_PEAK_TFLOPS, else apps/mfu.cpp's table; NOTE [MFU]).
+    T=$(( $(tmo 360) / 2 ))
+    if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
+       PEAK=$(python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).readline()); print(r.get("peak_tflops") or 0)' "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err") &&
+       bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 --peak-tflops "$PEAK" >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
+      # The row is ok only when the table could be made (two JSON objects, finite losses).
+      if python3 - "$OUT/gpt2.jsonl" <<'PY' | tee -a "$OUT/bench.txt"; then
 import json, math, sys
 tri, tor = (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{"))
 print("GPT-2 124M training, bf16, batch 8 x 1024 tokens (median step)")
@@ -260,12 +285,13 @@ for name, r in (("Trident", tri), ("PyTorch", tor)):
 print(f"ratio (Trident / PyTorch tokens/s): {tri['tokens_per_s'] / tor['tokens_per_s']:.2f}")
 sys.exit(0 if all(math.isfinite(r["last_loss"]) for r in (tri, tor)) else 1)
 PY
-      row gpt2_cuda_bench ok "bench.txt; PyTorch sdpa: $(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]; print(r.get("sdpa_backend", "not reported"))' "$OUT/gpt2.jsonl" 2>/dev/null)"
+        row gpt2_cuda_bench ok "bench.txt; PyTorch sdpa: $(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]; print(r.get("sdpa_backend", "not reported"))' "$OUT/gpt2.jsonl" 2>/dev/null)"
+      else
+        row gpt2_cuda_bench FAIL "gpt2.jsonl: not two results, or a loss not finite"
+      fi
     else
-      row gpt2_cuda_bench FAIL "gpt2.jsonl: not two results, or a loss not finite"
+      row gpt2_cuda_bench FAIL "see bench.err"
     fi
-  else
-    row gpt2_cuda_bench FAIL "see bench.err"
   fi
 fi
 
