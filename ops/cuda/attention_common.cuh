@@ -302,9 +302,9 @@ inline Params params(const Tensor& q, const Tensor& k, const Tensor& v, const At
 }
 
 // Blocks for BH heads x `tiles` tiles, one grid dimension.
-inline int grid_blocks(int64_t bh, int64_t tiles) {
+inline int grid_blocks(int64_t bh, int64_t tiles, int rows = kTile) {
   const int64_t n = bh * tiles;
-  TRIDENT_CHECK(n <= 0x7fffffff, "scaled_dot_product_attention (CUDA): ", bh, " heads x ", tiles, " tiles of ", kTile,
+  TRIDENT_CHECK(n <= 0x7fffffff, "scaled_dot_product_attention (CUDA): ", bh, " heads x ", tiles, " tiles of ", rows,
                 " rows exceed one grid");
   return static_cast<int>(n);
 }

@@ -169,7 +169,7 @@ namespace trident::cuda::attn {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMmaWarps = 4;
-constexpr int kMmaThreads = 32 * kMmaWarps;  // 64 rows, 16 per warp
+constexpr int kMmaThreads = 32 * kMmaWarps;  // the backward passes' blocks: 64 rows, 16 per warp
 
 template <typename T>
 struct MmaType;
@@ -182,13 +182,14 @@ struct MmaType<BFloat16> {
   using type = __nv_bfloat16;
 };
 
-// Rows [row0, row0 + 64) x D of one head into dst (row stride ld elements) by cp.async, 16 bytes
-// at a time; rows past nrows are zeros. The caller commits the group and waits for it.
-template <int D>
+// Rows [row0, row0 + Rows) x D of one head into dst (row stride ld elements) by cp.async, 16
+// bytes at a time, by a block of Threads threads; rows past nrows are zeros. The caller commits
+// the group and waits for it.
+template <int D, int Rows = kTile, int Threads = kMmaThreads>
 __device__ __forceinline__ void async_rows(uint16_t* dst, int ld, const uint16_t* src, int64_t sr, int64_t row0,
                                            int64_t nrows) {
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
-  for (int x = static_cast<int>(threadIdx.x); x < kTile * kChunks; x += kMmaThreads) {
+  for (int x = static_cast<int>(threadIdx.x); x < Rows * kChunks; x += Threads) {
     const int r = x / kChunks, c = (x % kChunks) * 8;
     const bool in = row0 + r < nrows;
     // A row past the end reads nothing; its address is row 0's, a valid one all the same.

@@ -5,7 +5,7 @@
 // fragment layouts in ops/cuda/attention_mma.cuh) instead of the f32 FMA kernel of NOTE [Flash
 // attention on CUDA], with the same contract and the same outputs up to rounding: O in q's
 // dtype, lse in f32, the same online softmax, causal triangle, mask and Philox dropout indexing.
-// A block of 4 warps owns 64 query rows (16 per warp) and walks the key tiles of 64:
+// A block of 8 warps owns 128 query rows (16 per warp) and walks the key tiles of 64:
 //   - tiles travel from global to shared memory by cp.async (16 bytes per copy, no registers),
 //     rows padded by 8 elements so that the 8 rows an ldmatrix reads fall in 8 different bank
 //     groups; Q's fragments are loaded into registers once; K and V take turns so that each
@@ -40,34 +40,42 @@ namespace trident::cuda {
 namespace attn {
 namespace {
 
+// 8 warps, 128 query rows per block: each key and value tile loaded serves twice the rows it
+// would in a block of 64, halving the tiles' traffic from L2 per flop (at 64 rows a block reads
+// 64 flops' worth per byte, which at the hundreds of TFLOP/s the tensor cores allow is more than
+// an H100's L2 delivers). One block per multiprocessor at D = 128 (registers), as FlashAttention-2.
+constexpr int kFwdWarps = 8;
+constexpr int kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdRows = 16 * kFwdWarps;
+
 template <typename T, int D>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kFwdThreads, 1)
     mma_forward_kernel(Operand<uint16_t> q, Operand<uint16_t> k, Operand<uint16_t> v, MaskDesc mask, Params p,
                        uint16_t* __restrict__ out, float* __restrict__ lse) {
   using M = typename MmaType<T>::type;
   constexpr int kLd = D + 8;  // tile row stride (elements): the 8 rows of an ldmatrix hit 8 bank groups
   constexpr int kSteps = D / 16, kOut = D / 8, kKeyTiles = kTile / 8;
   TRIDENT_DYNAMIC_SHARED(uint4, smem_mma);
-  __shared__ uint16_t bits[kTile * 4];
+  __shared__ uint16_t bits[kFwdRows * 4];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_mma);
-  uint16_t* sK = sQ + kTile * kLd;
+  uint16_t* sK = sQ + kFwdRows * kLd;
   uint16_t* sV = sK + kTile * kLd;
 
-  const int64_t tiles = (p.Tq + kTile - 1) / kTile;
+  const int64_t tiles = (p.Tq + kFwdRows - 1) / kFwdRows;
   const int64_t b = blockIdx.x / tiles;
-  const int64_t q0 = (tiles - 1 - blockIdx.x % tiles) * kTile;  // causal: the longest rows start first
+  const int64_t q0 = (tiles - 1 - blockIdx.x % tiles) * kFwdRows;  // causal: the longest rows start first
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int wr = warp * 16;                            // the warp's first row in the tile
   const int64_t row_a = q0 + wr + g, row_b = row_a + 8;  // this lane's two rows
-  const int64_t kend = p.causal ? min(p.Tk, q0 + kTile) : p.Tk;  // causal: later keys are never seen
+  const int64_t kend = p.causal ? min(p.Tk, q0 + kFwdRows) : p.Tk;  // causal: later keys are never seen
 
   // Three groups of copies in flight: Q, the first key tile, the first value tile.
-  async_rows<D>(sQ, kLd, q.head(b), q.sr, q0, p.Tq);
+  async_rows<D, kFwdRows, kFwdThreads>(sQ, kLd, q.head(b), q.sr, q0, p.Tq);
   mma::cp_async_commit();
-  async_rows<D>(sK, kLd, k.head(b), k.sr, 0, p.Tk);
+  async_rows<D, kTile, kFwdThreads>(sK, kLd, k.head(b), k.sr, 0, p.Tk);
   mma::cp_async_commit();
-  async_rows<D>(sV, kLd, v.head(b), v.sr, 0, p.Tk);
+  async_rows<D, kTile, kFwdThreads>(sV, kLd, v.head(b), v.sr, 0, p.Tk);
   mma::cp_async_commit();
   mma::cp_async_wait<2>();
   __syncthreads();
@@ -87,7 +95,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     const bool more = k0 + kTile < kend;
     if (p.dropout) {  // the previous tile's bits were last read before the barrier of its P V
-      for (int x = static_cast<int>(threadIdx.x); x < kTile * 4; x += kMmaThreads) dropout_bits(bits, p, b, q0, k0, x);
+      for (int x = static_cast<int>(threadIdx.x); x < kFwdRows * 4; x += kFwdThreads) dropout_bits(bits, p, b, q0, k0, x);
     }
     mma::cp_async_wait<1>();  // this thread's key tile (the value tile may still be on its way)
     __syncthreads();          // and everyone's
@@ -106,7 +114,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
     __syncthreads();  // every warp is done with sK
-    if (more) async_rows<D>(sK, kLd, k.head(b), k.sr, k0 + kTile, p.Tk);
+    if (more) async_rows<D, kTile, kFwdThreads>(sK, kLd, k.head(b), k.sr, k0 + kTile, p.Tk);
     mma::cp_async_commit();
 
     // Scale, mask, bounds; the tile's row maxima. A plain tile (inside the keys, below the causal
@@ -185,7 +193,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
     __syncthreads();  // every warp is done with sV (and with bits)
-    if (more) async_rows<D>(sV, kLd, v.head(b), v.sr, k0 + kTile, p.Tk);
+    if (more) async_rows<D, kTile, kFwdThreads>(sV, kLd, v.head(b), v.sr, k0 + kTile, p.Tk);
     mma::cp_async_commit();
   }
 
@@ -208,11 +216,13 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
-// Dynamic shared memory of mma_forward_kernel<T, D>: the Q, K and V tiles.
+// Dynamic shared memory of mma_forward_kernel<T, D>: the Q (128 rows), K and V (64) tiles.
 template <int D>
 constexpr size_t mma_forward_smem() {
-  return sizeof(uint16_t) * 3 * kTile * (D + 8);
+  return sizeof(uint16_t) * (kFwdRows + 2 * kTile) * (D + 8);
 }
+// Its blocks for bh heads of tq queries.
+inline int mma_forward_blocks(int64_t bh, int64_t tq) { return grid_blocks(bh, (tq + kFwdRows - 1) / kFwdRows, kFwdRows); }
 
 }  // namespace
 }  // namespace attn
@@ -228,8 +238,7 @@ void launch_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int device = q.device().index;
   const size_t smem = mma_forward_smem<D>();
   allow_shared_memory(mma_forward_kernel<T, D>, smem, device);
-  const int blocks = grid_blocks(q.size(0), (p.Tq + kTile - 1) / kTile);
-  mma_forward_kernel<T, D><<<blocks, kMmaThreads, smem, current_stream(device).handle()>>>(
+  mma_forward_kernel<T, D><<<mma_forward_blocks(q.size(0), p.Tq), kFwdThreads, smem, current_stream(device).handle()>>>(
       qo, ko, vo, md, p, static_cast<uint16_t*>(out.data_ptr()), static_cast<float*>(lse.data_ptr()));
   TRIDENT_CUDA_KERNEL_CHECK();
 }

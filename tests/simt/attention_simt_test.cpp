@@ -70,7 +70,8 @@ Outputs run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dou
   if (tensor_cores) {
     if constexpr (!std::is_same_v<T, float>) {
       const auto qr = attn::raw_operand(q), kr = attn::raw_operand(k), vr = attn::raw_operand(v);
-      simt::launch({dim3(q_blocks), dim3(attn::kMmaThreads), attn::mma_forward_smem<kMaxD>(), order},
+      simt::launch({dim3(static_cast<unsigned>(attn::mma_forward_blocks(BH, Tq))), dim3(attn::kFwdThreads),
+                    attn::mma_forward_smem<kMaxD>(), order},
                    [&] { attn::mma_forward_kernel<T, kMaxD>(qr, kr, vr, md, p, ptr<uint16_t>(o.out), lse); });
     }
   } else {
