@@ -122,7 +122,31 @@ std::vector<Case> cases() {
                [](const V& x) { return max_pool2d(x[0], {3, 3}, Int2{2, 2}, {1, 1}); }});
   c.push_back({"avg_pool2d_3x3s1", kBF16, {{cn, cc, hw, hw}}, 0, 2 * act,
                [](const V& x) { return avg_pool2d(x[0], {3, 3}, Int2{1, 1}, {1, 1}, false, false); }});
-  // The copy bandwidth the optimizer row is measured against.
+  // Fused softmax + cross-entropy over GPT-2's padded vocabulary, batch 8 x 1024 tokens, bf16
+  // logits (targets drawn once, from a fixed seed): the forward pass reads the logits once; forward
+  // and backward read them twice and write their gradient.
+  {
+    const int64_t rows = 8192, vocab = 50304;
+    const double logits = elem_size(kBF16) * rows * vocab;
+    auto target = std::make_shared<Tensor>();
+    const auto targets = [target, rows, vocab] {
+      if (!target->defined()) {
+        Generator tg(1);
+        *target = randint(0, vocab, {rows}, TensorOptions(kI64).device(Device::cuda(0)), &tg);
+      }
+      return *target;
+    };
+    c.push_back({"cross_entropy", kBF16, {{rows, vocab}}, 0, logits,
+                 [targets](const V& x) { return cross_entropy(x[0], targets()); }});
+    c.push_back({"cross_entropy_fwdbwd", kBF16, {{rows, vocab}}, 0, 3 * logits, [targets](const V& x) {
+                   autograd::EnableGradGuard grad;
+                   const Tensor a = x[0].detach().set_requires_grad(true);
+                   cross_entropy(a, targets()).backward();
+                   return a.grad();
+                 }});
+  }
+  // The copy bandwidth the bandwidth-bound rows are measured against (cuda_ops_torch.py's
+  // "of copy" column).
   c.push_back({"copy", kF32, {{n}}, 0, 2 * 4.0 * n, [](const V& x) { return x[0].clone(); }});
   // One AdamW step over GPT-2 small's 148 parameter tensors (124M f32 elements): the multi-tensor
   // kernels (NOTE [Multi-tensor launches]). Bytes: p, g, m, v read and p, m, v written.

@@ -36,7 +36,28 @@ def op(name):
         "max_pool2d_3x3s2": lambda x: torch.nn.functional.max_pool2d(x[0], 3, 2, 1),
         "avg_pool2d_3x3s1": lambda x: torch.nn.functional.avg_pool2d(x[0], 3, 1, 1, count_include_pad=False),
         "copy": lambda x: x[0].clone(),
+        "cross_entropy": lambda x: torch.nn.functional.cross_entropy(x[0], targets(x[0])),
+        "cross_entropy_fwdbwd": lambda x: cross_entropy_fwdbwd(x[0]),
     }.get(name)
+
+
+_targets = {}
+
+
+def targets(logits):
+    """Class indices for the cross-entropy rows, drawn once per shape."""
+    key = tuple(logits.shape)
+    if key not in _targets:
+        g = torch.Generator(device=logits.device).manual_seed(1)
+        _targets[key] = torch.randint(0, logits.shape[1], (logits.shape[0],), device=logits.device, generator=g)
+    return _targets[key]
+
+
+def cross_entropy_fwdbwd(logits):
+    with torch.enable_grad():
+        a = logits.detach().requires_grad_()
+        torch.nn.functional.cross_entropy(a, targets(a)).backward()
+        return a.grad
 
 
 def conv_fwdbwd(x, groups):
@@ -76,7 +97,14 @@ def main():
     # Line-buffered: the rows printed so far survive a kill by gpu-check's timeout (stdout is a file).
     sys.stdout.reconfigure(line_buffering=True)
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-    print(f"{'op':<16}{'dtype':<6}{'shapes':<34}{'trident ms':>11}{'torch ms':>10}{'ratio':>7}  throughput (trident / torch)")
+    # The bandwidth-bound rows as a share of the device's copy bandwidth, Trident's copy row of
+    # the same run (issue 4's goal for layer norm, softmax + cross-entropy and AdamW: >= 70%).
+    copy = next((r["bytes"] / r["ms"] / 1e6 for r in rows if r["name"] == "copy"), None)
+
+    def of_copy(gbps):
+        return f"  ({100 * gbps / copy:.0f}% of copy)" if copy else ""
+
+    print(f"{'op':<21}{'dtype':<6}{'shapes':<34}{'trident ms':>11}{'torch ms':>10}{'ratio':>7}  throughput (trident / torch)")
     with torch.no_grad():
         for r in rows:
             f = op(r["name"])
@@ -85,10 +113,10 @@ def main():
                 t = time_ms(step)
                 a, b = r["bytes"] / r["ms"] / 1e6, r["bytes"] / t / 1e6
                 shapes = f"{len(r['shapes'])} tensors"
-                print(f"{r['name']:<16}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} GB/s")
+                print(f"{r['name']:<21}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} GB/s{of_copy(a)}")
                 continue
             if f is None:
-                print(f"{r['name']:<16}{r['dtype']:<6}(no PyTorch twin)")
+                print(f"{r['name']:<21}{r['dtype']:<6}(no PyTorch twin)")
                 continue
             torch.backends.cuda.matmul.allow_tf32 = r["name"] == "matmul_tf32"
             x = [torch.randn(s, device="cuda", dtype=DTYPES[r["dtype"]]) for s in r["shapes"]]
@@ -99,7 +127,8 @@ def main():
             else:
                 unit, a, b = "GB/s", r["bytes"] / r["ms"] / 1e6, r["bytes"] / t / 1e6
             shapes = "x".join("[" + ",".join(map(str, s)) + "]" for s in r["shapes"])
-            print(f"{r['name']:<16}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} {unit}")
+            share = of_copy(a) if unit == "GB/s" and r["name"] != "copy" else ""
+            print(f"{r['name']:<21}{r['dtype']:<6}{shapes:<34}{r['ms']:>11.4f}{t:>10.4f}{t / r['ms']:>7.2f}  {a:,.0f} / {b:,.0f} {unit}{share}")
     print(f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")
 
 
