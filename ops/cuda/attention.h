@@ -27,8 +27,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   bool want_dmask);
 
 // Whether f16/bf16 attention with head dim 64 or 128 may run on the tensor cores (NOTE
-// [Tensor-core attention] in attention_mma_forward.cu); on by default. Off, every case takes the
-// f32 FMA kernels: for tests and benchmarks that compare the two.
+// [Tensor-core attention] in attention_mma_forward.cu); on by default, off when the environment
+// sets TRIDENT_ATTENTION_TENSOR_CORES=0. Off, every case takes the f32 FMA kernels: for tests and
+// benchmarks that compare the two, and as a fallback.
 void set_attention_tensor_cores(bool on);
 bool attention_tensor_cores();
 // Whether the tensor-core kernels take these operands ([BH, T, D] each): f16 or bf16, D = Dv =

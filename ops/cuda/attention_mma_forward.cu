@@ -28,6 +28,7 @@
 // weight, inside the cross-backend tolerance for bf16 outputs. f32 inputs, other head dims,
 // unaligned operands and older GPUs keep the FMA kernel (attention_mma_supported).
 #include <atomic>
+#include <cstdlib>
 
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/attention_mma.h"
@@ -247,7 +248,13 @@ void launch_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
 }  // namespace attn
 
 namespace {
-std::atomic<bool> g_tensor_cores{true};
+// TRIDENT_ATTENTION_TENSOR_CORES=0 starts with them off: a fallback to the FMA kernels without
+// a rebuild, should the tensor-core kernels misbehave on some GPU.
+bool tensor_cores_from_env() {
+  const char* e = std::getenv("TRIDENT_ATTENTION_TENSOR_CORES");
+  return e == nullptr || e[0] != '0';
+}
+std::atomic<bool> g_tensor_cores{tensor_cores_from_env()};
 }  // namespace
 
 void set_attention_tensor_cores(bool on) { g_tensor_cores.store(on); }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -346,6 +347,13 @@ TEST(CudaAttentionPublicApi, MatchesTheCpuOp) {
     check_public_api(dt, 0.0, true);
     check_public_api(dt, 0.1, false);
   }
+}
+
+// No GPU needed: the switch starts as TRIDENT_ATTENTION_TENSOR_CORES says (on unless it is "0");
+// the ctest cuda.attention_tensor_cores_env runs this test again with the variable set to 0.
+TEST(CudaAttentionTensorCores, StartAsTheEnvironmentSays) {
+  const char* e = std::getenv("TRIDENT_ATTENTION_TENSOR_CORES");
+  EXPECT_EQ(cuda::attention_tensor_cores(), e == nullptr || e[0] != '0') << (e ? e : "(unset)");
 }
 
 TEST(CudaAttentionErrors, HeadDimsAbove128AreRefusedByName) {
