@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/optim/adam.h"

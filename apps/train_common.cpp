@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/sampler.h"
@@ -462,6 +463,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   double first_loss = NAN, last_loss = NAN;
   std::map<std::string, double> after = before;
   int64_t end = total;  // the last step run (earlier under --time-limit)
+  if (o.profile) profiler::start();  // NOTE [Op profiler]
   for (int64_t step = start + 1; step <= end; ++step) {
     // A rank past the limit stops every rank, at the same step (one scalar all-reduce per step).
     if (o.time_limit > 0 && step < end &&
@@ -621,6 +623,8 @@ int train(const TrainOptions& o, TrainTask& task) {
     if (eval_now || ckpt_now) meter.exclude(std::chrono::duration<double>(Clock::now() - pause_start).count());
   }
   if (tty && end > start) say("\n");
+  if (o.profile) say("op profile of steps %lld-%lld (--profile):\n%s", static_cast<long long>(start + 1),
+                     static_cast<long long>(end), profiler::stop().table().c_str());
   if (end < total) say("stopped at step %lld: --time-limit %.0f s reached\n", static_cast<long long>(end), o.time_limit);
   if (end > start) {
     after = evaluate(end);

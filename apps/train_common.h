@@ -170,6 +170,7 @@ struct TrainOptions {
   std::string metrics;  // JSON lines; default <ckpt-dir>/metrics.jsonl when --ckpt-dir is given
   std::string plot;     // PNG; default beside the metrics file
   bool dry_run = false;
+  bool profile = false;  // time each op over the training steps, print the largest (NOTE [Op profiler])
   std::string config;  // the JSON file --config read (already applied)
   // NOTE [Parallel training apps]
   int dp = 1;          // data-parallel ranks (mpirun -np must be dp x pp x tp)

@@ -42,6 +42,12 @@ for v in vals:
     assert bits & 0xFFFF, f"validation loss {v!r} under bf16 is rounded to bf16 (computed outside autocast?)"
 print("bf16 validation losses in f32:", vals)
 PY
+# --profile: after training, a table of the ops that took the steps' time (NOTE [Op profiler]),
+# the matrix products and the attention among them.
+"$exe" --config "$dir/c.json" --train "$dir/tiny_train_*.bin" --threads 1 --profile >"$dir/profile.txt"
+for op in 'op profile of steps 1-2' matmul attention_forward attention_backward optimizer.step total; do
+  grep -q -- "$op" "$dir/profile.txt" || { cat "$dir/profile.txt"; echo "--profile: no '$op' in the table"; exit 1; }
+done
 # Bad input: one line on stderr, non-zero exit.
 expect_fail() {
   local want="$1"; shift

@@ -66,6 +66,7 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--metrics", o.metrics, "JSON-lines metrics file (default <ckpt-dir>/metrics.jsonl)");
   app.add_option("--plot", o.plot, "PNG loss plot written at the end with gnuplot (default beside the metrics)");
   app.add_flag("--dry-run", o.dry_run, "print the model, its parameter count and memory estimate, then exit");
+  app.add_flag("--profile", o.profile, "time each op over the training steps (on the GPU: CUDA events) and print the largest");
   app.add_option("--config", o.config, "a JSON file of options (keys as the flags, e.g. \"grad_accum\": 4); flags override it");
   app.add_option("--dp", o.dp, "data-parallel ranks: run under mpirun -np dp x pp x tp (--batch is per rank)")
       ->capture_default_str();

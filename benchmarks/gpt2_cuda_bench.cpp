@@ -2,8 +2,10 @@
 // batch 8, bf16 autocast with f32 master weights, AdamW, no dropout, random tokens. Its PyTorch
 // twin is benchmarks/gpt2_cuda_torch.py; scripts/gpu-check.sh runs both and prints them together.
 //
-//   gpt2_cuda_bench [batch] [steps] [preset]
+//   gpt2_cuda_bench [batch] [steps] [preset] [--profile FILE]
 //     -> {"tokens_per_s", "step_ms", "mfu", "peak_tflops", "peak", "parameters", "last_loss"}
+// --profile FILE: after the timed steps, three more under the op profiler (NOTE [Op profiler]),
+// its table written to FILE: where the step's device time goes.
 // The median step time of `steps` timed steps after 3 warm-up steps, each step ended by reading
 // the loss (a synchronization). MFU: the model FLOPs of apps/mfu.h (NOTE [MFU]) against this GPU's
 // dense bf16 peak (apps::device_peak: TRIDENT_PEAK_TFLOPS, else the data-sheet table); "mfu" and
@@ -14,19 +16,27 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "apps/mfu.h"
+#include "core/profiler.h"
 #include "trident.h"
 
 using namespace trident;
 using namespace trident::models;
 
 int main(int argc, char** argv) {
-  const int64_t B = argc > 1 ? std::atoi(argv[1]) : 8;
-  const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
-  const std::string preset = argc > 3 ? argv[3] : "124M";
+  std::vector<std::string> args;
+  std::string profile_file;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--profile" && i + 1 < argc) profile_file = argv[++i];
+    else args.push_back(argv[i]);
+  }
+  const int64_t B = args.size() > 0 ? std::atoi(args[0].c_str()) : 8;
+  const int steps = args.size() > 1 ? std::atoi(args[1].c_str()) : 10;
+  const std::string preset = args.size() > 2 ? args[2] : "124M";
   try {
     GPT2Config c = GPT2Config::preset(preset);
     c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
@@ -42,7 +52,9 @@ int main(int argc, char** argv) {
     const Tensor y = randint(0, V, {B, T}, DType::I64, &data).to(gpu);
     std::vector<double> ms;
     double loss = 0;
-    for (int i = 0; i < steps + 3; ++i) {
+    const int profiled = profile_file.empty() ? 0 : 3;
+    for (int i = 0; i < steps + 3 + profiled; ++i) {
+      if (profiled && i == steps + 3) profiler::start();
       const auto t0 = std::chrono::steady_clock::now();
       opt.zero_grad();
       Tensor l;
@@ -54,7 +66,15 @@ int main(int argc, char** argv) {
       opt.step();
       loss = l.item<double>();
       const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (i >= 3) ms.push_back(dt);
+      if (i >= 3 && i < steps + 3) ms.push_back(dt);
+    }
+    if (profiled) {
+      const profiler::Report r = profiler::stop();
+      FILE* f = std::fopen(profile_file.c_str(), "w");
+      if (f == nullptr) throw std::runtime_error("cannot write the profile to '" + profile_file + "'");
+      std::fprintf(f, "GPT-2 %s, batch %lld x %lld tokens, bf16: op profile of %d steps (device time)\n%s", preset.c_str(),
+                   static_cast<long long>(B), static_cast<long long>(T), profiled, r.table(30).c_str());
+      std::fclose(f);
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/profiler.h"
 #include "core/strided.h"
 #include "trident_config.h"
 
@@ -37,12 +38,14 @@ void copy_(const Tensor& dst, const Tensor& src) {
   if (!dst.device().is_cpu() || !src.device().is_cpu()) {
     TRIDENT_CHECK(detail::g_cuda_copy != nullptr, "copy_ from ", src.device(), " to ", dst.device(),
                   ": no CUDA backend in this build");
+    profiler::Scope scope("copy_", dst.device().is_cuda() ? dst.device().index : src.device().index);
     detail::g_cuda_copy(dst, src);
     dst.bump_version();
     return;
   }
   dst.bump_version();
   if (dst.numel() == 0) return;
+  profiler::Scope scope("copy_");
   if (dst.dtype() == src.dtype() && dst.sizes() == src.sizes() && dst.is_contiguous() && src.is_contiguous()) {
     if (dst.data_ptr() != src.data_ptr()) std::memmove(dst.data_ptr(), src.data_ptr(), dst.nbytes());
     return;

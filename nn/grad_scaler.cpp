@@ -7,6 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "ops/arith.h"
 #include "core/factory.h"
+#include "core/profiler.h"
 #include "ops/reduce.h"
 #include "trident_config.h"
 #if TRIDENT_HAVE_CUDA
@@ -63,9 +64,11 @@ bool GradScaler::unscale_(optim::Optimizer& opt) {
     if (finite && !std::isfinite(sum(g).item<double>())) finite = false;
   }
 #if TRIDENT_HAVE_CUDA
-  for (const DeviceGrads& d : cuda_grads)
+  for (const DeviceGrads& d : cuda_grads) {
+    profiler::Scope scope("GradScaler.unscale_", d.device.index);
     for (const std::vector<Tensor>& list : d.by_dtype)
       if (!list.empty()) optim::cuda::unscale(list, inv, d.found_inf);
+  }
   // Whether to skip the step is a host decision (the contract returns it): one copy back, which
   // synchronizes, per device.
   for (const DeviceGrads& d : cuda_grads)

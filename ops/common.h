@@ -2,6 +2,7 @@
 #pragma once
 
 #include "autograd/node.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "trident_config.h"
 
@@ -45,13 +46,24 @@ inline void check_device(const char* op, const Tensor& t) {
 }
 
 inline bool is_cuda_arg(const Tensor& t) { return t.defined() && t.device().is_cuda(); }
+inline int cuda_device_index(const Tensor& t) { return t.device().index; }
+template <typename X>
+int cuda_device_index(const X&) {
+  return -1;
+}
 template <typename X>
 bool is_cuda_arg(const X&) {
   return false;
 }
+// The device index of the first CUDA tensor argument, -1 when there is none.
 template <typename... A>
-bool any_cuda(const A&... a) {
-  return (is_cuda_arg(a) || ...);
+int cuda_index(const A&... a) {
+  int index = -1;
+  const auto pick = [&index](const auto& x) {
+    if (index < 0 && is_cuda_arg(x)) index = cuda_device_index(x);
+  };
+  (pick(a), ...);
+  return index;
 }
 
 inline void check_floating(const char* op, const Tensor& t) {
@@ -80,12 +92,19 @@ inline void check_inplace(const char* op, const Tensor& self, const Tensor& othe
 
 }  // namespace trident::ops_detail
 
+// Each call is a profiler scope (NOTE [Op profiler] in core/profiler.h) named after the kernel.
 #if TRIDENT_HAVE_CUDA
-#define TRIDENT_KERNEL(FN)                                                            \
-  [&](auto&&... trident_args_) -> decltype(auto) {                                    \
-    if (::trident::ops_detail::any_cuda(trident_args_...)) return ::trident::cuda::FN(trident_args_...); \
-    return ::trident::cpu::FN(trident_args_...);                                      \
+#define TRIDENT_KERNEL(FN)                                                                            \
+  [&](auto&&... trident_args_) -> decltype(auto) {                                                    \
+    const int trident_cuda_ = ::trident::ops_detail::cuda_index(trident_args_...);                    \
+    ::trident::profiler::Scope trident_scope_(#FN, trident_cuda_);                                    \
+    if (trident_cuda_ >= 0) return ::trident::cuda::FN(trident_args_...);                            \
+    return ::trident::cpu::FN(trident_args_...);                                                      \
   }
 #else
-#define TRIDENT_KERNEL(FN) ::trident::cpu::FN
+#define TRIDENT_KERNEL(FN)                                                                            \
+  [&](auto&&... trident_args_) -> decltype(auto) {                                                    \
+    ::trident::profiler::Scope trident_scope_(#FN);                                                   \
+    return ::trident::cpu::FN(trident_args_...);                                                      \
+  }
 #endif

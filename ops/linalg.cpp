@@ -137,7 +137,10 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, GeluApprox
   Tensor out, pre;
   bool fused = false;
 #if TRIDENT_HAVE_CUDA
-  if (x.device().is_cuda() && op == cpu::UnaryOp::GeluTanh) fused = cuda::linear_gelu_tanh(xd, wd, bd, out, pre);
+  if (x.device().is_cuda() && op == cpu::UnaryOp::GeluTanh) {
+    profiler::Scope scope("linear_gelu_tanh", x.device().index);
+    fused = cuda::linear_gelu_tanh(xd, wd, bd, out, pre);
+  }
 #endif
   if (!fused) {
     pre = TRIDENT_KERNEL(linear)(xd, wd, bd);

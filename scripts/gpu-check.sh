@@ -45,7 +45,7 @@ summary() {
   # At most 8 files come back from a device call: the secondary logs travel as one archive
   # (before the table, so that the table is the last thing printed).
   local logs
-  logs=$(cd "$OUT" && ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err app_cuda.log app_cuda.rows 2>/dev/null)
+  logs=$(cd "$OUT" && ls configure.log caching_allocator.log cuda_tests_blocking.log bench.err app_cuda.log app_cuda.rows gpt2_profile.txt 2>/dev/null)
   # shellcheck disable=SC2086
   [[ -n "$logs" ]] && (cd "$OUT" && tar czf logs.tar.gz --remove-files $logs)
   echo
@@ -269,7 +269,10 @@ else
     # half of what is left, at most 180 s). The twin divides by the peak Trident's run used (its
     # "peak_tflops": TRIDENT_PEAK_TFLOPS, else apps/mfu.cpp's table; NOTE [MFU]).
     T=$(( $(tmo 360) / 2 ))
-    if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
+    # Three more steps under the op profiler (NOTE [Op profiler]): where the step's device time
+    # goes, appended to bench.txt.
+    if (( T > 0 )) && bg timeout "$T" "$BUILD_DIR/benchmarks/gpt2_cuda_bench" 8 10 124M --profile "$OUT/gpt2_profile.txt" \
+         > "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err" &&
        PEAK=$(python3 -c 'import json, sys; r = json.loads(open(sys.argv[1]).readline()); print(r.get("peak_tflops") or 0)' "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err") &&
        bg timeout "$T" python3 benchmarks/gpt2_cuda_torch.py 8 10 --peak-tflops "$PEAK" >> "$OUT/gpt2.jsonl" 2>> "$OUT/bench.err"; then
       # The row is ok only when the table could be made (two JSON objects, finite losses).
@@ -285,6 +288,7 @@ for name, r in (("Trident", tri), ("PyTorch", tor)):
 print(f"ratio (Trident / PyTorch tokens/s): {tri['tokens_per_s'] / tor['tokens_per_s']:.2f}")
 sys.exit(0 if all(math.isfinite(r["last_loss"]) for r in (tri, tor)) else 1)
 PY
+        [[ -s "$OUT/gpt2_profile.txt" ]] && tee -a "$OUT/bench.txt" < "$OUT/gpt2_profile.txt"
         row gpt2_cuda_bench ok "bench.txt; PyTorch sdpa: $(python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]; print(r.get("sdpa_backend", "not reported"))' "$OUT/gpt2.jsonl" 2>/dev/null)"
       else
         row gpt2_cuda_bench FAIL "gpt2.jsonl: not two results, or a loss not finite"

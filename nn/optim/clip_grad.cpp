@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "core/copy.h"
 #include "core/factory.h"
+#include "core/profiler.h"
 #include "ops/index.h"
 #include "ops/shape.h"
 #include "trident_config.h"
@@ -64,6 +65,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   if (norm_type == 2.0) {
     const std::vector<Tensor> mt = multi_tensor_grads(grads);
     if (!mt.empty()) {
+      profiler::Scope scope("clip_grad_norm_", mt[0].device().index);
       const Tensor norm_and_coef = optim::cuda::grad_norm_and_clip_coef(mt, max_norm);
       // The caller wants the norm as a double: the one synchronization.
       const double total = norm_and_coef.to(Device::cpu()).to_vector<double>()[0];
@@ -102,6 +104,7 @@ Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_n
     NoGradGuard no_grad;
     const std::vector<Tensor> mt = multi_tensor_grads(defined_grads(params, "clip_grad_norm_on_device_"));
     if (!mt.empty()) {
+      profiler::Scope scope("clip_grad_norm_", mt[0].device().index);
       const Tensor norm_and_coef = optim::cuda::grad_norm_and_clip_coef(mt, max_norm);
       optim::cuda::scale_by_clip_coef(mt, norm_and_coef);
       for (const Tensor& g : mt) g.bump_version();

@@ -11,6 +11,7 @@
 #include "trident_config.h"
 #include "core/copy.h"
 #include "core/factory.h"
+#include "core/profiler.h"
 
 namespace trident::nn::optim {
 
@@ -296,6 +297,11 @@ bool Optimizer::ensure_slot(ParamState& state, size_t slot, const Tensor& param)
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  // NOTE [Op profiler]: the whole update is one op, on the device of the first parameter.
+  int device = -1;
+  if (!groups_.empty() && !groups_[0].params.empty() && groups_[0].params[0].device().is_cuda())
+    device = groups_[0].params[0].device().index;
+  profiler::Scope scope("optimizer.step", device);
   for (size_t g = 0; g < groups_.size(); ++g) validate(g);
   std::vector<ParamUpdate> items;
   std::vector<Tensor> keep;  // contiguous copies of non-contiguous gradients, alive until the update ran
