@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
                               n(config.num_hidden_layers - 1) + " (post-LayerNorm), heads (pooler, MLM tied to the word "
                               "embeddings, NSP)\nconfig: " + config.to_json(),
                           config.num_parameters(),
-                          config.estimate_memory(o.batch, seq_len, predictions, apps::memory_options(o.precision)));
+                          config.estimate_memory(o.batch, seq_len, predictions, apps::memory_options(o.precision, o.device)));
       return 0;
     }
     TRIDENT_CHECK(train != nullptr, "--train is required (BERT example shards, e.g. 'data/bert_train_*.bin')");

@@ -189,9 +189,10 @@ StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const 
   return cut;
 }
 
-models::MemoryOptions memory_options(const std::string& precision) {
+models::MemoryOptions memory_options(const std::string& precision, const std::string& device) {
   models::MemoryOptions m;
   if (precision != "fp32") m.activation_bytes = 2;  // the products' outputs; master weights stay f32
+  m.cuda = device.rfind("cuda", 0) == 0;
   return m;
 }
 

@@ -283,8 +283,9 @@ int train(const TrainOptions& o, TrainTask& task);
 // The --dry-run lines: parameters, memory estimate.
 void print_dry_run(const std::string& model_description, int64_t parameters, const models::MemoryEstimate& memory);
 
-// Bytes per element of weights, gradients, optimizer state and activations for a precision.
-models::MemoryOptions memory_options(const std::string& precision);
+// Bytes per element of weights, gradients, optimizer state and activations for a precision, and
+// whether the model trains on a GPU (--device).
+models::MemoryOptions memory_options(const std::string& precision, const std::string& device);
 
 // Reads the "extra" of a training checkpoint's trainer.json: {"model": ..., "config": ...};
 // errors (missing or malformed checkpoint) name the path.

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
                   " does not divide by --tp ", o.tp);
     if (o.dry_run) {
       apps::print_dry_run(describe(config, seq_len), config.num_parameters(),
-                          config.estimate_memory(o.batch, seq_len, apps::memory_options(o.precision)));
+                          config.estimate_memory(o.batch, seq_len, apps::memory_options(o.precision, o.device)));
       return 0;
     }
     TRIDENT_CHECK(!train_glob.empty(), "--train is required (token shards, e.g. 'data/brown_train_*.bin')");

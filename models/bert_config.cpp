@@ -147,7 +147,7 @@ MemoryEstimate BertConfig::estimate_memory(int64_t batch, int64_t seq_len, int64
                 " must be positive (predictions >= 0), seq_len at most max_position_embeddings ", max_position_embeddings,
                 ", predictions at most seq_len");
   const int64_t n = num_parameters(), H = hidden_size, I = intermediate_size;
-  const int64_t V = padded_vocab_size > vocab_size ? vocab_rows() + vocab_size : vocab_size;
+  const int64_t V = padded_vocab_size > vocab_size && o.cuda ? vocab_rows() + vocab_size : vocab_size;
   MemoryEstimate e;
   e.parameters = n * o.param_bytes;
   e.gradients = n * o.grad_bytes;

@@ -137,7 +137,7 @@ MemoryEstimate GPT2Config::estimate_memory(int64_t batch, int64_t seq_len, const
   TRIDENT_CHECK(batch > 0 && seq_len > 0 && seq_len <= n_positions, "GPT-2 memory estimate: batch ", batch,
                 " and seq_len ", seq_len, " must be positive, seq_len at most n_positions ", n_positions);
   const int64_t n = num_parameters(), C = n_embd, tokens = batch * seq_len;
-  const int64_t V = padded_vocab_size > vocab_size ? vocab_rows() + vocab_size : vocab_size;
+  const int64_t V = padded_vocab_size > vocab_size && o.cuda ? vocab_rows() + vocab_size : vocab_size;
   MemoryEstimate e;
   e.parameters = n * o.param_bytes;
   e.gradients = n * o.grad_bytes;

@@ -86,8 +86,8 @@ struct GPT2Config {
   //     LayerNorms' mean and 1/std (4). Dropout keeps nothing (its mask is regenerated).
   //   plus 2 C (ln_f's input is the last block's output; ln_f's output is kept by the output
   //     layer and ln_f's statistics) and 2 V: the logits and, in backward, their gradient; with a
-  //     padded vocabulary the loss reads a contiguous copy of the sliced logits, so V counts the
-  //     padded columns too.
+  //     padded vocabulary on a GPU (MemoryOptions::cuda) the loss reads a contiguous copy of the
+  //     sliced logits, so V counts the padded columns too.
   // Attention never stores the [T, T] scores (fused, FlashAttention-style), so nothing grows with
   // T^2. tests/models/gpt2_test.cpp compares the estimate with the allocator's measured peak.
   MemoryEstimate estimate_memory(int64_t batch, int64_t seq_len, const MemoryOptions& options = {}) const;

@@ -52,8 +52,19 @@ Tensor LayerFactory::tied_logits(const Tensor& hidden, const Tensor& weight, con
   TRIDENT_CHECK(weight.dim() == 2 && vocab_size > 0 && vocab_size <= weight.size(0), "tied_logits: vocab_size ",
                 vocab_size, " must be in [1, ", weight.dim() == 2 ? weight.size(0) : 0, "] for an embedding table of shape ",
                 weight.sizes());
-  const Tensor logits = trident::linear(hidden, weight, bias);
-  return vocab_size == weight.size(0) ? logits : narrow(logits, -1, 0, vocab_size);
+  if (vocab_size == weight.size(0)) return trident::linear(hidden, weight, bias);
+  // A padded table (GPT-2's 50257 rows padded to 50304): on a GPU the product runs over every
+  // row, its output rows aligned for the GEMM, and the logits are narrowed after. On the CPU the
+  // padding buys the GEMM nothing, and narrowing the logits costs three copies of them per step
+  // (the loss makes its rows contiguous forward and backward, and narrow's backward scatters the
+  // gradient back). There the product takes only the real rows (a view of the table, no copy),
+  // so the logits come out contiguous: the same losses bit for bit, 5% more tokens/s (4 layers,
+  // width 256, context 128, batch 8, 2 threads: 1514 -> 1590, the op profiler's copy_ share from
+  // 11% to 3.5%).
+  if (!hidden.device().is_cuda()) {
+    return trident::linear(hidden, narrow(weight, 0, 0, vocab_size), bias.defined() ? narrow(bias, 0, 0, vocab_size) : bias);
+  }
+  return narrow(trident::linear(hidden, weight, bias), -1, 0, vocab_size);
 }
 
 Tensor LayerFactory::vocab_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,

@@ -14,6 +14,10 @@ struct MemoryOptions {
   int64_t optimizer_slots = 2;  // AdamW/Adam/LAMB: 2; SGD with momentum: 1; plain SGD: 0
   int64_t optimizer_bytes = 4;
   int64_t activation_bytes = 4;
+  // Training on a GPU: a padded vocabulary's logits are computed padded and the loss reads a
+  // contiguous copy of the real columns; on the CPU the product takes only the real rows
+  // (LayerFactory::tied_logits), so neither exists.
+  bool cuda = false;
 };
 
 struct MemoryEstimate {

@@ -370,4 +370,9 @@ TEST(GPT2, MemoryEstimateMatchesTheMeasuredPeak) {
   std::printf("estimate %s; measured %s\n", e.str().c_str(), format_bytes(measured).c_str());
   EXPECT_GT(est, 0.8 * static_cast<double>(measured)) << e.str() << "; measured " << format_bytes(measured);
   EXPECT_LT(est, 1.25 * static_cast<double>(measured)) << e.str() << "; measured " << format_bytes(measured);
+  // On a GPU the padded vocabulary adds the padded logits (512 columns) beside the copy of the
+  // real ones, and as much again for their gradient (LayerFactory::tied_logits).
+  MemoryOptions on_gpu;
+  on_gpu.cuda = true;
+  EXPECT_EQ(c.estimate_memory(B, T, on_gpu).activations - e.activations, B * T * 2 * 512 * 4);
 }
