@@ -59,8 +59,8 @@ Tensor LayerFactory::tied_logits(const Tensor& hidden, const Tensor& weight, con
   // (the loss makes its rows contiguous forward and backward, and narrow's backward scatters the
   // gradient back). There the product takes only the real rows (a view of the table, no copy),
   // so the logits come out contiguous: the same losses bit for bit, 5% more tokens/s (4 layers,
-  // width 256, context 128, batch 8, 2 threads: 1514 -> 1590, the op profiler's copy_ share from
-  // 11% to 3.5%).
+  // width 256, context 128, batch 8, 2 threads: 1514 -> 1590; over 8 steps the op profiler's
+  // copy_ went from 337 to 180 ms and the loss's forward and backward from 474 to 248 ms).
   if (!hidden.device().is_cuda()) {
     return trident::linear(hidden, narrow(weight, 0, 0, vocab_size), bias.defined() ? narrow(bias, 0, 0, vocab_size) : bias);
   }
