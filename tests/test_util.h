@@ -109,14 +109,22 @@ inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, do
 }
 
 // ||got - ref|| / ||ref|| over all elements (got brought to the CPU first); equal values, equal
-// infinities included, count as equal, any other non-finite value as an infinite error. The
-// measure of the CUDA suites' comparisons with the CPU in f64.
+// infinities included, count as equal, and so does NaN where the reference is NaN; any other
+// non-finite value, or a size that differs, is an infinite error. The measure of the CUDA
+// suites' and the emulator's comparisons with the CPU in f64.
 inline double relative_error(const Tensor& got, const Tensor& ref) {
   const std::vector<double> a = got.to(Device::cpu()).to_vector<double>(), b = ref.to(Device::cpu()).to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) {
+    ADD_FAILURE() << "relative_error: " << a.size() << " elements against " << b.size();
+    return INFINITY;
+  }
   double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] == b[i]) continue;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i])) {
+      if (!std::isnan(a[i])) return INFINITY;
+      continue;
+    }
+    if (a[i] == b[i]) continue;  // equal infinities included
     if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
     num += (a[i] - b[i]) * (a[i] - b[i]);
     den += b[i] * b[i];

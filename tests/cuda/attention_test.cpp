@@ -27,8 +27,7 @@ using namespace trident;
 namespace {
 
 const Device kGPU = Device::cuda(0);
-
-double rel_error(const Tensor& got, const Tensor& ref) { return trident::testing::relative_error(got, ref); }
+using trident::testing::relative_error;
 
 // Tolerances on the relative error against f64. The kernels compute in f32 from the same inputs,
 // so f16 and bf16 differ from f64 mostly by the final rounding of each output (2^-11, 2^-8:
@@ -103,16 +102,16 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   ASSERT_EQ(out.sizes(), out_ref.sizes());
   EXPECT_EQ(out.dtype(), dt);
   EXPECT_EQ(lse.dtype(), DType::F32);
-  EXPECT_LE(rel_error(out, out_ref), tolerance(dt, false)) << "out";
-  EXPECT_LE(rel_error(lse, lse_ref), kLseTolerance) << "lse";
+  EXPECT_LE(relative_error(out, out_ref), tolerance(dt, false)) << "out";
+  EXPECT_LE(relative_error(lse, lse_ref), kLseTolerance) << "lse";
 
   const cpu::AttentionGrads gd = cuda::attention_backward(doutd, qd, kd, vd, md, out, lse, p, c.want_dmask);
-  EXPECT_LE(rel_error(gd.dq, g_ref.dq), tolerance(dt, true)) << "dq";
-  EXPECT_LE(rel_error(gd.dk, g_ref.dk), tolerance(dt, true)) << "dk";
-  EXPECT_LE(rel_error(gd.dv, g_ref.dv), tolerance(dt, true)) << "dv";
+  EXPECT_LE(relative_error(gd.dq, g_ref.dq), tolerance(dt, true)) << "dq";
+  EXPECT_LE(relative_error(gd.dk, g_ref.dk), tolerance(dt, true)) << "dk";
+  EXPECT_LE(relative_error(gd.dv, g_ref.dv), tolerance(dt, true)) << "dv";
   EXPECT_EQ(gd.dmask.defined(), c.want_dmask);
   if (c.want_dmask) {
-    EXPECT_LE(rel_error(gd.dmask, g_ref.dmask), tolerance(dt, true)) << "dmask";
+    EXPECT_LE(relative_error(gd.dmask, g_ref.dmask), tolerance(dt, true)) << "dmask";
   }
 }
 
@@ -250,9 +249,9 @@ TEST(CudaAttentionStridedDout, TakesTheSameKernelsAsItsContiguousCopy) {
             cpu::attention_backward(doutd.to(kCPU).to(kF64), q.to(kF64), k.to(kF64), v.to(kF64), Tensor(), out_ref, lse_ref, p, false);
         const cpu::AttentionGrads got = cuda::attention_backward(doutd, qd, kd, vd, Tensor(), out, lse, p, false);
         const cpu::AttentionGrads same = cuda::attention_backward(doutd.contiguous(), qd, kd, vd, Tensor(), out, lse, p, false);
-        EXPECT_LE(rel_error(got.dq, ref.dq), tolerance(dt, true)) << "dq";
-        EXPECT_LE(rel_error(got.dk, ref.dk), tolerance(dt, true)) << "dk";
-        EXPECT_LE(rel_error(got.dv, ref.dv), tolerance(dt, true)) << "dv";
+        EXPECT_LE(relative_error(got.dq, ref.dq), tolerance(dt, true)) << "dq";
+        EXPECT_LE(relative_error(got.dk, ref.dk), tolerance(dt, true)) << "dk";
+        EXPECT_LE(relative_error(got.dv, ref.dv), tolerance(dt, true)) << "dv";
         EXPECT_EQ(got.dq.to(kCPU).to_vector<float>(), same.dq.to(kCPU).to_vector<float>()) << "dq";
         EXPECT_EQ(got.dk.to(kCPU).to_vector<float>(), same.dk.to(kCPU).to_vector<float>()) << "dk";
         EXPECT_EQ(got.dv.to(kCPU).to_vector<float>(), same.dv.to(kCPU).to_vector<float>()) << "dv";
@@ -288,7 +287,7 @@ TEST(CudaAttentionStridedDout, SumOfTheOutputMatchesAContiguousGradient) {
   const char* names[] = {"dq", "dk", "dv"};
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(got[i].defined() && same[i].defined()) << names[i];
-    EXPECT_LE(rel_error(got[i], ref[i]), tolerance(kBF16, true)) << names[i];
+    EXPECT_LE(relative_error(got[i], ref[i]), tolerance(kBF16, true)) << names[i];
     EXPECT_EQ(got[i].to(kCPU).to_vector<float>(), same[i].to(kCPU).to_vector<float>()) << names[i];
   }
 }
@@ -337,7 +336,7 @@ void check_public_api(DType dt, double dropout, bool bool_mask) {
     EXPECT_EQ(got[i].device(), kGPU) << names[i];
     EXPECT_EQ(got[i].dtype(), dt) << names[i];
     EXPECT_EQ(got[i].sizes(), ref[i].sizes()) << names[i];
-    EXPECT_LE(rel_error(got[i], ref[i]), tolerance(dt, i > 0)) << names[i];
+    EXPECT_LE(relative_error(got[i], ref[i]), tolerance(dt, i > 0)) << names[i];
   }
 }
 

@@ -24,7 +24,7 @@ using namespace trident;
 namespace {
 
 const Device kGPU = Device::cuda(0);
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 using trident::testing::tolerance;
 
 class CudaConv : public trident::testing::PoisonedCuda<> {};
@@ -67,13 +67,13 @@ TEST_F(CudaConv, WeightAndBiasGradientsMatchTheCpuInF64) {
       const Tensor yr = conv2d(ref[0], ref[1], ref[2], c.stride, c.padding, c.dilation, c.groups);
       const Tensor yg = conv2d(dev[0], dev[1], dev[2], c.stride, c.padding, c.dilation, c.groups);
       ASSERT_EQ(yg.sizes(), yr.sizes());
-      EXPECT_LE(rel_error(yg.to(kCPU), yr), tolerance(dt, false)) << "forward";
+      EXPECT_LE(relative_error(yg.to(kCPU), yr), tolerance(dt, false)) << "forward";
       const Tensor gy = randn_dt(yr.sizes(), dt, seed++);
       sum(mul(yr, gy.to(kF64))).backward();
       sum(mul(yg, gy.to(kGPU))).backward();
-      EXPECT_LE(rel_error(dev[0].grad().to(kCPU), ref[0].grad()), tolerance(dt, true)) << "d input";
-      EXPECT_LE(rel_error(dev[1].grad().to(kCPU), ref[1].grad()), tolerance(dt, true)) << "d weight";
-      EXPECT_LE(rel_error(dev[2].grad().to(kCPU), ref[2].grad()), tolerance(dt, true)) << "d bias";
+      EXPECT_LE(relative_error(dev[0].grad().to(kCPU), ref[0].grad()), tolerance(dt, true)) << "d input";
+      EXPECT_LE(relative_error(dev[1].grad().to(kCPU), ref[1].grad()), tolerance(dt, true)) << "d weight";
+      EXPECT_LE(relative_error(dev[2].grad().to(kCPU), ref[2].grad()), tolerance(dt, true)) << "d bias";
       EXPECT_EQ(dev[1].grad().dtype(), dt);
     }
   }
@@ -161,21 +161,21 @@ TEST_F(CudaConv, ConvBatchNormPoolTrainingStepAndEvalMatchTheCpu) {
       for (Tensor& t : dev) t = t.detach().set_requires_grad(true);
       const Tensor yr = block(ref[0], ref[1], rm_c, rv_c, ref[2], ref[3], true);
       const Tensor yg = block(dev[0], dev[1], rm_g, rv_g, dev[2], dev[3], true);
-      EXPECT_LE(rel_error(yg.to(kCPU), yr), tolerance(dt, true)) << "forward, step " << step;
+      EXPECT_LE(relative_error(yg.to(kCPU), yr), tolerance(dt, true)) << "forward, step " << step;
       const Tensor gy = randn_dt(yr.sizes(), dt, 40 + static_cast<uint64_t>(step));
       sum(mul(yr, gy.to(kF64))).backward();
       sum(mul(yg, gy.to(kGPU))).backward();
       for (size_t i = 0; i < ref.size(); ++i)
-        EXPECT_LE(rel_error(dev[i].grad().to(kCPU), ref[i].grad()), 2 * tolerance(dt, true)) << "input " << i;
+        EXPECT_LE(relative_error(dev[i].grad().to(kCPU), ref[i].grad()), 2 * tolerance(dt, true)) << "input " << i;
       // The running statistics come from the batch statistics of the conv output, which the two
       // sides compute from slightly different conv outputs (dt rounding on the GPU).
-      EXPECT_LE(rel_error(rm_g.to(kCPU), rm_c), tolerance(dt, true)) << "running_mean, step " << step;
-      EXPECT_LE(rel_error(rv_g.to(kCPU), rv_c), tolerance(dt, true)) << "running_var, step " << step;
+      EXPECT_LE(relative_error(rm_g.to(kCPU), rm_c), tolerance(dt, true)) << "running_mean, step " << step;
+      EXPECT_LE(relative_error(rv_g.to(kCPU), rv_c), tolerance(dt, true)) << "running_var, step " << step;
     }
     const Tensor x = randn_dt({3, 6, 9, 9}, dt, 50);
     const Tensor yr = block(x.to(kF64), w.to(kF64), rm_c, rv_c, gamma.to(kF64), beta.to(kF64), false);
     const Tensor yg = block(x.to(kGPU), w.to(kGPU), rm_g, rv_g, gamma.to(kGPU), beta.to(kGPU), false);
-    EXPECT_LE(rel_error(yg.to(kCPU), yr), tolerance(dt, true)) << "eval";
+    EXPECT_LE(relative_error(yg.to(kCPU), yr), tolerance(dt, true)) << "eval";
   }
 }
 
@@ -214,7 +214,7 @@ TEST_F(CudaConv, MaxPoolNanInfAndIndicesFollowTheCpu) {
       const Tensor gy = randn_dt(yc.sizes(), dt, 60);
       sum(mul(max_pool2d(xc, q.k, q.s, q.p, q.d, q.ceil), gy)).backward();
       sum(mul(max_pool2d(xg, q.k, q.s, q.p, q.d, q.ceil), gy.to(kGPU))).backward();
-      EXPECT_LE(rel_error(xg.grad().to(kCPU), xc.grad()), tolerance(dt, true));
+      EXPECT_LE(relative_error(xg.grad().to(kCPU), xc.grad()), tolerance(dt, true));
     }
   }
 }
@@ -227,7 +227,7 @@ TEST_F(CudaConv, MisalignedNonContiguousAndEmptyInputs) {
   const Tensor ref = conv2d(x.to(kF64), w.to(kF64), Tensor(), {1, 1}, {1, 1});
   const Tensor got = conv2d(reshape(slice(flat.to(kGPU), 0, 1, flat.numel()), {2, 3, 9, 9}), w.to(kGPU), Tensor(),
                             {1, 1}, {1, 1});
-  EXPECT_LE(rel_error(got.to(kCPU), ref), tolerance(kF32, false));
+  EXPECT_LE(relative_error(got.to(kCPU), ref), tolerance(kF32, false));
   // An empty batch: empty outputs, zero weight and bias gradients.
   const Tensor xe = zeros({0, 3, 9, 9}, TensorOptions(kF32).device(kGPU)).set_requires_grad(true);
   const Tensor we = w.to(kGPU).detach().set_requires_grad(true);

@@ -21,7 +21,7 @@ using namespace trident;
 namespace {
 
 const Device kGPU = Device::cuda(0);
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 using trident::testing::tolerance;
 
 enum class Domain { Any, Positive, AwayFromZero };
@@ -301,7 +301,7 @@ void check_case(const OpCase& c, DType dt, Generator& g) {
     return;
   }
   EXPECT_EQ(got.dtype(), dt);
-  const double err = rel_error(got.to(kCPU), ref);
+  const double err = relative_error(got.to(kCPU), ref);
   EXPECT_LE(err, tolerance(dt, false)) << "forward";
   if (!c.backward) return;
   // Backward of sum(out * w) for a random w, the same on both sides.
@@ -313,7 +313,7 @@ void check_case(const OpCase& c, DType dt, Generator& g) {
     EXPECT_EQ(dev_in[i].grad().defined(), ref_in[i].grad().defined()) << "input " << i;
     if (!ref_in[i].grad().defined() || !dev_in[i].grad().defined()) continue;
     EXPECT_EQ(dev_in[i].grad().device(), kGPU);
-    const double gerr = rel_error(dev_in[i].grad().to(kCPU), ref_in[i].grad());
+    const double gerr = relative_error(dev_in[i].grad().to(kCPU), ref_in[i].grad());
     EXPECT_LE(gerr, tolerance(dt, true)) << "gradient of input " << i;
   }
 }

@@ -11,6 +11,7 @@
 
 #include "core/cuda/allocator.h"
 #include "core/tensor.h"
+#include "test_util.h"
 
 namespace trident::testing {
 
@@ -23,28 +24,6 @@ inline std::string cuda_unavailable_reason() {
     return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   }
   return n > 0 ? std::string() : std::string("the runtime reports 0 devices");
-}
-
-// Relative error ||a - b|| / ||b|| over all elements; NaN anywhere in a (where b is not NaN) is
-// infinite error.
-inline double rel_error(const Tensor& got, const Tensor& ref) {
-  const std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  if (a.size() != b.size()) {
-    ADD_FAILURE() << "rel_error: " << a.size() << " elements against " << b.size();
-    return INFINITY;
-  }
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(b[i])) {
-      if (!std::isnan(a[i])) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(a[i]) && a[i] != b[i]) return INFINITY;
-    if (a[i] == b[i]) continue;  // equal infinities included
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return num == 0 ? 0.0 : std::sqrt(num / std::max(den, 1e-300));
 }
 
 // Per-dtype tolerances on the relative error: f32 arithmetic, and one to three roundings to

@@ -17,7 +17,7 @@
 
 using namespace trident;
 using trident::testing::error_message;
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 
 namespace {
 
@@ -73,7 +73,7 @@ TEST_P(CudaIndex, IndexSelectMatchesTheCpu) {
       const Tensor w = randn(ref.sizes(), kF64, &g).to(dt);
       sum(mul(ref, w.to(kF64))).backward();
       sum(mul(got, w.to(kGPU))).backward();
-      EXPECT_LE(rel_error(xd.grad(), xr.grad()), tolerance(dt));
+      EXPECT_LE(relative_error(xd.grad(), xr.grad()), tolerance(dt));
     }
   }
   // Any dtype moves: i64 and a transposed (non-contiguous) input; an i32 index.
@@ -101,7 +101,7 @@ TEST_P(CudaIndex, GatherMatchesTheCpu) {
     const Tensor w = randn(ref.sizes(), kF64, &g).to(dt);
     sum(mul(ref, w.to(kF64))).backward();  // the gradient is a scatter_add with repeats
     sum(mul(got, w.to(kGPU))).backward();
-    EXPECT_LE(rel_error(xd.grad(), xr.grad()), scatter_tolerance(dt));
+    EXPECT_LE(relative_error(xd.grad(), xr.grad()), scatter_tolerance(dt));
   }
   // A permuted input reads through its strides.
   const Tensor x = randn({5, 8}, kF64, &g).to(dt);
@@ -125,7 +125,7 @@ TEST_P(CudaIndex, ScatterAddMatchesTheCpu) {
     const Tensor ref = scatter_add(xr, dim, idx, sr);
     const Tensor got = scatter_add(xd, dim, idx.to(kGPU), sd);
     ASSERT_EQ(got.device(), kGPU);
-    EXPECT_LE(rel_error(got, ref), scatter_tolerance(dt));
+    EXPECT_LE(relative_error(got, ref), scatter_tolerance(dt));
     const Tensor w = randn(ref.sizes(), kF64, &g).to(dt);
     sum(mul(ref, w.to(kF64))).backward();
     sum(mul(got, w.to(kGPU))).backward();
@@ -161,7 +161,7 @@ TEST_P(CudaIndex, EmbeddingWithPaddingMatchesTheCpuAndIsBitReproducible) {
     sum(mul(ref, up.to(kF64))).backward();
     sum(mul(got, up.to(kGPU))).backward();
     const Tensor gd = wd.grad().to(kCPU);
-    EXPECT_LE(rel_error(gd, wr.grad()), tolerance(dt));
+    EXPECT_LE(relative_error(gd, wr.grad()), tolerance(dt));
     if (c.pad) {
       const int64_t pad_row = *c.pad < 0 ? *c.pad + c.rows : *c.pad;
       const std::vector<double> row = select(gd, 0, pad_row).to_vector<double>();

@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 
 namespace {
 
@@ -33,7 +33,7 @@ TEST_F(CudaLinalg, LargeProductsInEveryDtype) {
   for (const auto& [dt, tol] : cases) {
     const Tensor a = rand_in({300, 1024}, dt, 1), b = rand_in({1024, 257}, dt, 2);
     const Tensor ref = matmul(a.to(kF64), b.to(kF64));
-    EXPECT_LE(rel_error(matmul(a.to(kGPU), b.to(kGPU)).to(kCPU), ref), tol) << dt;
+    EXPECT_LE(relative_error(matmul(a.to(kGPU), b.to(kGPU)).to(kCPU), ref), tol) << dt;
   }
 }
 
@@ -41,9 +41,9 @@ TEST_F(CudaLinalg, Tf32IsOptIn) {
   const Tensor a = rand_in({256, 2048}, kF32, 3), b = rand_in({2048, 256}, kF32, 4);
   const Tensor ref = matmul(a.to(kF64), b.to(kF64));
   EXPECT_FALSE(matmul_allow_tf32());
-  const double exact = rel_error(matmul(a.to(kGPU), b.to(kGPU)).to(kCPU), ref);
+  const double exact = relative_error(matmul(a.to(kGPU), b.to(kGPU)).to(kCPU), ref);
   set_matmul_allow_tf32(true);
-  const double tf32 = rel_error(matmul(a.to(kGPU), b.to(kGPU)).to(kCPU), ref);
+  const double tf32 = relative_error(matmul(a.to(kGPU), b.to(kGPU)).to(kCPU), ref);
   EXPECT_LE(exact, 1e-6);
   // TF32 keeps 10 mantissa bits of each input: relative error near 2^-11, far above f32's.
   EXPECT_LE(tf32, 2e-3);
@@ -59,12 +59,12 @@ TEST_F(CudaLinalg, MisalignedAndStridedViews) {
     const Tensor bias_big = rand_in({41}, dt, 7).to(kGPU);
     const Tensor bias = slice(bias_big, 0, 1, 41);
     const Tensor ref = linear(a.to(kCPU).to(kF64), w.to(kCPU).to(kF64), bias.to(kCPU).to(kF64));
-    EXPECT_LE(rel_error(linear(a, w, bias).to(kCPU), ref), trident::testing::tolerance(dt, false)) << dt;
+    EXPECT_LE(relative_error(linear(a, w, bias).to(kCPU), ref), trident::testing::tolerance(dt, false)) << dt;
     // A batch with permuted dims (no single batch stride): copied, then one strided batch.
     const Tensor p = rand_in({6, 3, 5, 8}, dt, 8), q = rand_in({3, 6, 8, 4}, dt, 9);
     const Tensor pp = permute(p, {1, 0, 2, 3});
     const Tensor refb = matmul(pp.to(kF64), q.to(kF64));
-    EXPECT_LE(rel_error(matmul(pp.to(kGPU), q.to(kGPU)).to(kCPU), refb), trident::testing::tolerance(dt, false)) << dt;
+    EXPECT_LE(relative_error(matmul(pp.to(kGPU), q.to(kGPU)).to(kCPU), refb), trident::testing::tolerance(dt, false)) << dt;
   }
 }
 
@@ -75,7 +75,7 @@ TEST_F(CudaLinalg, CachedPlansTakeEachCallsPointers) {
     const Tensor b = rand_in({8}, kF32, seed);
     const Tensor x2 = mul(x, static_cast<double>(seed));
     const Tensor got = linear(x2.to(kGPU), w.to(kGPU), b.to(kGPU)).to(kCPU);
-    EXPECT_LE(rel_error(got, linear(x2.to(kF64), w.to(kF64), b.to(kF64))), 1e-6) << seed;
+    EXPECT_LE(relative_error(got, linear(x2.to(kF64), w.to(kF64), b.to(kF64))), 1e-6) << seed;
   }
 }
 
@@ -86,12 +86,12 @@ TEST_F(CudaLinalg, ExpandedSharedRightOperand) {
     const Tensor a = rand_in({4, 7, 24}, dt, 16), b = rand_in({24, 10}, dt, 17);
     const Tensor ref = matmul(a.to(kF64), b.to(kF64));
     const Tensor got = matmul(a.to(kGPU), expand(b.to(kGPU), {4, 24, 10})).to(kCPU);
-    EXPECT_LE(rel_error(got, ref), trident::testing::tolerance(dt, false)) << dt;
+    EXPECT_LE(relative_error(got, ref), trident::testing::tolerance(dt, false)) << dt;
     // Transposed and expanded: the shared matrix is read with op T.
     const Tensor bt = rand_in({10, 24}, dt, 18);
     const Tensor reft = matmul(a.to(kF64), transpose(bt.to(kF64), 0, 1));
     const Tensor gott = matmul(a.to(kGPU), expand(transpose(bt.to(kGPU), 0, 1), {4, 24, 10})).to(kCPU);
-    EXPECT_LE(rel_error(gott, reft), trident::testing::tolerance(dt, false)) << dt;
+    EXPECT_LE(relative_error(gott, reft), trident::testing::tolerance(dt, false)) << dt;
   }
 }
 
@@ -118,9 +118,9 @@ TEST_F(CudaLinalg, FusedGeluPlansTakeEachCallsAuxAndBias) {
       const Tensor gy = rand_in(ys_cpu[i].sizes(), dt, 30 + i);
       sum(mul(ys_gpu[i], gy.to(kGPU))).backward();
       sum(mul(ys_cpu[i], gy.to(kF64))).backward();
-      EXPECT_LE(rel_error(ys_gpu[i].to(kCPU), ys_cpu[i].detach()), tol) << dt << " call " << i;
-      EXPECT_LE(rel_error(xs_gpu[i].grad().to(kCPU), xs_cpu[i].grad()), tol) << dt << " dx, call " << i;
-      EXPECT_LE(rel_error(ws_gpu[i].grad().to(kCPU), ws_cpu[i].grad()), tol) << dt << " dw, call " << i;
+      EXPECT_LE(relative_error(ys_gpu[i].to(kCPU), ys_cpu[i].detach()), tol) << dt << " call " << i;
+      EXPECT_LE(relative_error(xs_gpu[i].grad().to(kCPU), xs_cpu[i].grad()), tol) << dt << " dx, call " << i;
+      EXPECT_LE(relative_error(ws_gpu[i].grad().to(kCPU), ws_cpu[i].grad()), tol) << dt << " dw, call " << i;
     }
   }
 }

@@ -15,7 +15,7 @@
 
 using namespace trident;
 using trident::testing::error_message;
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 
 namespace {
 
@@ -56,7 +56,7 @@ void compare(const Tensor& got, const Tensor& ref, const std::vector<Tensor>& de
   ASSERT_EQ(got.device(), kGPU);
   ASSERT_EQ(got.sizes(), ref.sizes());
   EXPECT_EQ(got.dtype(), dt);
-  EXPECT_LE(rel_error(got, ref), tolerance(dt, false)) << "forward";
+  EXPECT_LE(relative_error(got, ref), tolerance(dt, false)) << "forward";
   const Tensor w = add(rand(ref.sizes(), kF64, &g), 0.5).to(dt);
   sum(mul(ref, w.to(kF64))).backward();
   sum(mul(got, w.to(kGPU))).backward();
@@ -64,7 +64,7 @@ void compare(const Tensor& got, const Tensor& ref, const std::vector<Tensor>& de
     ASSERT_TRUE(dev_in[i].grad().defined()) << "input " << i;
     EXPECT_EQ(dev_in[i].grad().device(), kGPU);
     EXPECT_EQ(dev_in[i].grad().dtype(), dt);
-    EXPECT_LE(rel_error(dev_in[i].grad(), ref_in[i].grad()), tolerance(dt, true)) << "gradient of input " << i;
+    EXPECT_LE(relative_error(dev_in[i].grad(), ref_in[i].grad()), tolerance(dt, true)) << "gradient of input " << i;
   }
 }
 

@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 
 namespace {
 
@@ -38,7 +38,7 @@ void step_both(Tensor lc, Tensor lg, nn::optim::Optimizer& oc, nn::optim::Optimi
 // about lr / |w| there, not to f32 precision).
 void expect_same_parameters(const std::vector<Tensor>& pc, const std::vector<Tensor>& pg) {
   ASSERT_EQ(pc.size(), pg.size());
-  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(relative_error(pg[i].to(kCPU), pc[i]), 1e-3) << "parameter " << i;
 }
 
 TEST(CudaModels, TinyGpt2TrainsOnTheGpuAsOnTheCpu) {
@@ -153,7 +153,7 @@ TEST(CudaModels, TinyAmoebaNetTrainsOnTheGpuAsOnTheCpu) {
     if (bg[i].second.dtype() == DType::I64)
       EXPECT_EQ(bg[i].second.item<int64_t>(), 3) << bg[i].first;
     else
-      EXPECT_LE(rel_error(bg[i].second.to(kCPU), bc[i].second), 1e-3) << bg[i].first;
+      EXPECT_LE(relative_error(bg[i].second.to(kCPU), bc[i].second), 1e-3) << bg[i].first;
   }
 }
 

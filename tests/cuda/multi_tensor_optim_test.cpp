@@ -18,7 +18,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 
 namespace {
 
@@ -88,7 +88,7 @@ double cpu_vs_gpu(const MakeOpt& make, DType dt, int steps, std::unique_ptr<nn::
   }
   double worst = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    worst = std::max(worst, rel_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)));
+    worst = std::max(worst, relative_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)));
     const auto& sc = oc->state(static_cast<int64_t>(i)).slots;
     const auto& sg = og->state(static_cast<int64_t>(i)).slots;
     EXPECT_EQ(oc->state(static_cast<int64_t>(i)).step, og->state(static_cast<int64_t>(i)).step) << "parameter " << i;
@@ -97,7 +97,7 @@ double cpu_vs_gpu(const MakeOpt& make, DType dt, int steps, std::unique_ptr<nn::
       EXPECT_EQ(sc[k].defined(), sg[k].defined()) << "parameter " << i << " slot " << k;
       if (!sc[k].defined() || !sg[k].defined()) continue;
       EXPECT_EQ(sg[k].device(), kGPU);
-      worst = std::max(worst, rel_error(sg[k].to(kCPU).to(kF64), sc[k].to(kF64)));
+      worst = std::max(worst, relative_error(sg[k].to(kCPU).to(kF64), sc[k].to(kF64)));
     }
   }
   if (out_cpu) *out_cpu = std::move(oc);
@@ -180,7 +180,7 @@ TEST_F(CudaMultiTensor, ATensorSplitAcrossLaunchesIsUpdatedWhole) {
   og.step();
   EXPECT_EQ(multi_tensor_launches() - before, 2);
   // p - lr * g: contracted or not, the results differ by at most half an ulp of lr * g (6e-8).
-  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_LE(rel_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)), 1e-7) << i;
+  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_LE(relative_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)), 1e-7) << i;
 }
 
 // The per-chunk partial sums (LAMB's norms, clip_grad_norm_'s squares) of tensors split across
@@ -213,7 +213,7 @@ TEST_F(CudaMultiTensor, LambAndClipOverTensorsSplitAcrossLaunchesMatchTheCpu) {
   EXPECT_EQ(multi_tensor_launches() - before, 4);
   EXPECT_NEAR(ng, nc, 1e-7 * nc);
   for (size_t i = 0; i < shapes.size(); ++i)
-    EXPECT_LE(rel_error(t.gpu[i].grad().to(kCPU).to(kF64), t.cpu[i].grad().to(kF64)), 1e-6) << i;
+    EXPECT_LE(relative_error(t.gpu[i].grad().to(kCPU).to(kF64), t.cpu[i].grad().to(kF64)), 1e-6) << i;
 }
 
 // LAMB's trust ratio is 1 when either norm is 0 (math::lamb_trust_ratio): a zero parameter of
@@ -242,7 +242,7 @@ TEST_F(CudaMultiTensor, LambZeroNormsGiveTrustRatioOne) {
   EXPECT_NE(og.last_trust_ratio(2), 1.0);
   EXPECT_NEAR(og.last_trust_ratio(2), oc.last_trust_ratio(2), 1e-6 * oc.last_trust_ratio(2));
   for (size_t i = 0; i < init.size(); ++i)
-    EXPECT_LE(rel_error(pg[i].to(kCPU).to(kF64), pc[i].to(kF64)), 1e-6) << "parameter " << i;
+    EXPECT_LE(relative_error(pg[i].to(kCPU).to(kF64), pc[i].to(kF64)), 1e-6) << "parameter " << i;
 }
 
 // Parameters of one group at different step counts (a parameter without a gradient in a step
@@ -281,14 +281,14 @@ TEST_F(CudaMultiTensor, ParametersAtDifferentStepCountsMatchTheCpu) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const int64_t k = static_cast<int64_t>(i);
       EXPECT_EQ(og->state(k).step, oc->state(k).step) << name << " parameter " << i;
-      EXPECT_LE(rel_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)), 1e-6) << name << " parameter " << i;
+      EXPECT_LE(relative_error(t.gpu[i].to(kCPU).to(kF64), t.cpu[i].to(kF64)), 1e-6) << name << " parameter " << i;
       const auto& sc = oc->state(k).slots;
       const auto& sg = og->state(k).slots;
       ASSERT_EQ(sc.size(), sg.size()) << name << " parameter " << i;
       for (size_t j = 0; j < sc.size(); ++j) {
         EXPECT_EQ(sc[j].defined(), sg[j].defined()) << name << " parameter " << i << " slot " << j;
         if (sc[j].defined() && sg[j].defined()) {
-          EXPECT_LE(rel_error(sg[j].to(kCPU).to(kF64), sc[j].to(kF64)), 1e-6) << name << " parameter " << i << " slot " << j;
+          EXPECT_LE(relative_error(sg[j].to(kCPU).to(kF64), sc[j].to(kF64)), 1e-6) << name << " parameter " << i << " slot " << j;
         }
       }
     }
@@ -331,7 +331,7 @@ TEST_F(CudaMultiTensor, UnscaleFindsAnInfInALateGradientAndTheStepIsSkipped) {
   std::vector<Tensor> expected;
   for (const Tensor& p : t.cpu) expected.push_back(div(p.grad(), scale));
   EXPECT_TRUE(scaler.unscale_(opt));
-  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(rel_error(t.gpu[i].grad().to(kCPU), expected[i]), 0.0) << i;
+  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(relative_error(t.gpu[i].grad().to(kCPU), expected[i]), 0.0) << i;
   EXPECT_TRUE(scaler.step(opt));
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), scale);
@@ -345,7 +345,7 @@ TEST_F(CudaMultiTensor, UnscaleFindsAnInfInALateGradientAndTheStepIsSkipped) {
   for (const Tensor& p : t.gpu) before.push_back(p.to(kCPU));
   EXPECT_FALSE(scaler.step(opt));
   EXPECT_TRUE(scaler.last_step_skipped());
-  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(rel_error(t.gpu[i].to(kCPU), before[i]), 0.0) << i;
+  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(relative_error(t.gpu[i].to(kCPU), before[i]), 0.0) << i;
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), scale / 2);
 }
@@ -362,7 +362,7 @@ TEST_F(CudaMultiTensor, ClipGradNormMatchesTheCpu) {
     // rounding to f32 of a norm can differ by one unit (6e-8).
     EXPECT_NEAR(ng, nc, 1e-7 * nc) << max_norm;
     for (size_t i = 0; i < shapes.size(); ++i)
-      EXPECT_LE(rel_error(t.gpu[i].grad().to(kCPU).to(kF64), t.cpu[i].grad().to(kF64)), 1e-6) << i;
+      EXPECT_LE(relative_error(t.gpu[i].grad().to(kCPU).to(kF64), t.cpu[i].grad().to(kF64)), 1e-6) << i;
   }
   // The sync-free form, on f32 and f64 gradients mixed: its norm stays on the device.
   std::vector<Tensor> pc, pg;
@@ -381,7 +381,7 @@ TEST_F(CudaMultiTensor, ClipGradNormMatchesTheCpu) {
   EXPECT_EQ(ng.numel(), 1);
   EXPECT_NEAR(ng.item<double>(), nc, 1e-7 * nc);
   for (size_t i = 0; i < pc.size(); ++i)
-    EXPECT_LE(rel_error(pg[i].grad().to(kCPU).to(kF64), pc[i].grad().to(kF64)), 1e-6) << i;
+    EXPECT_LE(relative_error(pg[i].grad().to(kCPU).to(kF64), pc[i].grad().to(kF64)), 1e-6) << i;
 }
 
 }  // namespace

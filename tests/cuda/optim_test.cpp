@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 using namespace trident;
-using trident::testing::rel_error;
+using trident::testing::relative_error;
 
 namespace {
 
@@ -44,7 +44,7 @@ double cpu_vs_gpu(const MakeOpt& make, DType dt, int steps) {
   }
   double worst = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    worst = std::max(worst, rel_error(pg[i].to(kCPU).to(kF64), pc[i].to(kF64)));
+    worst = std::max(worst, relative_error(pg[i].to(kCPU).to(kF64), pc[i].to(kF64)));
     const auto& sc = oc->state(static_cast<int64_t>(i)).slots;
     const auto& sg = og->state(static_cast<int64_t>(i)).slots;
     EXPECT_EQ(sc.size(), sg.size());
@@ -52,7 +52,7 @@ double cpu_vs_gpu(const MakeOpt& make, DType dt, int steps) {
       EXPECT_EQ(sc[k].defined(), sg[k].defined()) << "slot " << k;
       if (!sc[k].defined() || !sg[k].defined()) continue;
       EXPECT_EQ(sg[k].device(), kGPU);
-      worst = std::max(worst, rel_error(sg[k].to(kCPU).to(kF64), sc[k].to(kF64)));
+      worst = std::max(worst, relative_error(sg[k].to(kCPU).to(kF64), sc[k].to(kF64)));
     }
   }
   return worst;

@@ -143,13 +143,13 @@ void check_case(const Case& c, DType dt, bool tensor_cores, uint64_t seed) {
     }
   }
   const Outputs& o = got[0];
-  EXPECT_LE(rel_error(o.out, out_ref), tolerance(dt, false)) << "out";
-  EXPECT_LE(rel_error(o.lse, lse_ref), kLseTolerance) << "lse";
-  EXPECT_LE(rel_error(o.dq, g_ref.dq), tolerance(dt, true)) << "dq";
-  EXPECT_LE(rel_error(o.dk, g_ref.dk), tolerance(dt, true)) << "dk";
-  EXPECT_LE(rel_error(o.dv, g_ref.dv), tolerance(dt, true)) << "dv";
+  EXPECT_LE(relative_error(o.out, out_ref), tolerance(dt, false)) << "out";
+  EXPECT_LE(relative_error(o.lse, lse_ref), kLseTolerance) << "lse";
+  EXPECT_LE(relative_error(o.dq, g_ref.dq), tolerance(dt, true)) << "dq";
+  EXPECT_LE(relative_error(o.dk, g_ref.dk), tolerance(dt, true)) << "dk";
+  EXPECT_LE(relative_error(o.dv, g_ref.dv), tolerance(dt, true)) << "dv";
   if (c.want_dmask) {
-    EXPECT_LE(rel_error(o.dmask, g_ref.dmask), tolerance(dt, true)) << "dmask";
+    EXPECT_LE(relative_error(o.dmask, g_ref.dmask), tolerance(dt, true)) << "dmask";
   }
   const char* names[] = {"out", "lse", "dq", "dk", "dv", "dmask"};
   const Tensor Outputs::*fields[] = {&Outputs::out, &Outputs::lse, &Outputs::dq,

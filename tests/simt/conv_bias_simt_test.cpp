@@ -40,7 +40,7 @@ void bias_case(DType dt, int64_t n, int64_t channels, int64_t spatial, unsigned 
   EXPECT_TRUE(same_bits(y[0], y[1]) && same_bits(db[0], db[1])) << "depends on the thread order";
   // y + b in f32, rounded once to T: exactly what the kernel computes.
   EXPECT_TRUE(same_bits(y[0], add(y0.to(kF32), reshape(b.to(kF32), {1, channels, 1})).to(dt))) << "y + b";
-  EXPECT_LE(rel_error(db[0], sum(gy.to(kF64), {0, 2})), tolerance(dt, true)) << "db";
+  EXPECT_LE(relative_error(db[0], sum(gy.to(kF64), {0, 2})), tolerance(dt, true)) << "db";
 }
 
 TEST(SimtConvBias, AddAndGradientMatchTheCpu) {

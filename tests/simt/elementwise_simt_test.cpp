@@ -51,7 +51,7 @@ TEST(SimtElementwise, BinaryCompareWhereAndUnaryMatchTheCpu) {
     const Tensor h = randn({4, 300}, kF64, &g).to(kBF16);
     const Tensor gelu_out = nans({4, 300}, kBF16), exp_out = nans({4, 300}, kBF16);
     run_elementwise<BFloat16, BFloat16>(gelu_out, {h}, cu::Fixed<cu::UnaryOp::GeluTanh>::F<BFloat16>{}, order_of(o));
-    EXPECT_LE(rel_error(gelu_out, gelu(h.to(kF64), GeluApproximation::Tanh)), tolerance(kBF16, false)) << "gelu tanh";
+    EXPECT_LE(relative_error(gelu_out, gelu(h.to(kF64), GeluApproximation::Tanh)), tolerance(kBF16, false)) << "gelu tanh";
     run_elementwise<BFloat16, BFloat16>(exp_out, {h}, cu::UnaryF<BFloat16>{cu::UnaryOp::Exp}, order_of(o));
     EXPECT_TRUE(same_bits(exp_out, exp(h))) << "exp";
   }

@@ -185,7 +185,7 @@ TEST(SimtIndex, IndexAddOfEmbeddingGradientsMatchesTheCpu) {
       // The kernel sums a row in f32 in entry order; the CPU sums f32 rows in f64 (bf16 in f32,
       // as the kernel: the same bits).
       if (dt == DType::F32) {
-        EXPECT_LE(rel_error(got[0], ref), 1e-6);
+        EXPECT_LE(relative_error(got[0], ref), 1e-6);
       } else {
         EXPECT_TRUE(same_bits(got[0], ref));
       }

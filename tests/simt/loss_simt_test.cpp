@@ -102,8 +102,8 @@ void ce_case(DType dt, const CeCase& c, uint64_t seed) {
   }
   EXPECT_TRUE(same_bits(loss[0], loss[1]) && same_bits(gx[0], gx[1]) && tot[0] == tot[1]) << "depends on the thread order";
   const cpu::CrossEntropyForward ref = cpu::cross_entropy_forward(f64(x), tgt, f64(w), args);
-  EXPECT_LE(rel_error(loss[0], ref.loss), 2e-5) << "loss";
-  EXPECT_LE(rel_error(rmax[0], ref.row_max), 1e-6) << "row max";
+  EXPECT_LE(relative_error(loss[0], ref.loss), 2e-5) << "loss";
+  EXPECT_LE(relative_error(rmax[0], ref.row_max), 1e-6) << "row max";
   if (std::isinf(ref.loss_sum)) {  // smoothing over -inf logits: an infinite loss on both sides
     EXPECT_EQ(tot[0][0], ref.loss_sum) << "loss sum";
   } else {
@@ -112,7 +112,7 @@ void ce_case(DType dt, const CeCase& c, uint64_t seed) {
   EXPECT_NEAR(tot[0][1], ref.total_weight, 1e-6 * ref.total_weight) << "total weight";
   const Tensor gref =
       cpu::cross_entropy_backward(f64(gy), scale, f64(x), tgt, f64(w), ref.row_max, ref.row_logsum, args);
-  EXPECT_LE(rel_error(gx[0], gref), tolerance(dt, true)) << "gx";
+  EXPECT_LE(relative_error(gx[0], gref), tolerance(dt, true)) << "gx";
 }
 
 TEST(SimtLoss, CrossEntropyMatchesTheCpu) {
@@ -140,10 +140,10 @@ TEST(SimtLoss, BinaryCrossEntropyWithLogitsMatchesTheCpu) {
     run_elementwise<float, float, float, float>(out, {x, y, pw}, cu::BceF<float>{}, order_of(o));
     run_elementwise<float, float, float, float, float>(gx, {x, y, pw, gy}, cu::BceGradF<float>{0.5f, true}, order_of(o));
     run_elementwise<float, float, float, float, float>(gt, {x, y, pw, gy}, cu::BceGradF<float>{0.5f, false}, order_of(o));
-    EXPECT_LE(rel_error(out, cpu::bce_with_logits(x.to(kF64), y.to(kF64), pw.to(kF64))), 1e-6) << "loss";
+    EXPECT_LE(relative_error(out, cpu::bce_with_logits(x.to(kF64), y.to(kF64), pw.to(kF64))), 1e-6) << "loss";
     const auto [rx, ry] = cpu::bce_with_logits_backward(gy.to(kF64), 0.5, x.to(kF64), y.to(kF64), pw.to(kF64), true, true);
-    EXPECT_LE(rel_error(gx, rx), 1e-6) << "d/dx";
-    EXPECT_LE(rel_error(gt, ry), 1e-6) << "d/dy";
+    EXPECT_LE(relative_error(gx, rx), 1e-6) << "d/dx";
+    EXPECT_LE(relative_error(gt, ry), 1e-6) << "d/dy";
   }
 }
 
@@ -174,8 +174,8 @@ TEST(SimtLoss, NllFirstInvalidTargetAndSquaredErrorMatchTheCpu) {
   }
   EXPECT_TRUE(same_bits(loss[0], loss[1]) && same_bits(gx[0], gx[1]));
   const cpu::NllLossForward ref = cpu::nll_loss_forward(f64(lp), tgt, f64(w), args);
-  EXPECT_LE(rel_error(loss[0], ref.loss), 1e-6) << "nll loss";
-  EXPECT_LE(rel_error(gx[0], cpu::nll_loss_backward(f64(gy), 0.5, tgt, f64(w), args, kF64)), 1e-6) << "nll gx";
+  EXPECT_LE(relative_error(loss[0], ref.loss), 1e-6) << "nll loss";
+  EXPECT_LE(relative_error(gx[0], cpu::nll_loss_backward(f64(gy), 0.5, tgt, f64(w), args, kF64)), 1e-6) << "nll gx";
 
   // The first invalid target, over several blocks of stage one.
   const int64_t big = 3 * 4096 * 2 + 5;

@@ -20,7 +20,7 @@
 
 using namespace trident;
 using trident::simt_testing::nans;
-using trident::simt_testing::rel_error;
+using trident::simt_testing::relative_error;
 using trident::simt_testing::same_bits;
 using trident::simt_testing::tolerance;
 using trident::simt_testing::in_both_orders;
@@ -84,14 +84,14 @@ void layer_norm_case(DType dt, int64_t rows, int64_t cols, bool residual, bool a
     EXPECT_TRUE(same_bits(out[3], xs)) << "sum";  // both round the f32 sum to T once
   }
   const cpu::LayerNormForward ref = cpu::layer_norm(f64(xs), rows, cols, f64(w), f64(b), eps);
-  EXPECT_LE(rel_error(out[0], ref.y), tolerance(dt, false)) << "y";
-  EXPECT_LE(rel_error(out[1], ref.mean), 1e-5) << "mean";
-  EXPECT_LE(rel_error(out[2], ref.rstd), 1e-5) << "rstd";
+  EXPECT_LE(relative_error(out[0], ref.y), tolerance(dt, false)) << "y";
+  EXPECT_LE(relative_error(out[1], ref.mean), 1e-5) << "mean";
+  EXPECT_LE(relative_error(out[2], ref.rstd), 1e-5) << "rstd";
   const cpu::NormGrads gr =
       cpu::layer_norm_backward(f64(gy), f64(xs), ref.mean, ref.rstd, f64(w), rows, cols, true, true, true);
-  EXPECT_LE(rel_error(out[4], gr.dx), tolerance(dt, true)) << "dx";
-  EXPECT_LE(rel_error(out[7], gr.dw), tolerance(dt, true)) << "dw";
-  EXPECT_LE(rel_error(out[8], gr.db), tolerance(dt, true)) << "db";
+  EXPECT_LE(relative_error(out[4], gr.dx), tolerance(dt, true)) << "dx";
+  EXPECT_LE(relative_error(out[7], gr.dw), tolerance(dt, true)) << "dw";
+  EXPECT_LE(relative_error(out[8], gr.db), tolerance(dt, true)) << "db";
 }
 
 TEST(SimtNorm, LayerNormAndAddLayerNormMatchTheCpuInF64) {
@@ -162,20 +162,20 @@ void batch_norm_case(DType dt, int64_t n, int64_t channels, int64_t spatial, boo
           }
         });
     const cpu::BatchNormForward ref = cpu::batch_norm(f64(x), n, channels, spatial, f64(rm), f64(rv), f64(w), f64(b), training, eps);
-    EXPECT_LE(rel_error(out[0], ref.y), tolerance(dt, false)) << "y";
-    EXPECT_LE(rel_error(out[1], ref.mean), 1e-5) << "mean";
-    EXPECT_LE(rel_error(out[2], ref.rstd), 1e-5) << "rstd";
+    EXPECT_LE(relative_error(out[0], ref.y), tolerance(dt, false)) << "y";
+    EXPECT_LE(relative_error(out[1], ref.mean), 1e-5) << "mean";
+    EXPECT_LE(relative_error(out[2], ref.rstd), 1e-5) << "rstd";
     const cpu::NormGrads gr = cpu::batch_norm_backward(f64(gy), f64(x), ref.mean, ref.rstd, f64(w), n, channels, spatial,
                                                        training, true, true, true);
-    EXPECT_LE(rel_error(out[7], gr.dx), tolerance(dt, true)) << "dx";
-    EXPECT_LE(rel_error(out[4], gr.dw), tolerance(dt, true)) << "dw";
-    EXPECT_LE(rel_error(out[5], gr.db), tolerance(dt, true)) << "db";
+    EXPECT_LE(relative_error(out[7], gr.dx), tolerance(dt, true)) << "dx";
+    EXPECT_LE(relative_error(out[4], gr.dw), tolerance(dt, true)) << "dw";
+    EXPECT_LE(relative_error(out[5], gr.db), tolerance(dt, true)) << "db";
     if (training) {
-      EXPECT_LE(rel_error(out[3], ref.var), 1e-5) << "var";
+      EXPECT_LE(relative_error(out[3], ref.var), 1e-5) << "var";
       const Tensor nm = f64(rm), nv = f64(rv);
       cpu::batch_norm_update_running(nm, nv, ref.mean, ref.var, m, momentum);
-      EXPECT_LE(rel_error(out[8], nm), 1e-6) << "running mean";
-      EXPECT_LE(rel_error(out[9], nv), 1e-6) << "running var";
+      EXPECT_LE(relative_error(out[8], nm), 1e-6) << "running mean";
+      EXPECT_LE(relative_error(out[9], nv), 1e-6) << "running var";
     }
   }
 }

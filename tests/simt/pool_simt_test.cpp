@@ -76,7 +76,7 @@ void max_case(DType dt, const cpu::Pool2dGeometry& g, bool specials, uint64_t se
   EXPECT_EQ(out[1].template to_vector<int64_t>(), ind_ref.template to_vector<int64_t>()) << "indices";
   EXPECT_TRUE(same_bits(out[0], y_ref.to(dt))) << "values: the maximum of the same rounded inputs";
   const Tensor gx_ref = cpu::max_pool2d_backward(f64(gy), ind_ref, {2, 3, g.H, g.W}, g);
-  EXPECT_LE(rel_error(out[2], gx_ref), tolerance(dt, true)) << "gx";
+  EXPECT_LE(relative_error(out[2], gx_ref), tolerance(dt, true)) << "gx";
 }
 
 TEST(SimtPool, MaxPoolMatchesTheCpu) {
@@ -101,8 +101,8 @@ void avg_case(DType dt, const cpu::Pool2dGeometry& g, uint64_t seed) {
         simt::launch({dim3(kBlocks), dim3(cu::kThreads), 0, order},
                      [&] { cu::avg_pool_backward_kernel<T>(ptr<T>(gy), ptr<T>(o[1]), in_total, g); });
       });
-  EXPECT_LE(rel_error(out[0], cpu::avg_pool2d_forward(f64(x), g)), tolerance(dt, false)) << "y";
-  EXPECT_LE(rel_error(out[1], cpu::avg_pool2d_backward(f64(gy), {2, 3, g.H, g.W}, g)), tolerance(dt, true)) << "gx";
+  EXPECT_LE(relative_error(out[0], cpu::avg_pool2d_forward(f64(x), g)), tolerance(dt, false)) << "y";
+  EXPECT_LE(relative_error(out[1], cpu::avg_pool2d_backward(f64(gy), {2, 3, g.H, g.W}, g)), tolerance(dt, true)) << "gx";
 }
 
 TEST(SimtPool, AvgPoolMatchesTheCpu) {
@@ -128,8 +128,8 @@ void adaptive_case(DType dt, int64_t H, int64_t W, int64_t OH, int64_t OW, uint6
         simt::launch({dim3(kBlocks), dim3(cu::kThreads), 0, order},
                      [&] { cu::adaptive_backward_kernel<T>(ptr<T>(gy), ptr<T>(o[1]), in_total, H, W, OH, OW); });
       });
-  EXPECT_LE(rel_error(out[0], cpu::adaptive_avg_pool2d_forward(f64(x), OH, OW)), tolerance(dt, false)) << "y";
-  EXPECT_LE(rel_error(out[1], cpu::adaptive_avg_pool2d_backward(f64(gy), {2, 3, H, W})), tolerance(dt, true)) << "gx";
+  EXPECT_LE(relative_error(out[0], cpu::adaptive_avg_pool2d_forward(f64(x), OH, OW)), tolerance(dt, false)) << "y";
+  EXPECT_LE(relative_error(out[1], cpu::adaptive_avg_pool2d_backward(f64(gy), {2, 3, H, W})), tolerance(dt, true)) << "gx";
 }
 
 TEST(SimtPool, AdaptiveAvgPoolMatchesTheCpu) {

@@ -101,7 +101,7 @@ void column_case(DType dt, int64_t outer, int64_t r, int64_t inner, bool unalign
     if (exact) {
       EXPECT_TRUE(same_bits(got[0], ref.to(dt))) << "an extremum or a count is exact";
     } else {
-      EXPECT_LE(rel_error(got[0], ref), tolerance(dt, false));
+      EXPECT_LE(relative_error(got[0], ref), tolerance(dt, false));
     }
   }
 }

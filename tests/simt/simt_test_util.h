@@ -16,8 +16,7 @@
 
 namespace trident::simt_testing {
 
-// tests/test_util.h's relative_error.
-inline double rel_error(const Tensor& got, const Tensor& ref) { return ::trident::testing::relative_error(got, ref); }
+using ::trident::testing::relative_error;
 
 // tests/test_util.h's f64_reference_tolerance (the CUDA attention suite's).
 inline double tolerance(DType dt, bool backward) { return ::trident::testing::f64_reference_tolerance(dt, backward); }

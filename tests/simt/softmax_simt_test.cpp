@@ -72,9 +72,9 @@ void softmax_case(DType dt, int64_t rows, int64_t n, int expect_tpr, int expect_
       run<T>(plan, cfg, ptr<T>(y[o]), ptr<T>(gy), ptr<T>(gx[o]), rows, n, log, true);
     }
     EXPECT_TRUE(same_bits(y[0], y[1]) && same_bits(gx[0], gx[1])) << "depends on the thread order";
-    EXPECT_LE(rel_error(y[0], cpu::softmax(x.to(kF64), 1, log)), tolerance(dt, false)) << "y";
+    EXPECT_LE(relative_error(y[0], cpu::softmax(x.to(kF64), 1, log)), tolerance(dt, false)) << "y";
     // The backward from the kernel's own (rounded) y, as on the GPU.
-    EXPECT_LE(rel_error(gx[0], cpu::softmax_backward(gy.to(kF64), y[0].to(kF64), 1, log)), tolerance(dt, true)) << "gx";
+    EXPECT_LE(relative_error(gx[0], cpu::softmax_backward(gy.to(kF64), y[0].to(kF64), 1, log)), tolerance(dt, true)) << "gx";
   }
 }
 
