@@ -320,7 +320,8 @@ int train(const TrainOptions& o, TrainTask& task) {
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
   // NOTE [Batch norm in the apps]: the pipeline defers its stage's batch norms itself.
   const std::vector<nn::BatchNorm2d*> batch_norms = pipe ? std::vector<nn::BatchNorm2d*>{} : nn::defer_batch_norms(model);
-  nn::GradScaler scaler({.enabled = o.precision == "fp16"});
+  nn::GradScaler scaler({.init_scale = o.initial_loss_scale > 0 ? o.initial_loss_scale : nn::GradScalerOptions{}.init_scale,
+                         .enabled = o.precision == "fp16"});
 
   const int64_t per_step = o.batch * o.grad_accum;  // this rank's examples per step
   const int64_t global_batch = per_step * dp_size;
@@ -525,14 +526,19 @@ int train(const TrainOptions& o, TrainTask& task) {
       nn::commit_deferred_batch_norms(batch_norms, over_dp);
     }
     if (zero) {
+      // fp16 (NOTE [ZeRO-1 with loss scaling]): an overflow lands in one rank's shards, and every
+      // rank of the world (dp and tp) skips the step with it.
+      const auto all_finite = [&](bool finite) { return dp_average(mesh.world(), finite ? 0.0 : 1.0) == 0.0; };
       if (o.grad_clip > 0) {
+        zero->unscale_(scaler, all_finite);
         // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
         if (tp->size() > 1)
           zero->clip_grad_norm(o.grad_clip, *tp, tp_split_parameters(model));
         else
           zero->clip_grad_norm(o.grad_clip);
       }
-      zero->step();
+      zero->step(scaler, all_finite);
+      skipped += scaler.last_step_skipped() ? 1 : 0;
     } else {
       // fp16 under --pp (and --tp): each rank holds a part of the gradient, and an overflow in one
       // part must skip the step on every rank, so the ranks agree on it over the world.

@@ -141,6 +141,7 @@ namespace trident::apps {
 struct TrainOptions {
   std::string device = "cpu";  // cpu | cuda | cuda:N (NOTE [Device in the apps], apps/device.h)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler)
+  double initial_loss_scale = 0;   // fp16: the GradScaler's starting scale; 0: 2^16 (PyTorch's and nn::GradScaler's)
   double peak_tflops = 0;          // the GPU's dense peak for MFU (NOTE [MFU]); 0: TRIDENT_PEAK_TFLOPS, else the table
   int64_t batch = 8;               // examples per micro-batch
   int64_t grad_accum = 1;          // micro-batches per optimizer step

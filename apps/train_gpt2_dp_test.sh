@@ -3,7 +3,8 @@
 # `mpirun -np 2 train_gpt2 --dp 2 --batch 4` (plain data parallelism, and ZeRO-1 with --zero)
 # must print the losses of the serial run with --batch 8 (the same global batches) within 1e-5
 # relative, and its validation losses; --resume under --dp 2 (and --zero) must print the
-# uninterrupted run's losses exactly;
+# uninterrupted run's losses exactly; fp16 with --zero (overflowing steps skipped on every rank)
+# prints plain --dp 2's fp16 losses and resumes exactly;
 # only rank 0 prints and writes metrics; --tp 2, --tp 2 --sequence-parallel, --dp 2 --tp 2 and
 # --dp 2 --tp 2 --zero --sequence-parallel (four ranks) equal serial too; their checkpoints are
 # the serial run's (NOTE [Model-parallel training checkpoints]): a --tp 2 checkpoint resumes at
@@ -50,6 +51,32 @@ PY
   [ "$(wc -l <"$dir/$run/metrics.jsonl")" -eq 10 ] || { echo "$run: metrics.jsonl should hold 10 records (8 steps, 2 evaluations)"; exit 1; }
   [ -e "$dir/$run/step-8/trainer.json" ]
 done
+# fp16 under ZeRO-1 (NOTE [ZeRO-1 with loss scaling]), from a loss scale of 2^20 so that the
+# first two steps overflow: plain --dp 2's losses within 1e-5 relative and the same steps skipped
+# (an overflow lands in one rank's gradient shard, and both ranks skip with it), and an exact
+# resume from step 4 (the scaler's state is in the checkpoint).
+fp16=(--precision fp16 --initial-loss-scale 1048576)
+dp2 "${fp16[@]}" >"$dir/dp_fp16.txt"
+dp2 --zero "${fp16[@]}" --ckpt-dir "$dir/zero_fp16" --ckpt-every 4 >"$dir/zero_fp16.txt"
+dp2 --zero "${fp16[@]}" --resume "$dir/zero_fp16/step-4" >"$dir/zero_fp16_resumed.txt"
+for run in dp_fp16 zero_fp16; do
+  grep -q "^fp16: 2 steps skipped for overflowing gradients" "$dir/$run.txt" || { echo "$run: expected 2 skipped steps"; cat "$dir/$run.txt"; exit 1; }
+done
+python3 - "$dir/dp_fp16.txt" "$dir/zero_fp16.txt" <<'PY'
+import re, sys
+def losses(path):
+    return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss (\S+)", open(path).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 8, (len(a), len(b))
+for i, (x, y) in enumerate(zip(a, b)):
+    assert abs(x - y) <= 1e-5 * abs(x), f"fp16: step {i + 1}: --dp 2 loss {x}, --dp 2 --zero loss {y}"
+print(f"fp16: --dp 2 --zero losses equal --dp 2's within 1e-5 relative, 2 overflowing steps skipped by both: {b}")
+PY
+diff <(losses "$dir/zero_fp16.txt" | grep -E '^step +[5-8]/') <(losses "$dir/zero_fp16_resumed.txt")
+echo "fp16 zero: steps 5-8 identical after --resume under --dp 2"
+# --initial-loss-scale belongs to fp16.
+if "$exe" --batch 8 "${common[@]}" --initial-loss-scale 1024 >/dev/null 2>"$dir/err.txt"; then echo "--initial-loss-scale without fp16 must fail"; exit 1; fi
+grep -q "initial-loss-scale is fp16's" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
 # Sizes that do not match the launch fail with one clear line per rank.
 if "$mpiexec" --oversubscribe -np 2 "$exe" --dp 4 "${common[@]}" >/dev/null 2>"$dir/err.txt"; then echo "--dp 4 on 2 ranks must fail"; exit 1; fi
 grep -q "mpirun started 2 ranks but --dp 4" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }

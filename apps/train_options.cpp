@@ -33,6 +33,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--device", o.device, "cpu, cuda or cuda:N (NOTE [Device in the apps]: one process per GPU)")
       ->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, bf16 or fp16 (autocast with f32 master weights)")->capture_default_str();
+  app.add_option("--initial-loss-scale", o.initial_loss_scale,
+                 "fp16: the dynamic loss scale to start from (0: 65536; halved and the step skipped on overflow, "
+                 "doubled after 2000 clean steps)")
+      ->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops,
                  "the GPU's dense peak TFLOP/s for the MFU (0: TRIDENT_PEAK_TFLOPS, else apps/mfu.cpp's table)")
       ->check(CLI::NonNegativeNumber)
@@ -146,6 +150,10 @@ void check_train_options(const TrainOptions& o) {
   resolve_device(o.device, o.pp * o.tp > 1 || (o.zero && o.dp > 1));  // NOTE [Device in the apps]
   TRIDENT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                 "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
+  TRIDENT_CHECK(o.initial_loss_scale >= 0 && std::isfinite(o.initial_loss_scale),
+                "--initial-loss-scale must be positive (or 0 for the default), got ", o.initial_loss_scale);
+  TRIDENT_CHECK(o.initial_loss_scale == 0 || o.precision == "fp16", "--initial-loss-scale is fp16's (bf16 and fp32 ",
+                "need no loss scaling): it needs --precision fp16, got --precision ", o.precision);
   TRIDENT_CHECK(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant",
                 "--schedule must be cosine, linear or constant, got '", o.schedule, "'",
                 o.schedule == "gpipe" || o.schedule == "1f1b" ? " (the pipeline's schedule is --pp-schedule)" : "");
@@ -188,8 +196,6 @@ void check_train_options(const TrainOptions& o) {
   }
   TRIDENT_CHECK(!o.sequence_parallel || o.tp > 1,
                 "--sequence-parallel splits the sequence over the tensor-parallel ranks: it needs --tp > 1");
-  TRIDENT_CHECK(!(o.zero && o.precision == "fp16"),
-                "--zero with --precision fp16: the loss scaler does not see ZeRO's sharded gradients yet; use bf16 or fp32");
   if (o.threads > 0) set_num_threads(o.threads);
 }
 

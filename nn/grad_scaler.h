@@ -54,6 +54,8 @@ class GradScaler {
   void update();
 
   double get_scale() const { return scale_; }
+  // Whether unscale_ ran since the last update() (an enabled scaler only).
+  bool unscaled() const { return unscaled_; }
   int64_t growth_tracker() const { return growth_tracker_; }
   bool is_enabled() const { return options_.enabled; }
   // Whether the last step() was skipped for an overflow.

@@ -96,16 +96,49 @@ void ZeroOptimizer::init(ParamGroups groups, std::shared_ptr<comm::Communicator>
                 optimizer_->num_groups(), " groups from ", shard_groups.size());
 }
 
-void ZeroOptimizer::step() {
+void ZeroOptimizer::take_shard_grads() {
   reducer_->finish();
   TRIDENT_CHECK(reducer_->rounds_finished() > rounds_at_last_step_, "ZeroOptimizer::step: no synchronized backward ",
                 "since the last step (did every backward run under no_sync?)");
-  rounds_at_last_step_ = reducer_->rounds_finished();
   for (size_t b = 0; b < shard_params_.size(); ++b) shard_params_[b].set_grad(shard_grads_[b]);
-  optimizer_->step();
+}
+
+void ZeroOptimizer::gather_parameters() {
   std::vector<comm::Work> works;
   for (size_t b = 0; b < param_flats_.size(); ++b) works.push_back(group().all_gather(param_flats_[b], shard_params_[b]));
   comm::wait_all(works);
+}
+
+void ZeroOptimizer::step() {
+  take_shard_grads();
+  rounds_at_last_step_ = reducer_->rounds_finished();
+  optimizer_->step();
+  gather_parameters();
+}
+
+bool ZeroOptimizer::unscale_with(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite) {
+  if (all_finite) return scaler.unscale_(*optimizer_, all_finite);
+  // NOTE [ZeRO-1 with loss scaling]: by default the dp group agrees (the largest "overflowed" wins).
+  return scaler.unscale_(*optimizer_, [&](bool finite) {
+    Tensor overflow = scalar_tensor(finite ? 0.0 : 1.0, DType::F64);
+    group().all_reduce(overflow, comm::ReduceOp::Max).wait();
+    return overflow.item<double>() == 0.0;
+  });
+}
+
+bool ZeroOptimizer::unscale_(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite) {
+  take_shard_grads();
+  return unscale_with(scaler, all_finite);
+}
+
+bool ZeroOptimizer::step(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite) {
+  take_shard_grads();
+  if (scaler.is_enabled() && !scaler.unscaled()) unscale_with(scaler, all_finite);
+  rounds_at_last_step_ = reducer_->rounds_finished();
+  const bool stepped = scaler.step(*optimizer_);
+  // A skipped step changed no shard: the parameters are what every rank already holds.
+  if (stepped) gather_parameters();
+  return stepped;
 }
 
 void ZeroOptimizer::zero_grad(bool set_to_none) {

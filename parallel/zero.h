@@ -22,6 +22,21 @@
 // gradients; zero_grad() drops them. The shard gradients are the ones the update used; global
 // gradient clipping is clip_grad_norm() here, not nn/optim's (which would see local gradients).
 //
+// NOTE [ZeRO-1 with loss scaling]: fp16's dynamic loss scaling (nn::GradScaler) over the shards.
+// The gradients the scaler divides and checks are this rank's reduced shards, the ones the update
+// uses. An inf or NaN reaches only the rank whose shard holds it (the reduce-scatter averages it
+// into that shard alone), so the ranks must agree: `all_finite` is given whether this rank's
+// shards are all finite and returns whether every rank's are, by default a reduction over the dp
+// group; a caller whose model has other parts (a tp group, pipeline stages) passes one over all
+// of them. Then every rank skips an overflowing step, leaves its parameters as they were (no
+// update, no all-gather) and backs its scale off alike. unscale_() is the optional call before
+// clipping (as GradScaler::unscale_); step(scaler) unscales if that was not done, then updates
+// and all-gathers unless a gradient overflowed. scaler.update() follows, as in the serial loop:
+//   scaler.scale(loss).backward();
+//   zero.unscale_(scaler);  zero.clip_grad_norm(1.0);  // optional
+//   zero.step(scaler);  scaler.update();  zero.zero_grad();
+// A disabled scaler (bf16, fp32) makes step(scaler) plain step().
+//
 // NOTE [ZeRO-1 checkpoints]: state_dict() gathers the sharded state into the state dict the
 // *unsharded* optimizer would have (NOTE [Optimizer state dict]: per parameter, in registration
 // order), and load_state_dict() takes such a state dict and keeps this rank's shards. So a ZeRO
@@ -35,6 +50,7 @@
 #include <memory>
 #include <vector>
 
+#include "nn/grad_scaler.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 #include "parallel/comm/communicator.h"
@@ -66,6 +82,10 @@ class ZeroOptimizer {
   // Updates this rank's shards with the reduced gradients, then all-gathers the parameters.
   // Collective. Errors if no synchronized backward ran since the last step.
   void step();
+  // NOTE [ZeRO-1 with loss scaling]. unscale_ returns whether every rank's shards are finite;
+  // step(scaler) whether it stepped. Collective over dp (and whatever all_finite reduces over).
+  bool unscale_(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite = {});
+  bool step(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite = {});
   // Drops the model parameters' gradients (set_to_none) or zeroes them.
   void zero_grad(bool set_to_none = true);
   // Scales the shard gradients so that the global gradient norm (over every parameter, the
@@ -94,6 +114,11 @@ class ZeroOptimizer {
 
  private:
   void init(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, ZeroOptions options);
+  // Waits for the reduction, checks that a synchronized backward ran since the last step, and
+  // gives the shard leaves their reduced gradients.
+  void take_shard_grads();
+  void gather_parameters();
+  bool unscale_with(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite);
   // Multiplies the shard gradients by min(1, max_norm / (norm + 1e-6)); returns norm.
   double scale_shard_grads(double max_norm, double norm);
   // Per bucket: the index of its shard in the shard optimizer's state-dict numbering.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <unistd.h>
 
 #include "dp_models.h"
@@ -266,6 +267,81 @@ TEST(ZeroMpi, CheckpointResumesExactlyOnTheSameDpSize) {
     for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_vector<float>(), pb[i].to_vector<float>()) << "parameter " << i;
     dp->barrier().wait();
     if (dp->rank() == 0) std::filesystem::remove_all(dir);
+  }
+}
+
+// NOTE [ZeRO-1 with loss scaling]: ZeRO-1 under a GradScaler against plain data parallelism under
+// one, with an inf injected into one element of rank 0's gradient at step 1 (the loss gains
+// inf x that element, whose value the recorded loss leaves out). Plain data parallelism's
+// all-reduce shows the inf to every rank; ZeRO's reduce-scatter leaves it in one rank's shard
+// only, so every other rank sees finite shards and must still skip the step with it: the
+// parameters stay as they were on every rank, both scalers back off alike and then grow after
+// two clean steps, and the runs stay equal.
+TEST(ZeroMpi, LossScalingSkipsAnOverflowOnEveryRankAsPlainDataParallel) {
+  constexpr int kOverflowStep = 1, kScaledSteps = 5;
+  const nn::GradScalerOptions scaling{.init_scale = 1024.0, .growth_interval = 2};
+  // The scale after each step's update(): clean, overflow (halved), clean, clean (grown), clean.
+  const std::vector<double> want_scales = {1024, 512, 512, 1024, 1024};
+  for (const ModelCase& c : trident::testing::dp_model_cases()) {
+    SCOPED_TRACE(c.name);
+    auto dp_plain = fresh_dp_group("dp-plain-scaled");
+    auto plain = c.make();
+    DataParallel ddp(*plain, dp_plain, {.bucket_bytes = kSmallBuckets});
+    auto opt = make_adamw(plain->parameters());
+    nn::GradScaler scaler_a(scaling);
+
+    auto dp_zero = fresh_dp_group("dp-zero-scaled");
+    auto sharded = c.make();
+    ZeroOptimizer zero(*sharded, dp_zero, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+    nn::GradScaler scaler_b(scaling);
+
+    // The loss to backpropagate (with the injected inf at the overflow step on rank 0) and the
+    // loss to record.
+    auto losses = [&](nn::Module& m, const DpBatch& mine, int step, const Communicator& dp) {
+      Tensor l = c.loss(m, mine);
+      Tensor total = l;
+      if (step == kOverflowStep && dp.rank() == 0) {
+        const Tensor first = narrow(reshape(m.parameters().front(), {-1}), 0, 0, 1);
+        total = add(l, sum(mul(first, std::numeric_limits<double>::infinity())));
+      }
+      return std::pair{total, l};
+    };
+    TrainRun a, b;
+    for (int s = 0; s < kScaledSteps; ++s) {
+      const DpBatch mine = my_rows(c.batch(s, kGlobalBatch), *dp_plain);
+      auto [ta, la] = losses(*plain, mine, s, *dp_plain);
+      scaler_a.scale(ta).backward();
+      if (s >= 3) scaler_a.unscale_(*opt);  // the optional early unscale, on both sides
+      scaler_a.step(*opt);
+      scaler_a.update();
+      opt->zero_grad();
+      a.losses.push_back(global_loss(*dp_plain, la));
+
+      std::vector<std::vector<float>> before;
+      for (const Tensor& p : sharded->parameters()) before.push_back(p.to_vector<float>());
+      auto [tb, lb] = losses(*sharded, mine, s, *dp_zero);
+      scaler_b.scale(tb).backward();
+      if (s >= 3) {
+        EXPECT_TRUE(zero.unscale_(scaler_b)) << "step " << s;
+      }
+      const bool stepped = zero.step(scaler_b);
+      EXPECT_EQ(stepped, s != kOverflowStep) << "step " << s << " on rank " << dp_zero->rank();
+      EXPECT_EQ(scaler_b.last_step_skipped(), s == kOverflowStep) << "step " << s;
+      EXPECT_EQ(scaler_a.last_step_skipped(), s == kOverflowStep) << "step " << s;
+      scaler_b.update();
+      zero.zero_grad();
+      b.losses.push_back(global_loss(*dp_zero, lb));
+      EXPECT_EQ(scaler_a.get_scale(), want_scales[static_cast<size_t>(s)]) << "step " << s;
+      EXPECT_EQ(scaler_b.get_scale(), want_scales[static_cast<size_t>(s)]) << "step " << s;
+      if (s == kOverflowStep) {
+        const auto params = sharded->parameters();
+        for (size_t i = 0; i < params.size(); ++i)
+          EXPECT_EQ(params[i].to_vector<float>(), before[i]) << "parameter " << i << " changed in the skipped step";
+      }
+    }
+    a.params = plain->parameters();
+    b.params = sharded->parameters();
+    expect_same_run(b, a, 1e-5, c.name + " ZeRO-1 vs DP under loss scaling");
   }
 }
 
