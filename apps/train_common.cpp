@@ -297,6 +297,8 @@ int train(const TrainOptions& o, TrainTask& task) {
                                             .remat = parallel::pipeline::parse_remat(o.remat),
                                             .balance = task.pp_balance,
                                             .dp = dp,
+                                            // NOTE [ZeRO-1 over pipeline stages]: ZeRO reduces.
+                                            .average_dp_gradients = !o.zero,
                                             .deferred_batch_norm = true,  // NOTE [Batch norm in the apps]
                                             .timeline = true});
   }
@@ -502,7 +504,13 @@ int train(const TrainOptions& o, TrainTask& task) {
     if (pipe) {
       autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
       if (scaler.is_enabled()) pipe->set_loss_scale(scaler.get_scale());  // fp16: the last stage scales
+      // NOTE [ZeRO-1 over pipeline stages]: the micro-batches' backward passes accumulate
+      // locally; the step's sum is reduce-scattered once.
+      std::optional<parallel::DataParallel::NoSync> no_sync;
+      if (zero) no_sync.emplace(zero->no_sync());
       loss = pipe->step(batch, counts);
+      no_sync.reset();
+      if (zero) zero->reduce_gradients();
     }
     for (size_t i = 0; i < micro.size(); ++i) {
       const models::Batch& mb = micro[i];
@@ -531,11 +539,19 @@ int train(const TrainOptions& o, TrainTask& task) {
       const auto all_finite = [&](bool finite) { return dp_average(mesh.world(), finite ? 0.0 : 1.0) == 0.0; };
       if (o.grad_clip > 0) {
         zero->unscale_(scaler, all_finite);
-        // Under --tp the norm is the serial model's: split parameters' squares summed over tp.
-        if (tp->size() > 1)
-          zero->clip_grad_norm(o.grad_clip, *tp, tp_split_parameters(model));
-        else
-          zero->clip_grad_norm(o.grad_clip);
+        // The norm is the serial model's: under --tp split parameters' squares summed over tp,
+        // under --pp the stages' summed, a tied parameter counted by its first stage only.
+        parallel::ZeroOptimizer::NormParts norm_parts;
+        if (tp->size() > 1) {
+          norm_parts.tp = tp.get();
+          norm_parts.split = tp_split_parameters(model);
+        }
+        if (pipe) {
+          norm_parts.pp = pipe->pp().get();
+          for (const Tensor& p : pipe->parameters())
+            if (!parallel::pipeline::counted_here(*pipe, p)) norm_parts.elsewhere.push_back(p);
+        }
+        zero->clip_grad_norm(o.grad_clip, norm_parts);
       }
       zero->step(scaler, all_finite);
       skipped += scaler.last_step_skipped() ? 1 : 0;

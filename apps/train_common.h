@@ -115,7 +115,10 @@
 // Evaluation runs the validation batches through the stages (apps/evaluation.h), so world rank
 // 0 prints what a serial run prints. At the end every run prints the last step's measured bubble
 // beside (K-1)/(M+K-1) and each stage's peak activation bytes; --trace FILE writes that step's
-// Chrome trace. Refused in one line: --pp with --zero, and M not dividing the step's batch.
+// Chrome trace. With --zero each stage's optimizer is sharded over its dp group (NOTE [ZeRO-1
+// over pipeline stages]): the pipeline leaves the gradients local, ZeRO reduce-scatters them once
+// per step and clips by the whole model's norm. Refused in one line: M not dividing the step's
+// batch.
 // Checkpoints: NOTE [Model-parallel training checkpoints].
 #pragma once
 

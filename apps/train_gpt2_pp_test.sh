@@ -7,7 +7,7 @@
 # print the serial bf16 and fp16 runs' losses within 3e-5 relative (the half-precision roundings
 # below), and every run the serial
 # run's validation losses (evaluated through the stages). With NP = 4: --dp 2 --pp 2,
-# --pp 4 and --pp 2 --tp 2 equal serial as well. Checkpoints (NOTE [Model-parallel training
+# --pp 4, --pp 2 --tp 2 and --dp 2 --pp 2 --zero equal serial as well. Checkpoints (NOTE [Model-parallel training
 # checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
 # resumes at its own layout exactly (with dropout too, NP = 2) and serially within 1e-5
 # relative; a serial checkpoint resumes at that layout. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
@@ -160,4 +160,10 @@ else
   grep -E "^parameters held per stage \(of [0-9]+\): 16896 12704 12704 16448$" "$dir/pp4.txt"
   check_checkpoints "pp 2 x tp 2" "$dir/tp_pp.txt" "$dir/tp_pp_ck" run --pp 2 --tp 2 --micro-batches 2 --batch 8 --pp-schedule 1f1b \
     --remat always
+  # ZeRO-1 over dp x pp (NOTE [ZeRO-1 over pipeline stages]): each stage's optimizer state
+  # sharded over its dp group, clipping by the serial norm; its checkpoint is the serial one's.
+  zero_pp=(--dp 2 --pp 2 --zero --micro-batches 2 --batch 4 --pp-schedule gpipe)
+  run "${zero_pp[@]}" --ckpt-dir "$dir/zero_pp_ck" --ckpt-every 3 >"$dir/zero_pp.txt"
+  same_as_serial "dp 2 x pp 2, ZeRO-1" "$dir/zero_pp.txt"
+  check_checkpoints "dp 2 x pp 2, ZeRO-1" "$dir/zero_pp.txt" "$dir/zero_pp_ck" run "${zero_pp[@]}"
 fi

@@ -6,7 +6,7 @@
 # within 1e-5 relative, and its evaluations (the test set's loss, top-1 and top-5, through the
 # running statistics, which move by the whole global batch's statistics whatever the layout)
 # must be within 1e-5 relative too. NP = 2: --dp 2, --dp 2 --zero, --pp 2 (GPipe; 1F1B with
-# re-materialization always; cut by compute). NP = 4: --dp 4, --pp 4, --dp 2 --pp 2, whose checkpoint at step 2
+# re-materialization always; cut by compute). NP = 4: --dp 4, --pp 4, --dp 2 --pp 2 --zero, --dp 2 --pp 2, whose checkpoint at step 2
 # then resumes serially with the uninterrupted serial run's losses.
 #
 # Why 3 steps of 8-image micro-batches: on this tiny network a rounding difference can flip a max
@@ -80,6 +80,7 @@ else
   check dp4 --dp 4 --batch 8
   check pp4 --pp 4 --batch 32 --micro-batches 4
   check dp2pp2 --dp 2 --pp 2 --batch 16 --micro-batches 2 --ckpt-dir "$dir/ck" --ckpt-every 2
+  check dp2pp2zero --dp 2 --pp 2 --zero --batch 16 --micro-batches 2
   "$exe" "${common[@]}" --batch 8 --grad-accum 4 --resume "$dir/ck/step-2" --metrics "$dir/resumed.jsonl" >"$dir/resumed.txt"
   same_as_serial "serial resume of the dp 2 x pp 2 checkpoint" "$dir/resumed.txt" 3
   same_validation "serial resume of the dp 2 x pp 2 checkpoint" "$dir/resumed.jsonl"

@@ -176,7 +176,6 @@ void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.threads >= 0 && o.workers >= 0, "--threads and --workers must be >= 0");
   // NOTE [Pipeline training apps]
   if (o.pp > 1) {
-    TRIDENT_CHECK(!o.zero, "--pp ", o.pp, " with --zero: ZeRO-1 over pipeline stages is not supported yet; drop --zero");
     // bf16 and fp16 run through the stages under the step's autocast scope (NOTE [Autocast
     // state]); fp16's loss scale multiplies the last stage's loss (Pipeline::set_loss_scale) and
     // the ranks agree on skipping an overflowing step (NOTE [Pipeline training apps]).

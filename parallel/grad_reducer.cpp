@@ -102,9 +102,15 @@ GradReducer::~GradReducer() {
 
 void GradReducer::finish() { state_->finish(); }
 
-void GradReducer::State::open_round(uint64_t backward_id) {
+void GradReducer::reduce() {
+  State& st = *state_;
+  TRIDENT_CHECK(!st.round_open, "data parallelism: reduce() while a backward's reduction is in progress");
+  st.reset_round();
+  st.finish();  // every slot from .grad, every bucket launched in order and waited for
+}
+
+void GradReducer::State::reset_round() {
   round_open = true;
-  round_backward = backward_id;
   next_launch = 0;
   std::fill(ready.begin(), ready.end(), false);
   for (Bucket& b : buckets) {
@@ -112,6 +118,11 @@ void GradReducer::State::open_round(uint64_t backward_id) {
     b.launched = false;
     b.work = comm::Work();
   }
+}
+
+void GradReducer::State::open_round(uint64_t backward_id) {
+  reset_round();
+  round_backward = backward_id;
   // Weak: the callback must not keep a destroyed reducer alive (nor touch it).
   autograd::queue_callback([weak = weak_from_this()] {
     if (auto self = weak.lock()) self->finish();

@@ -72,6 +72,12 @@ class GradReducer {
   // Launches what is not launched and waits for every bucket; a no-op when no reduction is in
   // progress. Runs by itself at the end of backward (NOTE [Gradient buckets]).
   void finish();
+  // Reduces the gradients the parameters hold now, outside any backward: every bucket filled from
+  // .grad (zeros where undefined), launched in order and waited for. For a caller whose backward
+  // passes all ran with sync off and who decides when the sum is complete (a pipeline stage after
+  // its micro-batches, NOTE [ZeRO-1 over pipeline stages] in zero.h). Collective; counts as a
+  // synchronized backward. Errors inside a backward's reduction.
+  void reduce();
   // Counts synchronized backwards; ZeroOptimizer::step() checks it moved.
   int64_t rounds_finished() const;
 
@@ -101,6 +107,7 @@ struct GradReducer::State : std::enable_shared_from_this<GradReducer::State> {
 
   void on_grad_ready(size_t index);
   void open_round(uint64_t backward_id);
+  void reset_round();
   void abandon_round();
   void fill_slot(Bucket& b, const Slot& s);
   void launch_ready();

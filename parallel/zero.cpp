@@ -146,25 +146,26 @@ void ZeroOptimizer::zero_grad(bool set_to_none) {
     for (Tensor p : g) p.zero_grad(set_to_none);
 }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  TRIDENT_CHECK(max_norm >= 0, "ZeroOptimizer::clip_grad_norm: max_norm must be >= 0, got ", max_norm);
-  reducer_->finish();
-  NoGradGuard no_grad;
-  // Shards are disjoint and padding is zero, so the squares of all shards sum to the global one.
-  double local = 0;
-  for (const Tensor& g : shard_grads_) {
-    for (double v : g.to_vector<double>()) local += v * v;
-  }
-  Tensor total = scalar_tensor(local, DType::F64);
-  group().all_reduce(total, comm::ReduceOp::Sum).wait();
-  return scale_shard_grads(max_norm, std::sqrt(total.item<double>()));
-}
+void ZeroOptimizer::reduce_gradients() { reducer_->reduce(); }
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) { return clip_grad_norm(max_norm, NormParts{}); }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm, comm::Communicator& tp, const std::vector<Tensor>& split) {
+  NormParts parts;
+  parts.tp = &tp;
+  parts.split = split;
+  return clip_grad_norm(max_norm, parts);
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm, const NormParts& parts) {
   TRIDENT_CHECK(max_norm >= 0, "ZeroOptimizer::clip_grad_norm: max_norm must be >= 0, got ", max_norm);
   reducer_->finish();
   NoGradGuard no_grad;
-  // Squares of this rank's shard elements, by whether the parameter holding them is split over tp.
+  auto listed = [](const std::vector<Tensor>& list, const Tensor& p) {
+    return std::any_of(list.begin(), list.end(), [&](const Tensor& t) { return t.is_same(p); });
+  };
+  // Squares of this rank's shard elements, by whether the parameter holding them is split over
+  // tp. Shards are disjoint and padding is zero, so the dp sum is the stage's (or model's) total.
   double sq[2] = {0, 0};  // {whole, split}
   const int ranks = group().size(), rank = group().rank();
   for (size_t b = 0; b < reducer_->buckets().size(); ++b) {
@@ -173,8 +174,8 @@ double ZeroOptimizer::clip_grad_norm(double max_norm, comm::Communicator& tp, co
     const std::vector<double> g = shard_grads_[b].to_vector<double>();
     for (const GradReducer::Slot& s : bucket.slots) {
       const int64_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);
-      if (from >= to) continue;
-      const bool is_split = std::any_of(split.begin(), split.end(), [&](const Tensor& t) { return t.is_same(s.param); });
+      if (from >= to || listed(parts.elsewhere, s.param)) continue;
+      const bool is_split = listed(parts.split, s.param);
       for (int64_t i = from; i < to; ++i) sq[is_split ? 1 : 0] += g[static_cast<size_t>(i - lo)] * g[static_cast<size_t>(i - lo)];
     }
   }
@@ -182,8 +183,10 @@ double ZeroOptimizer::clip_grad_norm(double max_norm, comm::Communicator& tp, co
   group().all_reduce(both, comm::ReduceOp::Sum).wait();
   const std::vector<double> dp_sums = both.to_vector<double>();
   Tensor split_sq = scalar_tensor(dp_sums[1], DType::F64);
-  if (tp.size() > 1) tp.all_reduce(split_sq, comm::ReduceOp::Sum).wait();
-  return scale_shard_grads(max_norm, std::sqrt(dp_sums[0] + split_sq.item<double>()));
+  if (parts.tp != nullptr && parts.tp->size() > 1) parts.tp->all_reduce(split_sq, comm::ReduceOp::Sum).wait();
+  Tensor total = scalar_tensor(dp_sums[0] + split_sq.item<double>(), DType::F64);
+  if (parts.pp != nullptr && parts.pp->size() > 1) parts.pp->all_reduce(total, comm::ReduceOp::Sum).wait();
+  return scale_shard_grads(max_norm, std::sqrt(total.item<double>()));
 }
 
 double ZeroOptimizer::scale_shard_grads(double max_norm, double norm) {

@@ -37,6 +37,16 @@
 //   zero.step(scaler);  scaler.update();  zero.zero_grad();
 // A disabled scaler (bf16, fp32) makes step(scaler) plain step().
 //
+// NOTE [ZeRO-1 over pipeline stages]: under --pp each stage has its own ZeroOptimizer over the
+// stage's parameters and the stage's dp group. The pipeline's micro-batches each run a backward
+// pass, so they run under no_sync(); the pipeline leaves the gradients local
+// (PipelineOptions::average_dp_gradients = false) after summing the tied parameters' over their
+// stages, and reduce_gradients() then reduce-scatters the sum once per step. Clipping takes the
+// whole model's norm (NormParts: pp, and the tied parameters counted once); a tied parameter's
+// holders update it alike (the same summed gradient, the same state), as without ZeRO.
+// Checkpoints gather the stage's unsharded state over dp, then the stages' over pp (NOTE
+// [Pipeline checkpoints]): the file of a serial run.
+//
 // NOTE [ZeRO-1 checkpoints]: state_dict() gathers the sharded state into the state dict the
 // *unsharded* optimizer would have (NOTE [Optimizer state dict]: per parameter, in registration
 // order), and load_state_dict() takes such a state dict and keeps this rank's shards. So a ZeRO
@@ -88,6 +98,9 @@ class ZeroOptimizer {
   bool step(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite = {});
   // Drops the model parameters' gradients (set_to_none) or zeroes them.
   void zero_grad(bool set_to_none = true);
+  // NOTE [ZeRO-1 over pipeline stages]: reduce-scatters the gradients the parameters hold now
+  // (GradReducer::reduce), for a caller whose backward passes ran under no_sync().
+  void reduce_gradients();
   // Scales the shard gradients so that the global gradient norm (over every parameter, the
   // p-norm with p = 2) is at most max_norm; returns the norm before scaling. Collective; call
   // between backward and step().
@@ -97,6 +110,19 @@ class ZeroOptimizer {
   // their squares are summed over `tp` as well; the others are whole and identical on every tp
   // rank and count once. The norm is the serial model's. Collective over dp, then tp.
   double clip_grad_norm(double max_norm, comm::Communicator& tp, const std::vector<Tensor>& split);
+  // The general form: the model's other parts, each optional.
+  struct NormParts {
+    // The tp group, and the parameters that are this tp rank's shards of larger ones: their
+    // squares are summed over tp too.
+    comm::Communicator* tp = nullptr;
+    std::vector<Tensor> split;
+    // The pipeline's pp group (this optimizer holding one stage): the stages' totals are summed
+    // over it, leaving out `elsewhere`, parameters another stage counts (a tied parameter's
+    // later holders, pipeline::counted_here).
+    comm::Communicator* pp = nullptr;
+    std::vector<Tensor> elsewhere;
+  };
+  double clip_grad_norm(double max_norm, const NormParts& parts);
 
   [[nodiscard]] DataParallel::NoSync no_sync() { return DataParallel::NoSync(*reducer_); }
 

@@ -19,16 +19,15 @@ namespace {
 double round_to(double v, DType dt) { return dt == kF32 ? static_cast<double>(static_cast<float>(v)) : v; }
 }  // namespace
 
+bool counted_here(const Pipeline& pipe, const Tensor& p) {
+  for (const models::TiedParameter& t : pipe.model().layers().tied())
+    if (t.tensor.is_same(p)) return t.layers.front() >= pipe.layer_begin() && t.layers.front() < pipe.layer_end();
+  return true;
+}
+
 double clip_grad_norm_(const Pipeline& pipe, double max_norm, comm::Communicator* tp) {
   TRIDENT_CHECK(max_norm >= 0, "pipeline::clip_grad_norm_: max_norm must be >= 0, got ", max_norm);
   NoGradGuard no_grad;
-  const auto& tied = pipe.model().layers().tied();
-  // A tied parameter counts on the stage holding its first layer only.
-  auto counted_here = [&](const Tensor& p) {
-    for (const models::TiedParameter& t : tied)
-      if (t.tensor.is_same(p)) return t.layers.front() >= pipe.layer_begin() && t.layers.front() < pipe.layer_end();
-    return true;
-  };
   // Under tp, the split parameters' shards: their squares summed over the tp group.
   std::map<std::string, tp::ParamShard> split;
   if (tp != nullptr && tp->size() > 1) split = tp::sharded_parameters(pipe.model());
@@ -38,7 +37,7 @@ double clip_grad_norm_(const Pipeline& pipe, double max_norm, comm::Communicator
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
     TRIDENT_CHECK(is_floating(g.dtype()), "pipeline::clip_grad_norm_: gradient of ", name, " has dtype ", g.dtype());
-    if (g.numel() == 0 || !counted_here(p)) continue;
+    if (g.numel() == 0 || !counted_here(pipe, p)) continue;
     if (split.count(name) != 0) {
       split_grads.push_back(g.detach());
       continue;

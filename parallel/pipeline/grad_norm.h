@@ -24,4 +24,8 @@ namespace trident::parallel::pipeline {
 // Errors: max_norm negative or NaN.
 double clip_grad_norm_(const Pipeline& pipe, double max_norm, comm::Communicator* tp = nullptr);
 
+// Whether this stage counts its parameter `p` in the whole model's norm: a parameter several
+// stages hold (LayerList::tied()) counts on the stage holding its first layer only.
+bool counted_here(const Pipeline& pipe, const Tensor& p);
+
 }  // namespace trident::parallel::pipeline

@@ -600,7 +600,7 @@ void Pipeline::finish_step() {
   }
   for (Work& w : works) failures_->wait(w);
   works.clear();
-  if (options_.dp && options_.dp->size() > 1) {
+  if (options_.dp && options_.dp->size() > 1 && options_.average_dp_gradients) {
     for (auto& [name, p] : params_) {
       if (!p.grad().defined()) p.set_grad(zeros_like(p));
       works.push_back(options_.dp->all_reduce(p.grad(), comm::ReduceOp::Average));

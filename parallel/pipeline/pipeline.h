@@ -92,6 +92,11 @@ struct PipelineOptions {
   // Optional data-parallel group: every stage's gradients are averaged over it after each step
   // (and its parameters broadcast from dp rank 0 at construction).
   std::shared_ptr<comm::Communicator> dp{};
+  // With `dp`: false leaves the stage's gradients this rank's after step() (tied parameters' still
+  // summed over their stages), for a caller that reduces them itself: ZeRO-1's reduce-scatter
+  // (NOTE [ZeRO-1 over pipeline stages], parallel/zero.h). The loss and the batch norm statistics
+  // are still the dp group's.
+  bool average_dp_gradients = true;
   // Batch norm statistics over the whole mini-batch (NOTE [Deferred batch norm],
   // nn/normalization.h): the stage's BatchNorm2d modules are set to defer at construction and
   // commit their running statistics once at the end of each step, so that they do not depend

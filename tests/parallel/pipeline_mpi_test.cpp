@@ -28,6 +28,7 @@
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/tp_layers.h"
+#include "parallel/zero.h"
 #include "pipeline_models.h"
 #include "pipeline_reference.h"
 #include "test_util.h"
@@ -451,6 +452,77 @@ TEST(PipelineMpi, TensorTimesPipelineTrainsAsSerial) {
       ASSERT_TRUE(got.count(name) != 0) << name;
       EXPECT_TRUE(close_rel(got.at(name), t)) << name << " " << where;
     }
+  }
+}
+
+// ZeRO-1 over dp x pp on four ranks (NOTE [ZeRO-1 over pipeline stages]): each stage's optimizer
+// sharded over its dp group, the micro-batches' backward passes under no_sync and the step's sum
+// reduce-scattered once, clipping by the whole model's norm with the tied word embedding counted
+// once (it lives on both stages). Trained with SGD + momentum (linear in the gradient, so
+// rounding stays rounding), the losses, norms and parameters must be the serial run's within
+// relative 1e-5. Counting the embedding twice, or clipping by the stage's norm alone, changes
+// the norms far beyond that.
+TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) {
+  auto w = comm::Communicator::world();
+  if (w->size() != 4) GTEST_SKIP() << "dp x pp needs 4 ranks (dp = 2, pp = 2)";
+  const Mesh mesh(w, {.dp = 2, .pp = 2, .tp = 1});
+  constexpr int kSteps = 3;
+  constexpr double kClip = 0.5;
+  auto batch_of = [](int s) { return make_pipeline_batch("gpt2", kBatch, kSeq, 200 + static_cast<uint64_t>(s)); };
+  auto serial_model = make_pipeline_model("gpt2");
+  std::vector<double> want_loss, want_norm;
+  {
+    nn::optim::SGD opt(serial_model->parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int s = 0; s < kSteps; ++s) {
+      const models::Batch b = batch_of(s);
+      Tensor loss = serial_model->loss(serial_model->layers().run(b), b);
+      loss.backward();
+      want_norm.push_back(nn::clip_grad_norm_(serial_model->parameters(), kClip));
+      opt.step();
+      opt.zero_grad();
+      want_loss.push_back(loss.item<double>());
+    }
+  }
+  EXPECT_GT(want_norm[0], kClip) << "clipping acts";
+  const nn::StateDict want_params = serial_model->state_dict();
+
+  auto model = make_pipeline_model("gpt2");
+  Pipeline pipe(*model, mesh.group_ptr(Axis::PP),
+                {.micro_batches = 2, .schedule = Schedule::OneFOneB, .dp = mesh.group_ptr(Axis::DP),
+                 .average_dp_gradients = false});
+  ZeroOptimizer zero(ParamGroups{pipe.parameters()}, mesh.group_ptr(Axis::DP),
+                     [](const ParamGroups& g) {
+                       return std::make_unique<nn::optim::SGD>(g.at(0), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+                     },
+                     {.bucket_bytes = 2048});
+  ZeroOptimizer::NormParts parts;
+  parts.pp = &mesh.group(Axis::PP);
+  for (const Tensor& p : pipe.parameters())
+    if (!counted_here(pipe, p)) parts.elsewhere.push_back(p);
+  EXPECT_EQ(parts.elsewhere.size(), pipe.stage() == 1 ? 1u : 0u) << "the tied embedding counts on the first stage only";
+  const int64_t per = kBatch / 2, row = mesh.index(Axis::DP) * per;
+  for (int s = 0; s < kSteps; ++s) {
+    double loss = 0;
+    {
+      auto local = zero.no_sync();
+      loss = pipe.step(batch_of(s).slice(row, row + per));
+    }
+    zero.reduce_gradients();
+    const double norm = zero.clip_grad_norm(kClip, parts);
+    zero.step();
+    zero.zero_grad();
+    EXPECT_NEAR(loss, want_loss[static_cast<size_t>(s)], 1e-5 * want_loss[static_cast<size_t>(s)]) << "step " << s;
+    EXPECT_NEAR(norm, want_norm[static_cast<size_t>(s)], 1e-5 * want_norm[static_cast<size_t>(s)]) << "step " << s;
+  }
+  const nn::StateDict got = gather_state_dict(pipe, pipe.state_dict());
+  if (mesh.group(Axis::PP).rank() != 0) {
+    EXPECT_TRUE(got.empty());
+    return;
+  }
+  ASSERT_EQ(got.size(), want_params.size());
+  for (const auto& [name, t] : want_params) {
+    ASSERT_TRUE(got.count(name) != 0) << name;
+    EXPECT_TRUE(close_rel(got.at(name), t)) << name;
   }
 }
 
