@@ -88,6 +88,8 @@ void ZeroOptimizer::init(ParamGroups groups, std::shared_ptr<comm::Communicator>
     shard_grads_.push_back(shard_view(b.grads, rank, shard));
     shard_groups[b.group].push_back(leaf);
   }
+  // NOTE [ZeRO-1 layout]: the gradients accumulate in the buckets.
+  use_bucket_grads();
   optimizer_ = factory_(shard_groups);
   TRIDENT_CHECK(optimizer_ != nullptr, "ZeroOptimizer: the factory returned no optimizer");
   TRIDENT_CHECK(optimizer_->name() != "LAMB", "ZeroOptimizer: LAMB's trust ratio is computed per parameter, and a "
@@ -141,9 +143,22 @@ bool ZeroOptimizer::step(nn::GradScaler& scaler, const std::function<bool(bool)>
   return stepped;
 }
 
-void ZeroOptimizer::zero_grad(bool set_to_none) {
-  for (const auto& g : param_groups())
-    for (Tensor p : g) p.zero_grad(set_to_none);
+void ZeroOptimizer::zero_grad() {
+  reducer_->finish();  // a reduction in flight writes the buffers
+  use_bucket_grads();
+}
+
+void ZeroOptimizer::use_bucket_grads() {
+  NoGradGuard no_grad;
+  for (const GradReducer::Bucket& b : reducer_->buckets()) {
+    fill_(b.grads, 0.0);
+    for (const GradReducer::Slot& s : b.slots) {
+      const Tensor& g = s.param.grad();
+      const bool is_slot = g.defined() && g.storage() == b.grads.storage() &&
+                           g.storage_offset() == b.grads.storage_offset() + s.offset && g.is_contiguous();
+      if (!is_slot) Tensor(s.param).set_grad(slot_view(b.grads, s));
+    }
+  }
 }
 
 void ZeroOptimizer::reduce_gradients() { reducer_->reduce(); }

@@ -18,9 +18,15 @@
 // parameters), so its state covers only this rank's shards; then all-gathers every bucket's
 // parameters in place. The optimizer must update element-wise (SGD, RMSProp, Adam, AdamW): LAMB's
 // per-parameter trust ratio would see shards, not parameters, and is refused.
-// Gradients: after step() the model parameters' .grad hold this rank's local (unreduced)
-// gradients; zero_grad() drops them. The shard gradients are the ones the update used; global
-// gradient clipping is clip_grad_norm() here, not nn/optim's (which would see local gradients).
+// Gradients: each parameter's .grad is its slot of the bucket's gradient buffer (set at
+// construction and kept by zero_grad(), which zeroes the buffers in place), so backward
+// accumulates straight into the buckets and no second copy of the gradients exists: a rank holds
+// the parameters, one gradient buffer and 1/dp of the optimizer state. After the reduction the
+// buffer's shard r holds the averaged gradient of rank r's shard and the rest this rank's local
+// sums; .grad is therefore a mix until zero_grad(). The shard gradients are the ones the update
+// used; global gradient clipping is clip_grad_norm() here, not nn/optim's (which would see
+// the mix). Someone replacing or dropping a .grad costs a copy into the bucket (the hook's), not
+// correctness.
 //
 // NOTE [ZeRO-1 with loss scaling]: fp16's dynamic loss scaling (nn::GradScaler) over the shards.
 // The gradients the scaler divides and checks are this rank's reduced shards, the ones the update
@@ -96,8 +102,9 @@ class ZeroOptimizer {
   // step(scaler) whether it stepped. Collective over dp (and whatever all_finite reduces over).
   bool unscale_(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite = {});
   bool step(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite = {});
-  // Drops the model parameters' gradients (set_to_none) or zeroes them.
-  void zero_grad(bool set_to_none = true);
+  // Zeroes the gradient buffers in place, each parameter's .grad its slot again (NOTE [ZeRO-1
+  // layout]).
+  void zero_grad();
   // NOTE [ZeRO-1 over pipeline stages]: reduce-scatters the gradients the parameters hold now
   // (GradReducer::reduce), for a caller whose backward passes ran under no_sync().
   void reduce_gradients();
@@ -143,6 +150,8 @@ class ZeroOptimizer {
   // Waits for the reduction, checks that a synchronized backward ran since the last step, and
   // gives the shard leaves their reduced gradients.
   void take_shard_grads();
+  // Zeroes the buckets' gradient buffers and makes each parameter's .grad its slot.
+  void use_bucket_grads();
   void gather_parameters();
   bool unscale_with(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite);
   // Multiplies the shard gradients by min(1, max_norm / (norm + 1e-6)); returns norm.

@@ -8,6 +8,7 @@
 #include <limits>
 #include <unistd.h>
 
+#include "core/allocator.h"
 #include "dp_models.h"
 #include "parallel/checkpoint.h"
 #include "test_util.h"
@@ -343,6 +344,49 @@ TEST(ZeroMpi, LossScalingSkipsAnOverflowOnEveryRankAsPlainDataParallel) {
     b.params = sharded->parameters();
     expect_same_run(b, a, 1e-5, c.name + " ZeRO-1 vs DP under loss scaling");
   }
+}
+
+// NOTE [ZeRO-1 layout]: what a rank holds after a step (before zero_grad) besides the model, P being the parameter
+// bytes: plain data parallelism its gradient buckets (.grad are views of them) and AdamW's two
+// moments, 3P; ZeRO-1 its gradient buckets (.grad are views of them too) and 1/dp of the moments,
+// (1 + 2/dp) P, plus the buckets' padding. A second copy of the gradients would add P.
+TEST(ZeroMpi, HoldsOneGradientBufferAndItsShareOfTheOptimizerState) {
+  const ModelCase c = trident::testing::gpt2_case();
+  const Device cpu = Device::cpu();
+  auto state_bytes = [&](bool sharded) {
+    auto dp = fresh_dp_group(sharded ? "dp-zero-memory" : "dp-plain-memory");
+    const int64_t before = memory_stats(cpu).current_bytes;
+    auto model = c.make();
+    int64_t param_bytes = 0;
+    for (const Tensor& p : model->parameters()) param_bytes += static_cast<int64_t>(p.nbytes());
+    const int64_t with_model = memory_stats(cpu).current_bytes;
+    EXPECT_GE(with_model - before, param_bytes);
+    int64_t held = 0;
+    auto train_step = [&](auto&& step, auto&& zero_grad) {
+      for (int s = 0; s < 2; ++s) {
+        c.loss(*model, my_rows(c.batch(s, kGlobalBatch), *dp)).backward();
+        step();
+        held = memory_stats(cpu).current_bytes - with_model;  // the gradients still there
+        zero_grad();
+      }
+    };
+    if (sharded) {
+      ZeroOptimizer zero(*model, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+      train_step([&] { zero.step(); }, [&] { zero.zero_grad(); });
+    } else {
+      DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+      auto opt = make_adamw(model->parameters());
+      train_step([&] { opt->step(); }, [&] { opt->zero_grad(false); });
+    }
+    return std::pair{held, param_bytes};
+  };
+  const auto [plain, p] = state_bytes(false);
+  const auto [sharded, p2] = state_bytes(true);
+  ASSERT_EQ(p, p2);
+  const double dp = Communicator::world()->size();
+  const double slack = 0.01 * static_cast<double>(p) + 4096;  // padding to dp elements per bucket, scalars
+  EXPECT_NEAR(static_cast<double>(plain), 3.0 * static_cast<double>(p), slack) << "plain data parallelism, P = " << p;
+  EXPECT_NEAR(static_cast<double>(sharded), (1.0 + 2.0 / dp) * static_cast<double>(p), slack) << "ZeRO-1, P = " << p;
 }
 
 TEST(ZeroMpi, StepWithoutASynchronizedBackwardIsAnError) {
