@@ -9,19 +9,14 @@
 #include "core/factory.h"
 
 namespace trident::parallel {
-namespace {
-
-// The slot of a bucket's flat buffer as a tensor shaped like the parameter (a raw view).
-Tensor slot_view(const Tensor& flat, const GradReducer::Slot& s) {
+Tensor GradReducer::slot_view(const Tensor& flat, const Slot& s) {
   return flat.as_strided(s.param.sizes(), contiguous_strides(s.param.sizes()), flat.storage_offset() + s.offset);
 }
 
-bool is_view_of_slot(const Tensor& g, const Tensor& flat, const GradReducer::Slot& s) {
+bool GradReducer::is_slot_view(const Tensor& g, const Tensor& flat, const Slot& s) {
   return g.defined() && g.storage() == flat.storage() && g.storage_offset() == flat.storage_offset() + s.offset &&
          g.is_contiguous();
 }
-
-}  // namespace
 
 GradReducer::GradReducer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<comm::Communicator> group, Mode mode,
                          int64_t bucket_bytes, int pad_to)
@@ -158,7 +153,7 @@ void GradReducer::State::on_grad_ready(size_t index) {
 void GradReducer::State::fill_slot(Bucket& b, const Slot& s) {
   NoGradGuard no_grad;
   const Tensor& g = s.param.grad();
-  if (is_view_of_slot(g, b.grads, s)) return;  // accumulated straight into the bucket
+  if (is_slot_view(g, b.grads, s)) return;  // accumulated straight into the bucket
   Tensor view = slot_view(b.grads, s);
   if (g.defined()) {
     copy_(view, g);
@@ -211,7 +206,7 @@ void GradReducer::State::finish() {
     for (const Slot& s : b.slots) {
       // .grad becomes the slot itself, so the next backward accumulates straight into the
       // bucket (unless someone replaces or drops it: then the hook copies).
-      if (!is_view_of_slot(s.param.grad(), b.grads, s)) Tensor(s.param).set_grad(slot_view(b.grads, s));
+      if (!is_slot_view(s.param.grad(), b.grads, s)) Tensor(s.param).set_grad(slot_view(b.grads, s));
     }
   }
   ++rounds_finished;

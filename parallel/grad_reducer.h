@@ -85,6 +85,11 @@ class GradReducer {
   const std::vector<std::vector<Tensor>>& groups() const;
   comm::Communicator& comm() const;
 
+  // A slot's part of a flat buffer laid out as its bucket (the gradient buffer, ZeRO-1's
+  // parameter buffer), shaped like the parameter; and whether `g` is exactly that view.
+  static Tensor slot_view(const Tensor& flat, const Slot& s);
+  static bool is_slot_view(const Tensor& g, const Tensor& flat, const Slot& s);
+
   struct State;  // shared with the hooks, which hold it weakly
 
  private:

@@ -8,13 +8,12 @@
 #include "core/copy.h"
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/shape.h"
+#include "ops/index.h"
+#include "ops/reduce.h"
 
 namespace trident::parallel {
 namespace {
-
-Tensor slot_view(const Tensor& flat, const GradReducer::Slot& s) {
-  return flat.as_strided(s.param.sizes(), contiguous_strides(s.param.sizes()), flat.storage_offset() + s.offset);
-}
 
 Tensor shard_view(const Tensor& flat, int rank, int64_t shard) {
   return flat.as_strided({shard}, {1}, flat.storage_offset() + rank * shard);
@@ -76,7 +75,7 @@ void ZeroOptimizer::init(ParamGroups groups, std::shared_ptr<comm::Communicator>
   for (const GradReducer::Bucket& b : reducer_->buckets()) {
     Tensor flat = zeros({b.padded}, TensorOptions(b.dtype).device(b.grads.device()));
     for (const GradReducer::Slot& s : b.slots) {
-      Tensor view = slot_view(flat, s);
+      Tensor view = GradReducer::slot_view(flat, s);
       copy_(view, s.param);
       Tensor(s.param).set_data(view);
     }
@@ -153,10 +152,7 @@ void ZeroOptimizer::use_bucket_grads() {
   for (const GradReducer::Bucket& b : reducer_->buckets()) {
     fill_(b.grads, 0.0);
     for (const GradReducer::Slot& s : b.slots) {
-      const Tensor& g = s.param.grad();
-      const bool is_slot = g.defined() && g.storage() == b.grads.storage() &&
-                           g.storage_offset() == b.grads.storage_offset() + s.offset && g.is_contiguous();
-      if (!is_slot) Tensor(s.param).set_grad(slot_view(b.grads, s));
+      if (!GradReducer::is_slot_view(s.param.grad(), b.grads, s)) Tensor(s.param).set_grad(GradReducer::slot_view(b.grads, s));
     }
   }
 }
@@ -179,21 +175,25 @@ double ZeroOptimizer::clip_grad_norm(double max_norm, const NormParts& parts) {
   auto listed = [](const std::vector<Tensor>& list, const Tensor& p) {
     return std::any_of(list.begin(), list.end(), [&](const Tensor& t) { return t.is_same(p); });
   };
-  // Squares of this rank's shard elements, by whether the parameter holding them is split over
-  // tp. Shards are disjoint and padding is zero, so the dp sum is the stage's (or model's) total.
-  double sq[2] = {0, 0};  // {whole, split}
+  // This rank's part of each parameter (the range of it inside this rank's shards), its norm
+  // accumulated in f64 and rounded to the dtype as nn::clip_grad_norm_ rounds a parameter's
+  // (on the gradients' device, without a copy of the shard), by whether the parameter is split
+  // over tp. Shards are disjoint and padding is zero, so the squares' dp sum is the whole.
+  std::vector<Tensor> norms[2];  // {whole, split}
   const int ranks = group().size(), rank = group().rank();
   for (size_t b = 0; b < reducer_->buckets().size(); ++b) {
     const GradReducer::Bucket& bucket = reducer_->buckets()[b];
     const int64_t shard = bucket.shard_numel(ranks), lo = rank * shard, hi = lo + shard;
-    const std::vector<double> g = shard_grads_[b].to_vector<double>();
     for (const GradReducer::Slot& s : bucket.slots) {
       const int64_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);
       if (from >= to || listed(parts.elsewhere, s.param)) continue;
-      const bool is_split = listed(parts.split, s.param);
-      for (int64_t i = from; i < to; ++i) sq[is_split ? 1 : 0] += g[static_cast<size_t>(i - lo)] * g[static_cast<size_t>(i - lo)];
+      norms[listed(parts.split, s.param) ? 1 : 0].push_back(norm(narrow(shard_grads_[b], 0, from - lo, to - from), 2.0).to(DType::F64));
     }
   }
+  double sq[2] = {0, 0};
+  for (int k = 0; k < 2; ++k)
+    if (!norms[k].empty())
+      for (double n : stack(norms[k]).to_vector<double>()) sq[k] += n * n;  // one read per kind
   Tensor both = from_vector<double>({sq[0], sq[1]}, {2});
   group().all_reduce(both, comm::ReduceOp::Sum).wait();
   const std::vector<double> dp_sums = both.to_vector<double>();
@@ -248,7 +248,7 @@ nn::optim::OptimizerState ZeroOptimizer::state_dict() {
       if (it == local.tensors.end()) continue;
       Tensor flat = empty({buckets[b].padded}, it->second.dtype());
       group().all_gather(flat, it->second).wait();
-      for (const GradReducer::Slot& s : buckets[b].slots) full.tensors[state_key(s.index, slot)] = slot_view(flat, s).clone();
+      for (const GradReducer::Slot& s : buckets[b].slots) full.tensors[state_key(s.index, slot)] = GradReducer::slot_view(flat, s).clone();
     }
   }
   return full;
@@ -304,7 +304,7 @@ void ZeroOptimizer::load_state_dict(const nn::optim::OptimizerState& full) {
                       "parameters of its bucket have their ", slot);
         TRIDENT_CHECK(it->second.sizes() == s.param.sizes(), "ZeroOptimizer::load_state_dict: \"", key, "\" has shape ",
                       it->second.sizes(), " but parameter ", s.index, " has shape ", s.param.sizes());
-        copy_(slot_view(flat, s), it->second);
+        copy_(GradReducer::slot_view(flat, s), it->second);
       }
       local.tensors[state_key(j, slot)] = shard_view(flat, rank, bucket.shard_numel(ranks)).clone();
     }
