@@ -71,10 +71,15 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
                 ": a model-parallel checkpoint needs an optimizer factory and the model");
   const bool has_optimizer = zero || parts.optimizer;
   nn::optim::OptimizerState full;
-  if (zero) full = zero->state_dict();  // collective over dp
+  // Collective over dp: the gathered state on dp rank 0, the writer's dp index, alone.
+  if (zero) {
+    if (auto gathered = zero->state_dict_to(0)) full = std::move(*gathered);
+  }
   ParamGroups groups;
   nn::StateDict model_state;
-  if (mp) {
+  // Only dp rank 0's tp and pp groups gather: every rank of those groups has dp index 0, so the
+  // other dp indices' groups skip them together.
+  if (mp && dp.rank() == 0) {
     nn::optim::Optimizer* own = zero ? &zero->shard_optimizer() : parts.optimizer;
     groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
     if (parts.optimizer) full = parts.optimizer->state_dict();

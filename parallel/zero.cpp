@@ -224,7 +224,17 @@ std::vector<size_t> ZeroOptimizer::shard_indices() const {
   return out;
 }
 
-nn::optim::OptimizerState ZeroOptimizer::state_dict() {
+nn::optim::OptimizerState ZeroOptimizer::state_dict() { return gather_state(std::nullopt); }
+
+std::optional<nn::optim::OptimizerState> ZeroOptimizer::state_dict_to(int root) {
+  TRIDENT_CHECK(root >= 0 && root < group().size(), "ZeroOptimizer::state_dict_to: root ", root, " is not a rank of the ",
+                group().size(), "-rank dp group");
+  nn::optim::OptimizerState s = gather_state(root);
+  if (group().rank() != root) return std::nullopt;
+  return s;
+}
+
+nn::optim::OptimizerState ZeroOptimizer::gather_state(std::optional<int> root) {
   const nn::optim::OptimizerState local = optimizer_->state_dict();
   nn::optim::OptimizerState full;
   full.optimizer = local.optimizer;
@@ -246,8 +256,25 @@ nn::optim::OptimizerState ZeroOptimizer::state_dict() {
     for (std::string_view slot : optimizer_->slot_names()) {
       auto it = local.tensors.find(state_key(j, slot));
       if (it == local.tensors.end()) continue;
+      if (root && group().rank() != *root) {  // only the root assembles the state
+        group().send(it->second, *root).wait();
+        continue;
+      }
       Tensor flat = empty({buckets[b].padded}, it->second.dtype());
-      group().all_gather(flat, it->second).wait();
+      if (root) {
+        const int64_t shard = buckets[b].shard_numel(group().size());
+        std::vector<comm::Work> works;
+        for (int r = 0; r < group().size(); ++r) {
+          const Tensor part = shard_view(flat, r, shard);
+          if (r == *root)
+            copy_(part, it->second);
+          else
+            works.push_back(group().recv(part, r));
+        }
+        comm::wait_all(works);
+      } else {
+        group().all_gather(flat, it->second).wait();
+      }
       for (const GradReducer::Slot& s : buckets[b].slots) full.tensors[state_key(s.index, slot)] = GradReducer::slot_view(flat, s).clone();
     }
   }

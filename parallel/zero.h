@@ -58,12 +58,14 @@
 // order), and load_state_dict() takes such a state dict and keeps this rank's shards. So a ZeRO
 // checkpoint is the same file a serial or plain data-parallel run writes (checkpoint.h: dp rank 0
 // writes it), and resumes on any dp size, with or without ZeRO. The price is the full optimizer
-// state in memory on every rank while saving or loading (ZeRO's saving is in the training steady
+// state in the writing rank's memory while saving (the others only send their shards to it,
+// state_dict_to) and in every rank's while loading (ZeRO's saving is in the training steady
 // state); per-rank shard files would avoid it but tie the checkpoint to one dp size.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "nn/grad_scaler.h"
@@ -141,8 +143,11 @@ class ZeroOptimizer {
   const std::vector<GradReducer::Bucket>& buckets() const { return reducer_->buckets(); }
 
   // NOTE [ZeRO-1 checkpoints]. state_dict() is collective over the dp group (it all-gathers);
+  // state_dict_to(root) gathers the state on dp rank `root` alone (the others send their shards
+  // and get nullopt, never holding more than their own), what a checkpoint writer needs.
   // load_state_dict() is local.
   nn::optim::OptimizerState state_dict();
+  std::optional<nn::optim::OptimizerState> state_dict_to(int root);
   void load_state_dict(const nn::optim::OptimizerState& full);
 
  private:
@@ -158,6 +163,8 @@ class ZeroOptimizer {
   double scale_shard_grads(double max_norm, double norm);
   // Per bucket: the index of its shard in the shard optimizer's state-dict numbering.
   std::vector<size_t> shard_indices() const;
+  // The unsharded state on every rank (no root) or on `root` alone (the others' has no tensors).
+  nn::optim::OptimizerState gather_state(std::optional<int> root);
 
   OptimizerFactory factory_;
   std::unique_ptr<GradReducer> reducer_;

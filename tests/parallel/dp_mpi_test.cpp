@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <unistd.h>
 
 #include "core/allocator.h"
@@ -387,6 +388,58 @@ TEST(ZeroMpi, HoldsOneGradientBufferAndItsShareOfTheOptimizerState) {
   const double slack = 0.01 * static_cast<double>(p) + 4096;  // padding to dp elements per bucket, scalars
   EXPECT_NEAR(static_cast<double>(plain), 3.0 * static_cast<double>(p), slack) << "plain data parallelism, P = " << p;
   EXPECT_NEAR(static_cast<double>(sharded), (1.0 + 2.0 / dp) * static_cast<double>(p), slack) << "ZeRO-1, P = " << p;
+}
+
+// NOTE [ZeRO-1 checkpoints]: saving gathers the optimizer state on the writing rank (dp rank 0)
+// alone; the others send their shards and never hold the whole state (AdamW's two moments, 2P
+// bytes). Their peak while saving stays below half of it; the writer's reaches it. And
+// state_dict_to(0) on the writer equals state_dict().
+TEST(ZeroMpi, CheckpointGathersTheStateOnTheWritingRankOnly) {
+  const ModelCase c = trident::testing::gpt2_case();
+  auto dp = fresh_dp_group("dp-ckpt-memory");
+  Tensor pid = scalar_tensor(static_cast<double>(::getpid()), DType::I64);
+  dp->broadcast(pid, 0).wait();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("trident_zero_gather_" + std::to_string(pid.item<int64_t>()))).string();
+  auto model = c.make();
+  ZeroOptimizer zero(*model, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+  c.loss(*model, my_rows(c.batch(0, kGlobalBatch), *dp)).backward();
+  zero.step();
+  zero.zero_grad();
+  int64_t state_bytes = 0;  // the unsharded moments
+  for (const Tensor& p : model->parameters()) state_bytes += 2 * static_cast<int64_t>(p.nbytes());
+
+  const Device cpu = Device::cpu();
+  reset_peak_memory_stats(cpu);
+  const int64_t before = memory_stats(cpu).current_bytes;
+  std::optional<nn::optim::OptimizerState> gathered = zero.state_dict_to(0);
+  const int64_t peak = memory_stats(cpu).peak_bytes - before;
+  if (dp->rank() == 0) {
+    ASSERT_TRUE(gathered.has_value());
+    EXPECT_GE(peak, state_bytes);
+  } else {
+    EXPECT_FALSE(gathered.has_value());
+    EXPECT_LT(peak, state_bytes / 2) << "rank " << dp->rank() << " held the gathered state";
+  }
+  const nn::optim::OptimizerState everywhere = zero.state_dict();  // all-gathered on every rank
+  if (dp->rank() == 0) {
+    ASSERT_EQ(gathered->tensors.size(), everywhere.tensors.size());
+    for (const auto& [key, t] : everywhere.tensors) EXPECT_EQ(gathered->tensors.at(key).to_vector<float>(), t.to_vector<float>()) << key;
+    EXPECT_EQ(gathered->scalars, everywhere.scalars);
+  }
+  gathered.reset();
+
+  nn::TrainingCheckpointParts parts;
+  parts.model = model.get();
+  reset_peak_memory_stats(cpu);
+  const int64_t before_save = memory_stats(cpu).current_bytes;
+  save_training_checkpoint(dir, *dp, parts, nn::TrainingProgress{}, &zero);
+  const int64_t save_peak = memory_stats(cpu).peak_bytes - before_save;
+  if (dp->rank() != 0) {
+    EXPECT_LT(save_peak, state_bytes / 2) << "rank " << dp->rank() << " held the state while saving";
+  }
+  dp->barrier().wait();
+  if (dp->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(ZeroMpi, StepWithoutASynchronizedBackwardIsAnError) {
