@@ -207,12 +207,11 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     return progress;
   }
   if (!zero) return nn::load_training_checkpoint(path, parts);
-  std::unique_ptr<nn::optim::Optimizer> unsharded = zero->factory()(zero->param_groups());
+  // The optimizer state goes from the mapped file into this rank's shards: no rank builds the
+  // whole state (NOTE [ZeRO-1 checkpoints]).
   nn::TrainingCheckpointParts p = parts;
-  p.optimizer = unsharded.get();
-  nn::TrainingProgress progress = nn::load_training_checkpoint(path, p);
-  zero->load_state_dict(unsharded->state_dict());
-  return progress;
+  p.load_optimizer = [&](const nn::optim::OptimizerState& full) { zero->load_state_dict(full); };
+  return nn::load_training_checkpoint(path, p);
 }
 
 }  // namespace trident::parallel

@@ -281,9 +281,56 @@ nn::optim::OptimizerState ZeroOptimizer::gather_state(std::optional<int> root) {
   return full;
 }
 
-void ZeroOptimizer::load_state_dict(const nn::optim::OptimizerState& full) {
+void ZeroOptimizer::check_full_state(const nn::optim::OptimizerState& full) const {
   TRIDENT_CHECK(full.optimizer == optimizer_->name(), "ZeroOptimizer::load_state_dict: the state is ", full.optimizer,
                 "'s but this optimizer is ", optimizer_->name());
+  // What the unsharded optimizer's load_state_dict checks of the structure (NOTE [Optimizer state
+  // dict]): groups, parameters per group, and every per-parameter entry against its parameter.
+  const ParamGroups& groups = param_groups();
+  auto scalar = [&](const std::string& key) {
+    const auto it = full.scalars.find(key);
+    TRIDENT_CHECK(it != full.scalars.end(), "ZeroOptimizer::load_state_dict: the state has no \"", key, "\"");
+    return it->second;
+  };
+  TRIDENT_CHECK(scalar("num_groups") == static_cast<double>(groups.size()), "ZeroOptimizer::load_state_dict: the state has ",
+                scalar("num_groups"), " parameter groups, this optimizer ", groups.size());
+  std::vector<Tensor> params;  // registration order
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double n = scalar(nn::optim::detail::group_key(g, "num_params"));
+    TRIDENT_CHECK(n == static_cast<double>(groups[g].size()), "ZeroOptimizer::load_state_dict: group ", g,
+                  " of the state has ", n, " parameters, this optimizer's ", groups[g].size());
+    params.insert(params.end(), groups[g].begin(), groups[g].end());
+  }
+  // "state.<i>.<rest>": the parameter i must exist.
+  auto param_of = [&](const std::string& key, std::string_view& rest) -> const Tensor* {
+    if (key.rfind("state.", 0) != 0) return nullptr;
+    const size_t dot = key.find('.', 6);
+    size_t i = 0;
+    const bool ok = dot != std::string::npos && dot > 6 && key.find_first_not_of("0123456789", 6) == dot &&
+                    (i = std::stoul(key.substr(6, dot - 6)), i < params.size());
+    TRIDENT_CHECK(ok, "ZeroOptimizer::load_state_dict: \"", key, "\" names no parameter of this optimizer's ",
+                  params.size());
+    rest = std::string_view(key).substr(dot + 1);
+    return &params[i];
+  };
+  const auto slots = optimizer_->slot_names();
+  for (const auto& [key, t] : full.tensors) {
+    std::string_view slot;
+    const Tensor* p = param_of(key, slot);
+    TRIDENT_CHECK(p != nullptr && std::find(slots.begin(), slots.end(), slot) != slots.end(),
+                  "ZeroOptimizer::load_state_dict: unexpected tensor \"", key, "\" in a ", optimizer_->name(), " state");
+    TRIDENT_CHECK(t.sizes() == p->sizes() && t.dtype() == p->dtype(), "ZeroOptimizer::load_state_dict: \"", key,
+                  "\" is ", t.dtype(), " ", t.sizes(), ", its parameter ", p->dtype(), " ", p->sizes());
+  }
+  for (const auto& [key, v] : full.scalars) {
+    std::string_view rest;
+    if (param_of(key, rest) != nullptr)
+      TRIDENT_CHECK(rest == "step", "ZeroOptimizer::load_state_dict: unexpected scalar \"", key, "\"");
+  }
+}
+
+void ZeroOptimizer::load_state_dict(const nn::optim::OptimizerState& full) {
+  check_full_state(full);
   nn::optim::OptimizerState local;
   local.optimizer = full.optimizer;
   for (const auto& [key, value] : full.scalars) {

@@ -145,7 +145,9 @@ class ZeroOptimizer {
   // NOTE [ZeRO-1 checkpoints]. state_dict() is collective over the dp group (it all-gathers);
   // state_dict_to(root) gathers the state on dp rank `root` alone (the others send their shards
   // and get nullopt, never holding more than their own), what a checkpoint writer needs.
-  // load_state_dict() is local.
+  // load_state_dict() is local: it takes the unsharded state (its tensors may view a mapped file)
+  // and keeps this rank's shards, one bucket of the whole at a time; a state that does not fit the
+  // parameters is an error before anything changes.
   nn::optim::OptimizerState state_dict();
   std::optional<nn::optim::OptimizerState> state_dict_to(int root);
   void load_state_dict(const nn::optim::OptimizerState& full);
@@ -165,6 +167,9 @@ class ZeroOptimizer {
   std::vector<size_t> shard_indices() const;
   // The unsharded state on every rank (no root) or on `root` alone (the others' has no tensors).
   nn::optim::OptimizerState gather_state(std::optional<int> root);
+  // Errors, before load_state_dict changes anything: the state does not fit this optimizer's
+  // groups and parameters (what the unsharded optimizer would refuse).
+  void check_full_state(const nn::optim::OptimizerState& full) const;
 
   OptimizerFactory factory_;
   std::unique_ptr<GradReducer> reducer_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <unistd.h>
@@ -393,7 +394,8 @@ TEST(ZeroMpi, HoldsOneGradientBufferAndItsShareOfTheOptimizerState) {
 // NOTE [ZeRO-1 checkpoints]: saving gathers the optimizer state on the writing rank (dp rank 0)
 // alone; the others send their shards and never hold the whole state (AdamW's two moments, 2P
 // bytes). Their peak while saving stays below half of it; the writer's reaches it. And
-// state_dict_to(0) on the writer equals state_dict().
+// state_dict_to(0) on the writer equals state_dict(). Loading it back, no rank holds more than
+// twice its share of the state (the shard optimizer copies what it is given) and a bucket.
 TEST(ZeroMpi, CheckpointGathersTheStateOnTheWritingRankOnly) {
   const ModelCase c = trident::testing::gpt2_case();
   auto dp = fresh_dp_group("dp-ckpt-memory");
@@ -438,8 +440,56 @@ TEST(ZeroMpi, CheckpointGathersTheStateOnTheWritingRankOnly) {
   if (dp->rank() != 0) {
     EXPECT_LT(save_peak, state_bytes / 2) << "rank " << dp->rank() << " held the state while saving";
   }
+  // Loading: every rank maps the file and keeps its shards, one bucket at a time; the state it
+  // ends with is its share of the moments, never the whole.
+  auto fresh = c.make();
+  ZeroOptimizer loaded(*fresh, dp, adamw_factory(), {.bucket_bytes = kSmallBuckets});
+  reset_peak_memory_stats(cpu);
+  const int64_t before_load = memory_stats(cpu).current_bytes;
+  nn::TrainingCheckpointParts into;
+  into.model = fresh.get();
+  load_training_checkpoint(dir, into, &loaded);
+  // Its shard of the moments, twice at most (the shard optimizer's load_state_dict copies the
+  // state it is given), plus a bucket.
+  const int64_t share = state_bytes / dp->size();
+  EXPECT_LE(memory_stats(cpu).peak_bytes - before_load, 2 * share + 4096) << "rank " << dp->rank() << " while loading";
+  const nn::optim::OptimizerState a = zero.state_dict(), b = loaded.state_dict();
+  for (const auto& [key, t] : a.tensors) EXPECT_EQ(b.tensors.at(key).to_vector<float>(), t.to_vector<float>()) << key;
   dp->barrier().wait();
   if (dp->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// A state that does not fit the parameters is refused before anything changes, as the unsharded
+// optimizer refuses it: another group count, another parameter count, an entry of a parameter
+// that does not exist, a moment of another shape, a buffer the optimizer does not have.
+TEST(ZeroMpi, LoadStateDictRefusesAStateOfOtherParameters) {
+  const ModelCase c = trident::testing::mlp_case();
+  auto dp = fresh_dp_group("dp-load-checks");
+  auto m = c.make();
+  ZeroOptimizer z(*m, dp, adamw_factory());
+  c.loss(*m, my_rows(c.batch(0, kGlobalBatch), *dp)).backward();
+  z.step();
+  const nn::optim::OptimizerState good = z.state_dict();
+  const size_t n = m->parameters().size();
+  auto refused = [&](const std::string& what, const std::function<void(nn::optim::OptimizerState&)>& spoil,
+                     const std::vector<std::string>& words) {
+    SCOPED_TRACE(what);
+    nn::optim::OptimizerState bad = good;
+    for (auto& [k, t] : bad.tensors) t = t.clone();
+    spoil(bad);
+    const nn::optim::OptimizerState before = z.shard_optimizer().state_dict();
+    trident::testing::expect_error([&] { z.load_state_dict(bad); }, words);
+    const nn::optim::OptimizerState after = z.shard_optimizer().state_dict();
+    EXPECT_EQ(after.scalars, before.scalars);
+    for (const auto& [k, t] : before.tensors) EXPECT_EQ(after.tensors.at(k).to_vector<float>(), t.to_vector<float>()) << k;
+  };
+  refused("groups", [](auto& s) { s.scalars["num_groups"] = 2; }, {"2 parameter groups"});
+  refused("parameters", [](auto& s) { s.scalars["group.0.num_params"] += 1; }, {"parameters"});
+  refused("a parameter that does not exist", [&](auto& s) { s.scalars["state." + std::to_string(n) + ".step"] = 1; },
+          {"state." + std::to_string(n) + ".step", "names no parameter"});
+  refused("shape", [](auto& s) { s.tensors["state.0.exp_avg"] = zeros({3}); }, {"state.0.exp_avg", "its parameter"});
+  refused("buffer", [](auto& s) { s.tensors["state.0.momentum_buffer"] = zeros({1}); }, {"unexpected tensor", "momentum_buffer"});
+  z.load_state_dict(good);  // and the good state still loads
 }
 
 TEST(ZeroMpi, StepWithoutASynchronizedBackwardIsAnError) {
