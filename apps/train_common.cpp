@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "core/allocator.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "data/loader.h"
@@ -670,6 +671,17 @@ int train(const TrainOptions& o, TrainTask& task) {
       const std::string png = std::filesystem::path(o.trace).replace_extension(".png").string();
       if (trace.write_gantt_png(png)) say("pipeline Gantt chart: %s\n", png.c_str());
     }
+  }
+  if (end > start) {  // collective over the world: every rank
+    // The most bytes tensors held at once on each rank's device since the start (parameters,
+    // gradients, optimizer state, activations, transfer buffers; the allocator's statistics):
+    // what --zero, --pp and --tp divide among the ranks.
+    Tensor peaks = zeros({static_cast<int64_t>(mesh.world().size())}, kF64);
+    peaks.data<double>()[mesh.world().rank()] = static_cast<double>(memory_stats(dev).peak_bytes);
+    mesh.world().all_reduce(peaks, parallel::comm::ReduceOp::Sum).wait();
+    say("peak tensor memory per rank (MiB):");
+    for (double b : peaks.to_vector<double>()) say(" %.2f", b / (1 << 20));
+    say("\n");
   }
   if (skipped > 0) say("fp16: %lld steps skipped for overflowing gradients\n", static_cast<long long>(skipped));
   for (const auto& [ppl, of] : task.perplexity_of)

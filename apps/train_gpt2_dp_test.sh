@@ -51,6 +51,19 @@ PY
   [ "$(wc -l <"$dir/$run/metrics.jsonl")" -eq 10 ] || { echo "$run: metrics.jsonl should hold 10 records (8 steps, 2 evaluations)"; exit 1; }
   [ -e "$dir/$run/step-8/trainer.json" ]
 done
+# ZeRO-1 holds half of AdamW's moments per rank at --dp 2 and no second copy of the gradients
+# (NOTE [ZeRO-1 layout]): its peak tensor memory is below plain data parallelism's on each rank.
+python3 - "$dir/dp.txt" "$dir/zero.txt" <<'PY'
+import re, sys
+def peaks(path):
+    m = re.search(r"^peak tensor memory per rank \(MiB\): (.*)$", open(path).read(), re.M)
+    assert m, f"{path}: no peak tensor memory line"
+    return [float(v) for v in m.group(1).split()]
+dp, zero = peaks(sys.argv[1]), peaks(sys.argv[2])
+assert len(dp) == len(zero) == 2, (dp, zero)
+assert all(z < d for z, d in zip(zero, dp)), f"--zero peak {zero} MiB, not below plain --dp 2's {dp}"
+print(f"peak tensor memory per rank: --dp 2 {dp} MiB, --dp 2 --zero {zero} MiB")
+PY
 # fp16 under ZeRO-1 (NOTE [ZeRO-1 with loss scaling]), from a loss scale of 2^20 so that the
 # first two steps overflow: plain --dp 2's losses within 1e-5 relative and the same steps skipped
 # (an overflow lands in one rank's gradient shard, and both ranks skip with it), and an exact
