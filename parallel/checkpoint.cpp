@@ -159,24 +159,20 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
     const ParamGroups groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
     const ParamGroups& whole = mp->pipe ? mp->whole_groups : groups;
     nn::TrainingCheckpointParts p = parts;
-    std::unique_ptr<nn::optim::Optimizer> unsharded;
-    if (mp->pipe) {
-      // The optimizer state goes straight from the mapped file into this stage's part.
-      p.load_only = &stage_names;
-      p.optimizer = nullptr;
-      if (zero || parts.optimizer)
-        p.load_optimizer = [&](const nn::optim::OptimizerState& whole_state) {
-          nn::optim::OptimizerState st = pipeline::stage_optimizer_state(whole_state, whole, groups);
-          if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(groups), *mp->tp);
-          if (zero)
-            zero->load_state_dict(st);
-          else
-            parts.optimizer->load_state_dict(st);
-        };
-    } else if (zero || parts.optimizer) {
-      unsharded = mp->factory(full_groups(model, whole));
-      p.optimizer = unsharded.get();
-    }
+    if (mp->pipe) p.load_only = &stage_names;
+    // The optimizer state goes straight from the mapped file into this rank's part (this stage's,
+    // this tp rank's shards of it, and under ZeRO this dp rank's shards of those): no rank builds
+    // the whole model's state. The part's optimizer checks it before changing anything.
+    p.optimizer = nullptr;
+    if (zero || parts.optimizer)
+      p.load_optimizer = [&](const nn::optim::OptimizerState& whole_state) {
+        nn::optim::OptimizerState st = mp->pipe ? pipeline::stage_optimizer_state(whole_state, whole, groups) : whole_state;
+        if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(groups), *mp->tp);
+        if (zero)
+          zero->load_state_dict(st);
+        else
+          parts.optimizer->load_state_dict(st);
+      };
     const std::shared_ptr<nn::Module> holder = module_of(shaped);
     p.model = holder.get();
     // Checks everything (names, shapes, optimizer state) before it changes the copy, the
@@ -195,14 +191,6 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
         tp::load_full_state_dict(model, mine, *mp->tp, /*strict=*/mp->pipe == nullptr);
       else
         model.load_state_dict(mine, /*strict=*/mp->pipe == nullptr);
-    }
-    if (unsharded) {
-      nn::optim::OptimizerState st = unsharded->state_dict();
-      if (mp->tp) st = tp::local_optimizer_state(st, model, flatten(whole), *mp->tp);
-      if (zero)
-        zero->load_state_dict(st);
-      else
-        parts.optimizer->load_state_dict(st);
     }
     return progress;
   }
