@@ -29,19 +29,22 @@ dp2 --zero --resume "$dir/zero/step-4" >"$dir/zero_resumed.txt"
 cat "$dir/dp.txt"
 grep -E "^step" "$dir/serial.txt" | cut -d"|" -f1-2
 losses() { grep -E '^step +[0-9]+/' "$1" | cut -d'|' -f1-2; }
-for run in dp zero; do
-  [ "$(losses "$dir/$run.txt" | wc -l)" -eq 8 ] || { echo "$run: expected 8 step lines (rank 0 alone prints)"; exit 1; }
-  # Global batch 8 = --batch 4 x --dp 2: the serial run's losses within 1e-5 relative.
-  python3 - "$dir/serial.txt" "$dir/$run.txt" "$run" <<'PY'
+same_losses() {  # NAME REFERENCE RUN: the run's 8 step losses within 1e-5 relative of the reference's
+  python3 - "$2" "$3" "$1" <<'PY'
 import re, sys
 def losses(path):
     return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss (\S+)", open(path).read(), re.M)]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 8, (len(a), len(b))
+assert len(a) == len(b) == 8, (sys.argv[3], len(a), len(b))
 for i, (x, y) in enumerate(zip(a, b)):
-    assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: serial loss {x}, --dp 2 loss {y}"
-print(f"{sys.argv[3]}: --dp 2 losses equal the serial run's within 1e-5 relative: {b}")
+    assert abs(x - y) <= 1e-5 * abs(x), f"{sys.argv[3]}: step {i + 1}: reference loss {x}, this run's {y}"
+print(f"{sys.argv[3]}: losses within 1e-5 relative: {b}")
 PY
+}
+for run in dp zero; do
+  [ "$(losses "$dir/$run.txt" | wc -l)" -eq 8 ] || { echo "$run: expected 8 step lines (rank 0 alone prints)"; exit 1; }
+  # Global batch 8 = --batch 4 x --dp 2: the serial run's losses within 1e-5 relative.
+  same_losses "$run: --dp 2 against the serial run" "$dir/serial.txt" "$dir/$run.txt"
   # NOTE [Evaluation over dp]: each dp rank evaluates its share of --batch 4 x --dp 2 rows, so
   # the validation losses are the serial --batch 8 run's.
   python3 "$(dirname "$0")/same_validation.py" "$dir/serial.txt" "$dir/$run.txt" "$run"
@@ -75,16 +78,7 @@ dp2 --zero "${fp16[@]}" --resume "$dir/zero_fp16/step-4" >"$dir/zero_fp16_resume
 for run in dp_fp16 zero_fp16; do
   grep -q "^fp16: 2 steps skipped for overflowing gradients" "$dir/$run.txt" || { echo "$run: expected 2 skipped steps"; cat "$dir/$run.txt"; exit 1; }
 done
-python3 - "$dir/dp_fp16.txt" "$dir/zero_fp16.txt" <<'PY'
-import re, sys
-def losses(path):
-    return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss (\S+)", open(path).read(), re.M)]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 8, (len(a), len(b))
-for i, (x, y) in enumerate(zip(a, b)):
-    assert abs(x - y) <= 1e-5 * abs(x), f"fp16: step {i + 1}: --dp 2 loss {x}, --dp 2 --zero loss {y}"
-print(f"fp16: --dp 2 --zero losses equal --dp 2's within 1e-5 relative, 2 overflowing steps skipped by both: {b}")
-PY
+same_losses "fp16: --dp 2 --zero against --dp 2 (2 overflowing steps skipped by both)" "$dir/dp_fp16.txt" "$dir/zero_fp16.txt"
 diff <(losses "$dir/zero_fp16.txt" | grep -E '^step +[5-8]/') <(losses "$dir/zero_fp16_resumed.txt")
 echo "fp16 zero: steps 5-8 identical after --resume under --dp 2"
 # --initial-loss-scale belongs to fp16.

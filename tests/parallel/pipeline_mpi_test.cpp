@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -390,6 +391,30 @@ TEST(PipelineMpi, DataTimesPipelineMatchesSerial) {
     EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name;
 }
 
+// The serial GPT-2 of the pipeline tests trained `steps` steps with SGD + momentum and gradient
+// clipping at `clip` on batch_of(step): the losses, the norms before clipping and the final state.
+struct ClippedRun {
+  std::vector<double> losses, norms;
+  nn::StateDict params;
+};
+ClippedRun train_serial_clipped(int steps, double clip, const std::function<models::Batch(int)>& batch_of) {
+  auto model = make_pipeline_model("gpt2");
+  nn::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  ClippedRun r;
+  for (int s = 0; s < steps; ++s) {
+    const models::Batch b = batch_of(s);
+    Tensor loss = model->loss(model->layers().run(b), b);
+    loss.backward();
+    r.norms.push_back(nn::clip_grad_norm_(model->parameters(), clip));
+    opt.step();
+    opt.zero_grad();
+    r.losses.push_back(loss.item<double>());
+  }
+  EXPECT_GT(r.norms[0], clip) << "clipping acts";
+  r.params = model->state_dict();
+  return r;
+}
+
 // tp x pp on four ranks: two stages, each split over two tensor-parallel ranks by
 // TensorParallelLayers (the mesh's tp group), the pipeline's transfers between the ranks of one
 // tp index. Trained with gradient clipping by the whole model's norm (split parameters' squares
@@ -403,22 +428,7 @@ TEST(PipelineMpi, TensorTimesPipelineTrainsAsSerial) {
   constexpr int kSteps = 3;
   constexpr double kClip = 0.5;
   auto batch_of = [](int s) { return make_pipeline_batch("gpt2", kBatch, kSeq, 100 + static_cast<uint64_t>(s)); };
-  auto serial_model = make_pipeline_model("gpt2");
-  std::vector<double> want_loss, want_norm;
-  {
-    nn::optim::SGD opt(serial_model->parameters(), {.lr = 0.1, .momentum = 0.9});
-    for (int s = 0; s < kSteps; ++s) {
-      const models::Batch b = batch_of(s);
-      Tensor loss = serial_model->loss(serial_model->layers().run(b), b);
-      loss.backward();
-      want_norm.push_back(nn::clip_grad_norm_(serial_model->parameters(), kClip));
-      opt.step();
-      opt.zero_grad();
-      want_loss.push_back(loss.item<double>());
-    }
-  }
-  EXPECT_GT(want_norm[0], kClip) << "clipping acts";
-  const nn::StateDict want_params = serial_model->state_dict();
+  const auto [want_loss, want_norm, want_params] = train_serial_clipped(kSteps, kClip, batch_of);
   for (const auto& [M, schedule, remat] : {std::tuple{int64_t{4}, Schedule::GPipe, Remat::ExceptLast},
                                            std::tuple{int64_t{2}, Schedule::OneFOneB, Remat::Always}}) {
     const std::string where = "M = " + std::to_string(M) + " " + std::string(schedule_name(schedule)) + " " +
@@ -469,22 +479,7 @@ TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) {
   constexpr int kSteps = 3;
   constexpr double kClip = 0.5;
   auto batch_of = [](int s) { return make_pipeline_batch("gpt2", kBatch, kSeq, 200 + static_cast<uint64_t>(s)); };
-  auto serial_model = make_pipeline_model("gpt2");
-  std::vector<double> want_loss, want_norm;
-  {
-    nn::optim::SGD opt(serial_model->parameters(), {.lr = 0.1, .momentum = 0.9});
-    for (int s = 0; s < kSteps; ++s) {
-      const models::Batch b = batch_of(s);
-      Tensor loss = serial_model->loss(serial_model->layers().run(b), b);
-      loss.backward();
-      want_norm.push_back(nn::clip_grad_norm_(serial_model->parameters(), kClip));
-      opt.step();
-      opt.zero_grad();
-      want_loss.push_back(loss.item<double>());
-    }
-  }
-  EXPECT_GT(want_norm[0], kClip) << "clipping acts";
-  const nn::StateDict want_params = serial_model->state_dict();
+  const auto [want_loss, want_norm, want_params] = train_serial_clipped(kSteps, kClip, batch_of);
 
   auto model = make_pipeline_model("gpt2");
   Pipeline pipe(*model, mesh.group_ptr(Axis::PP),
