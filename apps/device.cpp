@@ -27,11 +27,11 @@ Device resolve_device(const std::string& value, bool model_parallel, const std::
                 flag, " cpu");
   TRIDENT_CHECK(d.index < n, flag, " ", value, ": there is no CUDA device ", d.index, " (", n, " visible: cuda:0",
                 n > 1 ? " to cuda:" + std::to_string(n - 1) : std::string(), ")");
-  // NOTE [Device in the apps]: data parallelism all-reduces CUDA gradients over NCCL; the
-  // pipeline, tensor-parallel and ZeRO paths still communicate over MPI with CPU tensors.
+  // NOTE [Device in the apps]: data parallelism (plain or ZeRO-1) reduces CUDA gradients over
+  // NCCL; the pipeline and tensor-parallel paths still communicate over MPI with CPU tensors.
   TRIDENT_CHECK(!model_parallel, flag, " ", value,
-                " with --pp/--tp > 1 or --zero: those parallel paths use the CPU communicators (MPI); NCCL is wired "
-                "into plain data parallelism (--dp) only so far. Run --dp alone on GPUs, or this run with ",
+                " with --pp/--tp > 1: those parallel paths use the CPU communicators (MPI); NCCL is wired "
+                "into data parallelism (--dp, with or without --zero) only so far. Run --dp alone on GPUs, or this run with ",
                 flag, " cpu");
   return d;
 }

@@ -13,9 +13,10 @@
 // memory waits for the stream, NOTE [Cross-device copies]). Under
 // `mpirun -np N ... --dp N --device cuda` each rank takes one GPU (rank_device) and the
 // gradients' bucketed all-reduces go over an NCCL communicator bootstrapped over the MPI dp group
-// (apps/train_common.cpp), while host numbers (loss counts, the logged loss) stay on MPI. --pp,
-// --tp and --zero still communicate CPU tensors over MPI, so with --device cuda they are refused
-// in one line. (The NCCL path has not run: it needs two GPUs.)
+// (apps/train_common.cpp), while host numbers (loss counts, the logged loss) stay on MPI; --zero
+// reduce-scatters and all-gathers its buckets over the same NCCL group (NOTE [ZeRO-1 on GPUs]).
+// --pp and --tp still communicate CPU tensors over MPI, so with --device cuda they are refused
+// in one line. (The NCCL path has not run with more than one rank: that needs two GPUs.)
 #pragma once
 
 #include <string>
@@ -29,7 +30,8 @@ namespace trident::apps {
 // Parses and checks --device (`flag` names the option in messages). Errors, in one line each:
 // not cpu/cuda/cuda:N; a build without CUDA; no CUDA device found; an ordinal past the visible
 // devices; a CUDA device in a run that `model_parallel` says splits the model or the optimizer
-// (--pp or --tp > 1, --zero): data parallelism alone runs on GPUs (NCCL), the rest not yet.
+// (--pp or --tp > 1): data parallelism alone (with or without ZeRO-1) runs on GPUs (NCCL), the
+// rest not yet.
 Device resolve_device(const std::string& value, bool model_parallel = false, const std::string& flag = "--device");
 
 // NOTE [Rank to GPU]: which GPU a rank of a multi-process run takes.

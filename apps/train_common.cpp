@@ -268,7 +268,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   const parallel::Mesh& mesh = task.mesh != nullptr ? *task.mesh : *own_mesh;
   // NOTE [Device in the apps]: one GPU per rank; the model moves before the optimizer (and its
   // state) is made.
-  const Device dev = rank_device(resolve_device(o.device, o.pp * o.tp > 1 || (o.zero && o.dp > 1)), o.device,
+  const Device dev = rank_device(resolve_device(o.device, o.pp * o.tp > 1), o.device,
                                  static_cast<int>(mesh.world_rank()));
 #if TRIDENT_HAVE_CUDA
   if (dev.is_cuda()) cuda::set_device(static_cast<int>(dev.index));  // NCCL joins the current device
@@ -315,7 +315,8 @@ int train(const TrainOptions& o, TrainTask& task) {
   std::unique_ptr<parallel::DataParallel> ddp;
   std::unique_ptr<nn::optim::Optimizer> plain;
   if (o.zero) {
-    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp, make_optimizer);
+    // NOTE [ZeRO-1 on GPUs]: over the gradients' group (NCCL's on GPUs).
+    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp_grads, make_optimizer);
   } else {
     if (dp_size > 1 && !pipe) ddp = std::make_unique<parallel::DataParallel>(model, dp_grads);
     plain = make_optimizer({decay, no_decay});

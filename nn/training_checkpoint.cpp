@@ -27,8 +27,11 @@ void save_training_checkpoint(const std::string& path, const TrainingCheckpointP
   w.write_tensors("model", StateDict(model_state.begin(), model_state.end()), {{"format", "trident"}});
   nlohmann::json trainer;
   trainer["step"] = progress.step;
-  if (parts.optimizer) {
-    const optim::OptimizerState st = parts.optimizer->state_dict();  // aliases live buffers: written right away
+  TRIDENT_CHECK(!(parts.optimizer && parts.optimizer_state), "save_training_checkpoint ", path,
+                ": give the optimizer or its state, not both");
+  if (parts.optimizer || parts.optimizer_state) {
+    // A live optimizer's state aliases its buffers: written right away.
+    const optim::OptimizerState st = parts.optimizer ? parts.optimizer->state_dict() : *parts.optimizer_state;
     w.write_tensors("optimizer", StateDict(st.tensors.begin(), st.tensors.end()), {{"optimizer_state", st.to_json()}});
     trainer["optimizer"] = st.optimizer;
   }

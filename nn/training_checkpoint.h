@@ -44,6 +44,9 @@ struct TrainingCheckpointParts {
   // Loading, instead of `optimizer`: given the checkpoint's optimizer state (its tensors view the
   // mapped file), loads what it needs; it must check everything before it changes anything.
   std::function<void(const optim::OptimizerState&)> load_optimizer;
+  // Saving, instead of `optimizer`: the optimizer state to write (a sharded optimizer's state
+  // gathered for writing, parallel/zero.h).
+  const optim::OptimizerState* optimizer_state = nullptr;
 };
 
 struct TrainingProgress {

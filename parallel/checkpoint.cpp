@@ -113,9 +113,7 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
         }
         p.optimizer = unsharded.get();
       } else if (zero) {
-        unsharded = zero->factory()(zero->param_groups());
-        unsharded->load_state_dict(full);
-        p.optimizer = unsharded.get();
+        p.optimizer_state = &full;  // the gathered state, as the unsharded optimizer would hold it
       }
       nn::save_training_checkpoint(path, p, progress);
     } catch (const Error& e) {

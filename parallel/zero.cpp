@@ -97,6 +97,12 @@ void ZeroOptimizer::init(ParamGroups groups, std::shared_ptr<comm::Communicator>
                 optimizer_->num_groups(), " groups from ", shard_groups.size());
 }
 
+Tensor ZeroOptimizer::for_group(const Tensor& host) const {
+  // NOTE [ZeRO-1 on GPUs]: an NCCL group carries device tensors only.
+  if (group().backend() != comm::Backend::NCCL) return host;
+  return host.to(reducer_->buckets().front().grads.device());
+}
+
 void ZeroOptimizer::take_shard_grads() {
   reducer_->finish();
   TRIDENT_CHECK(reducer_->rounds_finished() > rounds_at_last_step_, "ZeroOptimizer::step: no synchronized backward ",
@@ -121,7 +127,7 @@ bool ZeroOptimizer::unscale_with(nn::GradScaler& scaler, const std::function<boo
   if (all_finite) return scaler.unscale_(*optimizer_, all_finite);
   // NOTE [ZeRO-1 with loss scaling]: by default the dp group agrees (the largest "overflowed" wins).
   return scaler.unscale_(*optimizer_, [&](bool finite) {
-    Tensor overflow = scalar_tensor(finite ? 0.0 : 1.0, DType::F64);
+    Tensor overflow = for_group(scalar_tensor(finite ? 0.0 : 1.0, DType::F64));
     group().all_reduce(overflow, comm::ReduceOp::Max).wait();
     return overflow.item<double>() == 0.0;
   });
@@ -194,7 +200,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm, const NormParts& parts) {
   for (int k = 0; k < 2; ++k)
     if (!norms[k].empty())
       for (double n : stack(norms[k]).to_vector<double>()) sq[k] += n * n;  // one read per kind
-  Tensor both = from_vector<double>({sq[0], sq[1]}, {2});
+  Tensor both = for_group(from_vector<double>({sq[0], sq[1]}, {2}));
   group().all_reduce(both, comm::ReduceOp::Sum).wait();
   const std::vector<double> dp_sums = both.to_vector<double>();
   Tensor split_sq = scalar_tensor(dp_sums[1], DType::F64);
@@ -260,7 +266,7 @@ nn::optim::OptimizerState ZeroOptimizer::gather_state(std::optional<int> root) {
         group().send(it->second, *root).wait();
         continue;
       }
-      Tensor flat = empty({buckets[b].padded}, it->second.dtype());
+      Tensor flat = empty({buckets[b].padded}, TensorOptions(it->second.dtype()).device(it->second.device()));
       if (root) {
         const int64_t shard = buckets[b].shard_numel(group().size());
         std::vector<comm::Work> works;
@@ -275,7 +281,11 @@ nn::optim::OptimizerState ZeroOptimizer::gather_state(std::optional<int> root) {
       } else {
         group().all_gather(flat, it->second).wait();
       }
-      for (const GradReducer::Slot& s : buckets[b].slots) full.tensors[state_key(s.index, slot)] = GradReducer::slot_view(flat, s).clone();
+      // For the writer (a root) on the host, one bucket at a time on the device; for state_dict()
+      // where the unsharded optimizer's would be, on the parameters' device.
+      for (const GradReducer::Slot& s : buckets[b].slots)
+        full.tensors[state_key(s.index, slot)] = root ? GradReducer::slot_view(flat, s).to(Device::cpu()).contiguous()
+                                                      : GradReducer::slot_view(flat, s).clone();
     }
   }
   return full;
@@ -370,7 +380,7 @@ void ZeroOptimizer::load_state_dict(const nn::optim::OptimizerState& full) {
       size_t present = 0;
       for (const GradReducer::Slot& s : bucket.slots) present += full.tensors.count(state_key(s.index, slot));
       if (present == 0) continue;
-      Tensor flat = zeros({bucket.padded}, bucket.dtype);
+      Tensor flat = zeros({bucket.padded}, TensorOptions(bucket.dtype).device(bucket.grads.device()));
       for (const GradReducer::Slot& s : bucket.slots) {
         const std::string key = state_key(s.index, slot);
         auto it = full.tensors.find(key);

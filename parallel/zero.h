@@ -53,6 +53,12 @@
 // Checkpoints gather the stage's unsharded state over dp, then the stages' over pp (NOTE
 // [Pipeline checkpoints]): the file of a serial run.
 //
+// NOTE [ZeRO-1 on GPUs]: parameters on a CUDA device keep everything there (buckets, shards,
+// optimizer state, the gathered state's buffers); the dp group may be NCCL's (the training
+// programs give it the NCCL group their plain data parallelism uses), so the few host values ZeRO
+// reduces over it (the clipping norm's squares, the overflow flag) travel as device scalars. The
+// tp and pp groups of clip_grad_norm stay host groups.
+//
 // NOTE [ZeRO-1 checkpoints]: state_dict() gathers the sharded state into the state dict the
 // *unsharded* optimizer would have (NOTE [Optimizer state dict]: per parameter, in registration
 // order), and load_state_dict() takes such a state dict and keeps this rank's shards. So a ZeRO
@@ -143,8 +149,9 @@ class ZeroOptimizer {
   const std::vector<GradReducer::Bucket>& buckets() const { return reducer_->buckets(); }
 
   // NOTE [ZeRO-1 checkpoints]. state_dict() is collective over the dp group (it all-gathers);
-  // state_dict_to(root) gathers the state on dp rank `root` alone (the others send their shards
-  // and get nullopt, never holding more than their own), what a checkpoint writer needs.
+  // state_dict_to(root) gathers the state on dp rank `root` alone, in host memory (the others
+  // send their shards and get nullopt, never holding more than their own), what a checkpoint
+  // writer needs.
   // load_state_dict() is local: it takes the unsharded state (its tensors may view a mapped file)
   // and keeps this rank's shards, one bucket of the whole at a time; a state that does not fit the
   // parameters is an error before anything changes.
@@ -160,6 +167,8 @@ class ZeroOptimizer {
   // Zeroes the buckets' gradient buffers and makes each parameter's .grad its slot.
   void use_bucket_grads();
   void gather_parameters();
+  // A host value's tensor where the dp group's backend can carry it (the device under NCCL).
+  Tensor for_group(const Tensor& host) const;
   bool unscale_with(nn::GradScaler& scaler, const std::function<bool(bool)>& all_finite);
   // Multiplies the shard gradients by min(1, max_norm / (norm + 1e-6)); returns norm.
   double scale_shard_grads(double max_norm, double norm);

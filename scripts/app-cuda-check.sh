@@ -12,6 +12,7 @@
 #   bf16_cuda     --precision bf16 on the GPU: every loss finite, and falling.
 #   fp16_cuda     --precision fp16 on the GPU (autocast and the GradScaler's device unscale and
 #                 overflow flag): every loss finite, and falling.
+#   zero_cuda     --zero (ZeRO-1 over one rank) on the GPU: the plain GPU run's losses within 1e-5.
 #   resume_cuda   a second process resuming the GPU run's step-10 checkpoint on the GPU: the losses
 #                 of steps 11-20 equal the uninterrupted run's exactly (the CUDA kernels have no
 #                 atomics: the same inputs give the same bits).
@@ -95,6 +96,15 @@ if train fp16 --device "$DEV" --precision fp16; then
   check fp16_cuda falls "$dir/fp16.jsonl"
 else
   row fp16_cuda FAIL "the run failed: see app_cuda.log"
+fi
+
+# ZeRO-1 on the GPU (NOTE [ZeRO-1 on GPUs]; one rank: its buckets, shards and shard optimizer on
+# the device, the clipping norm from the shards): the plain GPU run's losses within 1e-5 (the
+# same AdamW arithmetic; only the clipping norm's summation order differs).
+if train zero --device "$DEV" --zero; then
+  check zero_cuda compare "$dir/cuda.jsonl" "$dir/zero.jsonl" --rtol 1e-5
+else
+  row zero_cuda FAIL "the run failed: see app_cuda.log"
 fi
 
 if [[ -d "$dir/ck/step-10" ]] && train resumed --device "$DEV" --resume "$dir/ck/step-10"; then
