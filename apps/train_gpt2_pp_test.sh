@@ -7,7 +7,8 @@
 # print the serial bf16 and fp16 runs' losses within 3e-5 relative (the half-precision roundings
 # below), and every run the serial
 # run's validation losses (evaluated through the stages). With NP = 4: --dp 2 --pp 2,
-# --pp 4, --pp 2 --tp 2 and --dp 2 --pp 2 --zero equal serial as well. Checkpoints (NOTE [Model-parallel training
+# --pp 4, --pp 2 --tp 2, --dp 2 --pp 2 --zero and (eight ranks) --dp 2 --pp 2 --tp 2 --zero equal
+# serial as well. Checkpoints (NOTE [Model-parallel training
 # checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
 # resumes at its own layout exactly (with dropout too, NP = 2) and serially within 1e-5
 # relative; a serial checkpoint resumes at that layout. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
@@ -166,4 +167,8 @@ else
   run "${zero_pp[@]}" --ckpt-dir "$dir/zero_pp_ck" --ckpt-every 3 >"$dir/zero_pp.txt"
   same_as_serial "dp 2 x pp 2, ZeRO-1" "$dir/zero_pp.txt"
   check_checkpoints "dp 2 x pp 2, ZeRO-1" "$dir/zero_pp.txt" "$dir/zero_pp_ck" run "${zero_pp[@]}"
+  # All three parallelisms and ZeRO-1 on eight ranks (tp innermost): the serial run again.
+  "$mpiexec" --oversubscribe -np 8 "$exe" "${common[@]}" --dp 2 --pp 2 --tp 2 --zero --micro-batches 2 --batch 4 \
+    >"$dir/dp_pp_tp_zero.txt"
+  same_as_serial "dp 2 x pp 2 x tp 2, ZeRO-1" "$dir/dp_pp_tp_zero.txt"
 fi
