@@ -66,4 +66,6 @@ expect_fail "trunc_train_000000.bin" "$exe" --train "$dir/trunc_*.bin"
 expect_fail "another configuration" run --model '{"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 32, "vocab_size": 500}' --resume "$dir/ck/step-8"
 expect_fail "not a folder" run --resume "$dir/nope"
 expect_fail "--device must be cpu, cuda or cuda:N" "$exe" --device tpu --dry-run
+expect_fail "--initial-loss-scale must be positive" "$exe" --precision fp16 --initial-loss-scale -4 --dry-run
+expect_fail "--initial-loss-scale is fp16's" "$exe" --precision bf16 --initial-loss-scale 1024 --dry-run
 echo "bad input: one clear line each"
