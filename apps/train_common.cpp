@@ -353,7 +353,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   // serial model's full tensors and optimizer state (the whole model's, grouped as above).
   parallel::ParamGroups whole_groups{{}, {}};
   for (const Tensor& p : model.parameters()) whole_groups[p.dim() >= 2 ? 0 : 1].push_back(p);
-  const parallel::ModelParallelCheckpoint mp_ckpt{tp->size() > 1 ? tp.get() : nullptr, pipe.get(), whole_groups, make_optimizer};
+  const parallel::ModelParallelCheckpoint mp_ckpt{tp->size() > 1 ? tp.get() : nullptr, pipe.get(), whole_groups};
   const parallel::ModelParallelCheckpoint* mp_parts = tp->size() > 1 || pipe ? &mp_ckpt : nullptr;
   const int64_t pp_size = pipe ? pipe->num_stages() : 1;
   // Each stage's value of a generator offset (the same list on every rank; collective over pp).

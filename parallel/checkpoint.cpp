@@ -45,30 +45,14 @@ std::vector<Tensor> flatten(const ParamGroups& groups) {
   return all;
 }
 
-// Fresh parameters of the full (serial) shapes, grouped like `groups`, for the serial optimizer.
-ParamGroups full_groups(nn::Module& model, const ParamGroups& groups) {
-  const std::vector<Shape> shapes = tp::full_shapes(model, flatten(groups));
-  ParamGroups out;
-  size_t k = 0;
-  for (const auto& g : groups) {
-    out.emplace_back();
-    for (const Tensor& p : g) {
-      Tensor t = zeros(shapes[k++], TensorOptions(p.dtype()));
-      t.set_requires_grad(true);
-      out.back().push_back(t);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, comm::Communicator& dp, const nn::TrainingCheckpointParts& parts,
                               const nn::TrainingProgress& progress, ZeroOptimizer* zero, const ModelParallelCheckpoint* mp) {
   TRIDENT_CHECK(!(zero && parts.optimizer), "save_training_checkpoint ", path,
                 ": give the ZeroOptimizer or parts.optimizer, not both");
-  TRIDENT_CHECK(!mp || (mp->factory && parts.model != nullptr), "save_training_checkpoint ", path,
-                ": a model-parallel checkpoint needs an optimizer factory and the model");
+  TRIDENT_CHECK(!mp || parts.model != nullptr, "save_training_checkpoint ", path,
+                ": a model-parallel checkpoint needs the model");
   const bool has_optimizer = zero || parts.optimizer;
   nn::optim::OptimizerState full;
   // Collective over dp: the gathered state on dp rank 0, the writer's dp index, alone.
@@ -102,18 +86,15 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
   if (writer) {
     try {
       nn::TrainingCheckpointParts p = parts;
-      std::unique_ptr<nn::optim::Optimizer> unsharded;
       std::shared_ptr<nn::Module> holder;
       if (mp) {
         holder = module_of(model_state);
         p.model = holder.get();
-        if (has_optimizer) {
-          unsharded = mp->factory(full_groups(*parts.model, groups));
-          unsharded->load_state_dict(full);
-        }
-        p.optimizer = unsharded.get();
-      } else if (zero) {
-        p.optimizer_state = &full;  // the gathered state, as the unsharded optimizer would hold it
+      }
+      // The gathered state is the unsharded (serial) optimizer's state dict: written as it is.
+      if (mp || zero) {
+        p.optimizer = nullptr;
+        if (has_optimizer) p.optimizer_state = &full;
       }
       nn::save_training_checkpoint(path, p, progress);
     } catch (const Error& e) {
@@ -136,8 +117,7 @@ nn::TrainingProgress load_training_checkpoint(const std::string& path, const nn:
   TRIDENT_CHECK(!(zero && parts.optimizer), "load_training_checkpoint ", path,
                 ": give the ZeroOptimizer or parts.optimizer, not both");
   if (mp) {
-    TRIDENT_CHECK(mp->factory && parts.model != nullptr, "load_training_checkpoint ", path,
-                  ": a model-parallel checkpoint needs an optimizer factory and the model");
+    TRIDENT_CHECK(parts.model != nullptr, "load_training_checkpoint ", path, ": a model-parallel checkpoint needs the model");
     nn::Module& model = *parts.model;
     // A serial-shaped copy: the model's names with the full shapes.
     const auto shards = tp::sharded_parameters(model);

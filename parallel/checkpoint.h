@@ -13,8 +13,8 @@
 // stages' tensors (tp-gathered first under tp x pp) and optimizer states are sent, one tensor at
 // a time, to pp rank 0 and assembled there into the whole model's. The rank that is dp, pp and
 // tp rank 0 writes them, through a
-// serial-shaped copy (a module of the full tensors under the model's names, and mp.factory's
-// optimizer over full-shaped parameters). So a run at tp = 2 or pp = 2 writes the directory a
+// serial-shaped copy (a module of the full tensors under the model's names, and the gathered
+// optimizer state, which is the serial optimizer's state dict). So a run at tp = 2 or pp = 2 writes the directory a
 // serial run writes, and a checkpoint of any layout (or of a serial run) resumes at any other:
 // loading reads the full tensors, keeps this rank's shards of this stage's tensors and this
 // stage's optimizer state (under pp the files are memory-mapped and only the stage's part is
@@ -40,9 +40,6 @@ struct ModelParallelCheckpoint {
   pipeline::Pipeline* pipe = nullptr;  // the pipeline over parts.model (null: none)
   // With pipe: the whole model's parameters, grouped as the stage optimizer groups the stage's.
   ParamGroups whole_groups;
-  // Builds the optimizer over parameter groups of full (serial) shapes, as the run's optimizer
-  // is built over its shards (the same groups and hyperparameters).
-  OptimizerFactory factory;
 };
 
 // Collective over `dp`: with `zero`, gathers its state (every rank takes part); dp rank 0 writes
