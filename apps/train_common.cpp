@@ -322,6 +322,18 @@ int train(const TrainOptions& o, TrainTask& task) {
     plain = make_optimizer({decay, no_decay});
   }
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
+  // ZeRO's clipping norm is the serial model's: under --tp split parameters' squares summed over
+  // tp, under --pp the stages' summed, a tied parameter counted by its first stage only.
+  parallel::ZeroOptimizer::NormParts zero_norm_parts;
+  if (zero && tp->size() > 1) {
+    zero_norm_parts.tp = tp.get();
+    zero_norm_parts.split = tp_split_parameters(model);
+  }
+  if (zero && pipe) {
+    zero_norm_parts.pp = pipe->pp().get();
+    for (const Tensor& p : pipe->parameters())
+      if (!parallel::pipeline::counted_here(*pipe, p)) zero_norm_parts.elsewhere.push_back(p);
+  }
   // NOTE [Batch norm in the apps]: the pipeline defers its stage's batch norms itself.
   const std::vector<nn::BatchNorm2d*> batch_norms = pipe ? std::vector<nn::BatchNorm2d*>{} : nn::defer_batch_norms(model);
   nn::GradScaler scaler({.init_scale = o.initial_loss_scale > 0 ? o.initial_loss_scale : nn::GradScalerOptions{}.init_scale,
@@ -541,19 +553,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       const auto all_finite = [&](bool finite) { return dp_average(mesh.world(), finite ? 0.0 : 1.0) == 0.0; };
       if (o.grad_clip > 0) {
         zero->unscale_(scaler, all_finite);
-        // The norm is the serial model's: under --tp split parameters' squares summed over tp,
-        // under --pp the stages' summed, a tied parameter counted by its first stage only.
-        parallel::ZeroOptimizer::NormParts norm_parts;
-        if (tp->size() > 1) {
-          norm_parts.tp = tp.get();
-          norm_parts.split = tp_split_parameters(model);
-        }
-        if (pipe) {
-          norm_parts.pp = pipe->pp().get();
-          for (const Tensor& p : pipe->parameters())
-            if (!parallel::pipeline::counted_here(*pipe, p)) norm_parts.elsewhere.push_back(p);
-        }
-        zero->clip_grad_norm(o.grad_clip, norm_parts);
+        zero->clip_grad_norm(o.grad_clip, zero_norm_parts);
       }
       zero->step(scaler, all_finite);
       skipped += scaler.last_step_skipped() ? 1 : 0;
