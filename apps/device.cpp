@@ -8,7 +8,7 @@
 
 namespace trident::apps {
 
-Device resolve_device(const std::string& value, bool model_parallel, const std::string& flag) {
+Device resolve_device(const std::string& value, const std::string& flag) {
   Device d;
   try {
     d = Device::parse(value);
@@ -27,12 +27,6 @@ Device resolve_device(const std::string& value, bool model_parallel, const std::
                 flag, " cpu");
   TRIDENT_CHECK(d.index < n, flag, " ", value, ": there is no CUDA device ", d.index, " (", n, " visible: cuda:0",
                 n > 1 ? " to cuda:" + std::to_string(n - 1) : std::string(), ")");
-  // NOTE [Device in the apps]: data parallelism (plain or ZeRO-1) reduces CUDA gradients over
-  // NCCL; the pipeline and tensor-parallel paths still communicate over MPI with CPU tensors.
-  TRIDENT_CHECK(!model_parallel, flag, " ", value,
-                " with --pp/--tp > 1: those parallel paths use the CPU communicators (MPI); NCCL is wired "
-                "into data parallelism (--dp, with or without --zero) only so far. Run --dp alone on GPUs, or this run with ",
-                flag, " cpu");
   return d;
 }
 
@@ -107,12 +101,6 @@ std::string describe_device(Device d) {
   std::snprintf(buf, sizeof buf, "%s (%s, compute capability %d.%d, %.0f GiB)", d.str().c_str(), info.name.c_str(),
                 info.major, info.minor, static_cast<double>(info.total_memory) / (1024.0 * 1024.0 * 1024.0));
   return buf;
-}
-
-models::Batch to_device(const models::Batch& batch, Device d) {
-  models::Batch out;
-  for (const auto& [name, t] : batch.tensors()) out.set(name, t.device() == d ? t : t.to(d));
-  return out;
 }
 
 }  // namespace trident::apps

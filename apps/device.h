@@ -3,7 +3,7 @@
 // NOTE [Device in the apps]: `--device cpu | cuda | cuda:N`. The model is built on the CPU from
 // the seed (so a run's initial weights are the same on every device) and then moved with
 // Module::to; the optimizer is made after the move, so its state is created on the device; the
-// loader's batches (host tensors) go to the device one step at a time (to_device below), after the
+// loader's batches (host tensors) go to the device one step at a time (models::Batch::to), after the
 // loss counts were taken from the host copy. Autocast and the GradScaler work on either device.
 // Checkpoints are written from the device (the safetensors writer copies each tensor to the host)
 // and read onto it (the state dict loads copy into the device parameters, the optimizer state is
@@ -15,24 +15,41 @@
 // gradients' bucketed all-reduces go over an NCCL communicator bootstrapped over the MPI dp group
 // (apps/train_common.cpp), while host numbers (loss counts, the logged loss) stay on MPI; --zero
 // reduce-scatters and all-gathers its buckets over the same NCCL group (NOTE [ZeRO-1 on GPUs]).
-// --pp and --tp still communicate CPU tensors over MPI, so with --device cuda they are refused
-// in one line. (The NCCL path has not run with more than one rank: that needs two GPUs.)
+// --pp and --tp run on GPUs too (NOTE [Model parallelism on GPUs]). (No NCCL path has run with
+// more than one rank yet: that needs two GPUs.)
+//
+// NOTE [Model parallelism on GPUs]: `mpirun -np N ... --device cuda` with --tp and --pp (and
+// --dp, --zero), one GPU per rank:
+//   - tensor parallelism: the split layers' collectives on activations and their gradients (two
+//     all-reduces per block forward, the vocabulary-parallel loss, sequence parallelism's
+//     gathers and reduce-scatters) go over an NCCL communicator bootstrapped over the mesh's MPI
+//     tp group (tensor_parallel_layers in apps/train_common.cpp): the traffic Megatron-LM puts
+//     on NVLink. What happens once per step or checkpoint over tp (the clipping norm's squares,
+//     gathering split tensors into a checkpoint) stays on the MPI group, CUDA tensors staged
+//     through pinned host memory (NOTE [Host staging]).
+//   - pipeline parallelism: each stage on its rank's GPU (NOTE [Pipeline on GPUs]): micro-batches
+//     moved there by the pipeline, activations and their gradients sent between stages over the
+//     MPI pp group, staged through pinned host memory (a stage boundary moves one micro-batch's
+//     hidden states each way: 6 MiB for GPT-2 124M at 4 x 1024 tokens in bf16), with the
+//     headers, losses and traces it sends as host tensors.
+//   - data parallelism: the gradients over an NCCL group of the dp ranks, bucketed (DataParallel;
+//     under --pp reduced once after the pipeline's step, DataParallel::reduce; ZeRO-1 likewise);
+//     loss counts, losses and batch norm totals over the MPI dp group.
+// The CPU runs the same code with every group on MPI (the tests); only the communicators' backend
+// differs on GPUs.
 #pragma once
 
 #include <string>
 
 #include "core/device.h"
 #include "core/device_info.h"
-#include "models/layer_list.h"
 
 namespace trident::apps {
 
 // Parses and checks --device (`flag` names the option in messages). Errors, in one line each:
 // not cpu/cuda/cuda:N; a build without CUDA; no CUDA device found; an ordinal past the visible
-// devices; a CUDA device in a run that `model_parallel` says splits the model or the optimizer
-// (--pp or --tp > 1): data parallelism alone (with or without ZeRO-1) runs on GPUs (NCCL), the
-// rest not yet.
-Device resolve_device(const std::string& value, bool model_parallel = false, const std::string& flag = "--device");
+// devices.
+Device resolve_device(const std::string& value, const std::string& flag = "--device");
 
 // NOTE [Rank to GPU]: which GPU a rank of a multi-process run takes.
 //   - `--device cuda` (no index): the GPU (local rank) mod (visible GPUs), the local rank being
@@ -73,8 +90,5 @@ Device rank_device(Device requested, const std::string& value, int world_rank);
 
 // "cpu", or "cuda:0 (NVIDIA H200, compute capability 9.0, 140 GiB)".
 std::string describe_device(Device d);
-
-// The batch's tensors on `d` (the same tensors when they are there already).
-models::Batch to_device(const models::Batch& batch, Device d);
 
 }  // namespace trident::apps

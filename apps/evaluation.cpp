@@ -80,7 +80,7 @@ MetricSums evaluation_sums(const TrainOptions& o, const TrainTask& task, paralle
     const int64_t rows = whole.size(), share = (rows + dp_size - 1) / dp_size;
     const int64_t first = std::min(rows, dp.rank() * share), last = std::min(rows, first + share);
     if (first == last) continue;  // the same on every pp and tp rank of this dp index
-    const models::Batch b = to_device(dp_size > 1 ? whole.slice(first, last) : whole, dev);
+    const models::Batch b = (dp_size > 1 ? whole.slice(first, last) : whole).to(dev);
     // The metrics (the losses) inside the autocast scope too, as the training loss is: there
     // the cross-entropy of bf16/f16 logits is computed and returned in f32; outside it, in the
     // logits' dtype, which rounds a validation loss to 8 bits of mantissa (5.34375 for 5.3412).

@@ -164,11 +164,26 @@ parallel::Mesh make_mesh(const TrainOptions& o) {
   return mesh;
 }
 
+Device run_device(const TrainOptions& o, const parallel::Mesh& mesh) {
+  const Device dev = rank_device(resolve_device(o.device), o.device, static_cast<int>(mesh.world_rank()));
+#if TRIDENT_HAVE_CUDA
+  if (dev.is_cuda()) cuda::set_device(static_cast<int>(dev.index));  // NCCL joins the current device
+#endif
+  return dev;
+}
+
 std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,
                                                                            const parallel::Mesh& mesh) {
   if (o.tp <= 1) return nullptr;
+  // NOTE [Model parallelism on GPUs]: the layers' collectives (on activations and their
+  // gradients) over NCCL between the GPUs of the tp group.
+  std::shared_ptr<parallel::comm::Communicator> group = mesh.group_ptr(parallel::Axis::TP);
+#if TRIDENT_HAVE_CUDA
+  if (run_device(o, mesh).is_cuda())
+    group = parallel::comm::make_nccl_communicator(group, {.name = group->name() + ".nccl", .timeout = std::nullopt});
+#endif
   return std::make_shared<parallel::tp::TensorParallelLayers>(
-      mesh, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
+      group, parallel::tp::TensorParallelOptions{.seed = o.seed, .sequence_parallel = o.sequence_parallel});
 }
 
 bool is_lead() { return g_lead; }
@@ -268,11 +283,7 @@ int train(const TrainOptions& o, TrainTask& task) {
   const parallel::Mesh& mesh = task.mesh != nullptr ? *task.mesh : *own_mesh;
   // NOTE [Device in the apps]: one GPU per rank; the model moves before the optimizer (and its
   // state) is made.
-  const Device dev = rank_device(resolve_device(o.device, o.pp * o.tp > 1), o.device,
-                                 static_cast<int>(mesh.world_rank()));
-#if TRIDENT_HAVE_CUDA
-  if (dev.is_cuda()) cuda::set_device(static_cast<int>(dev.index));  // NCCL joins the current device
-#endif
+  const Device dev = run_device(o, mesh);
   if (!dev.is_cpu()) model.to(dev);
   const models::LayerList& layers = model.layers();
   const std::shared_ptr<parallel::comm::Communicator> dp = mesh.group_ptr(parallel::Axis::DP);
@@ -298,8 +309,10 @@ int train(const TrainOptions& o, TrainTask& task) {
                                             .remat = parallel::pipeline::parse_remat(o.remat),
                                             .balance = task.pp_balance,
                                             .dp = dp,
-                                            // NOTE [ZeRO-1 over pipeline stages]: ZeRO reduces.
-                                            .average_dp_gradients = !o.zero,
+                                            // NOTE [Model parallelism on GPUs]: DataParallel or
+                                            // ZeRO (NOTE [ZeRO-1 over pipeline stages]) reduces
+                                            // the gradients, over NCCL on GPUs.
+                                            .average_dp_gradients = false,
                                             .deferred_batch_norm = true,  // NOTE [Batch norm in the apps]
                                             .timeline = true});
   }
@@ -318,7 +331,12 @@ int train(const TrainOptions& o, TrainTask& task) {
     // NOTE [ZeRO-1 on GPUs]: over the gradients' group (NCCL's on GPUs).
     zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp_grads, make_optimizer);
   } else {
-    if (dp_size > 1 && !pipe) ddp = std::make_unique<parallel::DataParallel>(model, dp_grads);
+    // Under --pp over the stage's parameters, reduced once after the pipeline's step (the
+    // pipeline broadcast them over dp already).
+    if (dp_size > 1)
+      ddp = pipe ? std::make_unique<parallel::DataParallel>(pipe->parameters(), dp_grads,
+                                                             parallel::DataParallelOptions{.broadcast_from_rank0 = false})
+                 : std::make_unique<parallel::DataParallel>(model, dp_grads);
     plain = make_optimizer({decay, no_decay});
   }
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
@@ -511,20 +529,23 @@ int train(const TrainOptions& o, TrainTask& task) {
     double loss = NAN;
     // NOTE [Pipeline training apps]: the pipeline cuts the step's batch into its micro-batches
     // and returns the global batch's mean loss (averaged over dp already).
-    const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : to_device(batch, dev).split(o.grad_accum);
+    const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : batch.to(dev).split(o.grad_accum);
     // The micro-batches' losses, kept where they were computed and read together when the step's
     // loss is needed (NOTE [Device in the apps]: on a GPU, at logged steps only).
     std::vector<Tensor> micro_losses;
     if (pipe) {
       autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
       if (scaler.is_enabled()) pipe->set_loss_scale(scaler.get_scale());  // fp16: the last stage scales
-      // NOTE [ZeRO-1 over pipeline stages]: the micro-batches' backward passes accumulate
-      // locally; the step's sum is reduce-scattered once.
+      // NOTE [ZeRO-1 over pipeline stages], NOTE [Model parallelism on GPUs]: the micro-batches'
+      // backward passes accumulate locally; the step's sum is reduced once (all-reduced, or
+      // reduce-scattered under ZeRO).
       std::optional<parallel::DataParallel::NoSync> no_sync;
       if (zero) no_sync.emplace(zero->no_sync());
+      if (ddp) no_sync.emplace(ddp->no_sync());
       loss = pipe->step(batch, counts);
       no_sync.reset();
       if (zero) zero->reduce_gradients();
+      if (ddp) ddp->reduce();
     }
     for (size_t i = 0; i < micro.size(); ++i) {
       const models::Batch& mb = micro[i];

@@ -131,6 +131,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "models/layer_list.h"
@@ -199,7 +200,7 @@ void add_train_options(CLI::App& app, TrainOptions& o);
 // the program should go on, or the exit code (--help: 0; bad input: the error printed, 2).
 int parse(CLI::App& app, int argc, char** argv);
 
-// Checks the device (apps/device.h: a GPU must be there, and a parallel run stays on the CPU),
+// Checks the device (apps/device.h: a GPU must be there when asked for),
 // precision, schedule and sizes; sets the thread count. Throws trident::Error.
 void check_train_options(const TrainOptions& o);
 
@@ -230,8 +231,13 @@ struct StageCut {
   models::LayerRange keep = models::kAllLayers;
 };
 StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const std::function<std::vector<double>()>& costs);
+// This rank's device (NOTE [Device in the apps], NOTE [Rank to GPU]), made the current CUDA
+// device when it is a GPU. Collective (the node-local rank).
+Device run_device(const TrainOptions& o, const parallel::Mesh& mesh);
 // Under --tp > 1 the factory of the model's splittable layers on the mesh's tp group (Megatron-LM's
-// split, with --sequence-parallel), to put in the model's config; null at tp = 1.
+// split, with --sequence-parallel), to put in the model's config, their collectives over an NCCL
+// communicator of the same ranks under --device cuda (NOTE [Model parallelism on GPUs]); null at
+// tp = 1.
 std::shared_ptr<parallel::tp::TensorParallelLayers> tensor_parallel_layers(const TrainOptions& o,
                                                                            const parallel::Mesh& mesh);
 

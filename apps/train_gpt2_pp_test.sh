@@ -8,7 +8,8 @@
 # below), and every run the serial
 # run's validation losses (evaluated through the stages). With NP = 4: --dp 2 --pp 2,
 # --pp 4, --pp 2 --tp 2, --dp 2 --pp 2 --zero and (eight ranks) --dp 2 --pp 2 --tp 2 --zero equal
-# serial as well. Checkpoints (NOTE [Model-parallel training
+# serial as well, and so does --dp 2 --pp 2 with the communicators staging every tensor through
+# host buffers (TRIDENT_COMM_STAGE_HOST=1, the GPU path's staging). Checkpoints (NOTE [Model-parallel training
 # checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
 # resumes at its own layout exactly (with dropout too, NP = 2) and serially within 1e-5
 # relative; a serial checkpoint resumes at that layout. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
@@ -148,6 +149,11 @@ else
   run --dp 2 --pp 2 --micro-batches 2 --batch 4 --pp-schedule 1f1b >"$dir/dp_pp.txt"
   run --pp 4 --micro-batches 4 --batch 8 --pp-schedule gpipe >"$dir/pp4.txt"
   same_as_serial "dp 2 x pp 2" "$dir/dp_pp.txt"
+  # NOTE [Model parallelism on GPUs]: the same run with every tensor the MPI groups carry staged
+  # through separate host buffers, as CUDA activations are staged through pinned ones (NOTE [Host
+  # staging]): the GPU path's communication on the CPU.
+  TRIDENT_COMM_STAGE_HOST=1 run --dp 2 --pp 2 --micro-batches 2 --batch 4 --pp-schedule 1f1b >"$dir/dp_pp_staged.txt"
+  same_as_serial "dp 2 x pp 2, staged through host buffers" "$dir/dp_pp_staged.txt"
   same_as_serial "pp 4" "$dir/pp4.txt"
   # tp x pp: two stages, each split over two tensor-parallel ranks (clipping by the serial norm:
   # split parameters' squares summed over tp, then over pp).

@@ -147,7 +147,7 @@ int parse(CLI::App& app, int argc, char** argv) {
 void check_train_options(const TrainOptions& o) {
   TRIDENT_CHECK(o.dp > 0 && o.pp > 0 && o.tp > 0, "--dp, --pp and --tp must be positive, got --dp ", o.dp, " --pp ", o.pp,
                 " --tp ", o.tp);
-  resolve_device(o.device, o.pp * o.tp > 1);  // NOTE [Device in the apps]
+  resolve_device(o.device);  // NOTE [Device in the apps]
   TRIDENT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                 "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
   TRIDENT_CHECK(o.initial_loss_scale >= 0 && std::isfinite(o.initial_loss_scale),

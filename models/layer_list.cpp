@@ -101,6 +101,12 @@ std::vector<Batch> Batch::split(int64_t parts) const {
   return out;
 }
 
+Batch Batch::to(Device d) const {
+  Batch out;
+  for (const auto& [name, t] : tensors_) out.set(name, t.device() == d ? t : t.to(d));
+  return out;
+}
+
 // ---- LayerList ----
 
 LayerList::LayerList(std::vector<std::pair<std::string, std::shared_ptr<Layer>>> layers, const nn::Module& model) {

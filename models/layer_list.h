@@ -66,6 +66,9 @@ class Batch {
   Batch slice(int64_t begin, int64_t end) const;
   // `parts` micro-batches of equal size; parts must divide size() (an error says so).
   std::vector<Batch> split(int64_t parts) const;
+  // Every tensor on `d` (the same tensors where they are there already): a loader's host batch
+  // on a stage's or a model's GPU.
+  Batch to(Device d) const;
 
  private:
   std::map<std::string, Tensor> tensors_;

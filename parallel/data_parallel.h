@@ -73,6 +73,10 @@ class DataParallel {
   // Waits for the reduction in progress; runs by itself when backward ends, so calling it is
   // never needed (and harmless).
   void finish() { reducer_->finish(); }
+  // Reduces (averages) the gradients the parameters hold now, after backward passes that all ran
+  // under no_sync, when the caller decides the sum is complete: a pipeline stage after its
+  // micro-batches (NOTE [Pipeline on GPUs]). Collective over the group.
+  void reduce() { reducer_->reduce(); }
 
   comm::Communicator& group() const { return reducer_->comm(); }
   const std::vector<GradReducer::Bucket>& buckets() const { return reducer_->buckets(); }

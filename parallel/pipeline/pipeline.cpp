@@ -58,8 +58,19 @@ std::string shape_key(const Batch& b) {
   return k;
 }
 
-Device device_of(const std::vector<std::pair<std::string, Tensor>>& params) {
-  return params.empty() ? Device::cpu() : params.front().second.device();
+// NOTE [Pipeline on GPUs]: the device the model was moved to, placeholders included (Module::to
+// moves them too), so that a stage whose layers hold no tensor still knows it.
+Device model_device(const models::LayeredModel& model) {
+  for (const Tensor& p : model.parameters()) return p.device();
+  for (const Tensor& b : model.buffers()) return b.device();
+  return Device::cpu();
+}
+
+// The micro-batches of `batch` on `dev`.
+std::vector<Batch> split_to(const Batch& batch, int64_t parts, Device dev) {
+  std::vector<Batch> micro = batch.split(parts);
+  for (Batch& mb : micro) mb = mb.to(dev);
+  return micro;
 }
 
 // NOTE [Stage-only model]: what stage `stage` of `balance` keeps of `model`, which it releases.
@@ -142,6 +153,13 @@ void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t sta
 Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp, PipelineOptions options)
     : model_(model), pp_(std::move(pp)), options_(std::move(options)) {
   TRIDENT_CHECK(pp_ != nullptr, "pipeline: no pp communicator given");
+  // NOTE [Pipeline on GPUs]: headers, losses and counts travel as host tensors.
+  for (const Communicator* g : {pp_.get(), options_.dp.get()})
+    TRIDENT_CHECK(g == nullptr || g->backend() != comm::Backend::NCCL, "pipeline: group '", g->name(),
+                  "' is an NCCL communicator; the pipeline's pp and dp groups must carry host tensors too (MPI or local: ",
+                  "CUDA activations are staged through pinned host memory); reduce the gradients over NCCL yourself ",
+                  "(PipelineOptions::average_dp_gradients = false)");
+  device_ = model_device(model_);
   const auto& layers = model_.layers();
   const auto K = static_cast<int64_t>(pp_->size());
   const auto L = static_cast<int64_t>(layers.size());
@@ -321,21 +339,20 @@ double Pipeline::step_with(const Batch& batch, const std::vector<double>* given_
   const int64_t M = options_.micro_batches;
   const int64_t B = batch.size();
   TRIDENT_CHECK(B % M == 0, "pipeline: ", M, " micro-batches do not divide the batch of ", B, " rows");
-  const std::vector<Batch> micro = batch.split(M);
+  const std::vector<Batch> micro = split_to(batch, M, device_);
   const std::string key = shape_key(micro.front());
   const bool new_shapes = key != shape_key_;
   shape_key_ = key;
 
-  const Device dev = device_of(params_);
-  const int64_t base = memory_stats(dev).current_bytes;
-  reset_peak_memory_stats(dev);
+  const int64_t base = memory_stats(device_).current_bytes;
+  reset_peak_memory_stats(device_);
   events_.clear();
   step_loss_ = 0;
   try {
     std::vector<double> counts;
     if (stage_ + 1 == num_stages()) counts = given_counts != nullptr ? *given_counts : model_.loss_counts(batch);
     run_step(micro, counts, new_shapes);
-    peak_activation_bytes_ = memory_stats(dev).peak_bytes - base;
+    peak_activation_bytes_ = memory_stats(device_).peak_bytes - base;
     finish_step();
   } catch (const std::exception& e) {
     fail(e);
@@ -359,7 +376,7 @@ models::Activations Pipeline::forward_only(const Batch& batch) {
   NoGradGuard no_grad;
   forward_only_ = true;
   try {
-    models::Activations out = run_forward_only(B >= M && B % M == 0 ? batch.split(M) : std::vector<Batch>{batch});
+    models::Activations out = run_forward_only(split_to(batch, B >= M && B % M == 0 ? M : 1, device_));
     forward_only_ = false;
     return out;
   } catch (const std::exception& e) {
@@ -477,7 +494,7 @@ TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m)
       in.emplace_back();
       continue;
     }
-    in.push_back(empty(s.sizes, s.dtype));
+    in.push_back(empty(s.sizes, TensorOptions(s.dtype).device(device_)));
     ops.push_back(comm::recv_op(in.back(), pp_->rank() - 1));
   }
   const double start = timeline_now();
@@ -548,7 +565,7 @@ void Pipeline::backward(int64_t m) {
     std::vector<P2POp> ops;
     for (const Tensor& o : st.outputs) {
       if (!o.defined() || !is_floating(o.dtype())) continue;
-      Tensor g = empty(o.sizes(), o.dtype());
+      Tensor g = empty(o.sizes(), TensorOptions(o.dtype()).device(o.device()));
       ops.push_back(comm::recv_op(g, pp_->rank() + 1));
       if (o.requires_grad()) {
         roots.push_back(o);

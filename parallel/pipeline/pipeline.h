@@ -50,6 +50,16 @@
 // at the communicator timeout instead.
 // Mixed precision: step() may run inside an autocast scope (NOTE [Autocast state]); fp16's loss
 // scale: set_loss_scale.
+// NOTE [Pipeline on GPUs]: a model moved to a GPU (Module::to, before the pipeline is built) runs
+// its stage there: step() and forward_only() take the batch wherever it is (a loader's host
+// batch) and move each micro-batch to the model's device; the activations and gradients a stage
+// receives are allocated there. The pp group also carries host tensors (the shape headers, the
+// loss, the trace), so it must be MPI or local, which stage CUDA tensors through pinned host
+// memory (NOTE [Host staging] in comm/communicator.h); so must options.dp (losses, batch norm
+// totals). An NCCL group there is refused at construction. A GPU stage's data-parallel gradients
+// go best over NCCL outside the pipeline: average_dp_gradients = false, the step under the
+// reducer's no_sync, then DataParallel::reduce() (or ZeroOptimizer::reduce_gradients()) over an
+// NCCL group, as the training programs do.
 #pragma once
 
 #include <cstdint>
@@ -243,6 +253,7 @@ class Pipeline {
   std::vector<std::pair<std::string, Tensor>> held_state_;  // NOTE [Stage-only model]
   std::map<std::string, int64_t> owners_;
   int64_t released_bytes_ = 0;
+  Device device_;  // NOTE [Pipeline on GPUs]
 
   // Tied parameters this stage shares with other stages, and the group of those stages.
   struct Tied {

@@ -22,17 +22,16 @@ namespace {
 
 TEST(AppsDevice, ParsesCpuAndRefusesOtherNamesNamingTheFlag) {
   EXPECT_EQ(resolve_device("cpu"), kCPU);
-  EXPECT_EQ(resolve_device("cpu", /*parallel=*/true), kCPU);  // parallel CPU runs are fine
   for (const char* bad : {"tpu", "cuda:", "cuda:-1", "gpu", ""})
     testing::expect_error([&] { resolve_device(bad); }, {"--device must be cpu, cuda or cuda:N, got '" + std::string(bad) + "'"});
-  testing::expect_error([] { resolve_device("tpu", false, "--eval-device"); }, {"--eval-device must be cpu, cuda or cuda:N"});
+  testing::expect_error([] { resolve_device("tpu", "--eval-device"); }, {"--eval-device must be cpu, cuda or cuda:N"});
 }
 
 TEST(AppsDevice, CudaWithoutAGpuSaysWhy) {
   if (cuda_is_available()) GTEST_SKIP() << "a GPU is present";
   const char* why = cuda_built() ? "no CUDA device found" : "built without CUDA";
   testing::expect_error([] { resolve_device("cuda"); }, {"--device cuda: ", why, "use --device cpu"});
-  testing::expect_error([] { resolve_device("cuda:2", true); }, {"--device cuda:2: ", why});
+  testing::expect_error([] { resolve_device("cuda:2"); }, {"--device cuda:2: ", why});
 }
 
 // NOTE [Rank to GPU]: the mapping, without a GPU (device counts are given).
@@ -141,7 +140,7 @@ TEST(AppsDevice, LocalRankFromTheLaunchersEnvironment) {
 TEST(AppsDevice, ToDeviceKeepsHostTensors) {
   const Tensor ids = arange(6.0, DType::I64);
   const models::Batch b{{"input_ids", ids}};
-  const models::Batch c = to_device(b, kCPU);
+  const models::Batch c = b.to(kCPU);
   EXPECT_TRUE(c.at("input_ids").is_same(ids));
 }
 

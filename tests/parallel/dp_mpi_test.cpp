@@ -157,7 +157,10 @@ TEST(DataParallelMpi, BucketsAreInReverseRegistrationOrder) {
   for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(order[i], params[params.size() - 1 - i].impl()) << i;
 }
 
-TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) {
+// kMicro micro-batches per step: all but the last backward under no_sync and the last one
+// reducing, or (`reduce_after`) every backward under no_sync and DataParallel::reduce() after
+// them (a pipeline stage's way, NOTE [Pipeline on GPUs]). Either equals one big batch.
+static void expect_accumulation_equals_one_big_batch(bool reduce_after) {
   constexpr int kMicro = 2;
   for (const ModelCase& c : trident::testing::dp_model_cases()) {
     SCOPED_TRACE(c.name);
@@ -176,7 +179,7 @@ TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) {
       double loss_sum = 0;
       for (int m = 0; m < kMicro; ++m) {
         Tensor loss = div(c.loss(*model, mine.rows(m * per, per)), static_cast<double>(kMicro));
-        if (m + 1 < kMicro) {
+        if (m + 1 < kMicro || reduce_after) {
           auto scope = ddp.no_sync();
           loss.backward();
           EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before) << "no communication under no_sync";
@@ -185,14 +188,21 @@ TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) {
         }
         loss_sum += loss.item<double>();
       }
+      if (reduce_after) ddp.reduce();
+      EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before + static_cast<int64_t>(ddp.buckets().size()))
+          << "one all-reduce per bucket per step";
       opt->step();
       opt->zero_grad();
       r.losses.push_back(global_loss(*dp, scalar_tensor(loss_sum, kF64)));
     }
     r.params = model->parameters();
-    expect_same_run(r, serial, 1e-5, c.name + " no_sync");
+    expect_same_run(r, serial, 1e-5, c.name + (reduce_after ? " reduce()" : " no_sync"));
   }
 }
+
+TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) { expect_accumulation_equals_one_big_batch(false); }
+
+TEST(DataParallelMpi, ReduceAfterBackwardsUnderNoSyncEqualsOneBigBatch) { expect_accumulation_equals_one_big_batch(true); }
 
 TEST(ZeroMpi, Stage1TrainsLikePlainDataParallel) {
   for (const ModelCase& c : trident::testing::dp_model_cases()) {
