@@ -199,6 +199,12 @@ Peak device_peak(int index, const std::string& precision, bool tf32, double flag
   return resolve_peak(gpu, precision, tf32, env, "TRIDENT_PEAK_TFLOPS");
 }
 
+Peak run_peak(const Peak& per_gpu, int gpus) {
+  TRIDENT_CHECK(gpus >= 1, "run_peak: ", gpus, " GPUs");
+  if (gpus == 1 || !per_gpu.known()) return per_gpu;
+  return {per_gpu.flops * gpus, std::to_string(gpus) + " x " + per_gpu.source};
+}
+
 std::string mfu_text(double flops_per_s, const Peak& peak) {
   if (!peak.known()) return kMfuUnknown;
   char buf[32];

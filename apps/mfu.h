@@ -28,7 +28,9 @@
 // f32 products may use TF32 (ops::set_matmul_allow_tf32), else plain FP32's (CUDA cores), from
 // NVIDIA's data sheets (mfu.cpp), scaled down to the SMs the runtime reports when that is fewer
 // than the full chip's (a MIG instance). TRIDENT_PEAK_TFLOPS (or --peak-tflops in the apps)
-// overrides it; a GPU not in the table and without an override gets no MFU: kMfuUnknown.
+// overrides it; a GPU not in the table and without an override gets no MFU: kMfuUnknown. A run
+// over several GPUs (one per rank) divides the whole run's model FLOPs by the peak times the
+// number of GPUs (run_peak).
 #pragma once
 
 #include <cstdint>
@@ -110,6 +112,11 @@ double parse_peak_tflops(const char* text, const std::string& what);
 // The peak for CUDA device `index`: `flag_tflops` (--peak-tflops; 0: unset), else
 // TRIDENT_PEAK_TFLOPS, else the table. Errors: no such device, a bad TRIDENT_PEAK_TFLOPS.
 Peak device_peak(int index, const std::string& precision, bool tf32, double flag_tflops = 0);
+
+// The peak of a run over `gpus` GPUs of `per_gpu`'s kind (the ranks of --dp x --pp x --tp, one
+// GPU each): an MFU is the whole run's model FLOPs (every dp replica's) over every GPU's peak, so
+// that splitting the model over more GPUs does not read as a higher utilization. gpus >= 1.
+Peak run_peak(const Peak& per_gpu, int gpus);
 
 // "41.3%" (of flops_per_s over the peak), or kMfuUnknown.
 std::string mfu_text(double flops_per_s, const Peak& peak);

@@ -487,7 +487,8 @@ int train(const TrainOptions& o, TrainTask& task) {
   // NOTE [MFU]: the GPU's peak for this precision: --peak-tflops, TRIDENT_PEAK_TFLOPS, the table.
   Peak peak;
   if (!dev.is_cpu()) {
-    peak = device_peak(dev.index, o.precision, matmul_allow_tf32(), o.peak_tflops);
+    // Every rank's GPU: the throughput counts every dp replica, whose model spans pp x tp GPUs.
+    peak = run_peak(device_peak(dev.index, o.precision, matmul_allow_tf32(), o.peak_tflops), mesh.world().size());
     say("device: %s; MFU against %s\n", describe_device(dev).c_str(), peak.source.c_str());
   }
   const auto t0 = Clock::now();

@@ -257,6 +257,13 @@ TEST(AppsMfu, ResolvePeakSaysWhichPeakAndScalesToAMigInstance) {
   EXPECT_EQ(mfu_text(1e15, unknown), "n/a (unknown peak; set TRIDENT_PEAK_TFLOPS)");
   EXPECT_NE(unknown.source.find("NVIDIA GeForce RTX 4090"), std::string::npos);
   EXPECT_EQ(mfu_text(494.7e12, full), "50.0%");
+  // Four GPUs (say --dp 2 --pp 2): the run's FLOPs over four peaks.
+  const Peak four = run_peak(full, 4);
+  EXPECT_DOUBLE_EQ(four.flops, 4 * full.flops);
+  EXPECT_EQ(four.source, "4 x " + full.source);
+  EXPECT_EQ(mfu_text(4 * 494.7e12, four), "50.0%");
+  EXPECT_EQ(run_peak(full, 1).source, full.source);
+  EXPECT_FALSE(run_peak(unknown, 4).known());
   const Peak known_by_override = resolve_peak({"NVIDIA GeForce RTX 4090", 8, 9, 128, 2520000}, "bf16", false, 165.2, "--peak-tflops");
   EXPECT_DOUBLE_EQ(known_by_override.flops, 165.2e12);
 }
