@@ -21,7 +21,7 @@ double round_to(double v, DType dt) { return dt == kF32 ? static_cast<double>(st
 
 bool counted_here(const Pipeline& pipe, const Tensor& p) {
   for (const models::TiedParameter& t : pipe.model().layers().tied())
-    if (t.tensor.is_same(p)) return t.layers.front() >= pipe.layer_begin() && t.layers.front() < pipe.layer_end();
+    if (t.tensor.is_same(p)) return pipe.holds_layer(t.layers.front());
   return true;
 }
 

@@ -75,28 +75,32 @@ std::vector<Batch> split_to(const Batch& batch, int64_t parts, Device dev) {
 
 // NOTE [Stage-only model]: what stage `stage` of `balance` keeps of `model`, which it releases.
 struct StageCut {
-  std::map<std::string, int64_t> owners;                  // every state-dict entry: its first stage
+  std::map<std::string, int64_t> owners;                  // every state-dict entry: its first stage's rank
   std::vector<std::pair<std::string, Tensor>> held_state;  // this stage's state-dict entries
   int64_t released_bytes = 0;                              // released here (not already placeholders)
 };
 
-StageCut cut_model(models::LayeredModel& model, const Balance& balance, int64_t stage) {
+// `balance` has stages x chunks virtual stages; virtual stage vs runs on rank vs mod stages
+// (NOTE [Interleaved schedule]).
+StageCut cut_model(models::LayeredModel& model, const Balance& balance, int64_t stage, int64_t stages) {
   NoGradGuard no_grad;
   const auto& layers = model.layers();
   const auto ranges = stage_ranges(balance);
-  // Each tensor of a layer with the first stage holding it, and whether this stage holds it.
+  // Each tensor of a layer with the first rank holding it, and whether this rank holds it.
   std::map<const TensorImpl*, int64_t> first;
   std::set<const TensorImpl*> mine;
-  for (size_t s = 0; s < ranges.size(); ++s)
-    for (int64_t i = ranges[s].first; i < ranges[s].second; ++i) {
+  for (size_t vs = 0; vs < ranges.size(); ++vs) {
+    const int64_t rank = static_cast<int64_t>(vs) % stages;
+    for (int64_t i = ranges[vs].first; i < ranges[vs].second; ++i) {
       const nn::Module& layer = *layers[static_cast<size_t>(i)];
       std::vector<Tensor> tensors = layer.parameters();
       for (const Tensor& b : layer.buffers()) tensors.push_back(b);
       for (const Tensor& t : tensors) {
-        first.emplace(t.impl(), static_cast<int64_t>(s));
-        if (static_cast<int64_t>(s) == stage) mine.insert(t.impl());
+        first.emplace(t.impl(), rank);
+        if (rank == stage) mine.insert(t.impl());
       }
     }
+  }
   StageCut cut;
   std::set<std::string> state;  // the persistent entries' names (not their tensors: they would stay alive)
   for (const auto& [name, t] : model.state_dict()) state.insert(name);
@@ -124,13 +128,19 @@ StageCut cut_model(models::LayeredModel& model, const Balance& balance, int64_t 
 
 }  // namespace
 
-Balance plan_balance(const models::LayerList& layers, int64_t stages, const PipelineOptions& options) {
+Balance plan_balance(const models::LayerList& layers, int64_t ranks, const PipelineOptions& options) {
   const auto L = static_cast<int64_t>(layers.size());
-  TRIDENT_CHECK(stages >= 1 && stages <= L, "pipeline: ", stages, " stages but the model has ", L,
-                " layers (every stage needs at least one)");
+  TRIDENT_CHECK(options.chunks >= 1, "pipeline: ", options.chunks, " chunks per stage; at least one is needed");
+  const int64_t stages = ranks * options.chunks;  // virtual stages (NOTE [Interleaved schedule])
+  TRIDENT_CHECK(ranks >= 1 && stages <= L, "pipeline: ", ranks, " stages",
+                options.chunks > 1 ? " of " + std::to_string(options.chunks) + " chunks each" : std::string(),
+                " but the model has only ", L, " layers (every ", options.chunks > 1 ? "chunk" : "stage",
+                " needs at least one)");
   if (!options.balance.empty()) {
     TRIDENT_CHECK(static_cast<int64_t>(options.balance.size()) == stages, "pipeline: the balance ",
-                  balance_str(options.balance), " has ", options.balance.size(), " stages, not ", stages);
+                  balance_str(options.balance), " has ", options.balance.size(), " stages, not ", stages,
+                  options.chunks > 1 ? " (" + std::to_string(ranks) + " ranks x " + std::to_string(options.chunks) + " chunks)"
+                                     : std::string());
     check_balance(options.balance, L);
     return options.balance;
   }
@@ -143,11 +153,27 @@ Balance plan_balance(const models::LayerList& layers, int64_t stages, const Pipe
   return balance_by_costs(costs, stages);
 }
 
-void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage) {
+std::vector<std::pair<size_t, size_t>> rank_layer_ranges(const Balance& balance, int64_t stage, int64_t chunks) {
+  TRIDENT_CHECK(chunks >= 1 && !balance.empty() && static_cast<int64_t>(balance.size()) % chunks == 0,
+                "pipeline: a balance of ", balance.size(), " stages is not ", chunks, " chunks per stage");
+  const int64_t stages = static_cast<int64_t>(balance.size()) / chunks;
+  TRIDENT_CHECK(stage >= 0 && stage < stages, "pipeline: stage ", stage, " of ", stages);
+  const auto all = stage_ranges(balance);
+  std::vector<std::pair<size_t, size_t>> out;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto& r = all[static_cast<size_t>(c * stages + stage)];
+    out.emplace_back(static_cast<size_t>(r.first), static_cast<size_t>(r.second));
+  }
+  return out;
+}
+
+void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage, int64_t chunks) {
   check_balance(balance, static_cast<int64_t>(model.layers().size()));
-  TRIDENT_CHECK(stage >= 0 && stage < static_cast<int64_t>(balance.size()), "keep_stage: stage ", stage, " of ",
-                balance.size());
-  cut_model(model, balance, stage);
+  TRIDENT_CHECK(chunks >= 1 && static_cast<int64_t>(balance.size()) % chunks == 0, "keep_stage: a balance of ",
+                balance.size(), " stages is not ", chunks, " chunks per stage");
+  const int64_t stages = static_cast<int64_t>(balance.size()) / chunks;
+  TRIDENT_CHECK(stage >= 0 && stage < stages, "keep_stage: stage ", stage, " of ", stages);
+  cut_model(model, balance, stage, stages);
 }
 
 Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp, PipelineOptions options)
@@ -163,14 +189,24 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
   const auto& layers = model_.layers();
   const auto K = static_cast<int64_t>(pp_->size());
   const auto L = static_cast<int64_t>(layers.size());
+  const int64_t V = options_.chunks;
   TRIDENT_CHECK(options_.micro_batches >= 1, "pipeline: ", options_.micro_batches,
                 " micro-batches; at least one is needed");
-  TRIDENT_CHECK(K <= L, "pipeline: ", K, " stages (the ranks of group '", pp_->name(), "') but the model has only ", L,
-                " layers (every stage needs at least one)");
+  TRIDENT_CHECK(V >= 1, "pipeline: ", V, " chunks per stage; at least one is needed");
+  // NOTE [Interleaved schedule]
+  TRIDENT_CHECK(V == 1 || K >= 2, "pipeline: ", V, " chunks per stage need at least two stages (group '", pp_->name(),
+                "' has one rank)");
+  TRIDENT_CHECK(V == 1 || options_.micro_batches % K == 0, "pipeline: ", V, " chunks per stage (the interleaved schedule) ",
+                "take the micro-batches in groups of the ", K, " stages; ", options_.micro_batches,
+                " micro-batches is not a multiple of ", K);
+  TRIDENT_CHECK(K * V <= L, "pipeline: ", K, " stages (the ranks of group '", pp_->name(), "')",
+                V > 1 ? " of " + std::to_string(V) + " chunks each" : std::string(), " but the model has only ", L,
+                " layers (every ", V > 1 ? "chunk" : "stage", " needs at least one)");
   if (!options_.balance.empty()) {
-    TRIDENT_CHECK(static_cast<int64_t>(options_.balance.size()) == K, "pipeline: the balance ",
+    TRIDENT_CHECK(static_cast<int64_t>(options_.balance.size()) == K * V, "pipeline: the balance ",
                   balance_str(options_.balance), " has ", options_.balance.size(), " stages but group '", pp_->name(),
-                  "' has ", K, " ranks (one stage per rank)");
+                  "' has ", K, " ranks (one stage per rank",
+                  V > 1 ? ", " + std::to_string(V) + " chunks each: " + std::to_string(K * V) + " entries" : std::string(), ")");
     check_balance(options_.balance, L);
     balance_ = options_.balance;
   } else if (options_.balance_by == BalanceBy::Time) {
@@ -180,18 +216,25 @@ Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp
     balance_ = plan_balance(layers, K, options_);
   }
   stage_ = pp_->rank();
-  const auto range = stage_ranges(balance_)[static_cast<size_t>(stage_)];
-  begin_ = static_cast<size_t>(range.first);
-  end_ = static_cast<size_t>(range.second);
-  params_ = layers.named_parameters(begin_, end_);
+  ranges_ = rank_layer_ranges(balance_, stage_, V);
+  std::set<const TensorImpl*> seen;  // a tied parameter in two of this rank's chunks: once
+  for (const auto& [b, e] : ranges_)
+    for (auto& [name, p] : layers.named_parameters(b, e))
+      if (seen.insert(p.impl()).second) params_.emplace_back(name, p);
+  in_specs_.resize(static_cast<size_t>(V));
+  out_specs_.resize(static_cast<size_t>(V));
   if (options_.deferred_batch_norm)
-    for (size_t i = begin_; i < end_; ++i)
-      for (nn::BatchNorm2d* bn : nn::defer_batch_norms(*layers[i]))
-        if (std::find(deferred_bns_.begin(), deferred_bns_.end(), bn) == deferred_bns_.end()) deferred_bns_.push_back(bn);
+    for (const auto& [b, e] : ranges_)
+      for (size_t i = b; i < e; ++i)
+        for (nn::BatchNorm2d* bn : nn::defer_batch_norms(*layers[i]))
+          if (std::find(deferred_bns_.begin(), deferred_bns_.end(), bn) == deferred_bns_.end()) deferred_bns_.push_back(bn);
   check_not_released();
   setup_tied_and_dp();
   release_other_stages();
+  // NOTE [Interleaved schedule]: gradients on a communicator of their own.
+  if (V > 1) pp_back_ = pp_->split(0, pp_->rank(), pp_->name() + "-back");
   std::vector<std::shared_ptr<Communicator>> keep{pp_};
+  if (pp_back_) keep.push_back(pp_back_);
   if (options_.dp) keep.push_back(options_.dp);
   for (const Tied& t : tied_) keep.push_back(t.group);
   failures_ = std::make_unique<FailureChannel>(pp_, std::move(keep));
@@ -241,16 +284,17 @@ Balance Pipeline::profile_balance(models::LayeredModel& model) {
     for (size_t i = 0; i < L; ++i) p[i] = t[i];
   }
   pp_->broadcast(costs, 0).wait();
-  return balance_by_costs(costs.to_vector<double>(), pp_->size());
+  return balance_by_costs(costs.to_vector<double>(), pp_->size() * options_.chunks);
 }
 
 void Pipeline::setup_tied_and_dp() {
   NoGradGuard no_grad;
   const auto ranges = stage_ranges(balance_);
+  // The rank holding a layer (its virtual stage's, NOTE [Interleaved schedule]).
   auto stage_of = [&](size_t layer) {
     for (size_t s = 0; s < ranges.size(); ++s)
-      if (static_cast<int64_t>(layer) < ranges[s].second) return static_cast<int64_t>(s);
-    return static_cast<int64_t>(ranges.size()) - 1;
+      if (static_cast<int64_t>(layer) < ranges[s].second) return static_cast<int64_t>(s) % pp_->size();
+    return (static_cast<int64_t>(ranges.size()) - 1) % pp_->size();
   };
   std::vector<Work> works;
   for (const models::TiedParameter& tp : model_.layers().tied()) {
@@ -273,7 +317,8 @@ void Pipeline::check_not_released() {
   // NOTE [Stage-only model]: a model an earlier pipeline cut holds placeholders where that
   // pipeline's other stages were; a new cut may need them. Agreed over pp, so every rank fails.
   std::string mine;
-  for (size_t i = begin_; i < end_ && mine.empty(); ++i) {
+  for (size_t i = 0; i < model_.layers().size() && mine.empty(); ++i) {
+    if (!holds_layer(i)) continue;
     std::vector<std::pair<std::string, Tensor>> named = model_.layers()[i]->named_parameters();
     for (auto& nb : model_.layers()[i]->named_buffers()) named.push_back(std::move(nb));
     for (const auto& [name, t] : named)
@@ -291,7 +336,7 @@ void Pipeline::check_not_released() {
 }
 
 void Pipeline::release_other_stages() {
-  StageCut cut = cut_model(model_, balance_, stage_);
+  StageCut cut = cut_model(model_, balance_, stage_, pp_->size());
   owners_ = std::move(cut.owners);
   held_state_ = std::move(cut.held_state);
   released_bytes_ = cut.released_bytes;
@@ -318,16 +363,21 @@ void Pipeline::zero_grad() {
   for (auto& [name, p] : params_) p.zero_grad(/*set_to_none=*/false);
 }
 
-std::string Pipeline::where() const {
-  const auto& layers = model_.layers();
-  return "pipeline stage " + std::to_string(stage_) + " of " + std::to_string(num_stages()) + " (rank " +
-         std::to_string(pp_->rank()) + " of '" + pp_->name() + "', layers " + layers.name(begin_) + " .. " +
-         layers.name(end_ - 1) + ")";
+bool Pipeline::holds_layer(size_t i) const {
+  return std::any_of(ranges_.begin(), ranges_.end(), [i](const auto& r) { return i >= r.first && i < r.second; });
 }
 
-void Pipeline::record(EventKind kind, int64_t m, double start) {
+std::string Pipeline::where() const {
+  const auto& layers = model_.layers();
+  std::string held;
+  for (const auto& [b, e] : ranges_) held += (held.empty() ? "" : ", ") + layers.name(b) + " .. " + layers.name(e - 1);
+  return "pipeline stage " + std::to_string(stage_) + " of " + std::to_string(num_stages()) + " (rank " +
+         std::to_string(pp_->rank()) + " of '" + pp_->name() + "', layers " + held + ")";
+}
+
+void Pipeline::record(EventKind kind, int64_t m, double start, int64_t chunk) {
   // forward_only()'s transfers are not part of a step's timeline.
-  if (options_.timeline && !forward_only_) events_.push_back({kind, m, start, timeline_now()});
+  if (options_.timeline && !forward_only_) events_.push_back({kind, m, start, timeline_now(), chunk});
 }
 
 double Pipeline::step(const Batch& batch) { return step_with(batch, nullptr); }
@@ -385,27 +435,32 @@ models::Activations Pipeline::forward_only(const Batch& batch) {
 }
 
 models::Activations Pipeline::run_forward_only(const std::vector<Batch>& micro) {
-  const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
-  std::vector<Spec> in_specs, out_specs;
-  std::vector<TensorList> outs;  // every micro-batch's outputs, kept until their sends are done
+  std::vector<TensorList> outs, sent;  // the last virtual stage's outputs; the others', being sent
   std::vector<Work> sends;
-  for (size_t m = 0; m < micro.size(); ++m) {
-    TensorList in;
-    const auto mi = static_cast<int64_t>(m);
-    if (!first) {
-      if (m == 0) in_specs = recv_header(mi);
-      in = recv_activations(in_specs, mi);
+  // Chunk after chunk (NOTE [Interleaved schedule]: the order the next rank receives in).
+  for (int64_t c = 0; c < chunks(); ++c) {
+    const bool first = is_first(c), last = is_last(c);
+    std::vector<Spec> in_specs, out_specs;
+    const auto [begin, end] = ranges_[static_cast<size_t>(c)];
+    for (size_t m = 0; m < micro.size(); ++m) {
+      TensorList in;
+      const auto mi = static_cast<int64_t>(m);
+      if (!first) {
+        if (m == 0) in_specs = recv_header(mi, c);
+        in = recv_activations(in_specs, mi, c);
+      }
+      TensorList out = model_.layers().run(micro[m], in, begin, end);
+      if (!last) {
+        if (m == 0) sends.push_back(pp_->send(header_of(out, out_specs), next_rank()));
+        sends.push_back(send_activations(out, out_specs, mi, c));
+      }
+      (last ? outs : sent).push_back(std::move(out));  // alive until their sends are done
+      for (Work& w : sends) w.test();
+      failures_->check();
     }
-    outs.push_back(model_.layers().run(micro[m], in, begin_, end_));
-    if (!last) {
-      if (m == 0) sends.push_back(pp_->send(header_of(outs.back(), out_specs), pp_->rank() + 1));
-      sends.push_back(send_activations(outs.back(), out_specs, mi));
-    }
-    for (Work& w : sends) w.test();
-    failures_->check();
   }
   for (Work& w : sends) failures_->wait(w);
-  if (!last) return {};
+  if (!is_last(chunks() - 1)) return {};
   if (outs.size() == 1) return outs.front();
   TensorList whole;
   for (size_t i = 0; i < outs.front().size(); ++i) {
@@ -459,16 +514,16 @@ std::vector<Pipeline::Spec> Pipeline::specs_of(const Tensor& header) {
   return specs;
 }
 
-std::vector<Pipeline::Spec> Pipeline::recv_header(int64_t m) {
+std::vector<Pipeline::Spec> Pipeline::recv_header(int64_t m, int64_t chunk) {
   Tensor h = zeros({kHeaderLen}, DType::I64);
   const double start = timeline_now();
-  Work w = pp_->recv(h, pp_->rank() - 1);
+  Work w = pp_->recv(h, prev_rank());
   failures_->wait(w);
-  record(EventKind::Recv, m, start);
+  record(EventKind::Recv, m, start, chunk);
   return specs_of(h);
 }
 
-Work Pipeline::send_activations(const TensorList& outputs, const std::vector<Spec>& specs, int64_t m) {
+Work Pipeline::send_activations(const TensorList& outputs, const std::vector<Spec>& specs, int64_t m, int64_t chunk) {
   TRIDENT_CHECK(outputs.size() == specs.size(), where(), ": micro-batch ", m, " gave ", outputs.size(),
                 " activations but micro-batch 0 gave ", specs.size());
   std::vector<P2POp> ops;
@@ -478,15 +533,15 @@ Work Pipeline::send_activations(const TensorList& outputs, const std::vector<Spe
     TRIDENT_CHECK(o.defined() == spec.defined && (!o.defined() || (o.dtype() == spec.dtype && o.sizes() == spec.sizes)),
                   where(), ": activation ", i, " of micro-batch ", m,
                   " differs in shape, dtype or definedness from micro-batch 0's");
-    if (o.defined()) ops.push_back(comm::send_op(o.detach(), pp_->rank() + 1));
+    if (o.defined()) ops.push_back(comm::send_op(o.detach(), next_rank()));
   }
   const double start = timeline_now();
   Work w = pp_->batch_send_recv(ops);
-  record(EventKind::Send, m, start);
+  record(EventKind::Send, m, start, chunk);
   return w;
 }
 
-TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m) {
+TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m, int64_t chunk) {
   TensorList in;
   std::vector<P2POp> ops;
   for (const Spec& s : specs) {
@@ -495,44 +550,48 @@ TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m)
       continue;
     }
     in.push_back(empty(s.sizes, TensorOptions(s.dtype).device(device_)));
-    ops.push_back(comm::recv_op(in.back(), pp_->rank() - 1));
+    ops.push_back(comm::recv_op(in.back(), prev_rank()));
   }
   const double start = timeline_now();
   Work w = pp_->batch_send_recv(ops);
   failures_->wait(w);
-  record(EventKind::Recv, m, start);
+  record(EventKind::Recv, m, start, chunk);
   return in;
 }
 
 void Pipeline::run_step(const std::vector<Batch>& micro, const std::vector<double>& counts, bool new_shapes) {
-  for (const Action& a : schedule_actions(options_.schedule, stage_, num_stages(), options_.micro_batches)) {
+  for (const Action& a : schedule_actions(options_.schedule, stage_, num_stages(), options_.micro_batches, chunks())) {
     const auto m = a.micro_batch;
     if (a.kind == Action::Kind::Forward)
-      forward(m, micro[static_cast<size_t>(m)], counts, new_shapes && m == 0);
+      forward(m, a.chunk, micro[static_cast<size_t>(m)], counts, new_shapes && m == 0);
     else
-      backward(m);
+      backward(m, a.chunk);
     // Let the sends progress, and learn early of another stage's failure.
     for (Work& w : sends_) w.test();
     failures_->check();
   }
 }
 
-void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& counts, bool exchange_header) {
-  const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
+void Pipeline::forward(int64_t m, int64_t chunk, const Batch& mb, const std::vector<double>& counts, bool exchange_header) {
+  const bool first = is_first(chunk), last = is_last(chunk);
+  const auto c = static_cast<size_t>(chunk);
+  std::vector<Spec>& in_specs = in_specs_[c];
+  std::vector<Spec>& out_specs = out_specs_[c];
   MicroState st;
   if (!first) {
-    if (exchange_header) in_specs_ = recv_header(m);
-    st.inputs = recv_activations(in_specs_, m);
+    if (exchange_header) in_specs = recv_header(m, chunk);
+    st.inputs = recv_activations(in_specs, m, chunk);
     for (Tensor& x : st.inputs)
       if (x.defined() && is_floating(x.dtype())) x.set_requires_grad(true);
   }
 
   const bool remat = options_.remat == Remat::Always ||
                      (options_.remat == Remat::ExceptLast && m + 1 != options_.micro_batches);
-  const autograd::CheckpointFn fn = [this, mb, m](const TensorList& in) {
+  const auto [begin, end] = ranges_[c];
+  const autograd::CheckpointFn fn = [this, mb, m, chunk, begin, end](const TensorList& in) {
     const double start = timeline_now();
-    TensorList out = model_.layers().run(mb, in, begin_, end_);
-    if (in_backward_) record(EventKind::Recompute, m, start);  // checkpoint's re-run
+    TensorList out = model_.layers().run(mb, in, begin, end);
+    if (in_backward_) record(EventKind::Recompute, m, start, chunk);  // checkpoint's re-run
     return out;
   };
   const double start = timeline_now();
@@ -541,20 +600,19 @@ void Pipeline::forward(int64_t m, const Batch& mb, const std::vector<double>& co
     st.loss = model_.loss(st.outputs, mb, counts);
     step_loss_ += st.loss.detach().to(DType::F64).item<double>();
   }
-  record(EventKind::Forward, m, start);
+  record(EventKind::Forward, m, start, chunk);
 
   if (!last) {
-    const int next = pp_->rank() + 1;
-    if (exchange_header) sends_.push_back(pp_->send(header_of(st.outputs, out_specs_), next));
-    sends_.push_back(send_activations(st.outputs, out_specs_, m));
+    if (exchange_header) sends_.push_back(pp_->send(header_of(st.outputs, out_specs), next_rank()));
+    sends_.push_back(send_activations(st.outputs, out_specs, m, chunk));
   }
-  in_flight_[m] = std::move(st);
+  in_flight_[{chunk, m}] = std::move(st);
 }
 
-void Pipeline::backward(int64_t m) {
-  const bool first = stage_ == 0, last = stage_ + 1 == num_stages();
-  auto it = in_flight_.find(m);
-  TRIDENT_ASSERT(it != in_flight_.end(), "backward of micro-batch ", m, " before its forward");
+void Pipeline::backward(int64_t m, int64_t chunk) {
+  const bool first = is_first(chunk), last = is_last(chunk);
+  auto it = in_flight_.find({chunk, m});
+  TRIDENT_ASSERT(it != in_flight_.end(), "backward of micro-batch ", m, " (chunk ", chunk, ") before its forward");
   MicroState st = std::move(it->second);
   in_flight_.erase(it);
   TensorList roots, grads;
@@ -566,22 +624,22 @@ void Pipeline::backward(int64_t m) {
     for (const Tensor& o : st.outputs) {
       if (!o.defined() || !is_floating(o.dtype())) continue;
       Tensor g = empty(o.sizes(), TensorOptions(o.dtype()).device(o.device()));
-      ops.push_back(comm::recv_op(g, pp_->rank() + 1));
+      ops.push_back(comm::recv_op(g, next_rank()));
       if (o.requires_grad()) {
         roots.push_back(o);
         grads.push_back(g);
       }
     }
     const double s = timeline_now();
-    Work w = pp_->batch_send_recv(ops);
+    Work w = grads_comm().batch_send_recv(ops);
     failures_->wait(w);
-    record(EventKind::Recv, m, s);
+    record(EventKind::Recv, m, s, chunk);
   }
   const double start = timeline_now();
   in_backward_ = true;
   if (!roots.empty()) autograd::backward(roots, grads);
   in_backward_ = false;
-  record(EventKind::Backward, m, start);
+  record(EventKind::Backward, m, start, chunk);
   st.outputs.clear();
   st.loss = Tensor();
 
@@ -589,11 +647,11 @@ void Pipeline::backward(int64_t m) {
     std::vector<P2POp> ops;
     for (const Tensor& x : st.inputs) {
       if (!x.defined() || !is_floating(x.dtype())) continue;
-      ops.push_back(comm::send_op(x.grad().defined() ? x.grad() : zeros_like(x), pp_->rank() - 1));
+      ops.push_back(comm::send_op(x.grad().defined() ? x.grad() : zeros_like(x), prev_rank()));
     }
     const double s = timeline_now();
-    sends_.push_back(pp_->batch_send_recv(ops));
-    record(EventKind::Send, m, s);
+    sends_.push_back(grads_comm().batch_send_recv(ops));
+    record(EventKind::Send, m, s, chunk);
   }
 }
 
@@ -636,7 +694,8 @@ void Pipeline::finish_step() {
 
 PipelineTrace Pipeline::gather_trace() const {
   const int K = pp_->size();
-  Tensor count = full({1}, static_cast<double>(events_.size() * 4), DType::I64);
+  constexpr size_t kPer = 5;  // numbers per event
+  Tensor count = full({1}, static_cast<double>(events_.size() * kPer), DType::I64);
   Tensor counts = zeros({K}, DType::I64);
   pp_->all_gather(counts, count).wait();
   const std::vector<int64_t> c = counts.to_vector<int64_t>();
@@ -644,21 +703,24 @@ PipelineTrace Pipeline::gather_trace() const {
   for (int64_t x : c) total += x;
   std::vector<double> mine;
   for (const Event& e : events_) {
-    mine.insert(mine.end(), {static_cast<double>(e.kind), static_cast<double>(e.micro_batch), e.start, e.end});
+    mine.insert(mine.end(), {static_cast<double>(e.kind), static_cast<double>(e.micro_batch), e.start, e.end,
+                             static_cast<double>(e.chunk)});
   }
   Tensor all = zeros({total}, DType::F64);
   pp_->all_gather(all, from_vector<double>(mine, {static_cast<int64_t>(mine.size())}), c).wait();
   const std::vector<double> v = all.to_vector<double>();
   PipelineTrace trace;
   trace.micro_batches = options_.micro_batches;
+  trace.chunks = chunks();
   trace.stages.resize(static_cast<size_t>(K));
   double t0 = 0;
   bool any = false;
   size_t i = 0;
   for (int s = 0; s < K; ++s)
-    for (int64_t j = 0; j < c[static_cast<size_t>(s)]; j += 4, i += 4) {
-      trace.stages[static_cast<size_t>(s)].push_back(
-          {static_cast<EventKind>(static_cast<int>(v[i])), static_cast<int64_t>(v[i + 1]), v[i + 2], v[i + 3]});
+    for (int64_t j = 0; j < c[static_cast<size_t>(s)]; j += kPer, i += kPer) {
+      trace.stages[static_cast<size_t>(s)].push_back({static_cast<EventKind>(static_cast<int>(v[i])),
+                                                      static_cast<int64_t>(v[i + 1]), v[i + 2], v[i + 3],
+                                                      static_cast<int64_t>(v[i + 4])});
       t0 = any ? std::min(t0, v[i + 2]) : v[i + 2];
       any = true;
     }

@@ -116,18 +116,28 @@ struct PipelineOptions {
   bool deferred_batch_norm = false;
   // Record the timeline of every step (NOTE [Pipeline timeline]).
   bool timeline = false;
+  // Model chunks per rank (NOTE [Interleaved schedule] in schedule.h): the layers are cut into
+  // pp size x chunks virtual stages (`balance` then has that many entries), rank s holding
+  // virtual stages s, s + K, ...; micro_batches must be a multiple of the pp size when > 1.
+  int64_t chunks = 1;
 };
 
 // The balance a Pipeline over `stages` ranks uses with `options` when that needs no
-// communication: options.balance (checked), else the cut by parameter count. Errors: a balance
-// by time (only the pipeline profiles it), stages outside [1, layers], a bad explicit balance.
+// communication: options.balance (checked), else the cut by parameter count; stages x
+// options.chunks entries. Errors: a balance by time (only the pipeline profiles it), more
+// virtual stages than layers, a bad explicit balance.
 Balance plan_balance(const models::LayerList& layers, int64_t stages, const PipelineOptions& options = {});
 
 // NOTE [Stage-only model]: releases what stage `stage` of `balance` does not hold, as the
 // Pipeline constructor does, but alone (no communication): a model built whole, cut as the
 // Pipeline built afterwards with the same balance would (it then finds its stage whole). A
 // stage-only build (NOTE [Stage-only build]) gives the same without the whole model in memory.
-void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage);
+// With `chunks` per stage the balance has stages x chunks entries (NOTE [Interleaved schedule]).
+void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage, int64_t chunks = 1);
+
+// The layer ranges rank `stage` holds: [first, second) of each of its chunks, in chunk order
+// (virtual stages stage, stage + K, ... of `balance`, K = balance.size() / chunks).
+std::vector<std::pair<size_t, size_t>> rank_layer_ranges(const Balance& balance, int64_t stage, int64_t chunks = 1);
 
 class Pipeline {
  public:
@@ -171,12 +181,15 @@ class Pipeline {
   void set_loss_scale(double scale);
   double loss_scale() const { return loss_scale_; }
 
+  // This rank's stage (its pp rank), of num_stages() (the pp size).
   int64_t stage() const { return stage_; }
-  int64_t num_stages() const { return static_cast<int64_t>(balance_.size()); }
+  int64_t num_stages() const { return static_cast<int64_t>(balance_.size()) / options_.chunks; }
+  int64_t chunks() const { return options_.chunks; }
+  // Layers per virtual stage: num_stages() x chunks() entries (NOTE [Interleaved schedule]).
   const Balance& balance() const { return balance_; }
-  // This stage's layers: [layer_begin(), layer_end()).
-  size_t layer_begin() const { return begin_; }
-  size_t layer_end() const { return end_; }
+  // This stage's layers: [first, second) of each of its chunks, in chunk order.
+  const std::vector<std::pair<size_t, size_t>>& layer_ranges() const { return ranges_; }
+  bool holds_layer(size_t i) const;
   const PipelineOptions& options() const { return options_; }
   models::LayeredModel& model() const { return model_; }
   const std::shared_ptr<comm::Communicator>& pp() const { return pp_; }
@@ -231,15 +244,23 @@ class Pipeline {
   static std::vector<Spec> specs_of(const Tensor& header);
   // The activations' transfers of micro-batch m: the header from the previous stage, the
   // tensors from it, and the tensors to the next stage (checked against micro-batch 0's specs).
-  std::vector<Spec> recv_header(int64_t m);
-  autograd::TensorList recv_activations(const std::vector<Spec>& specs, int64_t m);
-  comm::Work send_activations(const autograd::TensorList& outputs, const std::vector<Spec>& specs, int64_t m);
+  std::vector<Spec> recv_header(int64_t m, int64_t chunk);
+  autograd::TensorList recv_activations(const std::vector<Spec>& specs, int64_t m, int64_t chunk);
+  comm::Work send_activations(const autograd::TensorList& outputs, const std::vector<Spec>& specs, int64_t m,
+                              int64_t chunk);
   void run_step(const std::vector<models::Batch>& micro, const std::vector<double>& counts, bool new_shapes);
-  void forward(int64_t m, const models::Batch& mb, const std::vector<double>& counts, bool new_shapes);
-  void backward(int64_t m);
+  void forward(int64_t m, int64_t chunk, const models::Batch& mb, const std::vector<double>& counts, bool new_shapes);
+  void backward(int64_t m, int64_t chunk);
   void finish_step();
   std::string where() const;
-  void record(EventKind kind, int64_t m, double start);
+  void record(EventKind kind, int64_t m, double start, int64_t chunk = 0);
+  // NOTE [Interleaved schedule]: chunk c of this rank is virtual stage c K + stage(); activations go
+  // to the next rank (the last rank's to rank 0), gradients back.
+  bool is_first(int64_t chunk) const { return chunk == 0 && stage_ == 0; }
+  bool is_last(int64_t chunk) const { return chunk + 1 == chunks() && stage_ + 1 == num_stages(); }
+  int next_rank() const { return static_cast<int>((stage_ + 1) % num_stages()); }
+  int prev_rank() const { return static_cast<int>((stage_ + num_stages() - 1) % num_stages()); }
+  comm::Communicator& grads_comm() const { return pp_back_ ? *pp_back_ : *pp_; }
   void setup_tied_and_dp();
   Balance profile_balance(models::LayeredModel& model);
 
@@ -248,7 +269,8 @@ class Pipeline {
   PipelineOptions options_;
   Balance balance_;
   int64_t stage_ = 0;
-  size_t begin_ = 0, end_ = 0;
+  std::vector<std::pair<size_t, size_t>> ranges_;  // this rank's layers, per chunk
+  std::shared_ptr<comm::Communicator> pp_back_;     // gradients, with chunks > 1
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> held_state_;  // NOTE [Stage-only model]
   std::map<std::string, int64_t> owners_;
@@ -265,8 +287,8 @@ class Pipeline {
   std::unique_ptr<FailureChannel> failures_;
 
   std::string shape_key_;          // the batch shapes the specs below were exchanged for
-  std::vector<Spec> in_specs_, out_specs_;
-  std::map<int64_t, MicroState> in_flight_;
+  std::vector<std::vector<Spec>> in_specs_, out_specs_;  // per chunk
+  std::map<std::pair<int64_t, int64_t>, MicroState> in_flight_;  // by (chunk, micro-batch)
   std::vector<comm::Work> sends_;
   double step_loss_ = 0;
   double loss_scale_ = 1.0;

@@ -12,6 +12,21 @@
 // Both are synchronous: the gradients of a step are those of the whole mini-batch, whatever the
 // schedule. Sends never block (they are started and waited at the end of the step), so any
 // order in which every receive is preceded by its sender's matching send is deadlock-free.
+//
+// NOTE [Interleaved schedule]: with V > 1 chunks per rank (Megatron-LM's virtual pipeline,
+// Narayanan et al. 2021, section 2.2) the layers are cut into K V virtual stages and rank s
+// holds virtual stages s, s + K, ..., s + (V - 1) K, so a micro-batch passes through every rank V
+// times; M must be a multiple of K. The ranks take the micro-batches in groups of K: forward
+// number k (0 <= k < M V) is micro-batch (k / KV) K + k mod K of chunk (k mod KV) / K, backward
+// number k the same micro-batch of chunk V - 1 - (k mod KV) / K.
+//  - 1F1B (interleaved 1F1B): rank s runs min(2 (K - s - 1) + (V - 1) K, M V) warm-up forwards,
+//    then alternates forward and backward, then drains the backwards. The bubble shrinks by V:
+//    (K - 1) / (V M + K - 1) of the step (each chunk's work is 1/V of a stage's).
+//  - GPipe: every forward in that order, then every backward.
+// A rank's sends of activations to the next rank (the last rank's to rank 0, chunk c to chunk
+// c + 1) and the next rank's receives follow the same forward numbering, so they match in order
+// (gradients flow back on a communicator of their own: with K = 2 the two ranks send each other
+// both kinds).
 #pragma once
 
 #include <cstdint>
@@ -30,14 +45,18 @@ struct Action {
   enum class Kind : uint8_t { Forward, Backward };
   Kind kind;
   int64_t micro_batch;
+  int64_t chunk = 0;  // which of the rank's chunks (NOTE [Interleaved schedule]); 0 without
   bool operator==(const Action&) const = default;
 };
 
-// The actions of `stage` (0-based, of `stages`) for `micro_batches` micro-batches: each
-// micro-batch's forward once and its backward once, forward first.
-std::vector<Action> schedule_actions(Schedule schedule, int64_t stage, int64_t stages, int64_t micro_batches);
+// The actions of `stage` (0-based, of `stages` ranks) for `micro_batches` micro-batches through
+// each of its `chunks` chunks: each (chunk, micro-batch) forward once and backward once, forward
+// first. Errors: a stage outside [0, stages), micro_batches < 1, chunks < 1, chunks > 1 with one
+// stage or with micro_batches not a multiple of stages.
+std::vector<Action> schedule_actions(Schedule schedule, int64_t stage, int64_t stages, int64_t micro_batches,
+                                     int64_t chunks = 1);
 
-// "F0 F1 B1 B0"
+// "F0 F1 B1 B0"; with chunks, "F0.1" is micro-batch 0's forward through chunk 1.
 std::string actions_str(const std::vector<Action>& actions);
 
 }  // namespace trident::parallel::pipeline

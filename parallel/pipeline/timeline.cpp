@@ -28,8 +28,8 @@ double timeline_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double theoretical_bubble(int64_t stages, int64_t micro_batches) {
-  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+double theoretical_bubble(int64_t stages, int64_t micro_batches, int64_t chunks) {
+  return static_cast<double>(stages - 1) / static_cast<double>(chunks * micro_batches + stages - 1);
 }
 
 double PipelineTrace::span() const {
@@ -62,13 +62,15 @@ std::string PipelineTrace::chrome_json() const {
       << ", \"args\": {\"name\": \"stage " << s << "\"}}";
     first = false;
     for (const Event& e : stages[s])
-      o << ",\n{\"name\": \"" << event_kind_name(e.kind) << " " << e.micro_batch << "\", \"cat\": \""
+      o << ",\n{\"name\": \"" << event_kind_name(e.kind) << " " << e.micro_batch
+        << (chunks > 1 ? " chunk " + std::to_string(e.chunk) : std::string()) << "\", \"cat\": \""
         << event_kind_name(e.kind) << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << s << ", \"ts\": " << e.start * 1e6
-        << ", \"dur\": " << (e.end - e.start) * 1e6 << ", \"args\": {\"micro_batch\": " << e.micro_batch << "}}";
+        << ", \"dur\": " << (e.end - e.start) * 1e6 << ", \"args\": {\"micro_batch\": " << e.micro_batch
+        << ", \"chunk\": " << e.chunk << "}}";
   }
   o << "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"stages\": " << stages.size()
-    << ", \"micro_batches\": " << micro_batches << ", \"bubble\": " << bubble_fraction()
-    << ", \"theoretical_bubble\": " << theoretical_bubble(static_cast<int64_t>(stages.size()), micro_batches) << "}}\n";
+    << ", \"micro_batches\": " << micro_batches << ", \"chunks\": " << chunks << ", \"bubble\": " << bubble_fraction()
+    << ", \"theoretical_bubble\": " << theoretical_bubble(static_cast<int64_t>(stages.size()), micro_batches, chunks) << "}}\n";
   return o.str();
 }
 
@@ -104,7 +106,7 @@ bool PipelineTrace::write_gantt_png(const std::string& path) const {
       << "set output '" << path << "'\n"
       << "set title 'pipeline: " << stages.size() << " stages, " << micro_batches << " micro-batches, bubble "
       << static_cast<int>(100 * bubble_fraction() + 0.5) << "% (theory "
-      << static_cast<int>(100 * theoretical_bubble(static_cast<int64_t>(stages.size()), micro_batches) + 0.5)
+      << static_cast<int>(100 * theoretical_bubble(static_cast<int64_t>(stages.size()), micro_batches, chunks) + 0.5)
       << "%)'\n"
       << "set xlabel 'time (ms)'\nset ylabel 'stage'\nset yrange [" << static_cast<double>(stages.size()) - 0.5
       << ":-0.5]\nset ytics 1\nunset key\n"

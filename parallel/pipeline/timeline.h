@@ -12,7 +12,7 @@
 // The measured bubble of a step is the fraction of the stages' time spent not computing:
 // 1 - (sum over stages of forward + backward time) / (K * span), span being the first event's
 // start to the last event's end over all stages. GPipe's theory, with equal stages and free
-// communication, is (K - 1) / (M + K - 1).
+// communication, is (K - 1) / (M + K - 1); interleaved over V chunks per stage, (K - 1) / (V M + K - 1).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,7 @@ struct Event {
   int64_t micro_batch;
   double start;  // seconds
   double end;
+  int64_t chunk = 0;  // the rank's chunk (NOTE [Interleaved schedule]); 0 without
 };
 
 // Seconds on the steady clock.
@@ -39,6 +40,7 @@ double timeline_now();
 struct PipelineTrace {
   std::vector<std::vector<Event>> stages;
   int64_t micro_batches = 0;
+  int64_t chunks = 1;  // per stage (NOTE [Interleaved schedule])
 
   double span() const;
   // NOTE [Pipeline timeline]
@@ -52,7 +54,8 @@ struct PipelineTrace {
   bool write_gantt_png(const std::string& path) const;
 };
 
-// (K - 1) / (M + K - 1).
-double theoretical_bubble(int64_t stages, int64_t micro_batches);
+// (K - 1) / (V M + K - 1) for V chunks per stage ((K - 1) / (M + K - 1) without interleaving):
+// K - 1 idle slots of a chunk's time (1/V of a stage's) beside V M busy ones.
+double theoretical_bubble(int64_t stages, int64_t micro_batches, int64_t chunks = 1);
 
 }  // namespace trident::parallel::pipeline

@@ -121,8 +121,8 @@ TEST_P(DeferredBatchNorm, RunningStatisticsDoNotDependOnMicroBatches) {
     const auto got = layer_buffers(*model);
     int64_t compared = 0;
     bool any_differs_from_whole = false;
-    for (size_t i = pipe.layer_begin(); i < pipe.layer_end(); ++i)
-      for (size_t j = 0; j < got[i].size(); ++j) {
+    for (size_t i = 0; i < got.size(); ++i)
+      for (size_t j = 0; pipe.holds_layer(i) && j < got[i].size(); ++j) {
         const auto& [name, b] = got[i][j];
         const std::string where = model->layers().name(i) + "." + name + (deferred ? " (deferred)" : "");
         if (b.dtype() == DType::I64) {
@@ -413,6 +413,126 @@ ClippedRun train_serial_clipped(int steps, double clip, const std::function<mode
   EXPECT_GT(r.norms[0], clip) << "clipping acts";
   r.params = model->state_dict();
   return r;
+}
+
+// NOTE [Interleaved schedule]: two chunks per rank. Each kind whose layer list has room for
+// K x 2 virtual stages (GPT-2 and BERT have 6 layers, AmoebaNet 8: all at K = 2, AmoebaNet at
+// K = 4) gives the serial loss and gradients, whatever the schedule and re-materialization, with
+// M = K and 2 K micro-batches. GPT-2's tied embedding is on rank 0's first chunk and rank K - 1's
+// last.
+using InterleavedCase = std::tuple<std::string, int64_t, Schedule, Remat>;
+class InterleavedPipelineMatchesSerial : public ::testing::TestWithParam<InterleavedCase> {};
+
+TEST_P(InterleavedPipelineMatchesSerial, LossAndGradients) {
+  const auto& [kind, groups, schedule, remat] = GetParam();
+  const int64_t K = comm::Communicator::world()->size(), V = 2, M = groups * K;
+  auto model = make_pipeline_model(kind);
+  if (static_cast<int64_t>(model->layers().size()) < K * V)
+    GTEST_SKIP() << kind << "'s " << model->layers().size() << " layers do not make " << K * V << " virtual stages";
+  const Serial& want = serial(kind, M);
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = schedule, .remat = remat, .chunks = V});
+  ASSERT_EQ(pipe.layer_ranges().size(), 2u);
+  EXPECT_EQ(pipe.balance().size(), static_cast<size_t>(K * V));
+  const double loss = pipe.step(make_pipeline_batch(kind, batch_size(kind), kSeq, 7));
+  EXPECT_NEAR(loss, want.loss, 1e-5 * std::fabs(want.loss));
+  ASSERT_FALSE(pipe.named_parameters().empty());
+  for (const auto& [name, p] : pipe.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name << " on stage " << pipe.stage();
+  }
+}
+
+std::string interleaved_case_name(const ::testing::TestParamInfo<InterleavedCase>& info) {
+  const auto& [kind, groups, schedule, remat] = info.param;
+  return kind + "_groups" + std::to_string(groups) + "_" + std::string(schedule_name(schedule)) + "_" +
+         std::string(remat_name(remat));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, InterleavedPipelineMatchesSerial,
+                         ::testing::Combine(::testing::Values("gpt2", "bert", "amoebanet"), ::testing::Values(1, 2),
+                                            ::testing::Values(Schedule::GPipe, Schedule::OneFOneB),
+                                            ::testing::Values(Remat::Always, Remat::ExceptLast, Remat::Never)),
+                         interleaved_case_name);
+
+// Interleaved GPT-2 trained three steps with clipping by the whole model's norm (the tied
+// embedding counted once, on rank 0's first chunk): the serial losses, norms and, gathered to pp
+// rank 0, parameters; evaluation through the chunks (forward_only) gives the serial logits; the
+// transfers of gradients go on their own communicator.
+TEST(PipelineMpi, InterleavedTrainsAsSerialAndEvaluatesThroughTheChunks) {
+  const int64_t K = comm::Communicator::world()->size();
+  if (K != 2) GTEST_SKIP() << "GPT-2's 6 layers make 2 x 2 virtual stages (the test runs at 2 ranks)";
+  constexpr int kSteps = 3;
+  constexpr double kClip = 0.5;
+  auto batch_of = [](int s) { return make_pipeline_batch("gpt2", kBatch, kSeq, 100 + static_cast<uint64_t>(s)); };
+  const auto [want_loss, want_norm, want_params] = train_serial_clipped(kSteps, kClip, batch_of);
+  auto model = make_pipeline_model("gpt2");
+  auto pp = fresh_group("pp-interleaved");
+  Pipeline pipe(*model, pp, {.micro_batches = 4, .schedule = Schedule::OneFOneB, .timeline = true, .chunks = 2});
+  // Layers 0-5 cut by parameters into 4 virtual stages: rank 0 holds the first and third.
+  EXPECT_TRUE(pipe.holds_layer(0) == (pipe.stage() == 0));
+  EXPECT_TRUE(pipe.holds_layer(5) == (pipe.stage() == 1));
+  nn::optim::SGD opt(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    const double loss = pipe.step(batch_of(s));
+    const double norm = clip_grad_norm_(pipe, kClip);
+    opt.step();
+    pipe.zero_grad();
+    EXPECT_NEAR(loss, want_loss[static_cast<size_t>(s)], 1e-5 * want_loss[static_cast<size_t>(s)]) << "step " << s;
+    EXPECT_NEAR(norm, want_norm[static_cast<size_t>(s)], 1e-5 * want_norm[static_cast<size_t>(s)]) << "step " << s;
+  }
+  // The ranks send each other activations (virtual stages 0 -> 1 and 2 -> 3 from rank 0 to rank
+  // 1, 1 -> 2 back) and gradients (3 -> 2 and 1 -> 0 from rank 1, 2 -> 1 from rank 0): on pp the
+  // activations only, 4 per step and boundary plus the shape header once; the gradients on a
+  // communicator of their own.
+  const int64_t per_boundary = kSteps * 4 + 1;
+  EXPECT_EQ(pp->stats()[comm::CommOp::Send].calls, (pipe.stage() == 0 ? 2 : 1) * per_boundary) << pp->stats().str();
+  EXPECT_EQ(pp->stats()[comm::CommOp::Recv].calls, (pipe.stage() == 0 ? 1 : 2) * per_boundary) << pp->stats().str();
+  const PipelineTrace trace = pipe.gather_trace();
+  EXPECT_EQ(trace.chunks, 2);
+  int64_t chunk1 = 0;
+  for (const auto& stage : trace.stages)
+    for (const Event& e : stage) chunk1 += e.kind == EventKind::Forward && e.chunk == 1 ? 1 : 0;
+  EXPECT_EQ(chunk1, 2 * 4) << "every rank's second chunk ran each micro-batch's forward once";
+
+  auto serial_model = make_pipeline_model("gpt2");
+  {
+    NoGradGuard no_grad;
+    serial_model->load_state_dict(want_params);
+  }
+  const models::Batch eval_batch = make_pipeline_batch("gpt2", kBatch, kSeq, 9);
+  NoGradGuard no_grad;
+  const models::Activations outs = pipe.forward_only(eval_batch);
+  const nn::StateDict got = gather_state_dict(pipe, pipe.state_dict());
+  if (pipe.stage() == 1) {
+    ASSERT_EQ(outs.size(), 1u);
+    EXPECT_TRUE(close_rel(outs[0], serial_model->layers().run(eval_batch)[0])) << "logits through the chunks";
+  } else {
+    EXPECT_TRUE(outs.empty());
+  }
+  if (pipe.stage() != 0) {
+    EXPECT_TRUE(got.empty());
+    return;
+  }
+  ASSERT_EQ(got.size(), want_params.size());
+  for (const auto& [name, t] : want_params) {
+    ASSERT_TRUE(got.count(name) != 0) << name;
+    EXPECT_TRUE(close_rel(got.at(name), t)) << name;
+  }
+}
+
+TEST(PipelineMpi, InterleavedNeedsMicroBatchesInGroupsOfTheStagesAndEnoughLayers) {
+  const int64_t K = comm::Communicator::world()->size();
+  auto model = make_pipeline_model("gpt2");
+  trident::testing::expect_error([&] { Pipeline p(*model, fresh_group("pp"), {.micro_batches = K + 1, .chunks = 2}); },
+                                 {"micro-batches is not a multiple of " + std::to_string(K)});
+  trident::testing::expect_error([&] { Pipeline p(*model, fresh_group("pp"), {.micro_batches = K, .chunks = 4}); },
+                                 {"of 4 chunks each but the model has only 6 layers"});
+  if (K == 2)  // 4 virtual stages of 6 layers, but a balance of 2
+    trident::testing::expect_error([&] { Pipeline p(*model, fresh_group("pp"), {.micro_batches = K, .balance = {3, 3}, .chunks = 2}); },
+                                   {"the balance {3, 3} has 2 stages", "4 entries"});
+  else  // 8 virtual stages of 6 layers
+    trident::testing::expect_error([&] { Pipeline p(*model, fresh_group("pp"), {.micro_batches = K, .chunks = 2}); },
+                                   {"of 2 chunks each but the model has only 6 layers"});
 }
 
 // tp x pp on four ranks: two stages, each split over two tensor-parallel ranks by

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "parallel/pipeline/pipeline.h"
 #include "pipeline_models.h"
@@ -64,6 +66,106 @@ TEST(PipelineSchedule, OneFOneBKeepsAtMostKMinusStageInFlight) {
         EXPECT_EQ(static_cast<int64_t>(bwd.size()), M);
         EXPECT_LE(most, std::min(K - s, M)) << "K " << K << " stage " << s << " M " << M;
       }
+}
+
+TEST(PipelineSchedule, InterleavedTakesMicroBatchesInGroupsOfKThroughEachChunk) {
+  // K = 2, V = 2, M = 4 (NOTE [Interleaved schedule]), by hand: forwards in the order
+  // m0.c0 m1.c0 m0.c1 m1.c1 m2.c0 m3.c0 m2.c1 m3.c1, backwards with the chunks reversed. Rank 0
+  // warms up with 2 (K - 1) + (V - 1) K = 4 forwards, rank 1 (the last virtual stage's) with 2.
+  EXPECT_EQ(actions_str(schedule_actions(Schedule::OneFOneB, 0, 2, 4, 2)),
+            "F0 F1 F0.1 F1.1 F2 B0.1 F3 B1.1 F2.1 B0 F3.1 B1 B2.1 B3.1 B2 B3");
+  EXPECT_EQ(actions_str(schedule_actions(Schedule::OneFOneB, 1, 2, 4, 2)),
+            "F0 F1 F0.1 B0.1 F1.1 B1.1 F2 B0 F3 B1 F2.1 B2.1 F3.1 B3.1 B2 B3");
+  EXPECT_EQ(actions_str(schedule_actions(Schedule::GPipe, 0, 2, 2, 2)), "F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1");
+  expect_error([] { schedule_actions(Schedule::OneFOneB, 0, 2, 3, 2); }, {"3 is not a multiple of 2"});
+  expect_error([] { schedule_actions(Schedule::OneFOneB, 0, 1, 4, 2); }, {"at least two stages"});
+  expect_error([] { schedule_actions(Schedule::GPipe, 0, 2, 4, 0); }, {"0 chunks"});
+}
+
+namespace {
+
+// Runs every rank's schedule as the pipeline does, with times: a forward of virtual stage vs
+// (rank vs mod K, chunk vs / K) starts once vs - 1's forward of that micro-batch has ended, a
+// backward once vs + 1's backward has (and the loss's own forward, on the last virtual stage);
+// sends never block; every forward and backward takes 1 / V (a stage's work cut into V chunks).
+// Also checks that each rank's sends to another rank are received there in the same order, per
+// direction (NOTE [Interleaved schedule]). Fails the test on a deadlock.
+PipelineTrace simulate(Schedule schedule, int64_t K, int64_t M, int64_t V) {
+  using Key = std::pair<int64_t, int64_t>;  // (virtual stage, micro-batch)
+  std::vector<std::vector<Action>> plan;
+  for (int64_t r = 0; r < K; ++r) plan.push_back(schedule_actions(schedule, r, K, M, V));
+  // Messages per (from, to, direction), in the sender's and in the receiver's order.
+  std::map<std::tuple<int64_t, int64_t, bool>, std::vector<Key>> sent, received;
+  for (int64_t r = 0; r < K; ++r)
+    for (const Action& a : plan[static_cast<size_t>(r)]) {
+      const int64_t vs = a.chunk * K + r;
+      const bool fwd = a.kind == Action::Kind::Forward;
+      const int64_t to = fwd ? vs + 1 : vs - 1, from = fwd ? vs - 1 : vs + 1;
+      if (to >= 0 && to < K * V) sent[{r, to % K, fwd}].push_back({to, a.micro_batch});
+      if (from >= 0 && from < K * V) received[{from % K, r, fwd}].push_back({vs, a.micro_batch});
+    }
+  EXPECT_EQ(sent, received) << "the transfers between two ranks match in order";
+  std::map<Key, double> fwd_end, bwd_end;
+  std::vector<size_t> next(static_cast<size_t>(K), 0);
+  std::vector<double> free_at(static_cast<size_t>(K), 0.0);
+  PipelineTrace trace;
+  trace.micro_batches = M;
+  trace.stages.resize(static_cast<size_t>(K));
+  const double t = 1.0 / static_cast<double>(V);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t r = 0; r < K; ++r) {
+      const auto ri = static_cast<size_t>(r);
+      while (next[ri] < plan[ri].size()) {
+        const Action& a = plan[ri][next[ri]];
+        const int64_t vs = a.chunk * K + r;
+        double ready = free_at[ri];
+        if (a.kind == Action::Kind::Forward) {
+          if (vs > 0) {
+            const auto it = fwd_end.find({vs - 1, a.micro_batch});
+            if (it == fwd_end.end()) break;
+            ready = std::max(ready, it->second);
+          }
+        } else {
+          const auto own = fwd_end.find({vs, a.micro_batch});
+          EXPECT_NE(own, fwd_end.end()) << "a backward before its forward on rank " << r;
+          if (vs + 1 < K * V) {
+            const auto it = bwd_end.find({vs + 1, a.micro_batch});
+            if (it == bwd_end.end()) break;
+            ready = std::max(ready, it->second);
+          }
+        }
+        const bool fwd = a.kind == Action::Kind::Forward;
+        (fwd ? fwd_end : bwd_end)[{vs, a.micro_batch}] = ready + t;
+        trace.stages[ri].push_back({fwd ? EventKind::Forward : EventKind::Backward, a.micro_batch, ready, ready + t, a.chunk});
+        free_at[ri] = ready + t;
+        ++next[ri];
+        progress = true;
+      }
+    }
+  }
+  for (int64_t r = 0; r < K; ++r)
+    EXPECT_EQ(next[static_cast<size_t>(r)], plan[static_cast<size_t>(r)].size()) << "deadlock: rank " << r << " stuck";
+  EXPECT_EQ(static_cast<int64_t>(fwd_end.size()), K * V * M);
+  EXPECT_EQ(static_cast<int64_t>(bwd_end.size()), K * V * M);
+  return trace;
+}
+
+}  // namespace
+
+TEST(PipelineSchedule, EveryScheduleRunsWithoutDeadlockAndInterleavingShrinksTheBubbleByV) {
+  for (const Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB})
+    for (int64_t K : {2, 3, 4})
+      for (int64_t V : {1, 2, 3})
+        for (int64_t groups : {1, 2, 3}) {
+          const int64_t M = groups * K;
+          SCOPED_TRACE(std::string(schedule_name(schedule)) + " K " + std::to_string(K) + " V " + std::to_string(V) + " M " +
+                       std::to_string(M));
+          const PipelineTrace trace = simulate(schedule, K, M, V);
+          // Equal forward and backward times, free transfers: the theory's bubble.
+          EXPECT_NEAR(trace.bubble_fraction(), theoretical_bubble(K, M, V), 1e-12);
+        }
+  EXPECT_DOUBLE_EQ(theoretical_bubble(4, 8, 2), 3.0 / 19.0);  // (K - 1) / (V M + K - 1)
 }
 
 TEST(PipelineSchedule, NamesParse) {
