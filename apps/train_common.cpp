@@ -199,9 +199,9 @@ void say(const char* format, ...) {
 StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const std::function<std::vector<double>()>& costs) {
   StageCut cut;
   if (o.pp <= 1) return cut;
-  cut.balance = parallel::pipeline::balance_by_costs(costs(), o.pp);
-  const auto range = parallel::pipeline::stage_ranges(cut.balance).at(static_cast<size_t>(mesh.group(parallel::Axis::PP).rank()));
-  cut.keep = {static_cast<size_t>(range.first), static_cast<size_t>(range.second)};
+  cut.balance = parallel::pipeline::balance_by_costs(costs(), o.pp * o.pp_chunks);
+  cut.keep = models::LayerSelection(
+      parallel::pipeline::rank_layer_ranges(cut.balance, mesh.group(parallel::Axis::PP).rank(), o.pp_chunks));
   return cut;
 }
 
@@ -314,7 +314,8 @@ int train(const TrainOptions& o, TrainTask& task) {
                                             // the gradients, over NCCL on GPUs.
                                             .average_dp_gradients = false,
                                             .deferred_batch_norm = true,  // NOTE [Batch norm in the apps]
-                                            .timeline = true});
+                                            .timeline = true,
+                                            .chunks = o.pp_chunks});
   }
 
   // NOTE [Optimizer in the apps]: no weight decay on biases and normalization parameters (1-D).
@@ -413,7 +414,8 @@ int train(const TrainOptions& o, TrainTask& task) {
     // NOTE [Model-parallel training checkpoints]: each stage's default stream (its layers'
     // dropout) and each rank's split-region stream continue where they were, at the layout that
     // saved them only.
-    if (p.extra.value("tp", int64_t{1}) == tp->size() && p.extra.value("pp", int64_t{1}) == pp_size) {
+    if (p.extra.value("tp", int64_t{1}) == tp->size() && p.extra.value("pp", int64_t{1}) == pp_size &&
+        p.extra.value("pp_chunks", int64_t{1}) == o.pp_chunks) {
       const size_t stage = pipe ? static_cast<size_t>(pipe->stage()) : 0;
       auto restore = [&](Generator& g, const char* key) {
         if (!p.extra.contains(key)) return;
@@ -474,14 +476,20 @@ int train(const TrainOptions& o, TrainTask& task) {
       zero ? ", ZeRO-1" : "", o.precision.c_str(), get_num_threads());
   if (mesh.world().size() > 1) say("%s\n", mesh.str().c_str());
   if (pipe)
-    say("pipeline: %lld stages (layers per stage %s, by %s), %lld micro-batches of %lld rows, schedule %s, remat %s\n",
-        static_cast<long long>(pipe->num_stages()), parallel::pipeline::balance_str(pipe->balance()).c_str(), o.pp_balance.c_str(),
+    say("pipeline: %lld stages%s (layers per %sstage %s, by %s), %lld micro-batches of %lld rows, schedule %s%s, remat %s\n",
+        static_cast<long long>(pipe->num_stages()),
+        pipe->chunks() > 1 ? (" x " + std::to_string(pipe->chunks()) + " chunks").c_str() : "",
+        pipe->chunks() > 1 ? "virtual " : "", parallel::pipeline::balance_str(pipe->balance()).c_str(), o.pp_balance.c_str(),
         static_cast<long long>(o.micro_batches), static_cast<long long>(per_step / o.micro_batches), o.pp_schedule.c_str(),
-        o.remat.c_str());
+        pipe->chunks() > 1 ? " (interleaved)" : "", o.remat.c_str());
   if (pipe) {  // NOTE [Stage-only model]: what each rank holds (a tied parameter on each of its stages)
     say("parameters held per stage (of %lld):", static_cast<long long>(model.num_parameters()));
-    for (const auto& [b, e] : parallel::pipeline::stage_ranges(pipe->balance()))
-      say(" %lld", static_cast<long long>(layers.num_parameters(static_cast<size_t>(b), static_cast<size_t>(e))));
+    for (int64_t s = 0; s < pipe->num_stages(); ++s) {
+      int64_t held = 0;
+      for (const auto& [b, e] : parallel::pipeline::rank_layer_ranges(pipe->balance(), s, pipe->chunks()))
+        held += layers.num_parameters(b, e);
+      say(" %lld", static_cast<long long>(held));
+    }
     say("\n");
   }
   // NOTE [MFU]: the GPU's peak for this precision: --peak-tflops, TRIDENT_PEAK_TFLOPS, the table.
@@ -661,6 +669,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       if (mp_parts != nullptr) {
         saved["tp"] = tp->size();
         saved["pp"] = pp_size;
+        saved["pp_chunks"] = o.pp_chunks;
         if (pipe) saved["default_offsets"] = per_stage(default_generator().state().offset);
         if (task.split_dropout != nullptr) saved["split_dropout_offsets"] = per_stage(task.split_dropout->state().offset);
       }
@@ -682,9 +691,16 @@ int train(const TrainOptions& o, TrainTask& task) {
   if (pipe && end > start) {  // collective over pp: every rank
     const parallel::pipeline::PipelineTrace trace = pipe->gather_trace();
     const std::vector<int64_t> peaks = pipe->gather_peak_activation_bytes();
-    say("pipeline bubble (last step): %.1f%% measured, %.1f%% in theory ((K-1)/(M+K-1), K = %lld, M = %lld)\n",
-        100 * trace.bubble_fraction(), 100 * parallel::pipeline::theoretical_bubble(pipe->num_stages(), o.micro_batches),
-        static_cast<long long>(pipe->num_stages()), static_cast<long long>(o.micro_batches));
+    if (pipe->chunks() > 1)
+      say("pipeline bubble (last step): %.1f%% measured, %.1f%% in theory ((K-1)/(VM+K-1), K = %lld, V = %lld, M = %lld)\n",
+          100 * trace.bubble_fraction(),
+          100 * parallel::pipeline::theoretical_bubble(pipe->num_stages(), o.micro_batches, pipe->chunks()),
+          static_cast<long long>(pipe->num_stages()), static_cast<long long>(pipe->chunks()),
+          static_cast<long long>(o.micro_batches));
+    else
+      say("pipeline bubble (last step): %.1f%% measured, %.1f%% in theory ((K-1)/(M+K-1), K = %lld, M = %lld)\n",
+          100 * trace.bubble_fraction(), 100 * parallel::pipeline::theoretical_bubble(pipe->num_stages(), o.micro_batches),
+          static_cast<long long>(pipe->num_stages()), static_cast<long long>(o.micro_batches));
     say("peak activation bytes per stage (last step):");
     for (size_t s = 0; s < peaks.size(); ++s) say(" stage %zu %lld", s, static_cast<long long>(peaks[s]));
     say("\n");

@@ -186,6 +186,7 @@ struct TrainOptions {
   // NOTE [Pipeline training apps]: only with --pp > 1.
   int64_t micro_batches = 1;          // the pipeline's micro-batches per step
   std::string pp_schedule = "gpipe";  // gpipe | 1f1b
+  int64_t pp_chunks = 1;              // model chunks per rank: NOTE [Interleaved schedule]
   std::string remat = "except_last";  // always | except_last | never
   std::string pp_balance = "parameters";  // parameters | compute (NOTE [Pipeline balance in the apps])
   std::string trace;                  // Chrome trace (JSON) of the last step
@@ -221,14 +222,15 @@ decltype(auto) build_model(const TrainOptions& o, Build&& build) {
 
 // NOTE [Stage-only build] (models/layer_list.h): under --pp the cut of the model's layer list into
 // the mesh's pp stages by `costs()` (one cost per layer: its parameters or its compute, NOTE
-// [Pipeline balance in the apps]; parallel::pipeline::balance_by_costs), and the layers of this
-// rank's stage, which it builds alone (the model's stage-only constructor) while every other rank
+// [Pipeline balance in the apps]; parallel::pipeline::balance_by_costs; --pp-chunks V cuts pp x V
+// virtual stages, NOTE [Interleaved schedule]), and the layers of this
+// rank's stage (its V chunks), which it builds alone (the model's stage-only constructor) while every other rank
 // builds its own; the balance goes to the Pipeline (TrainTask::pp_balance), which then finds its
 // stage built and the rest placeholders. Without --pp: no balance (costs() is not called) and
 // every layer.
 struct StageCut {
   std::vector<int64_t> balance;
-  models::LayerRange keep = models::kAllLayers;
+  models::LayerSelection keep = models::kAllLayers;
 };
 StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const std::function<std::vector<double>()>& costs);
 // This rank's device (NOTE [Device in the apps], NOTE [Rank to GPU]), made the current CUDA

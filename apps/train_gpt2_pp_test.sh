@@ -12,7 +12,8 @@
 # host buffers (TRIDENT_COMM_STAGE_HOST=1, the GPU path's staging). Checkpoints (NOTE [Model-parallel training
 # checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
 # resumes at its own layout exactly (with dropout too, NP = 2) and serially within 1e-5
-# relative; a serial checkpoint resumes at that layout. Usage: train_gpt2_pp_test.sh TRAIN_GPT2
+# relative; a serial checkpoint resumes at that layout; so does the interleaved schedule (--pp 2
+# --pp-chunks 2, and --dp 2 --pp 2 --pp-chunks 2 at NP = 4). Usage: train_gpt2_pp_test.sh TRAIN_GPT2
 # MPIEXEC NP
 set -euo pipefail
 exe="$1"
@@ -137,6 +138,18 @@ PY
   run --pp 2 --micro-batches 4 --batch 8 --pp-balance compute >"$dir/compute.txt"
   grep -q "layers per stage {3, 1}, by compute" "$dir/compute.txt" || { cat "$dir/compute.txt"; exit 1; }
   same_as_serial "cut by compute" "$dir/compute.txt"
+  # NOTE [Interleaved schedule]: two chunks per rank, one layer each (embedding and the second
+  # block on rank 0, the first block and the head on rank 1), its checkpoint the serial one's.
+  run --pp 2 --pp-chunks 2 --micro-batches 4 --batch 8 --pp-schedule 1f1b --ckpt-dir "$dir/chunks_ck" --ckpt-every 3 \
+    --trace "$dir/chunks_trace.json" >"$dir/chunks.txt"
+  same_as_serial "pp 2 x 2 chunks" "$dir/chunks.txt"
+  grep -q "pipeline: 2 stages x 2 chunks (layers per virtual stage {1, 1, 1, 1}" "$dir/chunks.txt" || { cat "$dir/chunks.txt"; exit 1; }
+  grep -E "^pipeline bubble \(last step\): [0-9.]+% measured, 11.1% in theory \(\(K-1\)/\(VM\+K-1\), K = 2, V = 2, M = 4\)" "$dir/chunks.txt"
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['otherData']['chunks'] == 2" "$dir/chunks_trace.json"
+  check_checkpoints "pp 2 x 2 chunks" "$dir/chunks.txt" "$dir/chunks_ck" run --pp 2 --pp-chunks 2 --micro-batches 4 --batch 8 \
+    --pp-schedule 1f1b
+  if run --pp 2 --pp-chunks 2 --micro-batches 3 --batch 6 >/dev/null 2>"$dir/err.txt"; then echo "--micro-batches 3 must fail"; exit 1; fi
+  grep -q "is not a multiple of --pp 2" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
   check_checkpoints "pp 2" "$dir/1f1b.txt" "$dir/pp_ck" run --pp 2 --micro-batches 4 --batch 8 --pp-schedule 1f1b
   # Dropout on: each stage's default generator continues where it was, so a resume at --pp 2 is exact.
   dropout_model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 500, "padded_vocab_size": 512, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "resid_pdrop": 0.1}'
@@ -149,6 +162,8 @@ else
   run --dp 2 --pp 2 --micro-batches 2 --batch 4 --pp-schedule 1f1b >"$dir/dp_pp.txt"
   run --pp 4 --micro-batches 4 --batch 8 --pp-schedule gpipe >"$dir/pp4.txt"
   same_as_serial "dp 2 x pp 2" "$dir/dp_pp.txt"
+  run --dp 2 --pp 2 --pp-chunks 2 --micro-batches 2 --batch 4 --pp-schedule 1f1b >"$dir/dp_pp_chunks.txt"
+  same_as_serial "dp 2 x pp 2 x 2 chunks" "$dir/dp_pp_chunks.txt"
   # NOTE [Model parallelism on GPUs]: the same run with every tensor the MPI groups carry staged
   # through separate host buffers, as CUDA activations are staged through pinned ones (NOTE [Host
   # staging]): the GPU path's communication on the CPU.

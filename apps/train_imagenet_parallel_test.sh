@@ -6,7 +6,7 @@
 # within 1e-5 relative, and its evaluations (the test set's loss, top-1 and top-5, through the
 # running statistics, which move by the whole global batch's statistics whatever the layout)
 # must be within 1e-5 relative too. NP = 2: --dp 2, --dp 2 --zero, --pp 2 (GPipe; 1F1B with
-# re-materialization always; cut by compute). NP = 4: --dp 4, --pp 4, --dp 2 --pp 2 --zero, --dp 2 --pp 2, whose checkpoint at step 2
+# re-materialization always; cut by compute; interleaved over 2 chunks per rank). NP = 4: --dp 4, --pp 4, --dp 2 --pp 2 --zero, --dp 2 --pp 2, whose checkpoint at step 2
 # then resumes serially with the uninterrupted serial run's losses.
 #
 # Why 3 steps of 8-image micro-batches: on this tiny network a rounding difference can flip a max
@@ -76,6 +76,10 @@ if [ "$np" -eq 2 ]; then
   # NOTE [Pipeline balance in the apps]: another cut, the same numbers.
   check pp2_compute --pp 2 --batch 32 --micro-batches 4 --pp-balance compute
   grep -q 'layers per stage {.*}, by compute' "$dir/pp2_compute.txt" || { cat "$dir/pp2_compute.txt"; exit 1; }
+  # NOTE [Interleaved schedule]: two chunks per rank, cut by compute into four virtual stages.
+  check pp2_chunks --pp 2 --pp-chunks 2 --batch 32 --micro-batches 4 --pp-schedule 1f1b --pp-balance compute
+  grep -q 'pipeline: 2 stages x 2 chunks (layers per virtual stage {.*, .*, .*, .*}, by compute)' "$dir/pp2_chunks.txt" ||
+    { cat "$dir/pp2_chunks.txt"; exit 1; }
 else
   check dp4 --dp 4 --batch 8
   check pp4 --pp 4 --batch 32 --micro-batches 4

@@ -79,6 +79,10 @@ void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--pp-schedule", o.pp_schedule, "--pp: gpipe (all forwards, then all backwards) or 1f1b")
       ->capture_default_str();
+  app.add_option("--pp-chunks", o.pp_chunks,
+                 "--pp: model chunks per rank, the interleaved schedule (Megatron-LM's virtual stages; --micro-batches a "
+                 "multiple of --pp)")
+      ->capture_default_str();
   app.add_option("--remat", o.remat, "--pp: re-materialize always, except_last or never")->capture_default_str();
   app.add_option("--pp-balance", o.pp_balance,
                  "--pp: cut the layers into stages of equal parameters, or of equal compute (train_imagenet)")
@@ -189,8 +193,14 @@ void check_train_options(const TrainOptions& o) {
     TRIDENT_CHECK(o.batch * o.grad_accum % o.micro_batches == 0, "--micro-batches ", o.micro_batches,
                   " does not divide a step's batch of ", o.batch * o.grad_accum, " rows (--batch ", o.batch,
                   " x --grad-accum ", o.grad_accum, ")");
+    // NOTE [Interleaved schedule]
+    TRIDENT_CHECK(o.pp_chunks >= 1, "--pp-chunks must be positive, got ", o.pp_chunks);
+    TRIDENT_CHECK(o.pp_chunks == 1 || o.micro_batches % o.pp == 0, "--pp-chunks ", o.pp_chunks,
+                  " (the interleaved schedule) takes the micro-batches in groups of the ", o.pp, " stages: --micro-batches ",
+                  o.micro_batches, " is not a multiple of --pp ", o.pp);
   } else {
-    TRIDENT_CHECK(o.micro_batches == 1 && o.trace.empty(), "--micro-batches and --trace are the pipeline's: they need --pp > 1",
+    TRIDENT_CHECK(o.micro_batches == 1 && o.trace.empty() && o.pp_chunks == 1,
+                  "--micro-batches, --pp-chunks and --trace are the pipeline's: they need --pp > 1",
                   " (without it, --grad-accum splits a step's batch)");
   }
   TRIDENT_CHECK(!o.sequence_parallel || o.tp > 1,

@@ -80,12 +80,12 @@ void AmoebaNetConfig::validate() const {
 
 AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen) : AmoebaNet(config, gen, true) {}
 
-AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen, std::pair<size_t, size_t> keep)
+AmoebaNet::AmoebaNet(const AmoebaNetConfig& config, Generator* gen, const LayerSelection& keep)
     : AmoebaNet(config, gen, true, keep) {
   check_keep(keep, layers_.size(), "AmoebaNet");
 }
 
-AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize, std::pair<size_t, size_t> keep)
+AmoebaNet::AmoebaNet(const AmoebaNetConfig& c, Generator* gen, bool materialize, const LayerSelection& keep)
     : nn::Module("AmoebaNet"), config_(c), materialized_(materialize) {
   c.validate();
   const Genotype& g = amoebanet_genotype(c.genotype);

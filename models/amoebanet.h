@@ -39,6 +39,7 @@
 
 #include "core/rng.h"
 #include "models/amoebanet_layers.h"
+#include "models/layer_list.h"
 
 namespace trident::models {
 
@@ -127,15 +128,16 @@ class AmoebaNet : public nn::Module {
   // when null; dropout draws from the default generator).
   explicit AmoebaNet(const AmoebaNetConfig& config, Generator* gen = nullptr);
   // NOTE [AmoebaNet stage-only build]: the same network, but the parameters and buffers of the
-  // layers outside [keep.first, keep.second) are released to placeholders (release_to_placeholder:
+  // layers outside `keep` are released to placeholders (release_to_placeholder:
   // their shape and dtype, NaN, one element of memory) as soon as each such layer is built. Every
   // layer is still built and initialized in order, so the kept layers hold exactly the values of
   // the whole network's (the generator makes every draw it would), while the memory never holds
   // more than the kept layers and the one layer being built. For a pipeline stage: the cut
   // Pipeline (or keep_stage) would make, without the whole network ever in memory (NOTE
   // [Stage-only build] in models/layer_list.h). keep {0, SIZE_MAX} (models::kAllLayers) builds
-  // the whole network; any other range must be a non-empty range of the layers.
-  AmoebaNet(const AmoebaNetConfig& config, Generator* gen, std::pair<size_t, size_t> keep);
+  // the whole network; any other ranges must be non-empty ranges of the layers (several: an
+  // interleaved pipeline's chunks).
+  AmoebaNet(const AmoebaNetConfig& config, Generator* gen, const LayerSelection& keep);
 
   // images [N, in_channels, image_size, image_size] -> logits [N, num_classes].
   Tensor forward(const Tensor& images);
@@ -153,7 +155,7 @@ class AmoebaNet : public nn::Module {
  private:
   friend AmoebaNetPlan amoebanet_plan(const AmoebaNetConfig& config);
   AmoebaNet(const AmoebaNetConfig& config, Generator* gen, bool materialize,
-            std::pair<size_t, size_t> keep = {0, std::numeric_limits<size_t>::max()});
+            const LayerSelection& keep = kAllLayers);
 
   AmoebaNetConfig config_;
   std::vector<std::shared_ptr<AmoebaLayer>> layers_;

@@ -234,7 +234,7 @@ Activations BertLayer::forward(const Activations& x, const Batch& batch) {
   return {forward(x[0], attention_mask_for_keys(batch.get("attention_mask")))};
 }
 
-BertEncoder::BertEncoder(const BertConfig& c, Generator* gen, const LayerRange& keep) : nn::Module("BertEncoder") {
+BertEncoder::BertEncoder(const BertConfig& c, Generator* gen, const LayerSelection& keep) : nn::Module("BertEncoder") {
   layer = register_module("layer", std::make_shared<nn::ModuleList<BertLayer>>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const bool kept = keeps(keep, static_cast<size_t>(i) + 1);
@@ -253,7 +253,7 @@ BertPooler::BertPooler(const BertConfig& c, Generator* gen) : nn::Module("BertPo
 
 Tensor BertPooler::forward(const Tensor& hidden) { return tanh(dense->forward(select(hidden, 1, 0))); }
 
-BertModel::BertModel(const BertConfig& c, Generator* gen, const LayerRange& keep)
+BertModel::BertModel(const BertConfig& c, Generator* gen, const LayerSelection& keep)
     : nn::Module("BertModel"), factory_(c.layers ? c.layers : serial_layers()) {
   // NOTE [Stage-only build]: the list is "embeddings" (layer 0), "layer.0" ... (layer i + 1),
   // "heads" (the pooler, the cls heads and the tied word embeddings: layer num_hidden_layers + 1).
@@ -313,7 +313,7 @@ BertPreTrainingHeads::BertPreTrainingHeads(const BertConfig& c, Generator* gen) 
 BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen)
     : BertForPreTraining(config, gen, kAllLayers) {}
 
-BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen, const LayerRange& keep)
+BertForPreTraining::BertForPreTraining(const BertConfig& config, Generator* gen, const LayerSelection& keep)
     : LayeredModel("BertForPreTraining") {
   config.validate();
   check_keep(keep, static_cast<size_t>(config.num_hidden_layers) + 2, "BERT");

@@ -117,7 +117,7 @@ class BertLayer : public Layer {
 class BertEncoder : public nn::Module {
  public:
   // Layer i is layer i + 1 of BertForPreTraining's list (NOTE [Stage-only build]).
-  BertEncoder(const BertConfig& config, Generator* init_gen, const LayerRange& keep = kAllLayers);
+  BertEncoder(const BertConfig& config, Generator* init_gen, const LayerSelection& keep = kAllLayers);
   std::shared_ptr<nn::ModuleList<BertLayer>> layer;
 };
 
@@ -132,7 +132,7 @@ class BertPooler : public nn::Module {
 class BertModel : public nn::Module {
  public:
   // keep: the range of BertForPreTraining's layer list to keep (NOTE [Stage-only build]).
-  BertModel(const BertConfig& config, Generator* init_gen, const LayerRange& keep = kAllLayers);
+  BertModel(const BertConfig& config, Generator* init_gen, const LayerSelection& keep = kAllLayers);
   struct Output {
     Tensor sequence;  // [B, T, H]
     Tensor pooled;    // [B, H]
@@ -183,7 +183,7 @@ class BertForPreTraining : public LayeredModel {
   // NOTE [Stage-only build]: the same model with only the layers in `keep` of its list
   // (num_hidden_layers + 2 layers) held; the others' tensors are placeholders. Errors: keep not a
   // non-empty range of the list (kAllLayers builds whole).
-  BertForPreTraining(const BertConfig& config, Generator* init_gen, const LayerRange& keep);
+  BertForPreTraining(const BertConfig& config, Generator* init_gen, const LayerSelection& keep);
 
   BertPreTrainingOutput forward(const Batch& batch);
 

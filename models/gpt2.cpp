@@ -207,7 +207,7 @@ Activations GPT2Block::forward(const Activations& x, const Batch&) {
 
 // ---- the model ----
 
-GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen, const LayerRange& keep)
+GPT2Model::GPT2Model(const GPT2Config& c, Generator* gen, const LayerSelection& keep)
     : nn::Module("GPT2Model"), factory(c.layers ? c.layers : serial_layers()) {
   // NOTE [Stage-only build]: the list is "embedding" (wte, wpe), "h.0" ... (block i is layer
   // i + 1), "head" (ln_f and the tied wte: layer n_layer + 1).
@@ -260,7 +260,7 @@ Tensor GPT2Model::wte_weight() const {
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen)
     : GPT2LMHeadModel(config, init_gen, kAllLayers) {}
 
-GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerRange& keep)
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerSelection& keep)
     : LayeredModel("GPT2LMHeadModel") {
   config.validate();
   check_keep(keep, static_cast<size_t>(config.n_layer) + 2, "GPT-2");

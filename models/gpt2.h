@@ -81,7 +81,7 @@ class GPT2Block : public Layer {
 class GPT2Model : public nn::Module {
  public:
   // keep: the range of GPT2LMHeadModel's layer list to keep (NOTE [Stage-only build]).
-  GPT2Model(const GPT2Config& config, Generator* init_gen, const LayerRange& keep = kAllLayers);
+  GPT2Model(const GPT2Config& config, Generator* init_gen, const LayerSelection& keep = kAllLayers);
   std::shared_ptr<nn::UnaryModule> wte;  // from the config's factory (vocab-parallel under tp)
   std::shared_ptr<nn::Embedding> wpe;
   std::shared_ptr<nn::Dropout> drop;
@@ -103,7 +103,7 @@ class GPT2LMHeadModel : public LayeredModel {
   // NOTE [Stage-only build]: the same model with only the layers in `keep` of its list (n_layer +
   // 2 layers) held; the others' tensors are placeholders. Errors: keep not a non-empty range of
   // the list (kAllLayers builds whole).
-  GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerRange& keep);
+  GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerSelection& keep);
 
   // Logits, and the loss when targets are given; runs the whole layer list.
   LMOutput forward(const Tensor& input_ids, const Tensor& targets = {});

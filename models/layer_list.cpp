@@ -10,9 +10,16 @@
 
 namespace trident::models {
 
-void check_keep(const LayerRange& keep, size_t layers, const char* model) {
-  TRIDENT_CHECK(keep == kAllLayers || (keep.first < keep.second && keep.second <= layers), model, ": layers [", keep.first,
-                ", ", keep.second, ") to keep are not a non-empty range of the ", layers, " layers");
+void check_keep(const LayerSelection& keep, size_t layers, const char* model) {
+  if (keep.ranges().size() == 1 && keep.ranges().front() == kAllLayers) return;
+  TRIDENT_CHECK(!keep.ranges().empty(), model, ": no layers to keep");
+  size_t after = 0;  // the previous range's end
+  for (const auto& [first, second] : keep.ranges()) {
+    TRIDENT_CHECK(first < second && second <= layers && first >= after, model, ": layers [", first, ", ", second,
+                  ") to keep are not a non-empty range of the ", layers, " layers",
+                  keep.ranges().size() > 1 ? " after the ranges before it" : "");
+    after = second;
+  }
 }
 
 std::vector<int64_t> layer_parameters_from_one_block(const std::function<std::unique_ptr<LayeredModel>()>& build_one,

@@ -129,12 +129,29 @@ class LayerList {
 // module being built, and every rank builds at once, where building whole and cutting
 // (pipeline::keep_stage) needs the whole model on each rank. The result is what the cut gives.
 // AmoebaNet, GPT-2 and BERT take it (AmoebaNet's NOTE [AmoebaNet stage-only build]).
+// An interleaved pipeline's rank holds several ranges (its chunks, NOTE [Interleaved schedule] in
+// parallel/pipeline/schedule.h): a LayerSelection.
 using LayerRange = std::pair<size_t, size_t>;
 inline constexpr LayerRange kAllLayers{0, std::numeric_limits<size_t>::max()};
+class LayerSelection {
+ public:
+  LayerSelection(const LayerRange& range) : ranges_{range} {}  // NOLINT(google-explicit-constructor): one range
+  explicit LayerSelection(std::vector<LayerRange> ranges) : ranges_(std::move(ranges)) {}
+  bool keeps(size_t i) const {
+    for (const auto& [b, e] : ranges_)
+      if (i >= b && i < e) return true;
+    return false;
+  }
+  const std::vector<LayerRange>& ranges() const { return ranges_; }
+
+ private:
+  std::vector<LayerRange> ranges_;
+};
 // Whether layer i is in `keep`.
-inline bool keeps(const LayerRange& keep, size_t i) { return i >= keep.first && i < keep.second; }
-// Checks that `keep` is kAllLayers or a non-empty range of a list of `layers` layers, naming the model.
-void check_keep(const LayerRange& keep, size_t layers, const char* model);
+inline bool keeps(const LayerSelection& keep, size_t i) { return keep.keeps(i); }
+// Checks that `keep` is kAllLayers or non-empty ranges of a list of `layers` layers, ascending and
+// disjoint, naming the model.
+void check_keep(const LayerSelection& keep, size_t layers, const char* model);
 // Releases every parameter and buffer of `m` that is not one already to its placeholder, and gives
 // the CPU allocator's free blocks back to the system (the next module is built in them).
 void release_module(nn::Module& m);

@@ -440,7 +440,7 @@ TEST(AmoebaNet, StageOnlyBuildIsTheWholeBuildCut) {
   Generator d(5);
   const Batch batch{{"images", randn({4, 3, 16, 16}, kF32, &d)}, {"labels", from_vector<int64_t>({1, 2, 3, 4}, {4})}};
   expect_stage_only_builds_are_the_cut(
-      [&](Generator* g, const LayerRange& keep) {
+      [&](Generator* g, const LayerSelection& keep) {
         return std::make_unique<AmoebaNetLayered>(std::make_shared<AmoebaNet>(c, g, keep));
       },
       batch);

@@ -183,7 +183,7 @@ TEST(Bert, StageOnlyBuildIsTheWholeBuildCut) {
   const Tensor x = ids(2, 8, 37, 12);
   const Batch batch{{"input_ids", x}, {"mlm_labels", mlm_labels(x, 2)}, {"next_sentence_label", from_vector<int64_t>({1, 0}, {2})}};
   expect_stage_only_builds_are_the_cut(
-      [&](Generator* g, const LayerRange& keep) { return std::make_unique<BertForPreTraining>(c, g, keep); }, batch);
+      [&](Generator* g, const LayerSelection& keep) { return std::make_unique<BertForPreTraining>(c, g, keep); }, batch);
 }
 
 // bert_layer_parameters counts what the built model's list counts, layer by layer.

@@ -271,7 +271,7 @@ TEST(GPT2, StageOnlyBuildIsTheWholeBuildCut) {
   c.n_layer = 3;
   const Batch batch{{"input_ids", tokens(2, 10, 61, 15)}, {"targets", tokens(2, 10, 61, 16)}};
   expect_stage_only_builds_are_the_cut(
-      [&](Generator* g, const LayerRange& keep) { return std::make_unique<GPT2LMHeadModel>(c, g, keep); }, batch);
+      [&](Generator* g, const LayerSelection& keep) { return std::make_unique<GPT2LMHeadModel>(c, g, keep); }, batch);
 }
 
 // gpt2_layer_parameters counts what the built model's list counts, layer by layer, and adds up to

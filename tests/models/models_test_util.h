@@ -53,28 +53,42 @@ inline models::BertConfig small_bert_config(double dropout = 0.0) {
 // compute what the whole model's do on `batch` (evaluation, the input of the first kept layer
 // computed by the whole model); ranges that are not non-empty ranges of the list refused.
 inline void expect_stage_only_builds_are_the_cut(
-    const std::function<std::unique_ptr<models::LayeredModel>(Generator*, const models::LayerRange&)>& build,
+    const std::function<std::unique_ptr<models::LayeredModel>(Generator*, const models::LayerSelection&)>& build,
     const models::Batch& batch) {
   Generator g0(11);
   const std::unique_ptr<models::LayeredModel> whole = build(&g0, models::kAllLayers);
   whole->eval();
   const size_t L = whole->layers().size();
-  for (const models::LayerRange& keep : {models::LayerRange{0, 1}, {1, L - 1}, {L - 1, L}, {0, 2}, {2, L}}) {
-    SCOPED_TRACE("keep [" + std::to_string(keep.first) + ", " + std::to_string(keep.second) + ")");
-    // The range as a stage of a balance: the layers before it and after it as stages of their own.
+  struct Case {
+    models::LayerSelection keep;
     std::vector<int64_t> balance;
-    if (keep.first > 0) balance.push_back(static_cast<int64_t>(keep.first));
-    const auto stage = static_cast<int64_t>(balance.size());
-    balance.push_back(static_cast<int64_t>(keep.second - keep.first));
-    if (keep.second < L) balance.push_back(static_cast<int64_t>(L - keep.second));
+    int64_t stage = 0, chunks = 1;
+  };
+  std::vector<Case> cases;
+  for (const models::LayerRange& keep : {models::LayerRange{0, 1}, {1, L - 1}, {L - 1, L}, {0, 2}, {2, L}}) {
+    // The range as a stage of a balance: the layers before it and after it as stages of their own.
+    Case c{keep, {}, 0, 1};
+    if (keep.first > 0) c.balance.push_back(static_cast<int64_t>(keep.first));
+    c.stage = static_cast<int64_t>(c.balance.size());
+    c.balance.push_back(static_cast<int64_t>(keep.second - keep.first));
+    if (keep.second < L) c.balance.push_back(static_cast<int64_t>(L - keep.second));
+    cases.push_back(c);
+  }
+  // Two chunks of an interleaved pipeline's rank 1 (NOTE [Interleaved schedule]): virtual stages
+  // {0}, {1}, {2 .. L-2}, {L-1} over two ranks, rank 1 holding the second and the fourth.
+  cases.push_back({models::LayerSelection({{1, 2}, {L - 1, L}}), {1, 1, static_cast<int64_t>(L) - 3, 1}, 1, 2});
+  for (const Case& c : cases) {
+    std::string where;
+    for (const auto& [b, e] : c.keep.ranges()) where += " [" + std::to_string(b) + ", " + std::to_string(e) + ")";
+    SCOPED_TRACE("keep" + where);
     Generator gc(11);
     manual_seed(12);  // a build may draw from the default generator too (nn::Embedding's own init)
     const std::unique_ptr<models::LayeredModel> cut = build(&gc, models::kAllLayers);
     const PhiloxState default_after = default_generator().state();
-    parallel::pipeline::keep_stage(*cut, balance, stage);
+    parallel::pipeline::keep_stage(*cut, c.balance, c.stage, c.chunks);
     Generator g(11);
     manual_seed(12);
-    const std::unique_ptr<models::LayeredModel> built = build(&g, keep);
+    const std::unique_ptr<models::LayeredModel> built = build(&g, c.keep);
     built->eval();
     EXPECT_EQ(g.state(), gc.state()) << "the same draws as the whole build";
     EXPECT_EQ(default_generator().state(), default_after) << "the same draws from the default generator";
@@ -97,20 +111,23 @@ inline void expect_stage_only_builds_are_the_cut(
     }
     EXPECT_GT(kept, 0);
     EXPECT_GT(released, 0);
-    const models::Activations in = whole->layers().run(batch, {}, 0, keep.first);
-    const models::Activations a = whole->layers().run(batch, in, keep.first, keep.second);
-    const models::Activations b = built->layers().run(batch, in, keep.first, keep.second);
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].defined(), b[i].defined()) << "output " << i;
-      if (a[i].defined()) {
-        EXPECT_TRUE(all_close(a[i], b[i], 0, 0)) << "output " << i;
+    for (const auto& [first, second] : c.keep.ranges()) {
+      const models::Activations in = whole->layers().run(batch, {}, 0, first);
+      const models::Activations a = whole->layers().run(batch, in, first, second);
+      const models::Activations b = built->layers().run(batch, in, first, second);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].defined(), b[i].defined()) << "output " << i;
+        if (a[i].defined()) {
+          EXPECT_TRUE(all_close(a[i], b[i], 0, 0)) << "output " << i << " of layers [" << first << ", " << second << ")";
+        }
       }
     }
   }
   Generator g(11);
-  EXPECT_THROW(build(&g, {2, 2}), Error);
-  EXPECT_THROW(build(&g, {0, L + 1}), Error);
+  EXPECT_THROW(build(&g, models::LayerRange{2, 2}), Error);
+  EXPECT_THROW(build(&g, models::LayerRange{0, L + 1}), Error);
+  EXPECT_THROW(build(&g, models::LayerSelection({{2, 3}, {1, 2}})), Error) << "ranges out of order";
 }
 
 // counts (a *_layer_parameters function's) against the built model's list, layer by layer; they
