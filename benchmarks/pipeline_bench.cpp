@@ -5,6 +5,11 @@
 //     For M = 1, 2, 4, 8, 16, 32 micro-batches (2 rows of 32 tokens each), GPipe schedule, the
 //     measured bubble of a step (NOTE [Pipeline timeline]; the median of 3 steps after a warm-up)
 //     beside (K - 1) / (M + K - 1). With --trace, the Chrome trace and a Gantt PNG of M = 8.
+//   interleaved [--max-m 16]
+//     NOTE [Interleaved schedule]: 1F1B with V = 1, 2 and 4 chunks per rank (as many as the 10
+//     layers allow) of GPT-2 8 x 256, 4 rows of 64 tokens per micro-batch, for M = K, 2K, ...: the measured bubble beside
+//     (K - 1) / (V M + K - 1) and the step time (medians of 3 steps after a warm-up), and each
+//     V's step time over V = 1's.
 //   memory
 //     Peak activation bytes per stage at M = 8 (16 rows of 64 tokens): re-materialization
 //     always / except_last / never under GPipe, and never / always under 1F1B; the ratios.
@@ -60,6 +65,60 @@ models::Batch bench_batch(int64_t rows, int64_t T, uint64_t seed) {
 
 std::shared_ptr<comm::Communicator> world() { return comm::Communicator::world(); }
 
+// The median bubble and span of 3 steps after a warm-up, and the last step's trace.
+struct Measured {
+  double bubble = 0, span = 0;
+  PipelineTrace trace;
+};
+Measured median_step(Pipeline& pipe, int64_t M, int64_t rows = 2, int64_t T = 32) {
+  std::vector<double> bubbles, spans;
+  Measured out;
+  for (int s = 0; s < 4; ++s) {
+    pipe.step(bench_batch(rows * M, T, static_cast<uint64_t>(s)));
+    pipe.zero_grad();
+    PipelineTrace t = pipe.gather_trace();
+    if (s == 0) continue;  // warm-up
+    bubbles.push_back(t.bubble_fraction());
+    spans.push_back(t.span());
+    out.trace = std::move(t);
+  }
+  std::sort(bubbles.begin(), bubbles.end());
+  std::sort(spans.begin(), spans.end());
+  out.bubble = bubbles[1];
+  out.span = spans[1];
+  return out;
+}
+
+void interleaved(int64_t max_m) {
+  const int K = world()->size();
+  // Wider than bench_config(), with longer micro-batches: a chunk's work (a few ms) well above
+  // a transfer's cost, as on a real model.
+  models::GPT2Config c = bench_config();
+  c.n_embd = 256;
+  const int64_t L = c.n_layer + 2, rows = 4, T = 64;
+  if (world()->rank() == 0)
+    std::printf("interleaved 1F1B, K = %d stages, GPT-2 8 x 256, 4 rows x 64 tokens per micro-batch, cut by profiled time\n"
+                "%6s %3s %10s %10s %10s %12s\n",
+                K, "M", "V", "measured", "theory", "step ms", "vs V = 1");
+  for (int64_t M = K; M <= max_m; M *= 2) {
+    double base = 0;
+    for (int64_t V : {1, 2, 4}) {
+      if (K * V > L) continue;
+      Generator init(1);
+      models::GPT2LMHeadModel model(c, &init);
+      Pipeline pipe(model, world(),
+                    {.micro_batches = M, .schedule = Schedule::OneFOneB, .remat = Remat::Never,
+                     .balance_by = BalanceBy::Time, .profile_batch = bench_batch(rows, T, 9), .timeline = true, .chunks = V});
+      const Measured r = median_step(pipe, M, rows, T);
+      const double b = r.bubble, span = r.span;
+      if (V == 1) base = span;
+      if (world()->rank() == 0)
+        std::printf("%6lld %3lld %9.1f%% %9.1f%% %10.2f %11.2fx\n", static_cast<long long>(M), static_cast<long long>(V),
+                    100 * b, 100 * theoretical_bubble(K, M, V), 1e3 * span, span / base);
+    }
+  }
+}
+
 void bubble(int64_t max_m, const std::string& trace_prefix) {
   const int K = world()->size();
   if (world()->rank() == 0)
@@ -73,26 +132,14 @@ void bubble(int64_t max_m, const std::string& trace_prefix) {
     Pipeline pipe(model, world(),
                   {.micro_batches = M, .schedule = Schedule::GPipe, .remat = Remat::Never, .balance_by = BalanceBy::Time,
                    .profile_batch = bench_batch(2, 32, 9), .timeline = true});
-    std::vector<double> bubbles, spans;
-    PipelineTrace kept;
-    for (int s = 0; s < 4; ++s) {
-      pipe.step(bench_batch(2 * M, 32, static_cast<uint64_t>(s)));
-      pipe.zero_grad();
-      PipelineTrace t = pipe.gather_trace();
-      if (s == 0) continue;  // warm-up
-      bubbles.push_back(t.bubble_fraction());
-      spans.push_back(t.span());
-      kept = t;
-    }
-    std::sort(bubbles.begin(), bubbles.end());
-    std::sort(spans.begin(), spans.end());
-    const double b = bubbles[1], th = theoretical_bubble(K, M);
+    const Measured r = median_step(pipe, M);
+    const double b = r.bubble, th = theoretical_bubble(K, M);
     if (world()->rank() == 0) {
       std::printf("%6lld %9.1f%% %9.1f%% %+7.1f %10.2f\n", static_cast<long long>(M), 100 * b, 100 * th, 100 * (b - th),
-                  1e3 * spans[1]);
+                  1e3 * r.span);
       if (M == 8 && !trace_prefix.empty()) {
-        kept.write_chrome_trace(trace_prefix + ".json");
-        const bool png = kept.write_gantt_png(trace_prefix + ".png");
+        r.trace.write_chrome_trace(trace_prefix + ".json");
+        const bool png = r.trace.write_gantt_png(trace_prefix + ".png");
         std::printf("       trace: %s.json%s\n", trace_prefix.c_str(), png ? (", Gantt chart: " + trace_prefix + ".png").c_str() : " (no gnuplot: no PNG)");
       }
     }
@@ -291,6 +338,7 @@ int main(int argc, char** argv) {
                                 {"labels", randint(0, 10, {16}, DType::I64, &g)}};
       memory(model, batch, "16 images 32x32, AmoebaNet-D(6, 16)");
     }
+    else if (what == "interleaved") interleaved(max_m);
     else if (what == "held") held(argc > 2 ? argv[2] : "gpt2-124m");
     else if (what == "build") build_peak(argc > 2 ? argv[2] : "amoebanet-d(18,208)");
     else TRIDENT_CHECK(false, "unknown benchmark '", what, "'; choose bubble, memory, memory-amoebanet, held or build");

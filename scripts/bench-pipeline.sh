@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline bubble against (K - 1) / (M + K - 1) for K = 2 and 4, and peak activation memory with
-# re-materialization always / never and GPipe against 1F1B, and the parameter memory each rank
+# re-materialization always / never and GPipe against 1F1B, the interleaved schedule's bubble and
+# step time over 1, 2 and 4 chunks per rank, and the parameter memory each rank
 # keeps (GPT-2 124M, AmoebaNet-D(18, 208)) (benchmarks/pipeline_bench.cpp). One
 # OpenMP thread per rank. On a machine with fewer cores than ranks the stages share cores and
 # the measured bubble means little.
@@ -13,6 +14,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 mpirun=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
 for np in 2 4; do
   "${mpirun[@]}" -np $np "$bench" bubble --max-m "${MAX_M:-32}" ${2:+--trace "$2-k$np"}
+  echo
+done
+# NOTE [Interleaved schedule]: 1F1B over 1, 2 and 4 chunks per rank.
+for np in 2 4; do
+  "${mpirun[@]}" -np $np "$bench" interleaved --max-m "${MAX_M_INTERLEAVED:-16}"
   echo
 done
 for np in 2 4; do
