@@ -90,8 +90,9 @@
 // layout) at another (tests: apps.train_gpt2_dp, apps.train_gpt2_pp).
 //
 // NOTE [Pipeline training apps]: `mpirun -np K train_gpt2 --pp K --micro-batches M
-// --pp-schedule gpipe|1f1b --remat always|except_last|never` (and train_bert; --pp-schedule, as
-// --schedule is the learning-rate schedule), composed with --dp and --tp (world = dp x pp x tp:
+// --pp-schedule gpipe|1f1b --remat always|except_last|never [--pp-chunks V]` (and train_bert;
+// --pp-schedule, as --schedule is the learning-rate schedule; --pp-chunks V > 1 the interleaved
+// schedule, NOTE [Interleaved schedule], M a multiple of K), composed with --dp and --tp (world = dp x pp x tp:
 // with --tp every stage's layers are split over the mesh's tp group by
 // parallel::tp::TensorParallelLayers, and the pipeline's transfers link the ranks of one tp index,
 // which hold the same full activations). --precision bf16 runs each step inside the autocast

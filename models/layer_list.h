@@ -121,7 +121,8 @@ class LayerList {
 };
 
 // NOTE [Stage-only build]: a model's constructor may take the range of its layer list to keep,
-// [first, second), for a pipeline stage. It still builds and initializes every layer in order, so
+// [first, second), for a pipeline stage (or several ranges, LayerSelection, for the chunks of an
+// interleaved pipeline's rank). It still builds and initializes every layer in order, so
 // the generator makes every draw the whole build makes and the kept layers hold exactly the whole
 // model's values, but it releases each tensor no kept layer holds (release_module: a placeholder
 // of the same shape and dtype, NOTE [Stage-only model] in parallel/pipeline/pipeline.h) as soon
