@@ -13,7 +13,8 @@
 # checkpoints]): a --pp 2 (NP = 4: --pp 2 --tp 2) checkpoint has the serial one's tensors and
 # resumes at its own layout exactly (with dropout too, NP = 2) and serially within 1e-5
 # relative; a serial checkpoint resumes at that layout; so does the interleaved schedule (--pp 2
-# --pp-chunks 2, and --dp 2 --pp 2 --pp-chunks 2 at NP = 4). Usage: train_gpt2_pp_test.sh TRAIN_GPT2
+# --pp-chunks 2; at NP = 4 --dp 2 --pp 2 --pp-chunks 2, and on eight ranks with --tp 2 --zero).
+# Usage: train_gpt2_pp_test.sh TRAIN_GPT2
 # MPIEXEC NP
 set -euo pipefail
 exe="$1"
@@ -192,4 +193,8 @@ else
   "$mpiexec" --oversubscribe -np 8 "$exe" "${common[@]}" --dp 2 --pp 2 --tp 2 --zero --micro-batches 2 --batch 4 \
     >"$dir/dp_pp_tp_zero.txt"
   same_as_serial "dp 2 x pp 2 x tp 2, ZeRO-1" "$dir/dp_pp_tp_zero.txt"
+  # And interleaved: each rank's two chunks of one layer, split over tp, sharded over dp.
+  "$mpiexec" --oversubscribe -np 8 "$exe" "${common[@]}" --dp 2 --pp 2 --pp-chunks 2 --tp 2 --zero --micro-batches 2 --batch 4 \
+    --pp-schedule 1f1b >"$dir/dp_pp_tp_zero_chunks.txt"
+  same_as_serial "dp 2 x pp 2 (2 chunks) x tp 2, ZeRO-1" "$dir/dp_pp_tp_zero_chunks.txt"
 fi
