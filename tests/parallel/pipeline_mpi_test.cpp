@@ -48,11 +48,10 @@ using Case = std::tuple<std::string, int64_t, Schedule, Remat>;
 
 class PipelineMatchesSerial : public ::testing::TestWithParam<Case> {};
 
-TEST_P(PipelineMatchesSerial, LossAndGradients) {
-  const auto& [kind, M, schedule, remat] = GetParam();
+// One step of `pipe` over `model` (built by make_pipeline_model(kind)): the serial loss and
+// gradients of the same mini-batch.
+void expect_step_matches_serial(const std::string& kind, int64_t M, Pipeline& pipe) {
   const Serial& want = serial(kind, M);
-  auto model = make_pipeline_model(kind);
-  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = schedule, .remat = remat});
   const double loss = pipe.step(make_pipeline_batch(kind, batch_size(kind), kSeq, 7));
   EXPECT_NEAR(loss, want.loss, 1e-5 * std::fabs(want.loss));
   ASSERT_FALSE(pipe.named_parameters().empty());
@@ -60,6 +59,13 @@ TEST_P(PipelineMatchesSerial, LossAndGradients) {
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name << " on stage " << pipe.stage();
   }
+}
+
+TEST_P(PipelineMatchesSerial, LossAndGradients) {
+  const auto& [kind, M, schedule, remat] = GetParam();
+  auto model = make_pipeline_model(kind);
+  Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = schedule, .remat = remat});
+  expect_step_matches_serial(kind, M, pipe);
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -429,17 +435,10 @@ TEST_P(InterleavedPipelineMatchesSerial, LossAndGradients) {
   auto model = make_pipeline_model(kind);
   if (static_cast<int64_t>(model->layers().size()) < K * V)
     GTEST_SKIP() << kind << "'s " << model->layers().size() << " layers do not make " << K * V << " virtual stages";
-  const Serial& want = serial(kind, M);
   Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = M, .schedule = schedule, .remat = remat, .chunks = V});
   ASSERT_EQ(pipe.layer_ranges().size(), 2u);
   EXPECT_EQ(pipe.balance().size(), static_cast<size_t>(K * V));
-  const double loss = pipe.step(make_pipeline_batch(kind, batch_size(kind), kSeq, 7));
-  EXPECT_NEAR(loss, want.loss, 1e-5 * std::fabs(want.loss));
-  ASSERT_FALSE(pipe.named_parameters().empty());
-  for (const auto& [name, p] : pipe.named_parameters()) {
-    ASSERT_TRUE(p.grad().defined()) << name;
-    EXPECT_TRUE(close_rel(p.grad(), want.grads.at(name), name, want.scale)) << name << " on stage " << pipe.stage();
-  }
+  expect_step_matches_serial(kind, M, pipe);
 }
 
 std::string interleaved_case_name(const ::testing::TestParamInfo<InterleavedCase>& info) {
