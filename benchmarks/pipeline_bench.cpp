@@ -12,7 +12,8 @@
 //     V's step time over V = 1's.
 //   memory
 //     Peak activation bytes per stage at M = 8 (16 rows of 64 tokens): re-materialization
-//     always / except_last / never under GPipe, and never / always under 1F1B; the ratios.
+//     always / except_last / never under GPipe, and never / always under 1F1B, plain and over
+//     two chunks per rank; the ratios.
 //   memory-amoebanet
 //     The same for AmoebaNet-D(6, 16) on 16 images of 32x32 (cut by parameter count).
 //   held [gpt2-124m | amoebanet-d(18,208)]
@@ -32,6 +33,7 @@
 // Plain program (not Google Benchmark): every rank runs the same steps; rank 0 prints.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <cstdio>
 #include <string>
@@ -146,10 +148,14 @@ void bubble(int64_t max_m, const std::string& trace_prefix) {
   }
 }
 
-void memory(models::LayeredModel& model, const models::Batch& batch, const std::string& what) {
+void memory(const std::function<std::unique_ptr<models::LayeredModel>()>& build, const models::Batch& batch,
+            const std::string& what) {
   const int K = world()->size();
-  auto peak = [&](Schedule s, Remat r) {
-    Pipeline pipe(model, world(), {.micro_batches = 8, .schedule = s, .remat = r});
+  // A fresh model per pipeline: an interleaved one cuts it otherwise (NOTE [Stage-only model]).
+  auto peak = [&](Schedule s, Remat r, int64_t chunks = 1) {
+    const std::unique_ptr<models::LayeredModel> model = build();
+    if (K * chunks > static_cast<int64_t>(model->layers().size())) return std::vector<int64_t>{};
+    Pipeline pipe(*model, world(), {.micro_batches = 8, .schedule = s, .remat = r, .chunks = chunks});
     pipe.step(batch);
     pipe.zero_grad();
     pipe.step(batch);
@@ -164,13 +170,17 @@ void memory(models::LayeredModel& model, const models::Batch& batch, const std::
                         {"gpipe except_last", peak(Schedule::GPipe, Remat::ExceptLast)},
                         {"gpipe never", peak(Schedule::GPipe, Remat::Never)},
                         {"1f1b always", peak(Schedule::OneFOneB, Remat::Always)},
-                        {"1f1b never", peak(Schedule::OneFOneB, Remat::Never)}};
+                        {"1f1b never", peak(Schedule::OneFOneB, Remat::Never)},
+                        // NOTE [Interleaved schedule]: more micro-batches in flight in the warm-up.
+                        {"1f1b V=2 always", peak(Schedule::OneFOneB, Remat::Always, 2)},
+                        {"1f1b V=2 never", peak(Schedule::OneFOneB, Remat::Never, 2)}};
   if (world()->rank() != 0) return;
   std::printf("peak activation bytes per stage, K = %d, M = 8, %s\n%-18s", K, what.c_str(), "");
   for (int s = 0; s < K; ++s) std::printf(" %11s", ("stage " + std::to_string(s)).c_str());
   std::printf(" %11s %14s\n", "max", "max / gpipe never");
   const double base = static_cast<double>(*std::max_element(rows[2].bytes.begin(), rows[2].bytes.end()));
   for (const Row& r : rows) {
+    if (r.bytes.empty()) continue;  // too few layers for the chunks
     std::printf("%-18s", r.name);
     for (int64_t b : r.bytes) std::printf(" %11lld", static_cast<long long>(b));
     const auto mx = *std::max_element(r.bytes.begin(), r.bytes.end());
@@ -323,20 +333,25 @@ int main(int argc, char** argv) {
     }
     if (what == "bubble") bubble(max_m, trace);
     else if (what == "memory") {
-      Generator init(1);
-      models::GPT2LMHeadModel model(bench_config(), &init);
-      memory(model, bench_batch(16, 64, 3), "16 rows x 64 tokens, GPT-2 8 x 64");
+      memory(
+          [] {
+            Generator init(1);
+            return std::make_unique<models::GPT2LMHeadModel>(bench_config(), &init);
+          },
+          bench_batch(16, 64, 3), "16 rows x 64 tokens, GPT-2 8 x 64");
     } else if (what == "memory-amoebanet") {
       // AmoebaNet-D(6, 16) on 32x32 images of 10 classes (small stem), with the auxiliary head;
       // 16 images per step.
-      Generator init(1);
       models::AmoebaNetConfig c = models::AmoebaNetConfig::from_name("amoebanet-d(6,16)", 10, 32);
       c.aux_head = true;
-      models::AmoebaNetLayered model(std::make_shared<models::AmoebaNet>(c, &init));
+      auto build = [c] {
+        Generator init(1);
+        return std::make_unique<models::AmoebaNetLayered>(std::make_shared<models::AmoebaNet>(c, &init));
+      };
       Generator g(3);
       const models::Batch batch{{"images", randn({16, 3, 32, 32}, DType::F32, &g)},
                                 {"labels", randint(0, 10, {16}, DType::I64, &g)}};
-      memory(model, batch, "16 images 32x32, AmoebaNet-D(6, 16)");
+      memory(build, batch, "16 images 32x32, AmoebaNet-D(6, 16)");
     }
     else if (what == "interleaved") interleaved(max_m);
     else if (what == "held") held(argc > 2 ? argv[2] : "gpt2-124m");
