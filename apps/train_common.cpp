@@ -199,7 +199,13 @@ void say(const char* format, ...) {
 StageCut cut_for_stage(const TrainOptions& o, const parallel::Mesh& mesh, const std::function<std::vector<double>()>& costs) {
   StageCut cut;
   if (o.pp <= 1) return cut;
-  cut.balance = parallel::pipeline::balance_by_costs(costs(), o.pp * o.pp_chunks);
+  const std::vector<double> per_layer = costs();
+  const int64_t stages = o.pp * o.pp_chunks;
+  TRIDENT_CHECK(stages <= static_cast<int64_t>(per_layer.size()), "--pp ", o.pp,
+                o.pp_chunks > 1 ? " x --pp-chunks " + std::to_string(o.pp_chunks) : std::string(), ": ", stages,
+                " stages but the model has only ", per_layer.size(), " layers (every ",
+                o.pp_chunks > 1 ? "chunk" : "stage", " needs at least one)");
+  cut.balance = parallel::pipeline::balance_by_costs(per_layer, stages);
   cut.keep = models::LayerSelection(
       parallel::pipeline::rank_layer_ranges(cut.balance, mesh.group(parallel::Axis::PP).rank(), o.pp_chunks));
   return cut;

@@ -151,6 +151,9 @@ PY
     --pp-schedule 1f1b
   if run --pp 2 --pp-chunks 2 --micro-batches 3 --batch 6 >/dev/null 2>"$dir/err.txt"; then echo "--micro-batches 3 must fail"; exit 1; fi
   grep -q "is not a multiple of --pp 2" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+  if run --pp 2 --pp-chunks 4 --micro-batches 4 --batch 8 >/dev/null 2>"$dir/err.txt"; then echo "--pp-chunks 4 must fail"; exit 1; fi
+  [ "$(grep -c '^train_gpt2: --pp 2 x --pp-chunks 4: 8 stages but the model has only 4 layers (every chunk needs at least one)$' "$dir/err.txt")" = 2 ] ||
+    { cat "$dir/err.txt"; exit 1; }
   check_checkpoints "pp 2" "$dir/1f1b.txt" "$dir/pp_ck" run --pp 2 --micro-batches 4 --batch 8 --pp-schedule 1f1b
   # Dropout on: each stage's default generator continues where it was, so a resume at --pp 2 is exact.
   dropout_model='{"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 16, "vocab_size": 500, "padded_vocab_size": 512, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "resid_pdrop": 0.1}'
