@@ -8,7 +8,9 @@
 //    dp group's share): stage 0 reads the inputs, the last stage the targets, any stage the side
 //    inputs (BERT's attention mask). Checks on the batch therefore fail alike on every rank.
 //  - micro-batch m's activations go from stage s to s + 1, and their gradients back, by
-//    point-to-point transfers on the pp group. The shapes and dtypes of what a stage sends are
+//    point-to-point transfers on the pp group (with options.chunks > 1, from virtual stage to
+//    virtual stage, the last rank's chunk c to rank 0's chunk c + 1, and the gradients on a
+//    communicator split from pp: NOTE [Interleaved schedule]). The shapes and dtypes of what a stage sends are
 //    sent once ahead of the first micro-batch whenever the shapes of the batch's tensors change
 //    (both ends see the same batch, so both know when a header comes), not with every tensor.
 //    An activation may be undefined (AmoebaNet's state before its prev or aux exist): it keeps
