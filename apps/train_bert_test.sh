@@ -6,7 +6,7 @@
 # unknown preset, shards made with more tokens than the model's vocab_size, a glob matching no
 # file) gives one line naming it and exit status 2.
 # Under MPIEXEC with NP = 2: --pp 2 (GPipe, and 1F1B cut by compute), --tp 2 (with and without
-# --sequence-parallel) and --dp 2 print the serial run's losses within 1e-5 relative and its
+# --sequence-parallel), --dp 2 and (on four ranks) --pp 2 --pp-chunks 2 --tp 2 print the serial run's losses within 1e-5 relative and its
 # validation losses (NOTE [Parallel training apps]); with NP = 4: --pp 4 (one layer per stage,
 # each rank holding its stage only), --dp 2 --pp 2, and --pp 2 --tp 2, whose checkpoint resumes
 # serially and at its own layout. Every --pp run builds each stage alone (NOTE [Stage-only
@@ -102,6 +102,11 @@ if [ "$np" = 2 ]; then
   same_as_serial "tp 2" "$dir/tp.txt"
   same_as_serial "tp 2, sequence parallel" "$dir/sp.txt"
   same_as_serial "dp 2" "$dir/dp.txt"
+  # NOTE [Interleaved schedule]: two chunks per rank, one layer each, split over tp as well.
+  "$mpiexec" --oversubscribe -np 4 "$exe" "${common[@]}" --pp 2 --pp-chunks 2 --tp 2 --micro-batches 2 --batch 8 \
+    --pp-schedule 1f1b >"$dir/chunks_tp.txt"
+  grep -q "layers per virtual stage {1, 1, 1, 1}" "$dir/chunks_tp.txt" || { cat "$dir/chunks_tp.txt"; exit 1; }
+  same_as_serial "pp 2 x 2 chunks x tp 2" "$dir/chunks_tp.txt"
 else
   run --pp 4 --micro-batches 4 --batch 8 >"$dir/pp4.txt"
   run --dp 2 --pp 2 --micro-batches 2 --batch 4 --pp-schedule 1f1b >"$dir/dp_pp.txt"
