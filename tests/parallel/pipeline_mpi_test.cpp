@@ -656,6 +656,20 @@ TEST(PipelineMpi, BalanceByParametersAndByTime) {
   // And it trains like serial.
   const double loss = by_time.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
   EXPECT_NEAR(loss, serial("gpt2").loss, 1e-5 * serial("gpt2").loss);
+  // Interleaved (NOTE [Interleaved schedule]): the times cut K x 2 virtual stages, alike on every
+  // rank, and the serial loss again. (GPT-2's 6 layers make 4 virtual stages at K = 2 only.)
+  if (K != 2) return;
+  auto chunked_model = make_pipeline_model("gpt2");
+  Pipeline chunked(*chunked_model, fresh_group("pp"),
+                   {.micro_batches = 2, .balance_by = BalanceBy::Time, .profile_batch = make_pipeline_batch("gpt2", 2, kSeq, 1),
+                    .chunks = 2});
+  ASSERT_EQ(chunked.balance().size(), 4u);
+  Tensor cut = from_vector<int64_t>(chunked.balance(), {4});
+  Tensor cut0 = cut.clone();
+  comm::Communicator::world()->broadcast(cut0, 0).wait();
+  EXPECT_TRUE(trident::testing::all_close(cut, cut0, 0, 0));
+  const double chunked_loss = chunked.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7));
+  EXPECT_NEAR(chunked_loss, serial("gpt2").loss, 1e-5 * serial("gpt2").loss);
 }
 
 TEST(PipelineMpi, ShapesAreExchangedOnlyWhenTheyChange) {
