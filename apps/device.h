@@ -33,7 +33,8 @@
 //     hidden states each way: 6 MiB for GPT-2 124M at 4 x 1024 tokens in bf16), with the
 //     headers, losses and traces it sends as host tensors.
 //   - data parallelism: the gradients over an NCCL group of the dp ranks, bucketed (DataParallel;
-//     under --pp reduced once after the pipeline's step, DataParallel::reduce; ZeRO-1 likewise);
+//     under --pp started after the rank's last backward pass and waited for after the step, NOTE
+//     [Overlapped pipeline gradients]; ZeRO-1 reduce-scatters after the step);
 //     loss counts, losses and batch norm totals over the MPI dp group.
 // The CPU runs the same code with every group on MPI (the tests); only the communicators' backend
 // differs on GPUs.

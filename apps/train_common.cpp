@@ -332,18 +332,32 @@ int train(const TrainOptions& o, TrainTask& task) {
   // NOTE [Parallel training apps]: ZeRO-1 owns the optimizer (over its shards); otherwise a plain
   // optimizer, with the model wrapped for data parallelism when there is more than one dp rank.
   std::unique_ptr<parallel::ZeroOptimizer> zero;
-  std::unique_ptr<parallel::DataParallel> ddp;
+  std::unique_ptr<parallel::DataParallel> ddp, ddp_tied;
   std::unique_ptr<nn::optim::Optimizer> plain;
   if (o.zero) {
     // NOTE [ZeRO-1 on GPUs]: over the gradients' group (NCCL's on GPUs).
     zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp_grads, make_optimizer);
+  } else if (dp_size > 1 && pipe) {
+    // NOTE [Overlapped pipeline gradients]: a stage's gradients are final once this rank's last
+    // backward pass of the step has run, while the stages before it still run theirs; the
+    // all-reduce over dp starts there (Pipeline::set_after_last_backward, reduce_async) and is
+    // waited for after the step, so it overlaps the rest of the pipeline's flush, as Megatron-LM's
+    // does. The tied parameters (GPT-2's and BERT's word embedding) are summed over their stages
+    // at the end of the step first: their own buckets, reduced after it. (The pipeline broadcast
+    // the parameters over dp already.) ZeRO-1 reduce-scatters after the step.
+    std::vector<Tensor> early, late;
+    for (const Tensor& p : pipe->parameters()) {
+      const auto& tied = layers.tied();
+      const bool is_tied = std::any_of(tied.begin(), tied.end(), [&](const models::TiedParameter& t) { return t.tensor.is_same(p); });
+      (is_tied ? late : early).push_back(p);
+    }
+    const parallel::DataParallelOptions keep{.broadcast_from_rank0 = false};
+    if (!early.empty()) ddp = std::make_unique<parallel::DataParallel>(early, dp_grads, keep);
+    if (!late.empty()) ddp_tied = std::make_unique<parallel::DataParallel>(late, dp_grads, keep);
+    if (ddp) pipe->set_after_last_backward([&ddp] { ddp->reduce_async(); });
+    plain = make_optimizer({decay, no_decay});
   } else {
-    // Under --pp over the stage's parameters, reduced once after the pipeline's step (the
-    // pipeline broadcast them over dp already).
-    if (dp_size > 1)
-      ddp = pipe ? std::make_unique<parallel::DataParallel>(pipe->parameters(), dp_grads,
-                                                             parallel::DataParallelOptions{.broadcast_from_rank0 = false})
-                 : std::make_unique<parallel::DataParallel>(model, dp_grads);
+    if (dp_size > 1) ddp = std::make_unique<parallel::DataParallel>(model, dp_grads);
     plain = make_optimizer({decay, no_decay});
   }
   nn::optim::Optimizer& opt = zero ? zero->shard_optimizer() : *plain;
@@ -551,16 +565,18 @@ int train(const TrainOptions& o, TrainTask& task) {
     if (pipe) {
       autocast::Guard guard(autocast_dtype(o.precision), o.precision != "fp32");
       if (scaler.is_enabled()) pipe->set_loss_scale(scaler.get_scale());  // fp16: the last stage scales
-      // NOTE [ZeRO-1 over pipeline stages], NOTE [Model parallelism on GPUs]: the micro-batches'
-      // backward passes accumulate locally; the step's sum is reduced once (all-reduced, or
-      // reduce-scattered under ZeRO).
-      std::optional<parallel::DataParallel::NoSync> no_sync;
-      if (zero) no_sync.emplace(zero->no_sync());
-      if (ddp) no_sync.emplace(ddp->no_sync());
+      // NOTE [ZeRO-1 over pipeline stages], NOTE [Overlapped pipeline gradients]: the
+      // micro-batches' backward passes accumulate locally; the step's sum is reduced once
+      // (all-reduced from the last backward on, or reduce-scattered under ZeRO).
+      std::vector<parallel::DataParallel::NoSync> no_sync;
+      if (zero) no_sync.push_back(zero->no_sync());
+      if (ddp) no_sync.push_back(ddp->no_sync());
+      if (ddp_tied) no_sync.push_back(ddp_tied->no_sync());
       loss = pipe->step(batch, counts);
-      no_sync.reset();
+      no_sync.clear();
       if (zero) zero->reduce_gradients();
-      if (ddp) ddp->reduce();
+      if (ddp_tied) ddp_tied->reduce();
+      if (ddp) ddp->finish();  // reduce_async's, launched after the last backward
     }
     for (size_t i = 0; i < micro.size(); ++i) {
       const models::Batch& mb = micro[i];

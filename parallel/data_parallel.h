@@ -71,12 +71,14 @@ class DataParallel {
   [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
 
   // Waits for the reduction in progress; runs by itself when backward ends, so calling it is
-  // never needed (and harmless).
+  // never needed (and harmless) but after reduce_async().
   void finish() { reducer_->finish(); }
   // Reduces (averages) the gradients the parameters hold now, after backward passes that all ran
   // under no_sync, when the caller decides the sum is complete: a pipeline stage after its
   // micro-batches (NOTE [Pipeline on GPUs]). Collective over the group.
   void reduce() { reducer_->reduce(); }
+  // reduce() started, not waited for: finish() waits (GradReducer::reduce_async).
+  void reduce_async() { reducer_->reduce_async(); }
 
   comm::Communicator& group() const { return reducer_->comm(); }
   const std::vector<GradReducer::Bucket>& buckets() const { return reducer_->buckets(); }

@@ -104,6 +104,14 @@ void GradReducer::reduce() {
   st.finish();  // every slot from .grad, every bucket launched in order and waited for
 }
 
+void GradReducer::reduce_async() {
+  State& st = *state_;
+  TRIDENT_CHECK(!st.round_open, "data parallelism: reduce_async() while a reduction is in progress");
+  st.reset_round();
+  st.round_backward = State::kAsyncRound;
+  st.launch_all();
+}
+
 void GradReducer::State::reset_round() {
   round_open = true;
   next_launch = 0;
@@ -133,6 +141,8 @@ void GradReducer::State::abandon_round() {
 
 void GradReducer::State::on_grad_ready(size_t index) {
   if (!sync) return;
+  TRIDENT_CHECK(!(round_open && round_backward == kAsyncRound), "data parallelism: a backward with sync on while ",
+                "reduce_async()'s reduction is in flight; call finish() first");
   const uint64_t id = autograd::current_backward_id();
   if (round_open && id != round_backward) abandon_round();
   if (!round_open) open_round(id);
@@ -183,8 +193,7 @@ void GradReducer::State::poll_in_flight() {
   }
 }
 
-void GradReducer::State::finish() {
-  if (!round_open) return;
+void GradReducer::State::launch_all() {
   // Parameters whose hook did not fire contribute what they have (NOTE [Gradient buckets]).
   for (Bucket& b : buckets) {
     if (b.launched) continue;
@@ -198,6 +207,11 @@ void GradReducer::State::finish() {
   launch_ready();
   TRIDENT_ASSERT(next_launch == buckets.size(), "data parallelism: ", buckets.size() - next_launch,
                  " buckets were not launched");
+}
+
+void GradReducer::State::finish() {
+  if (!round_open) return;
+  launch_all();
   round_open = false;  // even if a wait throws: the next backward starts a new round
   NoGradGuard no_grad;
   for (Bucket& b : buckets) {

@@ -78,6 +78,12 @@ class GradReducer {
   // its micro-batches, NOTE [ZeRO-1 over pipeline stages] in zero.h). Collective; counts as a
   // synchronized backward. Errors inside a backward's reduction.
   void reduce();
+  // reduce() without the wait: every bucket filled from .grad and launched, in order; finish()
+  // waits for them (and makes .grad the slots). For a caller that has other work before it needs
+  // the gradients: a pipeline stage after its last backward pass while the other stages finish
+  // theirs (NOTE [Overlapped pipeline gradients] in apps/train_common.cpp). Until finish(), .grad
+  // must not change, and a backward with sync on is an error. Collective.
+  void reduce_async();
   // Counts synchronized backwards; ZeroOptimizer::step() checks it moved.
   int64_t rounds_finished() const;
 
@@ -117,8 +123,11 @@ struct GradReducer::State : std::enable_shared_from_this<GradReducer::State> {
   void fill_slot(Bucket& b, const Slot& s);
   void launch_ready();
   void launch(Bucket& b);
+  void launch_all();
   void poll_in_flight();
   void finish();
+  // round_backward of a round reduce_async() opened (no backward's).
+  static constexpr uint64_t kAsyncRound = ~uint64_t{0};
 };
 
 inline void GradReducer::set_sync(bool on) { state_->sync = on; }

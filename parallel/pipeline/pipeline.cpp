@@ -560,12 +560,19 @@ TensorList Pipeline::recv_activations(const std::vector<Spec>& specs, int64_t m,
 }
 
 void Pipeline::run_step(const std::vector<Batch>& micro, const std::vector<double>& counts, bool new_shapes) {
-  for (const Action& a : schedule_actions(options_.schedule, stage_, num_stages(), options_.micro_batches, chunks())) {
+  const std::vector<Action> actions = schedule_actions(options_.schedule, stage_, num_stages(), options_.micro_batches, chunks());
+  size_t last_backward = 0;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].kind == Action::Kind::Backward) last_backward = i;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const auto m = a.micro_batch;
-    if (a.kind == Action::Kind::Forward)
+    if (a.kind == Action::Kind::Forward) {
       forward(m, a.chunk, micro[static_cast<size_t>(m)], counts, new_shapes && m == 0);
-    else
+    } else {
       backward(m, a.chunk);
+      if (i == last_backward && after_last_backward_) after_last_backward_();
+    }
     // Let the sends progress, and learn early of another stage's failure.
     for (Work& w : sends_) w.test();
     failures_->check();

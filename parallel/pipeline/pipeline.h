@@ -61,10 +61,12 @@
 // totals). An NCCL group there is refused at construction. A GPU stage's data-parallel gradients
 // go best over NCCL outside the pipeline: average_dp_gradients = false, the step under the
 // reducer's no_sync, then DataParallel::reduce() (or ZeroOptimizer::reduce_gradients()) over an
-// NCCL group, as the training programs do.
+// NCCL group after it, or DataParallel::reduce_async() from set_after_last_backward and finish()
+// after it, as the training programs do (NOTE [Overlapped pipeline gradients]).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -183,6 +185,13 @@ class Pipeline {
   void set_loss_scale(double scale);
   double loss_scale() const { return loss_scale_; }
 
+  // Called in every step on this rank right after its last backward pass, when the gradients of
+  // its stage are final but for the tied parameters' sum over stages, while other stages may
+  // still run theirs: a data-parallel reduction started there (DataParallel::reduce_async)
+  // overlaps the rest of the pipeline's flush (NOTE [Overlapped pipeline gradients] in
+  // apps/train_common.cpp). Empty: nothing.
+  void set_after_last_backward(std::function<void()> f) { after_last_backward_ = std::move(f); }
+
   // This rank's stage (its pp rank), of num_stages() (the pp size).
   int64_t stage() const { return stage_; }
   int64_t num_stages() const { return static_cast<int64_t>(balance_.size()) / options_.chunks; }
@@ -294,6 +303,7 @@ class Pipeline {
   std::vector<comm::Work> sends_;
   double step_loss_ = 0;
   double loss_scale_ = 1.0;
+  std::function<void()> after_last_backward_;
   bool in_backward_ = false;
   bool forward_only_ = false;  // inside forward_only(): nothing goes to the timeline
   int64_t current_micro_ = 0;

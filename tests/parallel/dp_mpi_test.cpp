@@ -158,9 +158,12 @@ TEST(DataParallelMpi, BucketsAreInReverseRegistrationOrder) {
 }
 
 // kMicro micro-batches per step: all but the last backward under no_sync and the last one
-// reducing, or (`reduce_after`) every backward under no_sync and DataParallel::reduce() after
-// them (a pipeline stage's way, NOTE [Pipeline on GPUs]). Either equals one big batch.
-static void expect_accumulation_equals_one_big_batch(bool reduce_after) {
+// reducing, or every backward under no_sync and DataParallel::reduce() after them (a pipeline
+// stage's way, NOTE [Pipeline on GPUs]), or reduce_async() then finish() (NOTE [Overlapped
+// pipeline gradients]). Each equals one big batch.
+enum class GradSync { InLastBackward, After, AsyncAfter };
+static void expect_accumulation_equals_one_big_batch(GradSync how) {
+  const bool reduce_after = how != GradSync::InLastBackward;
   constexpr int kMicro = 2;
   for (const ModelCase& c : trident::testing::dp_model_cases()) {
     SCOPED_TRACE(c.name);
@@ -188,7 +191,13 @@ static void expect_accumulation_equals_one_big_batch(bool reduce_after) {
         }
         loss_sum += loss.item<double>();
       }
-      if (reduce_after) ddp.reduce();
+      if (how == GradSync::After) ddp.reduce();
+      if (how == GradSync::AsyncAfter) {
+        ddp.reduce_async();
+        EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before + static_cast<int64_t>(ddp.buckets().size()))
+            << "every bucket launched";
+        ddp.finish();
+      }
       EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before + static_cast<int64_t>(ddp.buckets().size()))
           << "one all-reduce per bucket per step";
       opt->step();
@@ -196,13 +205,39 @@ static void expect_accumulation_equals_one_big_batch(bool reduce_after) {
       r.losses.push_back(global_loss(*dp, scalar_tensor(loss_sum, kF64)));
     }
     r.params = model->parameters();
-    expect_same_run(r, serial, 1e-5, c.name + (reduce_after ? " reduce()" : " no_sync"));
+    expect_same_run(r, serial, 1e-5,
+                    c.name + (how == GradSync::After ? " reduce()" : how == GradSync::AsyncAfter ? " reduce_async()" : " no_sync"));
   }
 }
 
-TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) { expect_accumulation_equals_one_big_batch(false); }
+TEST(DataParallelMpi, NoSyncAccumulationEqualsOneBigBatch) {
+  expect_accumulation_equals_one_big_batch(GradSync::InLastBackward);
+}
 
-TEST(DataParallelMpi, ReduceAfterBackwardsUnderNoSyncEqualsOneBigBatch) { expect_accumulation_equals_one_big_batch(true); }
+TEST(DataParallelMpi, ReduceAfterBackwardsUnderNoSyncEqualsOneBigBatch) { expect_accumulation_equals_one_big_batch(GradSync::After); }
+
+TEST(DataParallelMpi, ReduceAsyncThenFinishEqualsOneBigBatch) {
+  expect_accumulation_equals_one_big_batch(GradSync::AsyncAfter);
+}
+
+TEST(DataParallelMpi, BackwardWithSyncOnDuringReduceAsyncIsAnError) {
+  const ModelCase c = trident::testing::mlp_case();
+  auto dp = fresh_dp_group("dp-async");
+  auto model = c.make();
+  DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+  const DpBatch mine = my_rows(c.batch(0, kGlobalBatch), *dp);
+  {
+    auto scope = ddp.no_sync();
+    c.loss(*model, mine).backward();
+  }
+  ddp.reduce_async();
+  // It would add into the buckets in flight (and its hooks would start another round).
+  trident::testing::expect_error([&] { c.loss(*model, mine).backward(); }, {"reduce_async()", "call finish() first"});
+  ddp.finish();  // still completes, on every rank
+  trident::testing::expect_error([&] { ddp.reduce(); ddp.reduce_async(); ddp.reduce_async(); },
+                                 {"reduce_async() while a reduction is in progress"});
+  ddp.finish();
+}
 
 TEST(ZeroMpi, Stage1TrainsLikePlainDataParallel) {
   for (const ModelCase& c : trident::testing::dp_model_cases()) {

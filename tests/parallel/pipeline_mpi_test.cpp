@@ -524,6 +524,38 @@ TEST(PipelineMpi, InterleavedTrainsAsSerialAndEvaluatesThroughTheChunks) {
   expect_gathered(got, want_params, pipe.stage() == 0);
 }
 
+// Pipeline::set_after_last_backward: once per step, after this rank's last backward pass, when
+// every gradient of its stage is final but for the tied embedding's sum over its stages (NOTE
+// [Overlapped pipeline gradients]), plain and interleaved.
+TEST(PipelineMpi, AfterLastBackwardSeesTheStagesFinalGradients) {
+  const int64_t K = comm::Communicator::world()->size();
+  for (const int64_t V : {1, 2}) {
+    if (K * V > 6) continue;  // GPT-2's 6 layers
+    SCOPED_TRACE("chunks " + std::to_string(V));
+    auto model = make_pipeline_model("gpt2");
+    Pipeline pipe(*model, fresh_group("pp"), {.micro_batches = 2 * K, .schedule = Schedule::OneFOneB, .chunks = V});
+    const Tensor& tied = model->layers().tied().front().tensor;
+    int calls = 0;
+    std::vector<std::pair<std::string, Tensor>> at_hook;
+    pipe.set_after_last_backward([&] {
+      ++calls;
+      at_hook.clear();
+      for (const auto& [name, p] : pipe.named_parameters())
+        if (!p.is_same(tied)) at_hook.emplace_back(name, p.grad().clone());
+    });
+    for (int s = 0; s < 2; ++s) {
+      pipe.zero_grad();
+      pipe.step(make_pipeline_batch("gpt2", kBatch, kSeq, 7 + static_cast<uint64_t>(s)));
+      EXPECT_EQ(calls, s + 1);
+    }
+    ASSERT_FALSE(at_hook.empty());
+    std::map<std::string, Tensor> final_grads;
+    for (const auto& [name, p] : pipe.named_parameters()) final_grads[name] = p.grad();
+    for (const auto& [name, g] : at_hook)
+      EXPECT_TRUE(trident::testing::all_close(g, final_grads.at(name), 0, 0)) << name << ": changed after the last backward";
+  }
+}
+
 TEST(PipelineMpi, InterleavedNeedsMicroBatchesInGroupsOfTheStagesAndEnoughLayers) {
   const int64_t K = comm::Communicator::world()->size();
   auto model = make_pipeline_model("gpt2");
