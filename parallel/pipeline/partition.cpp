@@ -65,6 +65,20 @@ Balance balance_by_costs(const std::vector<double>& costs, int64_t stages) {
   return balance;
 }
 
+std::vector<std::pair<size_t, size_t>> rank_layer_ranges(const Balance& balance, int64_t stage, int64_t chunks) {
+  TRIDENT_CHECK(chunks >= 1 && !balance.empty() && static_cast<int64_t>(balance.size()) % chunks == 0,
+                "pipeline: a balance of ", balance.size(), " stages is not ", chunks, " chunks per stage");
+  const int64_t stages = static_cast<int64_t>(balance.size()) / chunks;
+  TRIDENT_CHECK(stage >= 0 && stage < stages, "pipeline: stage ", stage, " of ", stages);
+  const auto all = stage_ranges(balance);
+  std::vector<std::pair<size_t, size_t>> out;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto& r = all[static_cast<size_t>(c * stages + stage)];
+    out.emplace_back(static_cast<size_t>(r.first), static_cast<size_t>(r.second));
+  }
+  return out;
+}
+
 std::vector<std::pair<int64_t, int64_t>> stage_ranges(const Balance& balance) {
   std::vector<std::pair<int64_t, int64_t>> r;
   int64_t b = 0;

@@ -29,6 +29,12 @@ Balance balance_by_costs(const std::vector<double>& costs, int64_t stages);
 // [begin, end) of each stage.
 std::vector<std::pair<int64_t, int64_t>> stage_ranges(const Balance& balance);
 
+// The layer ranges rank `stage` holds: [first, second) of each of its chunks, in chunk order
+// (virtual stages stage, stage + K, ... of `balance`, K = balance.size() / chunks; NOTE
+// [Interleaved schedule] in schedule.h). Errors: chunks not dividing the balance, a stage out of
+// range.
+std::vector<std::pair<size_t, size_t>> rank_layer_ranges(const Balance& balance, int64_t stage, int64_t chunks = 1);
+
 // "{2, 3, 1}"
 std::string balance_str(const Balance& balance);
 

@@ -153,27 +153,10 @@ Balance plan_balance(const models::LayerList& layers, int64_t ranks, const Pipel
   return balance_by_costs(costs, stages);
 }
 
-std::vector<std::pair<size_t, size_t>> rank_layer_ranges(const Balance& balance, int64_t stage, int64_t chunks) {
-  TRIDENT_CHECK(chunks >= 1 && !balance.empty() && static_cast<int64_t>(balance.size()) % chunks == 0,
-                "pipeline: a balance of ", balance.size(), " stages is not ", chunks, " chunks per stage");
-  const int64_t stages = static_cast<int64_t>(balance.size()) / chunks;
-  TRIDENT_CHECK(stage >= 0 && stage < stages, "pipeline: stage ", stage, " of ", stages);
-  const auto all = stage_ranges(balance);
-  std::vector<std::pair<size_t, size_t>> out;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const auto& r = all[static_cast<size_t>(c * stages + stage)];
-    out.emplace_back(static_cast<size_t>(r.first), static_cast<size_t>(r.second));
-  }
-  return out;
-}
-
 void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage, int64_t chunks) {
   check_balance(balance, static_cast<int64_t>(model.layers().size()));
-  TRIDENT_CHECK(chunks >= 1 && static_cast<int64_t>(balance.size()) % chunks == 0, "keep_stage: a balance of ",
-                balance.size(), " stages is not ", chunks, " chunks per stage");
-  const int64_t stages = static_cast<int64_t>(balance.size()) / chunks;
-  TRIDENT_CHECK(stage >= 0 && stage < stages, "keep_stage: stage ", stage, " of ", stages);
-  cut_model(model, balance, stage, stages);
+  rank_layer_ranges(balance, stage, chunks);  // checks the stage and the chunks
+  cut_model(model, balance, stage, static_cast<int64_t>(balance.size()) / chunks);
 }
 
 Pipeline::Pipeline(models::LayeredModel& model, std::shared_ptr<Communicator> pp, PipelineOptions options)

@@ -139,9 +139,6 @@ Balance plan_balance(const models::LayerList& layers, int64_t stages, const Pipe
 // With `chunks` per stage the balance has stages x chunks entries (NOTE [Interleaved schedule]).
 void keep_stage(models::LayeredModel& model, const Balance& balance, int64_t stage, int64_t chunks = 1);
 
-// The layer ranges rank `stage` holds: [first, second) of each of its chunks, in chunk order
-// (virtual stages stage, stage + K, ... of `balance`, K = balance.size() / chunks).
-std::vector<std::pair<size_t, size_t>> rank_layer_ranges(const Balance& balance, int64_t stage, int64_t chunks = 1);
 
 class Pipeline {
  public:

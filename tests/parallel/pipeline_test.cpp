@@ -33,6 +33,17 @@ TEST(PipelinePartition, BadBalancesAreErrors) {
   expect_error([] { check_balance({}, 2); }, {"empty"});
 }
 
+TEST(PipelinePartition, RankLayerRangesOfAnInterleavedBalance) {
+  // {1, 2, 3, 4}: virtual stages [0, 1), [1, 3), [3, 6), [6, 10); two chunks per rank: rank 0
+  // holds virtual stages 0 and 2, rank 1 stages 1 and 3.
+  using R = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(rank_layer_ranges({1, 2, 3, 4}, 0, 2), (R{{0, 1}, {3, 6}}));
+  EXPECT_EQ(rank_layer_ranges({1, 2, 3, 4}, 1, 2), (R{{1, 3}, {6, 10}}));
+  EXPECT_EQ(rank_layer_ranges({1, 2, 3, 4}, 2), (R{{3, 6}}));
+  expect_error([] { rank_layer_ranges({1, 2, 3, 4}, 0, 3); }, {"4 stages is not 3 chunks per stage"});
+  expect_error([] { rank_layer_ranges({1, 2, 3, 4}, 2, 2); }, {"stage 2 of 2"});
+}
+
 TEST(PipelineSchedule, GPipeRunsEveryForwardThenEveryBackwardReversed) {
   EXPECT_EQ(actions_str(schedule_actions(Schedule::GPipe, 0, 2, 3)), "F0 F1 F2 B2 B1 B0");
 }
