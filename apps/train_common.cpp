@@ -302,7 +302,8 @@ int train(const TrainOptions& o, TrainTask& task) {
   if (dev.is_cuda() && dp_size > 1) dp_grads = parallel::comm::make_nccl_communicator(dp, {.name = "dp.nccl", .timeout = std::nullopt});
 #endif
   const std::shared_ptr<parallel::comm::Communicator> tp = mesh.group_ptr(parallel::Axis::TP);
-  // NOTE [Pipeline training apps]: this rank's stage of the model; it does the dp averaging too.
+  // NOTE [Pipeline training apps]: this rank's stage of the model; it averages the loss and the
+  // batch norm totals over dp, DataParallel or ZeRO the gradients (below).
   std::unique_ptr<parallel::pipeline::Pipeline> pipe;
   if (mesh.size(parallel::Axis::PP) > 1) {
     // NOTE [Pipeline balance in the apps]
@@ -557,7 +558,7 @@ int train(const TrainOptions& o, TrainTask& task) {
       plain->zero_grad();
     double loss = NAN;
     // NOTE [Pipeline training apps]: the pipeline cuts the step's batch into its micro-batches
-    // and returns the global batch's mean loss (averaged over dp already).
+    // and returns the global batch's mean loss (averaged over dp already; the gradients below).
     const std::vector<models::Batch> micro = pipe ? std::vector<models::Batch>{} : batch.to(dev).split(o.grad_accum);
     // The micro-batches' losses, kept where they were computed and read together when the step's
     // loss is needed (NOTE [Device in the apps]: on a GPU, at logged steps only).
