@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -52,13 +53,39 @@ struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
-Tensor sum_grads(const Tensor& a, const Tensor& b) {
-  if (!a.defined()) return b;
-  if (!b.defined()) return a;
-  Tensor out = empty_like(a);
-  copy_(out, a);
-  add_into_(out, b);
-  return out;
+Tensor sum_grads(const Tensor& a, const Tensor& b) { return add_gradients(a, b); }
+
+// NOTE [Higher-order gradients]: the results of a node whose formula cannot be recorded
+// (Node::differentiable_backward() false) in a create_graph backward. They become outputs of a
+// node that depends on everything they may depend on (the gradients the node received that
+// require grad, and the node's own inputs) and fails, naming the op, if a later backward reaches
+// it; a later backward that does not need them (grad() prunes it) never notices.
+void attach_not_differentiable(const Node& node, const TensorList& grads_in, TensorList& grads_out) {
+  bool any = false;
+  for (const Tensor& g : grads_out) any = any || g.defined();
+  if (!any) return;
+  std::vector<Edge> edges;
+  for (const Tensor& g : grads_in)
+    if (g.defined() && g.requires_grad()) edges.push_back(gradient_edge(g));
+  for (const Edge& e : node.next_edges)
+    if (e.fn) edges.push_back(e);
+  if (edges.empty()) return;  // the results depend on nothing that requires grad: constants
+  const std::string op = node.name();
+  TensorList outs;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < grads_out.size(); ++i) {
+    if (!grads_out[i].defined() || !is_floating(grads_out[i].dtype())) continue;
+    grads_out[i] = grads_out[i].detach();  // a fresh handle: it may alias a gradient it received
+    outs.push_back(grads_out[i]);
+    where.push_back(i);
+  }
+  if (outs.empty()) return;
+  std::shared_ptr<Node> err = record(op + "Backward", {}, outs, [op](const TensorList&) -> TensorList {
+    TRIDENT_FAIL("the backward of ", op, " is not differentiable: a higher-order gradient through this op is not "
+                 "implemented (a gradient computed with create_graph=true went through ", op,
+                 " and is being differentiated again)");
+  });
+  err->next_edges = std::move(edges);
 }
 
 void check_grad(const Tensor& g, const Node::OutputMeta& m, const std::string& producer, size_t input, const Node& target) {
@@ -73,11 +100,18 @@ void check_grad(const Tensor& g, const Node::OutputMeta& m, const std::string& p
 // Runs the graph. `capture`: edges whose incoming gradient is returned (by grad()); when
 // `accumulate` is false, AccumulateGrad nodes do not run.
 TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in, bool retain_graph, bool accumulate,
-                        const std::vector<Edge>& capture) {
+                        const std::vector<Edge>& capture, bool create_graph) {
   BackwardScope scope;
   TRIDENT_CHECK(grad_roots_in.empty() || grad_roots_in.size() == roots.size(), "backward: got ", roots.size(),
                 " tensors but ", grad_roots_in.size(), " gradients");
-  NoGradGuard no_grad;
+  retain_graph = retain_graph || create_graph;
+  // NOTE [Higher-order gradients]: a create_graph backward records the formulas it runs.
+  const bool prev_grad_mode = GradMode::is_enabled();
+  GradMode::set_enabled(create_graph);
+  struct RestoreGradMode {
+    bool prev;
+    ~RestoreGradMode() { GradMode::set_enabled(prev); }
+  } restore_grad_mode{prev_grad_mode};
   AutocastModeGuard no_autocast({});  // NOTE [Autocast state]
 
   std::vector<Edge> root_edges;
@@ -115,6 +149,42 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in
       if (!e.fn) continue;
       ++deps[e.fn.get()];
       if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  // grad() runs only the nodes on a path to an input it was asked for (as PyTorch does): the
+  // others would cost time and, in a nested grad() inside a backward, free saved tensors the
+  // outer backward still needs. A node whose gradient is captured is itself run only if another
+  // captured input lies beyond it.
+  std::unordered_set<Node*> skip;
+  if (!accumulate) {
+    std::unordered_set<const Node*> targets;
+    for (const Edge& e : capture)
+      if (e.fn) targets.insert(e.fn.get());
+    // Topological order (every node after all nodes that send it gradients), then backwards.
+    std::unordered_map<Node*, int> left = deps;
+    std::vector<Node*> order, frontier;
+    for (const Edge& e : root_edges)
+      if (left[e.fn.get()] == 0 && std::find(frontier.begin(), frontier.end(), e.fn.get()) == frontier.end())
+        frontier.push_back(e.fn.get());
+    while (!frontier.empty()) {
+      Node* n = frontier.back();
+      frontier.pop_back();
+      order.push_back(n);
+      for (const Edge& e : n->next_edges)
+        if (e.fn && --left[e.fn.get()] == 0) frontier.push_back(e.fn.get());
+    }
+    std::unordered_set<const Node*> needed;
+    for (size_t i = order.size(); i-- > 0;) {
+      Node* n = order[i];
+      bool need = false;
+      for (const Edge& e : n->next_edges)
+        need = need || (e.fn && (targets.count(e.fn.get()) || needed.count(e.fn.get())));
+      if (need) {
+        needed.insert(n);
+      } else {
+        skip.insert(n);
+      }
     }
   }
 
@@ -174,8 +244,9 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in
     bool any_defined = false;
     for (const Tensor& g : grads) any_defined = any_defined || g.defined();
     const bool is_accumulate = dynamic_cast<AccumulateGrad*>(node) != nullptr;
+    const bool skipped = skip.count(node) != 0;
     TensorList out;
-    if (any_defined && !(is_accumulate && !accumulate)) {
+    if (any_defined && !(is_accumulate && !accumulate) && !skipped) {
       for (size_t i = 0; i < grads.size(); ++i) {  // zeros for outputs that got no gradient
         if (!grads[i].defined()) {
           const Node::OutputMeta& m = node->outputs[i];
@@ -183,7 +254,16 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in
         }
       }
       try {
-        out = node->apply(std::move(grads));
+        if (create_graph && !is_accumulate && !node->differentiable_backward()) {
+          const TensorList received = grads;
+          {
+            NoGradGuard off;
+            out = node->apply(std::move(grads));
+          }
+          attach_not_differentiable(*node, received, out);
+        } else {
+          out = node->apply(std::move(grads));
+        }
       } catch (const Error& e) {
         throw Error(detail::str("trident error in backward of ", node->name(), ": ", e.what()), e.file(), e.line(),
                     detail::str("in backward of ", node->name(), ": ", e.message()));
@@ -191,7 +271,7 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots_in
       TRIDENT_CHECK(out.size() == node->next_edges.size() || (is_accumulate && out.empty()), node->name(), " returned ",
                     out.size(), " gradients but has ", node->next_edges.size(), " inputs");
     }
-    if (!retain_graph) node->release_saved();
+    if (!retain_graph && !skipped) node->release_saved();
 
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
@@ -217,18 +297,18 @@ void queue_callback(std::function<void()> fn) {
 
 uint64_t current_backward_id() { return tls_task.depth > 0 ? tls_task.id : 0; }
 
-void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
-  run_backward(roots, grad_roots, retain_graph, /*accumulate=*/true, {});
+void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
+  run_backward(roots, grad_roots, retain_graph, /*accumulate=*/true, {}, create_graph);
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,
-                bool allow_unused) {
+                bool allow_unused, bool create_graph) {
   std::vector<Edge> capture;
   for (size_t i = 0; i < inputs.size(); ++i) {
     TRIDENT_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad: input ", i, " does not require grad");
     capture.push_back(gradient_edge(inputs[i]));
   }
-  TensorList result = run_backward(outputs, grad_outputs, retain_graph, /*accumulate=*/false, capture);
+  TensorList result = run_backward(outputs, grad_outputs, retain_graph, /*accumulate=*/false, capture, create_graph);
   for (size_t i = 0; i < result.size(); ++i) {
     TRIDENT_CHECK(allow_unused || result[i].defined(), "grad: input ", i, " (shape ", inputs[i].sizes(),
                   ") was not used to compute the outputs; pass allow_unused=true if this is expected");
@@ -239,7 +319,7 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
 }  // namespace trident::autograd
 
 namespace trident {
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::backward({*this}, {gradient}, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
 }
 }  // namespace trident

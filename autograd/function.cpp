@@ -118,7 +118,13 @@ TensorList FunctionRecorder::finish(TensorList outputs, FunctionBackwardFn backw
     if (!out.defined()) continue;
     bool marked = false;
     for (const Tensor& nd : ctx_->non_differentiable_) marked = marked || nd.is_same(out);
+    const Tensor original = out;
     out = out.detach();
+    // A saved output follows its fresh handle (NOTE [Saved tensors and higher-order gradients]);
+    // an input returned unchanged stays an input.
+    bool is_input = false;
+    for (const Tensor& in : inputs_) is_input = is_input || in.is_same(original);
+    if (!is_input) move_saved_identity(original, out);
     if (!marked && is_floating(out.dtype())) {
       differentiable.push_back(i);
       diff_outputs.push_back(out);
@@ -142,7 +148,8 @@ TensorList FunctionRecorder::finish(TensorList outputs, FunctionBackwardFn backw
            TensorList input_grads = backward(*ctx, full);
            check_input_grads(*ctx, metas, input_grads);
            return input_grads;
-         });
+         },
+         ctx_->differentiable_backward() ? Backward::Differentiable : Backward::Once);
   inputs_.clear();
   return outputs;
 }

@@ -44,6 +44,7 @@
 // - Tensors saved with ctx.save_for_backward are version-checked like built-in ops' SavedTensor:
 //   modifying one in place between forward and backward is an error naming the function. The
 //   context (saved tensors and values) is freed after backward unless retain_graph.
+// - Higher-order gradients: opt in with ctx.set_differentiable_backward() (see there).
 // - Hooks on the outputs and on the inputs, retain_grad, autograd::grad and
 //   autograd::checkpoint (which re-runs forward during backward) work as for built-in ops.
 // - Errors thrown by forward are re-thrown prefixed with "in forward of <name>"; errors from
@@ -105,6 +106,15 @@ class FunctionCtx {
     return *p;
   }
 
+  // Declares backward differentiable (NOTE [Higher-order gradients] in autograd/engine.h): it
+  // computes with differentiable ops from its gradients and saved_tensors() only (values kept with
+  // save() are constants), so a create_graph backward records it and the gradients it returns can
+  // be differentiated again; saved inputs and outputs rejoin the graph. Without it, a
+  // create_graph backward still runs backward, and a second derivative through the function is an
+  // error naming it.
+  void set_differentiable_backward(bool on = true) { differentiable_backward_ = on; }
+  bool differentiable_backward() const { return differentiable_backward_; }
+
   // Outputs (among those forward returns) that have no gradient: they come back not requiring
   // grad, and backward receives an undefined gradient in their place. Non-floating outputs are
   // marked automatically.
@@ -120,6 +130,7 @@ class FunctionCtx {
   std::vector<SavedTensor> saved_;
   std::map<std::string, std::any> values_;
   TensorList non_differentiable_;
+  bool differentiable_backward_ = false;
 };
 
 using FunctionBackwardFn = std::function<TensorList(FunctionCtx& ctx, const TensorList& grad_outputs)>;

@@ -197,6 +197,68 @@ GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& fn, co
   return gradcheck(GradcheckFn([&fn](const TensorList& xs) { return TensorList{fn(xs)}; }), inputs, opts);
 }
 
+GradcheckResult gradgradcheck(const GradcheckFn& fn, const TensorList& inputs, const GradcheckOptions& opts, uint64_t seed) {
+  std::vector<size_t> diff;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) diff.push_back(i);
+  TRIDENT_CHECK(!diff.empty(), "gradgradcheck: no input requires grad");
+  // The outputs' shapes, and a random gradient v for each differentiable one.
+  TensorList outputs = fn(inputs);
+  std::vector<size_t> outs;
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (outputs[o].defined() && outputs[o].requires_grad()) outs.push_back(o);
+  TRIDENT_CHECK(!outs.empty(), "gradgradcheck: no output requires grad (did the function detach its inputs?)");
+  Generator gen(seed);
+  TensorList all = inputs;
+  for (size_t o : outs) {
+    Tensor v = randn(outputs[o].sizes(), TensorOptions(kF64), &gen);
+    v.set_requires_grad(true);
+    all.push_back(v);
+  }
+  const size_t n = inputs.size();
+  std::string missing;  // a first-order gradient without a graph
+  GradcheckFn first_order = [&](const TensorList& xs_in) {
+    const bool recording = GradMode::is_enabled();  // gradcheck's analytic pass; off for its differences
+    EnableGradGuard on;
+    TensorList xs(xs_in.begin(), xs_in.begin() + static_cast<std::ptrdiff_t>(n));
+    TensorList diff_xs;
+    for (size_t i : diff) {
+      if (!xs[i].requires_grad()) xs[i] = xs[i].detach().set_requires_grad(true);  // a fresh leaf to differentiate
+      diff_xs.push_back(xs[i]);
+    }
+    TensorList ys = fn(xs), roots, vs;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      roots.push_back(ys.at(outs[k]));
+      vs.push_back(recording ? xs_in[n + k] : xs_in[n + k].detach());
+    }
+    TensorList gs = grad(roots, diff_xs, vs, /*retain_graph=*/true, /*allow_unused=*/true, /*create_graph=*/recording);
+    for (size_t k = 0; k < gs.size(); ++k) {
+      if (!gs[k].defined()) {
+        gs[k] = zeros_like(diff_xs[k]);
+      } else if (recording && !gs[k].requires_grad() && missing.empty()) {
+        missing = detail::str("gradgradcheck failed: the gradient of input ", diff[k],
+                              " does not carry a graph: a backward on its path was not recorded");
+      }
+      if (!recording) gs[k] = gs[k].detach().clone();  // not an alias of v, which gradcheck perturbs in place
+    }
+    return gs;
+  };
+  GradcheckOptions o = opts;
+  if (!o.input_names.empty())
+    for (size_t k = 0; k < outs.size(); ++k) o.input_names.push_back(detail::str("v", outs[k]));
+  GradcheckResult res = gradcheck(first_order, all, o);
+  if (!missing.empty()) {
+    res.ok = false;
+    res.report = res.report.empty() ? missing : missing + "; " + res.report;
+  }
+  return res;
+}
+
+GradcheckResult gradgradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+                              const GradcheckOptions& opts, uint64_t seed) {
+  return gradgradcheck(GradcheckFn([&fn](const TensorList& xs) { return TensorList{fn(xs)}; }), inputs, opts, seed);
+}
+
 GradcheckSkipFn skip_near(std::vector<double> points, double radius) {
   TRIDENT_CHECK(radius >= 0, "skip_near: radius must be >= 0, got ", radius);
   return [points = std::move(points), radius](const GradcheckPoint& p) {

@@ -88,10 +88,23 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
 GradcheckResult gradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
                           const GradcheckOptions& opts = {});
 
+// Second derivatives (PyTorch's gradgradcheck): with random f64 gradients v for the outputs
+// (requiring grad), checks the function (inputs, v) -> grad(fn(inputs), inputs, v,
+// create_graph) with gradcheck, so the derivatives of the first-order gradients with respect to
+// the inputs and to v, computed by a create_graph backward (NOTE [Higher-order gradients] in
+// autograd/engine.h), are compared with central differences of the first-order gradients. v is
+// drawn from a generator seeded with `seed`. Fails too, saying which, when a first-order gradient
+// does not carry a graph (it is linear in v, so it always should).
+GradcheckResult gradgradcheck(const GradcheckFn& fn, const TensorList& inputs, const GradcheckOptions& opts = {},
+                              uint64_t seed = 0);
+GradcheckResult gradgradcheck(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs,
+                              const GradcheckOptions& opts = {}, uint64_t seed = 0);
+
 }  // namespace trident::autograd
 
 namespace trident {
 using autograd::gradcheck;
+using autograd::gradgradcheck;
 using autograd::GradcheckOptions;
 using autograd::GradcheckResult;
 using autograd::GradcheckPoint;

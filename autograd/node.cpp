@@ -4,6 +4,7 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "core/shape.h"
 
 namespace trident::autograd {
 
@@ -67,7 +68,11 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       g = r;
     }
   }
-  if (!meta.grad.defined()) {
+  if (GradMode::is_enabled() && (g.requires_grad() || (meta.grad.defined() && meta.grad.requires_grad()))) {
+    // A create_graph backward (NOTE [Higher-order gradients]): .grad keeps its graph and is
+    // summed out of place, so it can be differentiated.
+    meta.grad = meta.grad.defined() ? add_gradients(meta.grad, g) : g;
+  } else if (!meta.grad.defined()) {
     // Keep our own dense copy unless nobody else can see this gradient.
     if (!g.is_contiguous() || g.impl_ptr().use_count() > 1 || g.storage().use_count() > 1) {
       Tensor c = empty_like(g);
@@ -75,7 +80,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       g = c;
     }
     meta.grad = g.detach();
-  } else if (meta.grad.impl_ptr().use_count() == 1) {
+  } else if (meta.grad.impl_ptr().use_count() == 1 && !meta.grad.requires_grad()) {
     add_into_(meta.grad, g);  // nobody holds the old .grad: accumulate in place
   } else {
     Tensor sum = empty_like(meta.grad);
@@ -88,10 +93,37 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   return {};
 }
 
-SavedTensor::SavedTensor(const Tensor& t) {
-  if (!t.defined()) return;
-  data_ = t.detach();
-  version_ = t.version();
+SavedTensor::SavedTensor(const Tensor& t) : SavedTensor(t, t) {}
+
+SavedTensor::SavedTensor(const Tensor& values, const Tensor& like) {
+  if (!values.defined()) return;
+  TRIDENT_ASSERT(like.defined() && like.numel() == values.numel() && like.dtype() == values.dtype(),
+                 "SavedTensor: values of shape ", values.sizes(), " cannot stand for a tensor of shape ",
+                 like.defined() ? like.sizes() : Shape{});
+  data_ = values.detach();
+  version_ = values.version();
+  shape_ = like.sizes();
+  if (values.storage() == like.storage()) {  // a view: like's own geometry in the same storage
+    strides_ = like.strides();
+    offset_ = like.storage_offset();
+  } else {
+    TRIDENT_ASSERT(values.is_contiguous(), "SavedTensor: a copy standing for another tensor must be contiguous");
+    strides_ = contiguous_strides(shape_);
+    offset_ = values.storage_offset();
+  }
+  // NOTE [Saved tensors and higher-order gradients].
+  if (like.requires_grad()) {
+    if (like.grad_fn()) {
+      fn_ = like.grad_fn();
+      output_nr_ = like.output_nr();
+    } else {
+      leaf_ = like.impl_ptr();
+    }
+  } else {  // (a user function's forward saves its outputs with grad mode off)
+    AutogradMeta& meta = like.impl()->autograd_meta();
+    if (!meta.saved_identity) meta.saved_identity = std::make_shared<SavedIdentity>();
+    output_ = meta.saved_identity;
+  }
 }
 
 Tensor SavedTensor::unpack() const {
@@ -99,7 +131,39 @@ Tensor SavedTensor::unpack() const {
   TRIDENT_CHECK(data_.version() == version_, "a tensor saved for backward (shape ", data_.sizes(), ", ", data_.dtype(),
                 ") was modified by an in-place operation: it was at version ", version_, " when saved and is now at version ",
                 data_.version(), ". Use an out-of-place op, or clone() the tensor before modifying it");
-  return data_;
+  if (!GradMode::is_enabled()) return data_;
+  if (leaf_) return Tensor(leaf_);
+  std::shared_ptr<Node> fn = fn_;
+  uint32_t nr = output_nr_;
+  if (!fn && output_) {
+    fn = output_->fn.lock();
+    nr = output_->output_nr;
+  }
+  if (!fn) return data_;  // a constant
+  Tensor t = data_.as_strided(shape_, strides_, offset_);
+  AutogradMeta& meta = t.impl()->autograd_meta();
+  meta.requires_grad = true;
+  meta.grad_fn = std::move(fn);
+  meta.output_nr = nr;
+  return t;
+}
+
+void move_saved_identity(const Tensor& from, const Tensor& to) {
+  if (!from.defined() || !to.defined() || !from.impl()->autograd) return;
+  std::shared_ptr<SavedIdentity>& cell = from.impl()->autograd->saved_identity;
+  if (cell) to.impl()->autograd_meta().saved_identity = std::move(cell);
+}
+
+Tensor add_gradients(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  Tensor out = empty_like(a);
+  copy_(out, a);
+  add_into_(out, b);
+  if (any_requires_grad({a, b}))
+    record("AddBackward", {a, b}, out, [](const TensorList& g) { return TensorList{g[0], g[0]}; },
+           Backward::Differentiable);
+  return out;
 }
 
 bool any_requires_grad(std::initializer_list<Tensor> ts) {
@@ -147,16 +211,23 @@ void set_history(const std::shared_ptr<Node>& node, const TensorList& inputs, co
     meta.requires_grad = true;
     meta.grad_fn = node;
     meta.output_nr = static_cast<uint32_t>(i);
+    if (meta.saved_identity) {  // NOTE [Saved tensors and higher-order gradients]
+      meta.saved_identity->fn = node;
+      meta.saved_identity->output_nr = meta.output_nr;
+      meta.saved_identity.reset();
+    }
     node->outputs.push_back(meta_of(out));
   }
 }
 
-std::shared_ptr<Node> record(std::string name, const TensorList& inputs, const Tensor& output, BackwardFn fn) {
-  return record(std::move(name), inputs, TensorList{output}, std::move(fn));
+std::shared_ptr<Node> record(std::string name, const TensorList& inputs, const Tensor& output, BackwardFn fn,
+                             Backward kind) {
+  return record(std::move(name), inputs, TensorList{output}, std::move(fn), kind);
 }
 
-std::shared_ptr<Node> record(std::string name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
-  auto node = std::make_shared<LambdaNode>(std::move(name), std::move(fn));
+std::shared_ptr<Node> record(std::string name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn,
+                             Backward kind) {
+  auto node = std::make_shared<LambdaNode>(std::move(name), std::move(fn), kind);
   set_history(node, inputs, outputs);
   return node;
 }

@@ -22,6 +22,7 @@ class Tensor;
 struct TensorImpl;
 namespace autograd {
 struct Node;
+struct SavedIdentity;
 }
 
 // Runs on the gradient flowing into a tensor during backward. Returning a defined tensor
@@ -113,7 +114,9 @@ class Tensor {
   // Keep .grad of a non-leaf tensor after backward, as leaves do.
   void retain_grad();
   // Backpropagates from this tensor. `gradient` may be omitted for a one-element tensor.
-  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  // create_graph records the backward pass itself, so the gradients can be differentiated again
+  // (NOTE [Higher-order gradients] in autograd/engine.h); it implies retain_graph.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
 
   // ---- differentiable conversions (defined in ops/copy.cpp; NOTE [Tensor methods]) ----
   Tensor contiguous() const;
@@ -141,6 +144,10 @@ struct AutogradMeta {
   std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's AccumulateGrad, while a graph uses it
   std::vector<TensorHook> hooks;                   // leaves (a non-leaf's hooks live on its grad_fn)
   std::vector<PostAccumulateGradHook> post_accumulate_hooks;
+  // Set when a SavedTensor keeps this tensor before it became an op's output: set_history fills
+  // it with the node, so the saved tensor can rejoin the graph in a create_graph backward
+  // (NOTE [Saved tensors and higher-order gradients] in autograd/node.h).
+  std::shared_ptr<autograd::SavedIdentity> saved_identity;
 };
 
 struct TensorImpl {

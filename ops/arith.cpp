@@ -1,6 +1,7 @@
 #include "ops/arith.h"
 
 #include "core/copy.h"
+#include "core/factory.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/arith.h"
@@ -53,7 +54,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   if (autograd::any_requires_grad({a, b})) {
     autograd::record("AddBackward", {a, b}, out, [sa = a.sizes(), sb = b.sizes()](const TensorList& g) {
       return TensorList{sum_to(g[0], sa), sum_to(g[0], sb)};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -66,7 +67,7 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   if (autograd::any_requires_grad({a, b})) {
     autograd::record("SubBackward", {a, b}, out, [sa = a.sizes(), sb = b.sizes()](const TensorList& g) {
       return TensorList{sum_to(g[0], sa), neg(sum_to(g[0], sb))};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -86,7 +87,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
                        if (sb.defined()) r[0] = sum_to(mul(g[0], sb.unpack()), za);
                        if (sa.defined()) r[1] = sum_to(mul(g[0], sa.unpack()), zb);
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -107,7 +108,7 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
                        r[0] = sum_to(div(g[0], bv), za);
                        if (so.defined()) r[1] = sum_to(neg(div(mul(g[0], so.unpack()), bv)), zb);
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -116,34 +117,34 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor add(const Tensor& a, double s) {
   Tensor out = scalar_forward(BinaryOp::Add, a, s, false);
-  if (autograd::any_requires_grad({a})) autograd::record("AddBackward", {a}, out, [](const TensorList& g) { return g; });
+  if (autograd::any_requires_grad({a})) autograd::record("AddBackward", {a}, out, [](const TensorList& g) { return g; }, kDifferentiable);
   return out;
 }
 
 Tensor sub(const Tensor& a, double s) {
   Tensor out = scalar_forward(BinaryOp::Sub, a, s, false);
-  if (autograd::any_requires_grad({a})) autograd::record("SubBackward", {a}, out, [](const TensorList& g) { return g; });
+  if (autograd::any_requires_grad({a})) autograd::record("SubBackward", {a}, out, [](const TensorList& g) { return g; }, kDifferentiable);
   return out;
 }
 
 Tensor rsub(const Tensor& a, double s) {
   Tensor out = scalar_forward(BinaryOp::Sub, a, s, true);
   if (autograd::any_requires_grad({a}))
-    autograd::record("RsubBackward", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
+    autograd::record("RsubBackward", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; }, kDifferentiable);
   return out;
 }
 
 Tensor mul(const Tensor& a, double s) {
   Tensor out = scalar_forward(BinaryOp::Mul, a, s, false);
   if (autograd::any_requires_grad({a}))
-    autograd::record("MulBackward", {a}, out, [s](const TensorList& g) { return TensorList{mul(g[0], s)}; });
+    autograd::record("MulBackward", {a}, out, [s](const TensorList& g) { return TensorList{mul(g[0], s)}; }, kDifferentiable);
   return out;
 }
 
 Tensor div(const Tensor& a, double s) {
   Tensor out = scalar_forward(BinaryOp::Div, a, s, false);
   if (autograd::any_requires_grad({a}))
-    autograd::record("DivBackward", {a}, out, [s](const TensorList& g) { return TensorList{div(g[0], s)}; });
+    autograd::record("DivBackward", {a}, out, [s](const TensorList& g) { return TensorList{div(g[0], s)}; }, kDifferentiable);
   return out;
 }
 
@@ -153,7 +154,7 @@ Tensor rdiv(const Tensor& a, double s) {
     // d(s/a)/da = -s/a^2 = -out/a
     autograd::record("RdivBackward", {a}, out, [sa = SavedTensor(a), so = SavedTensor(out)](const TensorList& g) {
       return TensorList{neg(div(mul(g[0], so.unpack()), sa.unpack()))};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -164,7 +165,7 @@ Tensor neg(const Tensor& a) {
   TRIDENT_CHECK(a.dtype() != DType::Bool, "neg: not defined for bool tensors");
   Tensor out = TRIDENT_KERNEL(neg)(a);
   if (autograd::any_requires_grad({a}))
-    autograd::record("NegBackward", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
+    autograd::record("NegBackward", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; }, kDifferentiable);
   return out;
 }
 
@@ -181,11 +182,16 @@ Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a_in, const
     autograd::record(backward_name, {a, b}, out,
                      [op, ga, gb, sa = SavedTensor(a), sb = SavedTensor(b)](const TensorList& g) {
                        const Tensor av = sa.unpack(), bv = sb.unpack();
+                       // The share of the gradient each side gets: a mask (halves on ties).
+                       auto share = [&](bool first) {
+                         if (!recording_backward()) return TRIDENT_KERNEL(max_min_grad)(op, first, g[0], av, bv);
+                         return mul(g[0], TRIDENT_KERNEL(max_min_grad)(op, first, ones_like(g[0]), av.detach(), bv.detach()));
+                       };
                        TensorList r(2);
-                       if (ga) r[0] = sum_to(TRIDENT_KERNEL(max_min_grad)(op, true, g[0], av, bv), av.sizes());
-                       if (gb) r[1] = sum_to(TRIDENT_KERNEL(max_min_grad)(op, false, g[0], av, bv), bv.sizes());
+                       if (ga) r[0] = sum_to(share(true), av.sizes());
+                       if (gb) r[1] = sum_to(share(false), bv.sizes());
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -194,8 +200,9 @@ Tensor max_min(BinaryOp op, const char* backward_name, const Tensor& a, double s
   Tensor out = scalar_forward(op, a, s, false);
   if (autograd::any_requires_grad({a})) {
     autograd::record(backward_name, {a}, out, [op, s, sa = SavedTensor(a)](const TensorList& g) {
-      return TensorList{TRIDENT_KERNEL(max_min_grad_scalar)(op, g[0], sa.unpack(), s)};
-    });
+      if (!recording_backward()) return TensorList{TRIDENT_KERNEL(max_min_grad_scalar)(op, g[0], sa.unpack(), s)};
+      return TensorList{mul(g[0], TRIDENT_KERNEL(max_min_grad_scalar)(op, ones_like(g[0]), sa.unpack().detach(), s))};
+    }, kDifferentiable);
   }
   return out;
 }

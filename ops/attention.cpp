@@ -2,11 +2,16 @@
 
 #include <cmath>
 
+#include "core/factory.h"
+#include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
+#include "ops/compare.h"
+#include "ops/linalg.h"
 #include "ops/cpu/attention.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#include "ops/softmax.h"
 #if TRIDENT_HAVE_CUDA
 #include "ops/cuda/attention.h"
 #endif
@@ -25,6 +30,46 @@ Tensor as_bhtd(const Tensor& x, int64_t bh) {
   }
   const Tensor c = x.contiguous();
   return c.as_strided(target, contiguous_strides(target), c.storage_offset());
+}
+
+// NOTE [Higher-order gradients]: attention's gradients with recorded ops, for a create_graph
+// backward (without dropout): the probabilities P are recomputed from q and k, then
+//   dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = scale dS K, dK = scale dS^T Q,
+// and a floating mask's gradient is dS. Rows that see no key keep zero probabilities and
+// gradients, as the kernels do. This path holds the T x T matrix; it is for differentiating
+// again, not for speed.
+TensorList attention_grads_recorded(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask_b,
+                                    const Tensor& mask, bool mask_grad, const cpu::AttentionParams& p,
+                                    const Shape& score_shape) {
+  const int64_t Tq = q.size(-2), Tk = k.size(-2);
+  const int64_t bh = shape_numel(Shape(q.sizes().begin(), q.sizes().end() - 2));
+  const Tensor q3 = reshape(q, {bh, Tq, q.size(-1)}), k3 = reshape(k, {bh, Tk, k.size(-1)}),
+               v3 = reshape(v, {bh, Tk, v.size(-1)});
+  Tensor s = mul(matmul(q3, transpose(k3, 1, 2)), p.scale);
+  if (mask_b.defined()) {
+    if (mask_b.dtype() == DType::Bool) {
+      s = masked_fill(s, logical_not(reshape(mask_b, {bh, Tq, Tk})), -INFINITY);
+    } else {
+      s = add(s, reshape(mask_grad ? expand(mask, score_shape) : mask_b, {bh, Tq, Tk}));
+    }
+  }
+  if (p.causal) {
+    const TensorOptions i64 = TensorOptions(kI64).device(q.device());
+    s = masked_fill(s, gt(unsqueeze(arange(static_cast<double>(Tk), i64), 0), unsqueeze(arange(static_cast<double>(Tq), i64), 1)),
+                    -INFINITY);
+  }
+  const Tensor dead = eq(amax(s.detach(), {2}, /*keepdim=*/true), -INFINITY);  // rows that see no key
+  const Tensor prob = masked_fill(softmax(masked_fill(s, dead, 0.0), 2), dead, 0.0);
+  const Tensor go = reshape(g, {bh, Tq, v.size(-1)});
+  const Tensor dv = matmul(transpose(prob, 1, 2), go);
+  const Tensor dp = matmul(go, transpose(v3, 1, 2));
+  const Tensor ds = mul(prob, sub(dp, sum(mul(dp, prob), {2}, /*keepdim=*/true)));
+  TensorList r(4);
+  r[0] = reshape(mul(matmul(ds, k3), p.scale), q.sizes());
+  r[1] = reshape(mul(matmul(transpose(ds, 1, 2), q3), p.scale), k.sizes());
+  r[2] = reshape(dv, v.sizes());
+  if (mask_grad) r[3] = sum_to(reshape(ds, score_shape), mask.sizes());
+  return r;
 }
 
 }  // namespace
@@ -96,10 +141,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   const bool mask_grad = mask.defined() && mask.requires_grad();
   if (autograd::any_requires_grad({q, k, v, mask})) {
+    // q3, k3 and v3 are saved standing for q, k and v, so a create_graph backward differentiates
+    // through them (NOTE [Higher-order gradients]); with dropout it cannot (the mask lives in the
+    // kernels' Philox stream), so then the formula is not recorded.
     autograd::record("ScaledDotProductAttentionBackward", {q, k, v, mask_grad ? mask : Tensor()}, out,
-                     [sq = SavedTensor(q3), sk = SavedTensor(k3), sv = SavedTensor(v3), sm = SavedTensor(mask_b),
-                      so = SavedTensor(out3), sl = SavedTensor(lse), p, mask_grad, qs = q.sizes(), ks = k.sizes(),
-                      vs = v.sizes(), ms = mask.defined() ? mask.sizes() : Shape{}, score_shape](const TensorList& g) {
+                     [sq = SavedTensor(q3, q), sk = SavedTensor(k3, k), sv = SavedTensor(v3, v), sm = SavedTensor(mask_b),
+                      smg = mask_grad ? SavedTensor(mask) : SavedTensor(), so = SavedTensor(out3), sl = SavedTensor(lse), p,
+                      mask_grad, qs = q.sizes(), ks = k.sizes(), vs = v.sizes(), ms = mask.defined() ? mask.sizes() : Shape{},
+                      score_shape](const TensorList& g) {
+                       if (recording_backward())
+                         return attention_grads_recorded(g[0], sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(), smg.unpack(),
+                                                         mask_grad, p, score_shape);
                        const Tensor go = reshape(g[0], {sq.unpack().size(0), so.unpack().size(1), so.unpack().size(2)});
                        cpu::AttentionGrads r = TRIDENT_KERNEL(attention_backward)(
                            go, sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(), so.unpack(), sl.unpack(), p, mask_grad);
@@ -109,7 +161,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                        out[2] = reshape(r.dv, vs);
                        if (mask_grad) out[3] = sum_to(reshape(r.dmask, score_shape), ms);
                        return out;
-                     });
+                     },
+                     p.dropout_p > 0 ? autograd::Backward::Once : kDifferentiable);
   }
   return out;
 }

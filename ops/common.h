@@ -11,6 +11,15 @@ namespace trident::ops_detail {
 using autograd::SavedTensor;
 using autograd::TensorList;
 
+// NOTE [Higher-order gradients] (autograd/engine.h): a formula recorded with kDifferentiable
+// computes with differentiable ops whenever recording_backward() (a create_graph backward is
+// running it with grad mode on), and may use its fast kernels otherwise. A kernel formula linear in
+// the gradient g whose coefficient is piecewise constant in the saved tensors (a mask, a sign,
+// the share of a tie) becomes g * (the kernel applied to ones): differentiable in g, and with no
+// derivative through the coefficient, as there is none away from the kinks.
+constexpr autograd::Backward kDifferentiable = autograd::Backward::Differentiable;
+inline bool recording_backward() { return autograd::GradMode::is_enabled(); }
+
 inline void check_defined(const char* op, const Tensor& t, const char* arg = "input") {
   TRIDENT_CHECK(t.defined(), op, ": ", arg, " is an undefined tensor");
 }

@@ -77,6 +77,8 @@ Shape broadcast3(const char* op, const Shape& c, const Shape& a, const Shape& b)
 
 // The gradient of a tensor picked where cond == pick_when: g there, 0 elsewhere, summed to `shape`.
 Tensor picked_grad(const Tensor& g, const Tensor& cond, bool pick_when, const Shape& shape) {
+  if (recording_backward())  // NOTE [Higher-order gradients]: the same selection, recorded
+    return sum_to(pick_when ? where(cond, g, 0.0) : where(cond, 0.0, g), shape);
   const Shape gs = broadcast_shapes(g.sizes(), cond.sizes(), "where backward");
   return sum_to(TRIDENT_KERNEL(where_scalar)(cond, g, 0.0, pick_when, gs), shape);
 }
@@ -149,7 +151,7 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
                        if (ga) r[0] = picked_grad(g[0], c, true, za);
                        if (gb) r[1] = picked_grad(g[0], c, false, zb);
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -169,7 +171,7 @@ Tensor where_scalar(const char* name, const Tensor& cond, const Tensor& x, doubl
     autograd::record(x_when_true ? "WhereBackward" : "MaskedFillBackward", {x}, out,
                      [x_when_true, sc = SavedTensor(cond), zx = x.sizes()](const TensorList& g) {
                        return TensorList{picked_grad(g[0], sc.unpack(), x_when_true, zx)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include "ops/autocast.h"
 #include "ops/common.h"
+#include "ops/reduce.h"
 #include "ops/cpu/conv.h"
 #include "ops/shape.h"
 #if TRIDENT_HAVE_CUDA
@@ -56,6 +57,50 @@ cpu::Conv2dGeometry conv2d_geometry(const Tensor& x, const Tensor& w, const Tens
   return g;
 }
 
+Tensor conv2d_4d(const Tensor& x, const Tensor& w, const Tensor& b, Int2 stride, Int2 padding, Int2 dilation, int64_t groups);
+
+// NOTE [Higher-order gradients]: convolution's two gradients as recorded ops. With y = conv(x, w)
+// and Ix(g, w), Iw(g, x) its gradients for the input and the weight, both bilinear:
+//   <Ix(g, w), a> = <g, conv(a, w)>,  so Ix's gradients are conv(a, w) for g and Iw(g, a) for w;
+//   <Iw(g, x), b> = <g, conv(x, b)>,  so Iw's gradients are conv(x, b) for g and Ix(g, b) for x.
+// Each is recorded with the others, so every order is available.
+Tensor conv_input_grad(const Tensor& g, const Tensor& w, const cpu::Conv2dGeometry& geo);
+Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const cpu::Conv2dGeometry& geo);
+
+Tensor conv_same_geometry(const Tensor& x, const Tensor& w, const cpu::Conv2dGeometry& geo) {
+  return conv2d_4d(x, w, Tensor(), {geo.sh, geo.sw}, {geo.ph, geo.pw}, {geo.dh, geo.dw}, geo.groups);
+}
+
+Tensor conv_input_grad(const Tensor& g, const Tensor& w, const cpu::Conv2dGeometry& geo) {
+  Tensor out = TRIDENT_KERNEL(conv2d_backward_input)(g.detach(), w.detach(), geo);
+  if (autograd::any_requires_grad({g, w})) {
+    autograd::record("Conv2dInputGradBackward", {g, w}, out,
+                     [sg = w.requires_grad() ? SavedTensor(g) : SavedTensor(), sw = g.requires_grad() ? SavedTensor(w) : SavedTensor(),
+                      geo](const TensorList& a) {
+                       TensorList r(2);
+                       if (sw.defined()) r[0] = conv_same_geometry(a[0], sw.unpack(), geo);
+                       if (sg.defined()) r[1] = conv_weight_grad(sg.unpack(), a[0], geo);
+                       return r;
+                     }, kDifferentiable);
+  }
+  return out;
+}
+
+Tensor conv_weight_grad(const Tensor& g, const Tensor& x, const cpu::Conv2dGeometry& geo) {
+  Tensor out = TRIDENT_KERNEL(conv2d_backward_weight)(g.detach(), x.detach(), geo);
+  if (autograd::any_requires_grad({g, x})) {
+    autograd::record("Conv2dWeightGradBackward", {g, x}, out,
+                     [sg = x.requires_grad() ? SavedTensor(g) : SavedTensor(), sx = g.requires_grad() ? SavedTensor(x) : SavedTensor(),
+                      geo](const TensorList& b) {
+                       TensorList r(2);
+                       if (sx.defined()) r[0] = conv_same_geometry(sx.unpack(), b[0], geo);
+                       if (sg.defined()) r[1] = conv_input_grad(sg.unpack(), b[0], geo);
+                       return r;
+                     }, kDifferentiable);
+  }
+  return out;
+}
+
 Tensor conv2d_4d(const Tensor& x, const Tensor& w, const Tensor& b, Int2 stride, Int2 padding, Int2 dilation, int64_t groups) {
   const cpu::Conv2dGeometry geo = conv2d_geometry(x, w, b, stride, padding, dilation, groups);
   Tensor out = TRIDENT_KERNEL(conv2d_forward)(x.detach(), w.detach(), b.defined() ? b.detach() : Tensor(), geo);
@@ -66,11 +111,17 @@ Tensor conv2d_4d(const Tensor& x, const Tensor& w, const Tensor& b, Int2 stride,
                      [geo, need_b, sx = need_w ? SavedTensor(x) : SavedTensor(),
                       sw = need_x ? SavedTensor(w) : SavedTensor()](const TensorList& g) {
                        TensorList r(3);
+                       if (recording_backward()) {
+                         if (sw.defined()) r[0] = conv_input_grad(g[0], sw.unpack(), geo);
+                         if (sx.defined()) r[1] = conv_weight_grad(g[0], sx.unpack(), geo);
+                         if (need_b) r[2] = sum(g[0], {0, 2, 3});
+                         return r;
+                       }
                        if (sw.defined()) r[0] = TRIDENT_KERNEL(conv2d_backward_input)(g[0], sw.unpack(), geo);
                        if (sx.defined()) r[1] = TRIDENT_KERNEL(conv2d_backward_weight)(g[0], sx.unpack(), geo);
                        if (need_b) r[2] = TRIDENT_KERNEL(conv2d_backward_bias)(g[0]);
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

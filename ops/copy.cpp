@@ -13,7 +13,7 @@ Tensor Tensor::clone() const {
   Tensor out = empty(sizes(), TensorOptions(dtype()).device(device()));
   copy_(out, *this);
   if (autograd::any_requires_grad({*this}))
-    autograd::record("CloneBackward", {*this}, out, [](const TensorList& g) { return g; });
+    autograd::record("CloneBackward", {*this}, out, [](const TensorList& g) { return g; }, kDifferentiable);
   return out;
 }
 
@@ -32,7 +32,7 @@ Tensor Tensor::to(DType dt) const {
   Tensor out = empty(sizes(), TensorOptions(dt).device(device()));
   copy_(out, *this);
   if (autograd::any_requires_grad({*this}))
-    autograd::record("ToDtypeBackward", {*this}, out, [src = dtype()](const TensorList& g) { return TensorList{g[0].to(src)}; });
+    autograd::record("ToDtypeBackward", {*this}, out, [src = dtype()](const TensorList& g) { return TensorList{g[0].to(src)}; }, kDifferentiable);
   return out;
 }
 
@@ -42,7 +42,7 @@ Tensor Tensor::to(Device d) const {
   Tensor out = empty(sizes(), TensorOptions(dtype()).device(d));
   copy_(out, *this);
   if (autograd::any_requires_grad({*this}))
-    autograd::record("ToDeviceBackward", {*this}, out, [src = device()](const TensorList& g) { return TensorList{g[0].to(src)}; });
+    autograd::record("ToDeviceBackward", {*this}, out, [src = device()](const TensorList& g) { return TensorList{g[0].to(src)}; }, kDifferentiable);
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "ops/dropout.h"
 
+#include "core/factory.h"
+#include "ops/arith.h"
 #include "ops/common.h"
 #include "ops/cpu/dropout.h"
 #if TRIDENT_HAVE_CUDA
@@ -22,7 +24,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (autograd::any_requires_grad({x})) {
     // The mask is regenerated from the saved state: dx = g * mask / (1 - p).
     autograd::record("DropoutBackward", {x}, out,
-                     [state, p](const TensorList& grads) { return TensorList{TRIDENT_KERNEL(dropout)(grads[0], state, p)}; });
+                     [state, p](const TensorList& grads) {
+                       if (recording_backward())  // g times the scaled mask, a constant (NOTE [Higher-order gradients])
+                         return TensorList{mul(grads[0], TRIDENT_KERNEL(dropout)(ones_like(grads[0]), state, p))};
+                       return TensorList{TRIDENT_KERNEL(dropout)(grads[0], state, p)};
+                     }, kDifferentiable);
   }
   return out;
 }

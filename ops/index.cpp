@@ -7,6 +7,7 @@
 #include "core/factory.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
+#include "ops/compare.h"
 #include "ops/cpu/index.h"
 #include "ops/shape.h"
 #if TRIDENT_HAVE_CUDA
@@ -46,13 +47,26 @@ Tensor zeros_for(const Shape& sizes, const Tensor& like) {
 
 // Records `backward` for the view `out` of x when x requires grad (as ops/shape.cpp does).
 Tensor record_view(const Tensor& x, Tensor out, const char* name, autograd::BackwardFn backward) {
-  if (autograd::any_requires_grad({x})) autograd::record(name, {x}, out, std::move(backward));
+  if (autograd::any_requires_grad({x})) autograd::record(name, {x}, out, std::move(backward), kDifferentiable);
   return out;
+}
+
+// NOTE [Higher-order gradients]: the adjoint of a strided view along dim d (positions start,
+// start + step, ... of an input of shape `in`) as a recorded op, for a create_graph backward:
+// scatter_add of g into zeros, whose own backward gathers those positions again.
+Tensor scatter_into_zeros(const Tensor& g, const Shape& in, int64_t d, int64_t start, int64_t step) {
+  Shape isz(g.sizes().size(), 1);
+  isz[static_cast<size_t>(d)] = g.size(d);
+  const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + step * g.size(d)),
+                            static_cast<double>(step), TensorOptions(kI64).device(g.device()));
+  const Tensor idx = expand(reshape(pos, isz), g.sizes()).contiguous();
+  return scatter_add(zeros_for(in, g), d, idx, g);
 }
 
 Tensor slice_view(const Tensor& x, int64_t d, int64_t start, int64_t length, int64_t step, const char* name) {
   return record_view(x, narrow_raw(x, d, start, length, step), name,
                      [in = x.sizes(), d, start, length, step](const TensorList& g) {
+                       if (recording_backward()) return TensorList{scatter_into_zeros(g[0], in, d, start, step)};
                        Tensor gx = zeros_for(in, g[0]);
                        copy_(narrow_raw(gx, d, start, length, step), g[0]);
                        return TensorList{gx};
@@ -118,6 +132,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
                 " (shape ", x.sizes(), "; expected ", -n, " to ", n - 1, ")");
   const int64_t i = index < 0 ? index + n : index;
   return record_view(x, select_raw(x, d, i), "SelectBackward", [in = x.sizes(), d, i](const TensorList& g) {
+    if (recording_backward()) return TensorList{scatter_into_zeros(unsqueeze(g[0], d), in, d, i, 1)};
     Tensor gx = zeros_for(in, g[0]);
     copy_(select_raw(gx, d, i), g[0]);
     return TensorList{gx};
@@ -143,7 +158,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   // One node for all pieces: its backward joins their gradients (zeros for unused pieces) with
   // a single cat instead of one full-size zero tensor per piece.
   if (autograd::any_requires_grad({x}))
-    autograd::record("SplitBackward", {x}, out, [d](const TensorList& g) { return TensorList{cat(g, d)}; });
+    autograd::record("SplitBackward", {x}, out, [d](const TensorList& g) { return TensorList{cat(g, d)}; }, kDifferentiable);
   return out;
 }
 
@@ -214,10 +229,14 @@ Tensor cat(const std::vector<Tensor>& tensors_in, int64_t dim) {
     for (const Tensor& t : tensors) shapes.push_back(t.sizes());
     autograd::record("CatBackward", tensors, out, [d, starts, shapes](const TensorList& g) {
       TensorList r;
-      for (size_t i = 0; i < shapes.size(); ++i)
-        r.push_back(starts[i] < 0 ? zeros_for(shapes[i], g[0]) : narrow_raw(g[0], d, starts[i], shapes[i][static_cast<size_t>(d)]));
+      const bool rec = recording_backward();
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const int64_t len = shapes[i][static_cast<size_t>(d)];
+        r.push_back(starts[i] < 0 ? zeros_for(shapes[i], g[0])
+                                  : rec ? narrow(g[0], d, starts[i], len) : narrow_raw(g[0], d, starts[i], len));
+      }
       return r;
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -244,9 +263,13 @@ Tensor stack(const std::vector<Tensor>& tensors_in, int64_t dim) {
   if (autograd::any_requires_grad(tensors)) {
     autograd::record("StackBackward", tensors, out, [d, count = tensors.size()](const TensorList& g) {
       TensorList r;
-      for (size_t i = 0; i < count; ++i) r.push_back(select_raw(g[0], d, static_cast<int64_t>(i)));
+      const bool rec = recording_backward();
+      for (size_t i = 0; i < count; ++i) {
+        const auto k = static_cast<int64_t>(i);
+        r.push_back(rec ? select(g[0], d, k) : select_raw(g[0], d, k));
+      }
       return r;
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -287,7 +310,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
       std::vector<int64_t> neg(pads.size());
       for (size_t i = 0; i < pads.size(); ++i) neg[i] = -pads[i];
       return TensorList{pad(g[0], neg, 0.0)};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -305,10 +328,16 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = TRIDENT_KERNEL(index_select)(x.detach(), d, idx);
   if (autograd::any_requires_grad({x})) {
     autograd::record("IndexSelectBackward", {x}, out, [si = SavedTensor(idx), in = x.sizes(), d](const TensorList& g) {
+      if (recording_backward()) {  // the adjoint as a recorded scatter_add (NOTE [Higher-order gradients])
+        Shape isz(g[0].sizes().size(), 1);
+        isz[static_cast<size_t>(d)] = g[0].size(d);
+        const Tensor idx_full = expand(reshape(si.unpack(), isz), g[0].sizes()).contiguous();
+        return TensorList{scatter_add(zeros_for(in, g[0]), d, idx_full, g[0])};
+      }
       Tensor gx = zeros_for(in, g[0]);
       TRIDENT_KERNEL(index_add_)(gx, d, si.unpack(), g[0].contiguous(), -1);
       return TensorList{gx};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -347,7 +376,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if (autograd::any_requires_grad({x})) {
     autograd::record("GatherBackward", {x}, out, [si = SavedTensor(idx), in = x.sizes(), d](const TensorList& g) {
       return TensorList{scatter_add(zeros_for(in, g[0]), d, si.unpack(), g[0])};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -382,15 +411,14 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                          Tensor part = gather(g[0], d, i);
                          if (part.sizes() == zs) {
                            r[1] = part;
-                         } else {  // src positions index does not reach get no gradient
-                           r[1] = zeros_for(zs, g[0]);
-                           Tensor region = r[1];
-                           for (int64_t k = 0; k < i.dim(); ++k) region = narrow_raw(region, k, 0, i.size(k));
-                           copy_(region, part);
+                         } else {  // src positions index does not reach get no gradient: pad with zeros
+                           std::vector<int64_t> pads;
+                           for (int64_t k = i.dim(); k-- > 0;) pads.insert(pads.end(), {0, zs[static_cast<size_t>(k)] - i.size(k)});
+                           r[1] = pad(part, pads, 0.0);
                          }
                        }
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -418,6 +446,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
     autograd::record("EmbeddingBackward", {weight}, out,
                      [si = SavedTensor(flat), rows, width, pad_row](const TensorList& g) {
                        const Tensor i = si.unpack();
+                       if (recording_backward()) {  // a recorded scatter_add (NOTE [Higher-order gradients])
+                         Tensor g2 = reshape(g[0], {i.numel(), width});
+                         if (pad_row >= 0) g2 = masked_fill(g2, unsqueeze(eq(i, static_cast<double>(pad_row)), 1), 0.0);
+                         const Tensor idx_full = expand(unsqueeze(i, 1), {i.numel(), width}).contiguous();
+                         return TensorList{scatter_add(zeros_for({rows, width}, g[0]), 0, idx_full, g2)};
+                       }
                        Tensor gw = zeros_for({rows, width}, g[0]);
                        const Tensor gc = g[0].contiguous();
                        // Deterministic on every device (NOTE [Deterministic index_add_]): the
@@ -425,7 +459,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                        TRIDENT_KERNEL(index_add_)(gw, 0, i, gc.as_strided({i.numel(), width}, {width, 1}, gc.storage_offset()),
                                                   pad_row);
                        return TensorList{gw};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "ops/linalg.h"
 
+#include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/linalg.h"
@@ -10,6 +11,7 @@
 #endif
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#include "ops/unary.h"
 
 namespace trident {
 
@@ -29,7 +31,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
                        if (sb.defined()) r[0] = sum_to(matmul_nd(g[0], transpose(sb.unpack(), -1, -2)), za);
                        if (sa.defined()) r[1] = sum_to(matmul_nd(transpose(sa.unpack(), -1, -2), g[0]), zb);
                        return r;
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -121,7 +123,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     const bool gx = x.requires_grad(), gw = w.requires_grad();
     autograd::record("LinearBackward", {x, w, b}, out,
                      [sx = gw ? SavedTensor(x) : SavedTensor(), sw = gx ? SavedTensor(w) : SavedTensor(), has_b = b.defined(),
-                      xs = x.sizes()](const TensorList& g) { return linear_backward(g[0], sx, sw, has_b, xs); });
+                      xs = x.sizes()](const TensorList& g) { return linear_backward(g[0], sx, sw, has_b, xs); },
+                     kDifferentiable);
   }
   return out;
 }
@@ -148,11 +151,20 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, GeluApprox
   }
   if (autograd::any_requires_grad({x, w, b})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad();
+    // x and w are saved whichever needs a gradient: a create_graph backward recomputes the
+    // pre-activation from them (NOTE [Higher-order gradients]).
     autograd::record("LinearGeluBackward", {x, w, b}, out,
-                     [sx = gw ? SavedTensor(x) : SavedTensor(), sw = gx ? SavedTensor(w) : SavedTensor(), has_b = b.defined(),
-                      xs = x.sizes(), op, pre](const TensorList& g) {
-                       return linear_backward(TRIDENT_KERNEL(unary_backward)(op, g[0], pre), sx, sw, has_b, xs);
-                     });
+                     [sx = SavedTensor(x), sw = SavedTensor(w), sb = SavedTensor(b), gx, gw, xs = x.sizes(), op, approximate,
+                      pre](const TensorList& g) {
+                       const SavedTensor none;
+                       if (recording_backward()) {
+                         const Tensor p = linear(sx.unpack(), sw.unpack(), sb.unpack());
+                         return linear_backward(mul(g[0], gelu_derivative(p, approximate)), gw ? sx : none, gx ? sw : none,
+                                                sb.defined(), xs);
+                       }
+                       return linear_backward(TRIDENT_KERNEL(unary_backward)(op, g[0], pre), gw ? sx : none, gx ? sw : none,
+                                              sb.defined(), xs);
+                     }, kDifferentiable);
   }
   return out;
 }

@@ -4,6 +4,10 @@
 #include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
+#include "ops/compare.h"
+#include "ops/index.h"
+#include "ops/softmax.h"
+#include "ops/unary.h"
 #include "ops/cpu/loss.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -99,6 +103,38 @@ Tensor reduce_class_loss(const Tensor& per_position, double loss_sum, double tot
   return {};
 }
 
+// NOTE [Higher-order gradients]: cross_entropy's gradient as a recorded formula. Per position
+// (valid = not ignored, w_t = weight of the target, eps = label smoothing over C classes):
+//   d loss / d x = G (P A - B),  A = ((1 - eps) w_t + eps / C sum_c w_c) valid,
+//                                B = ((1 - eps) w_t onehot(t) + eps / C w) valid,
+// with P = softmax(x) recorded and A, B constants; G is g times the reduction's scale.
+Tensor cross_entropy_grad_recorded(const Tensor& g, bool per_position, double scale, const Tensor& x, const Tensor& target,
+                                   const Tensor& weight, const cpu::ClassLossArgs& args) {
+  const DType dt = x.dtype();
+  const int64_t cdim = x.dim() == 1 ? 0 : 1, classes = args.classes;
+  const double eps = args.label_smoothing;
+  const Tensor t = target.detach().to(kI64);
+  const Tensor ignored = eq(t, static_cast<double>(args.ignore_index));
+  const Tensor valid = logical_not(ignored).to(dt);
+  const Tensor ts = masked_fill(t, ignored, 0.0);
+  Tensor onehot = one_hot(ts, classes).to(dt);  // class dim last
+  if (x.dim() >= 2) {
+    std::vector<int64_t> perm{0, onehot.dim() - 1};
+    for (int64_t d = 1; d < onehot.dim() - 1; ++d) perm.push_back(d);
+    onehot = permute(onehot, perm);
+  }
+  const Tensor wv = weight.defined() ? weight.detach().to(dt) : ones({classes}, TensorOptions(dt).device(x.device()));
+  const Tensor w_t = reshape(index_select(wv, 0, reshape(ts, {-1})), t.sizes());
+  const double sum_w = sum(wv.to(kF64)).item<double>();
+  Shape wshape(static_cast<size_t>(x.dim()), 1);
+  wshape[static_cast<size_t>(cdim)] = classes;
+  const Tensor a = mul(add(mul(w_t, 1 - eps), eps / static_cast<double>(classes) * sum_w), valid);
+  const Tensor b = mul(add(mul(onehot, unsqueeze(mul(w_t, 1 - eps), cdim)), mul(reshape(wv, wshape), eps / static_cast<double>(classes))),
+                       unsqueeze(valid, cdim));
+  const Tensor gs = mul(per_position ? unsqueeze(g, cdim) : g, scale);
+  return mul(gs, sub(mul(softmax(x, cdim), unsqueeze(a, cdim)), b));
+}
+
 // d loss / d per-position-loss: g itself (None) or g scaled by 1 (Sum) or 1 / total weight (Mean).
 double class_loss_scale(Reduction r, double total_weight) { return r == Reduction::Mean ? 1.0 / total_weight : 1.0; }
 
@@ -123,11 +159,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     autograd::record("CrossEntropyBackward", {logits}, out,
                      [sx = SavedTensor(logits), st = SavedTensor(target), sw = SavedTensor(w), m = f.row_max,
                       l = f.row_logsum, args, scale = class_loss_scale(o.reduction, f.total_weight),
-                      shape = logits.sizes(), dtype = logits.dtype()](const TensorList& g) {
+                      shape = logits.sizes(), dtype = logits.dtype(),
+                      per_position = o.reduction == Reduction::None](const TensorList& g) {
+                       if (recording_backward())
+                         return TensorList{cross_entropy_grad_recorded(g[0], per_position, scale, sx.unpack(), st.unpack(),
+                                                                       sw.defined() ? sw.unpack() : Tensor(), args)};
                        const Tensor gx = TRIDENT_KERNEL(cross_entropy_backward)(
                            g[0], scale, sx.unpack(), st.unpack(), sw.defined() ? sw.unpack() : Tensor(), m, l, args);
                        return TensorList{view(gx, shape).to(dtype)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -146,11 +186,16 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
     autograd::record("NllLossBackward", {log_probs}, out,
                      [st = SavedTensor(target), sw = SavedTensor(w), args,
                       scale = class_loss_scale(o.reduction, f.total_weight), shape = log_probs.sizes(),
-                      dtype = log_probs.dtype()](const TensorList& g) {
+                      dtype = log_probs.dtype(), per_position = o.reduction == Reduction::None,
+                      cdim = log_probs.dim() == 1 ? 0 : 1](const TensorList& g) {
+                       // Linear in g with a constant coefficient (NOTE [Higher-order gradients]).
+                       const bool rec = recording_backward();
                        const Tensor gx = TRIDENT_KERNEL(nll_loss_backward)(
-                           g[0], scale, st.unpack(), sw.defined() ? sw.unpack() : Tensor(), args, dtype);
-                       return TensorList{view(gx, shape).to(dtype)};
-                     });
+                           rec ? ones_like(g[0]) : g[0], scale, st.unpack(), sw.defined() ? sw.unpack() : Tensor(), args, dtype);
+                       const Tensor r = view(gx, shape).to(dtype);
+                       if (rec) return TensorList{mul(per_position ? unsqueeze(g[0], cdim) : g[0], r)};
+                       return TensorList{r};
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -181,7 +226,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                       k = reduction == Reduction::Mean ? 2.0 / static_cast<double>(n) : 2.0](const TensorList& g) {
                        const Tensor d = mul(sub(sa.unpack(), sb.unpack()), mul(g[0], k));
                        return TensorList{sum_to(d, za), sum_to(neg(d), zb)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -230,10 +275,28 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
                       scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(n) : 1.0,
                       need_x = logits.requires_grad(), need_y = target.requires_grad(),
                       dtype = logits.dtype()](const TensorList& g) {
+                       if (recording_backward()) {
+                         // NOTE [Higher-order gradients]: l = (1 - y) x + L softplus(-x), L = 1 + (pw - 1) y:
+                         // dl/dx = (1 - y) - L sigmoid(-x), dl/dy = -x + (pw - 1) softplus(-x).
+                         const Tensor x = sx.unpack(), y = sy.unpack();
+                         const Tensor pw = sp.defined() ? sp.unpack() : Tensor();
+                         const Tensor gs = mul(g[0], scale);
+                         TensorList r(2);
+                         if (need_x) {
+                           const Tensor big_l = pw.defined() ? add(mul(y, sub(pw, 1.0)), 1.0) : ones_like(x);
+                           r[0] = mul(gs, sub(rsub(y, 1.0), mul(big_l, sigmoid(neg(x)))));
+                         }
+                         if (need_y) {
+                           // softplus(-x) = max(-x, 0) + log(1 + exp(-|x|)), stable for large |x|
+                           const Tensor sp_neg = add(maximum(neg(x), 0.0), log(add(exp(neg(abs(x))), 1.0)));
+                           r[1] = mul(gs, pw.defined() ? add(neg(x), mul(sub(pw, 1.0), sp_neg)) : neg(x));
+                         }
+                         return r;
+                       }
                        auto [gx, gy] = TRIDENT_KERNEL(bce_with_logits_backward)(
                            g[0], scale, sx.unpack(), sy.unpack(), sp.defined() ? sp.unpack() : Tensor(), need_x, need_y);
                        return TensorList{gx.defined() ? gx.to(dtype) : gx, gy.defined() ? gy.to(dtype) : gy};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

@@ -5,6 +5,8 @@
 #include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
+#include "ops/reduce.h"
+#include "ops/unary.h"
 #include "ops/cpu/norm.h"
 #include "ops/shape.h"
 #if TRIDENT_HAVE_CUDA
@@ -54,13 +56,60 @@ std::pair<int64_t, int64_t> layer_norm_rows_cols(const char* op, const Tensor& x
 
 // The backward of layer norm from its saved row statistics: (dx, dweight, dbias), each undefined
 // where not needed.
+// NOTE [Higher-order gradients]: layer norm's gradients recomputed with recorded ops from x and
+// the weight (their row statistics too), for a create_graph backward.
+TensorList layer_norm_grads_recorded(const Tensor& g, const Tensor& x, const Tensor& w, int64_t rows, int64_t cols,
+                                     double eps, bool need_dx, bool need_dw, bool need_db, const Shape& ns) {
+  const Tensor x2 = reshape(x, {rows, cols}), g2 = reshape(g, {rows, cols});
+  const Tensor xm = sub(x2, mean(x2, {1}, /*keepdim=*/true));
+  const Tensor rstd = rsqrt(add(mean(mul(xm, xm), {1}, /*keepdim=*/true), eps));
+  const Tensor xhat = mul(xm, rstd);
+  TensorList r(3);
+  if (need_dx) {
+    const Tensor gx = w.defined() ? mul(g2, reshape(w, {1, cols})) : g2;
+    const Tensor inner = sub(sub(gx, mean(gx, {1}, true)), mul(xhat, mean(mul(gx, xhat), {1}, true)));
+    r[0] = reshape(mul(rstd, inner), x.sizes());
+  }
+  if (need_dw) r[1] = reshape(sum(mul(g2, xhat), {0}), ns);
+  if (need_db) r[2] = reshape(sum(g2, {0}), ns);
+  return r;
+}
+
+// NOTE [Higher-order gradients]: batch norm's gradients with recorded ops, per channel over
+// (N, spatial). Training recomputes the batch statistics from x; evaluation's are constants.
+TensorList batch_norm_grads_recorded(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean_c,
+                                     const Tensor& rstd_c, int64_t n, int64_t channels, int64_t spatial, bool training,
+                                     double eps, bool need_dx, bool need_dw, bool need_db) {
+  const Tensor x3 = reshape(x, {n, channels, spatial}), g3 = reshape(g, {n, channels, spatial});
+  Tensor xm, rstd;
+  if (training) {
+    xm = sub(x3, mean(x3, {0, 2}, /*keepdim=*/true));
+    rstd = rsqrt(add(mean(mul(xm, xm), {0, 2}, true), eps));
+  } else {
+    xm = sub(x3, reshape(mean_c.to(x.dtype()), {1, channels, 1}));
+    rstd = reshape(rstd_c.to(x.dtype()), {1, channels, 1});
+  }
+  const Tensor xhat = mul(xm, rstd);
+  TensorList r(3);
+  if (need_dx) {
+    const Tensor gx = w.defined() ? mul(g3, reshape(w, {1, channels, 1})) : g3;
+    const Tensor dx = training ? mul(rstd, sub(sub(gx, mean(gx, {0, 2}, true)), mul(xhat, mean(mul(gx, xhat), {0, 2}, true))))
+                               : mul(gx, rstd);
+    r[0] = reshape(dx, x.sizes());
+  }
+  if (need_dw) r[1] = sum(mul(g3, xhat), {0, 2});
+  if (need_db) r[2] = sum(g3, {0, 2});
+  return r;
+}
+
 autograd::BackwardFn layer_norm_backward_fn(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor mean,
                                             Tensor rstd, int64_t rows, int64_t cols, bool need_dx,
-                                            const Shape& normalized_shape) {
-  const Tensor w = weight.defined() ? weight.detach() : Tensor();
-  return [sx = SavedTensor(x), sw = SavedTensor(w), mean = std::move(mean), rstd = std::move(rstd), rows, cols, need_dx,
+                                            const Shape& normalized_shape, double eps) {
+  return [sx = SavedTensor(x), sw = SavedTensor(weight), mean = std::move(mean), rstd = std::move(rstd), rows, cols, need_dx,
           need_dw = weight.defined() && weight.requires_grad(), need_db = bias.defined() && bias.requires_grad(),
-          ns = normalized_shape, dt = x.dtype()](const TensorList& g) {
+          ns = normalized_shape, dt = x.dtype(), eps](const TensorList& g) {
+    if (recording_backward())
+      return layer_norm_grads_recorded(g.back(), sx.unpack(), sw.unpack(), rows, cols, eps, need_dx, need_dw, need_db, ns);
     cpu::NormGrads r = TRIDENT_KERNEL(layer_norm_backward)(g.back(), sx.unpack(), mean, rstd,
                                                            sw.defined() ? sw.unpack() : Tensor(), rows, cols, need_dx,
                                                            need_dw, need_db);
@@ -87,7 +136,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     // Saved: x, weight, and the mean and rstd of each row (two numbers per row).
     autograd::record("LayerNormBackward", {x, weight, bias}, out,
                      layer_norm_backward_fn(x, weight, bias, f.mean, f.rstd, rows, cols, x.requires_grad(),
-                                            normalized_shape));
+                                            normalized_shape, eps),
+                     kDifferentiable);
   }
   return out;
 }
@@ -111,13 +161,13 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Shape
     // d sum = g_sum + layer norm's dx of g_out; x and residual both get d sum. Saved: the sum
     // (layer norm's input), weight, and two numbers per row.
     autograd::BackwardFn ln = layer_norm_backward_fn(out.sum, weight, bias, f.mean, f.rstd, rows, cols, true,
-                                                     normalized_shape);
+                                                     normalized_shape, eps);
     autograd::record("AddLayerNormBackward", {x, residual, weight, bias}, {out.sum, out.out},
                      [ln = std::move(ln), need_x = x.requires_grad(), need_r = residual.requires_grad()](const TensorList& g) {
                        TensorList r = ln(g);  // uses g.back(), the gradient of the normalized output
                        const Tensor d = add(g[0], r[0]);
                        return TensorList{need_x ? d : Tensor(), need_r ? d : Tensor(), r[1], r[2]};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -173,16 +223,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     // Saved: x, weight, and the mean and rstd used per channel (copies: the running statistics
     // may change in place before backward runs).
     autograd::record("BatchNormBackward", {x, weight, bias}, out,
-                     [sx = SavedTensor(x), sw = SavedTensor(w), mean = f.mean, rstd = f.rstd, n, channels, spatial,
+                     [sx = SavedTensor(x), sw = SavedTensor(weight), mean = f.mean, rstd = f.rstd, n, channels, spatial,
                       training, need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
-                      need_db = bias.defined() && bias.requires_grad(), dt = x.dtype()](const TensorList& g) {
+                      need_db = bias.defined() && bias.requires_grad(), dt = x.dtype(), eps](const TensorList& g) {
+                       if (recording_backward())
+                         return batch_norm_grads_recorded(g[0], sx.unpack(), sw.unpack(), mean, rstd, n, channels, spatial,
+                                                          training, eps, need_dx, need_dw, need_db);
                        cpu::NormGrads r = TRIDENT_KERNEL(batch_norm_backward)(g[0], sx.unpack(), mean, rstd,
                                                                    sw.defined() ? sw.unpack() : Tensor(), n, channels,
                                                                    spatial, training, need_dx, need_dw, need_db);
                        const Shape cs = {channels};
                        return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, cs, dt),
                                          param_grad(r.db, need_db, cs, dt)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

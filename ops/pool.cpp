@@ -1,6 +1,8 @@
 #include "ops/pool.h"
 
 #include "ops/common.h"
+#include "ops/index.h"
+#include "ops/shape.h"
 #include "ops/cpu/pool.h"
 #include "ops/math/pool.h"
 #if TRIDENT_HAVE_CUDA
@@ -52,6 +54,22 @@ cpu::Pool2dGeometry pool_geometry(const char* op, const Tensor& x, Int2 kernel, 
   return g;
 }
 
+// NOTE [Higher-order gradients]: a pooling's backward is a linear map, the adjoint of a linear
+// map (the average pools themselves; max pooling's gather at the recorded indices). Recorded as
+// such, each one's gradient is the other, to any order.
+struct LinearPair {
+  std::function<Tensor(const Tensor&)> apply, adjoint;
+  std::string name, adjoint_name;
+};
+
+Tensor apply_linear(const std::shared_ptr<const LinearPair>& m, const Tensor& x, bool adjoint) {
+  Tensor out = adjoint ? m->adjoint(x.detach()) : m->apply(x.detach());
+  if (autograd::any_requires_grad({x}))
+    autograd::record(adjoint ? m->adjoint_name : m->name, {x}, out,
+                     [m, adjoint](const TensorList& g) { return TensorList{apply_linear(m, g[0], !adjoint)}; }, kDifferentiable);
+  return out;
+}
+
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
@@ -61,8 +79,21 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, 
   if (autograd::any_requires_grad({x})) {
     autograd::record("MaxPool2dBackward", {x}, out,
                      [geo, in = x.sizes(), si = SavedTensor(indices)](const TensorList& g) {
+                       if (recording_backward()) {
+                         // The adjoint of gathering each window's maximum: planes [N C, H W], indices into H W.
+                         const Tensor idx = si.unpack();
+                         const int64_t hw = in[in.size() - 2] * in[in.size() - 1], ohw = geo.OH * geo.OW;
+                         const int64_t planes = ohw == 0 ? 0 : idx.numel() / ohw;
+                         auto m = std::make_shared<const LinearPair>(LinearPair{
+                             [idx, planes, hw, ohw, os = idx.sizes()](const Tensor& a) {
+                               return reshape(gather(reshape(a, {planes, hw}), 1, reshape(idx, {planes, ohw})), os);
+                             },
+                             [idx, in, geo](const Tensor& gy) { return TRIDENT_KERNEL(max_pool2d_backward)(gy, idx, in, geo); },
+                             "MaxPool2dGatherBackward", "MaxPool2dBackwardBackward"});
+                         return TensorList{apply_linear(m, g[0], /*adjoint=*/true)};
+                       }
                        return TensorList{TRIDENT_KERNEL(max_pool2d_backward)(g[0], si.unpack(), in, geo)};
-                     });
+                     }, kDifferentiable);
   }
   return {out, indices};
 }
@@ -78,8 +109,15 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
   Tensor out = TRIDENT_KERNEL(avg_pool2d_forward)(x.detach(), geo);
   if (autograd::any_requires_grad({x})) {
     autograd::record("AvgPool2dBackward", {x}, out, [geo, in = x.sizes()](const TensorList& g) {
+      if (recording_backward()) {
+        auto m = std::make_shared<const LinearPair>(LinearPair{
+            [geo](const Tensor& a) { return TRIDENT_KERNEL(avg_pool2d_forward)(a, geo); },
+            [geo, in](const Tensor& gy) { return TRIDENT_KERNEL(avg_pool2d_backward)(gy, in, geo); }, "AvgPool2dBackward",
+            "AvgPool2dBackwardBackward"});
+        return TensorList{apply_linear(m, g[0], /*adjoint=*/true)};
+      }
       return TensorList{TRIDENT_KERNEL(avg_pool2d_backward)(g[0], in, geo)};
-    });
+    }, kDifferentiable);
   }
   return out;
 }
@@ -90,9 +128,16 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
                 pair(output_size), " (input shape ", x.sizes(), ")");
   Tensor out = TRIDENT_KERNEL(adaptive_avg_pool2d_forward)(x.detach(), output_size[0], output_size[1]);
   if (autograd::any_requires_grad({x})) {
-    autograd::record("AdaptiveAvgPool2dBackward", {x}, out, [in = x.sizes()](const TensorList& g) {
+    autograd::record("AdaptiveAvgPool2dBackward", {x}, out, [in = x.sizes(), os = output_size](const TensorList& g) {
+      if (recording_backward()) {
+        auto m = std::make_shared<const LinearPair>(LinearPair{
+            [os](const Tensor& a) { return TRIDENT_KERNEL(adaptive_avg_pool2d_forward)(a, os[0], os[1]); },
+            [in](const Tensor& gy) { return TRIDENT_KERNEL(adaptive_avg_pool2d_backward)(gy, in); },
+            "AdaptiveAvgPool2dBackward", "AdaptiveAvgPool2dBackwardBackward"});
+        return TensorList{apply_linear(m, g[0], /*adjoint=*/true)};
+      }
       return TensorList{TRIDENT_KERNEL(adaptive_avg_pool2d_backward)(g[0], in)};
-    });
+    }, kDifferentiable);
   }
   return out;
 }

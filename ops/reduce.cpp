@@ -8,6 +8,8 @@
 #include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
+#include "ops/compare.h"
+#include "ops/unary.h"
 #include "ops/cpu/reduce.h"
 #include "ops/index.h"
 #include "ops/shape.h"
@@ -84,7 +86,7 @@ Tensor reduce_op(cpu::ReduceKind kind, const Tensor& x, const std::vector<int64_
                        Tensor e = expand(unsqueeze_reduced(g[0], dims, static_cast<int64_t>(in.size()), keepdim), in);
                        if (kind == cpu::ReduceKind::Mean) e = div(e, static_cast<double>(count));
                        return TensorList{e};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -103,6 +105,14 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 // ---- max, min, argmax, argmin ----
 
 namespace {
+
+// NOTE [Higher-order gradients]: the gradient of max, min or the inf norm as a recorded product:
+// gk (the reduced gradient, broadcastable to x) times the share of each element (1 / ties at the
+// extreme, times its sign for the norm), a constant.
+Tensor shared_among_ties(const Tensor& x, const Tensor& v, const Tensor& gk, const std::vector<int64_t>& dims, bool abs_sign) {
+  const Tensor share = TRIDENT_KERNEL(distribute_backward)(x.detach(), v.detach(), ones_like(gk), dims, abs_sign);
+  return mul(expand(gk, x.sizes()), share);
+}
 
 void check_extreme_input(const char* name, const Tensor& x) {
   check_defined(name, x);
@@ -130,8 +140,9 @@ Tensor extreme_values(bool is_max, const char* name, const Tensor& x, const std:
                        const Tensor xv = sx.unpack();
                        const Tensor v = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
+                       if (recording_backward()) return TensorList{shared_among_ties(xv, v, gk, dims, false)};
                        return TensorList{TRIDENT_KERNEL(distribute_backward)(xv, v, gk, dims, /*abs_sign=*/false)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -151,7 +162,7 @@ ValuesIndices extreme_dim(bool is_max, const char* name, const Tensor& x, int64_
                        const Tensor idx = unsqueeze_reduced(si.unpack(), dims, nd, keepdim);
                        const Tensor gk = unsqueeze_reduced(g[0], dims, nd, keepdim);
                        return TensorList{scatter_add(zeros(in, TensorOptions(g[0].dtype()).device(g[0].device())), dims[0], idx, gk)};
-                     });
+                     }, kDifferentiable);
   }
   return {values, indices};
 }
@@ -216,8 +227,16 @@ Tensor var_op(bool is_std, const Tensor& x, const std::vector<int64_t>& dims_in,
                        const Tensor xv = sx.unpack();
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
                        const Tensor ok = is_std ? unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim) : gk;
+                       if (recording_backward()) {  // NOTE [Higher-order gradients]
+                         // d var = 2 (x - mean) / (N - correction); d std = (x - mean) / ((N - correction) std).
+                         double n = 1;
+                         for (int64_t d : dims) n *= static_cast<double>(xv.size(d));
+                         const Tensor xm = sub(xv, mean(xv, dims, /*keepdim=*/true));
+                         if (!is_std) return TensorList{mul(mul(gk, xm), 2.0 / (n - correction))};
+                         return TensorList{div(mul(gk, xm), mul(ok, n - correction))};
+                       }
                        return TensorList{TRIDENT_KERNEL(var_backward)(xv, gk, ok, dims, correction, is_std)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -245,8 +264,9 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims_in, bool keep
                        const Tensor xv = sx.unpack();
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
                        const Tensor ok = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
+                       if (recording_backward()) return TensorList{mul(gk, exp(sub(xv, ok)))};  // softmax(x) g
                        return TensorList{TRIDENT_KERNEL(logsumexp_backward)(xv, gk, ok)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }
@@ -268,9 +288,17 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims_in, bool
                        if (p == 0.0) return TensorList{zeros_like(xv)};  // a count: piecewise constant
                        const Tensor gk = unsqueeze_reduced(g[0], dims, xv.dim(), keepdim);
                        const Tensor ok = unsqueeze_reduced(so.unpack(), dims, xv.dim(), keepdim);
+                       if (recording_backward()) {  // NOTE [Higher-order gradients]
+                         if (std::isinf(p)) return TensorList{shared_among_ties(xv, ok, gk, dims, true)};
+                         // d ||x||_p = sign(x) |x|^(p-1) / ||x||^(p-1); p = 2: x / ||x||.
+                         if (p == 2.0) return TensorList{mul(gk, div(xv, ok))};
+                         const Tensor sign = sub(gt(xv, 0.0).to(xv.dtype()), lt(xv, 0.0).to(xv.dtype()));
+                         if (p == 1.0) return TensorList{mul(expand(gk, xv.sizes()), sign)};
+                         return TensorList{mul(gk, div(mul(sign, pow(abs(xv), p - 1)), pow(ok, p - 1)))};
+                       }
                        if (std::isinf(p)) return TensorList{TRIDENT_KERNEL(distribute_backward)(xv, ok, gk, dims, /*abs_sign=*/true)};
                        return TensorList{TRIDENT_KERNEL(norm_backward)(xv, gk, ok, p)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

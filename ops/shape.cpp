@@ -13,7 +13,7 @@ namespace {
 // A view of x with new geometry, recorded with `backward` when x requires grad.
 Tensor make_view(const Tensor& x, Shape sizes, Shape strides, int64_t offset, const char* name, autograd::BackwardFn backward) {
   Tensor out = x.as_strided(std::move(sizes), std::move(strides), offset);
-  if (autograd::any_requires_grad({x})) autograd::record(name, {x}, out, std::move(backward));
+  if (autograd::any_requires_grad({x})) autograd::record(name, {x}, out, std::move(backward), kDifferentiable);
   return out;
 }
 }  // namespace

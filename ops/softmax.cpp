@@ -2,10 +2,13 @@
 
 #include <algorithm>
 
+#include "ops/arith.h"
 #include "ops/autocast.h"
 #include "ops/common.h"
 #include "ops/cpu/softmax.h"
+#include "ops/reduce.h"
 #include "ops/shape.h"
+#include "ops/unary.h"
 #if TRIDENT_HAVE_CUDA
 #include "ops/cuda/softmax.h"
 #endif
@@ -35,8 +38,13 @@ Tensor softmax_op(const Tensor& x, int64_t dim_in, bool log) {
     // Backward needs only the output (not x): dx = y * (g - sum(g * y)) or g - exp(y) * sum(g).
     autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {x}, out,
                      [sy = SavedTensor(out), dim, log](const TensorList& g) {
+                       if (recording_backward()) {  // the same formulas, recorded (NOTE [Higher-order gradients])
+                         const Tensor y = sy.unpack();
+                         if (log) return TensorList{sub(g[0], mul(exp(y), sum(g[0], {dim}, /*keepdim=*/true)))};
+                         return TensorList{mul(y, sub(g[0], sum(mul(g[0], y), {dim}, /*keepdim=*/true)))};
+                       }
                        return TensorList{TRIDENT_KERNEL(softmax_backward)(g[0], sy.unpack(), dim, log)};
-                     });
+                     }, kDifferentiable);
   }
   return out;
 }

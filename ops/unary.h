@@ -36,6 +36,9 @@ enum class GeluApproximation { None, Tanh };
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::None);
 // PyTorch's spelling: approximate = "none" or "tanh"; anything else throws.
 Tensor gelu(const Tensor& x, std::string_view approximate);
+// d gelu(x) / dx, recorded (differentiable to any order): the create_graph backward of gelu and
+// linear_gelu (NOTE [Higher-order gradients] in autograd/engine.h).
+Tensor gelu_derivative(const Tensor& x, GeluApproximation approximate = GeluApproximation::None);
 
 // x^exponent element-wise. Exponents 0, 1, 2, 3, 0.5, -0.5, -1, -2 use exact forms (x * x,
 // sqrt, 1 / x, ...) as PyTorch does; others use pow() in the compute type. Negative x with a

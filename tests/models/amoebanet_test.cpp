@@ -290,7 +290,8 @@ namespace {
 // function the network computes while training). Every batch norm sees at least 2 x 3 x 3 = 18
 // values per channel, and no pooling reads a relu output directly, so there are no ties and
 // kinks are met with probability ~0 at eps 1e-6.
-void gradcheck_cell(const CellGenotype& g, bool reduction, Chw cur, std::optional<Chw> prev, uint64_t seed) {
+void gradcheck_cell(const CellGenotype& g, bool reduction, Chw cur, std::optional<Chw> prev, uint64_t seed,
+                    bool second_order = false) {
   Generator gen(seed);
   amoebanet::LayerBuilder b({true, kF64, 1e-3, 0.1, &gen});
   auto cell = std::make_shared<amoebanet::Cell>(b, g, reduction, 4, cur, prev);
@@ -301,7 +302,7 @@ void gradcheck_cell(const CellGenotype& g, bool reduction, Chw cur, std::optiona
   auto fn = [&](const TensorList& in) {
     return cell->forward(AmoebaState{in[0], n_state > 1 ? in[1] : Tensor(), {}}).cur;
   };
-  EXPECT_TRUE(grad_ok(gradcheck(fn, inputs)));
+  EXPECT_TRUE(grad_ok(second_order ? gradgradcheck(fn, inputs) : gradcheck(fn, inputs)));
 }
 
 }  // namespace
@@ -312,6 +313,13 @@ TEST(AmoebaNet, NormalCellPassesGradcheck) {
   // Same size, other width: the 1x1 path; the first cell (no previous state) too.
   gradcheck_cell(amoebanet_d_genotype().normal, false, {6, 3, 3}, Chw{5, 3, 3}, 30);
   gradcheck_cell(amoebanet_b_genotype().normal, false, {6, 3, 3}, std::nullopt, 40);
+}
+
+// Second derivatives through the cells' separable and 1x7-7x1 convolutions, pooling, batch norm
+// (training) and the factorized reduction (NOTE [Higher-order gradients]).
+TEST(AmoebaNet, CellsPassGradgradcheck) {
+  gradcheck_cell(amoebanet_d_genotype().normal, false, {6, 3, 3}, Chw{5, 6, 6}, 70, true);
+  gradcheck_cell(amoebanet_d_genotype().reduction, true, {6, 6, 6}, Chw{5, 6, 6}, 80, true);
 }
 
 TEST(AmoebaNet, ReductionCellPassesGradcheck) {

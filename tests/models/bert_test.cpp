@@ -101,6 +101,20 @@ TEST(Bert, LayerPassesGradcheckInF64) {
   EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return layer.forward(in[0], mask); }, inputs)));
 }
 
+TEST(Bert, LayerPassesGradgradcheckInF64) {
+  BertConfig c = small_bert_config();
+  c.hidden_size = 4;
+  c.intermediate_size = 8;
+  c.dtype = DType::F64;
+  Generator g(3);
+  BertLayer layer(c, &g);
+  Tensor x = rand_leaf({2, 3, 4}, 4);
+  const Tensor mask = attention_mask_for_keys(from_vector<int64_t>({1, 1, 1, 1, 1, 0}, {2, 3}));
+  TensorList inputs = {x};
+  for (const Tensor& p : layer.parameters()) inputs.push_back(p);
+  EXPECT_TRUE(grad_ok(gradgradcheck([&](const TensorList& in) { return layer.forward(in[0], mask); }, inputs)));
+}
+
 TEST(Bert, OverfitsOneBatchWithBothHeads) {
   const BertConfig c = small_bert_config(0.1);
   Generator g(5);

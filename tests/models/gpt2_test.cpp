@@ -183,6 +183,20 @@ TEST(GPT2, BlockPassesGradcheckInF64) {
   EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return block.forward(in[0]); }, inputs)));
 }
 
+// Second derivatives through a whole block (NOTE [Higher-order gradients]): layer norms, fused
+// attention, linear + GELU, residuals, with respect to the input and every parameter.
+TEST(GPT2, BlockPassesGradgradcheckInF64) {
+  GPT2Config c = small_gpt2_config();
+  c.n_embd = 4;
+  c.dtype = DType::F64;
+  Generator g(5);
+  GPT2Block block(c, &g);
+  Tensor x = rand_leaf({1, 3, 4}, 6);
+  TensorList inputs = {x};
+  for (const Tensor& p : block.parameters()) inputs.push_back(p);
+  EXPECT_TRUE(grad_ok(gradgradcheck([&](const TensorList& in) { return block.forward(in[0]); }, inputs)));
+}
+
 TEST(GPT2, WholeModelGradientsMatchFiniteDifferencesInF64) {
   // The head (tied wte, padded rows sliced off) and the loss, through the layer list.
   GPT2Config c = small_gpt2_config();
