@@ -86,7 +86,10 @@ TEST(Bert, StateDictHasHuggingFaceNames) {
   EXPECT_EQ(L.tied()[0].name, "bert.embeddings.word_embeddings.weight");
 }
 
-TEST(Bert, LayerPassesGradcheckInF64) {
+namespace {
+// A layer in f64, checked with respect to its input and every parameter: first derivatives, or
+// second ones (NOTE [Higher-order gradients]).
+void check_layer(bool second_order) {
   BertConfig c = small_bert_config();
   c.hidden_size = 4;
   c.intermediate_size = 8;
@@ -98,22 +101,13 @@ TEST(Bert, LayerPassesGradcheckInF64) {
   const Tensor mask = attention_mask_for_keys(from_vector<int64_t>({1, 1, 1, 1, 1, 0}, {2, 3}));
   TensorList inputs = {x};
   for (const Tensor& p : layer.parameters()) inputs.push_back(p);
-  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return layer.forward(in[0], mask); }, inputs)));
+  auto fn = [&](const TensorList& in) { return layer.forward(in[0], mask); };
+  EXPECT_TRUE(grad_ok(second_order ? gradgradcheck(fn, inputs) : gradcheck(fn, inputs)));
 }
+}  // namespace
 
-TEST(Bert, LayerPassesGradgradcheckInF64) {
-  BertConfig c = small_bert_config();
-  c.hidden_size = 4;
-  c.intermediate_size = 8;
-  c.dtype = DType::F64;
-  Generator g(3);
-  BertLayer layer(c, &g);
-  Tensor x = rand_leaf({2, 3, 4}, 4);
-  const Tensor mask = attention_mask_for_keys(from_vector<int64_t>({1, 1, 1, 1, 1, 0}, {2, 3}));
-  TensorList inputs = {x};
-  for (const Tensor& p : layer.parameters()) inputs.push_back(p);
-  EXPECT_TRUE(grad_ok(gradgradcheck([&](const TensorList& in) { return layer.forward(in[0], mask); }, inputs)));
-}
+TEST(Bert, LayerPassesGradcheckInF64) { check_layer(false); }
+TEST(Bert, LayerPassesGradgradcheckInF64) { check_layer(true); }
 
 TEST(Bert, OverfitsOneBatchWithBothHeads) {
   const BertConfig c = small_bert_config(0.1);

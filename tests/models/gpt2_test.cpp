@@ -171,7 +171,11 @@ TEST(GPT2, InitFollowsGPT2) {
   EXPECT_TRUE(all_close(m2.state_dict().at("transformer.h.5.mlp.c_proj.weight"), sd.at("transformer.h.5.mlp.c_proj.weight"), 0, 0));
 }
 
-TEST(GPT2, BlockPassesGradcheckInF64) {
+namespace {
+// A block in f64, checked with respect to its input and every parameter: first derivatives, or
+// second ones (NOTE [Higher-order gradients]: layer norms, fused attention, linear + GELU,
+// residuals).
+void check_block(bool second_order) {
   GPT2Config c = small_gpt2_config();
   c.n_embd = 4;
   c.dtype = DType::F64;
@@ -180,22 +184,13 @@ TEST(GPT2, BlockPassesGradcheckInF64) {
   Tensor x = rand_leaf({1, 3, 4}, 6);
   TensorList inputs = {x};
   for (const Tensor& p : block.parameters()) inputs.push_back(p);
-  EXPECT_TRUE(grad_ok(gradcheck([&](const TensorList& in) { return block.forward(in[0]); }, inputs)));
+  auto fn = [&](const TensorList& in) { return block.forward(in[0]); };
+  EXPECT_TRUE(grad_ok(second_order ? gradgradcheck(fn, inputs) : gradcheck(fn, inputs)));
 }
+}  // namespace
 
-// Second derivatives through a whole block (NOTE [Higher-order gradients]): layer norms, fused
-// attention, linear + GELU, residuals, with respect to the input and every parameter.
-TEST(GPT2, BlockPassesGradgradcheckInF64) {
-  GPT2Config c = small_gpt2_config();
-  c.n_embd = 4;
-  c.dtype = DType::F64;
-  Generator g(5);
-  GPT2Block block(c, &g);
-  Tensor x = rand_leaf({1, 3, 4}, 6);
-  TensorList inputs = {x};
-  for (const Tensor& p : block.parameters()) inputs.push_back(p);
-  EXPECT_TRUE(grad_ok(gradgradcheck([&](const TensorList& in) { return block.forward(in[0]); }, inputs)));
-}
+TEST(GPT2, BlockPassesGradcheckInF64) { check_block(false); }
+TEST(GPT2, BlockPassesGradgradcheckInF64) { check_block(true); }
 
 TEST(GPT2, WholeModelGradientsMatchFiniteDifferencesInF64) {
   // The head (tied wte, padded rows sliced off) and the loss, through the layer list.
