@@ -4,10 +4,17 @@
 //
 //   bench_gpt2_train [threads] [steps]   ->  {"tokens_per_s": ..., "step_ms": ..., "threads": ...}
 // Prints the median step time of `steps` timed steps (after 3 warm-up steps).
+//
+//   bench_gpt2_train [threads] [steps] hvp   ->  {"grad_ms": ..., "hvp_ms": ..., "threads": ...}
+// The same model's gradient (forward + backward, no optimizer) and a Hessian-vector product over
+// every parameter (forward, a create_graph backward, the dot with v, a second backward; NOTE
+// [Higher-order gradients]), median of `steps` each after one warm-up.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
@@ -15,6 +22,43 @@
 
 using namespace trident;
 using namespace trident::models;
+
+namespace {
+
+double median_ms(int runs, const std::function<void()>& f) {
+  std::vector<double> ms;
+  for (int i = 0; i < runs + 1; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 1) ms.push_back(dt);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int hvp_bench(GPT2LMHeadModel& model, const Tensor& x, const Tensor& y, int steps, Generator* gen) {
+  const autograd::TensorList params = model.parameters();
+  autograd::TensorList vs;
+  for (const Tensor& p : params) vs.push_back(randn_like(p, gen));
+  double checksum = 0;
+  const double grad_ms = median_ms(steps, [&] {
+    const autograd::TensorList g = autograd::grad({model.forward(x, y).loss}, params);
+    checksum = sum(g.back()).item<double>();
+  });
+  const double hvp_ms = median_ms(steps, [&] {
+    const autograd::TensorList g = autograd::grad({model.forward(x, y).loss}, params, {}, false, false, /*create_graph=*/true);
+    Tensor dot = sum(mul(g[0], vs[0]));
+    for (size_t i = 1; i < g.size(); ++i) dot = add(dot, sum(mul(g[i], vs[i])));
+    const autograd::TensorList hv = autograd::grad({dot}, params);
+    checksum = sum(hv.back()).item<double>();
+  });
+  std::printf("{\"grad_ms\": %.2f, \"hvp_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"checksum\": %.6g}\n", grad_ms,
+              hvp_ms, get_num_threads(), static_cast<long long>(model.num_parameters()), checksum);
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
@@ -34,6 +78,7 @@ int main(int argc, char** argv) {
   nn::optim::AdamW opt(model.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   Generator data(2);
   const Tensor x = randint(0, V, {B, T}, DType::I64, &data), y = randint(0, V, {B, T}, DType::I64, &data);
+  if (argc > 3 && std::string(argv[3]) == "hvp") return hvp_bench(model, x, y, steps, &data);
   std::vector<double> ms;
   double loss = 0;
   for (int i = 0; i < steps + 3; ++i) {
