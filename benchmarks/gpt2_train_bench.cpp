@@ -8,7 +8,8 @@
 //   bench_gpt2_train [threads] [steps] hvp   ->  {"grad_ms": ..., "hvp_ms": ..., "threads": ...}
 // The same model's gradient (forward + backward, no optimizer) and a Hessian-vector product over
 // every parameter (forward, a create_graph backward, the dot with v, a second backward; NOTE
-// [Higher-order gradients]), median of `steps` each after one warm-up.
+// [Higher-order gradients]), median of `steps` each after one warm-up; with TRIDENT_BENCH_PROFILE
+// set, the op profile of one more product goes to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +54,14 @@ int hvp_bench(GPT2LMHeadModel& model, const Tensor& x, const Tensor& y, int step
     const autograd::TensorList hv = autograd::grad({dot}, params);
     checksum = sum(hv.back()).item<double>();
   });
+  if (std::getenv("TRIDENT_BENCH_PROFILE")) {  // where one more product's time goes, to stderr
+    profiler::start();
+    const autograd::TensorList g = autograd::grad({model.forward(x, y).loss}, params, {}, false, false, true);
+    Tensor dot = sum(mul(g[0], vs[0]));
+    for (size_t i = 1; i < g.size(); ++i) dot = add(dot, sum(mul(g[i], vs[i])));
+    autograd::grad({dot}, params);
+    std::fprintf(stderr, "%s\n", profiler::stop().table().c_str());
+  }
   std::printf("{\"grad_ms\": %.2f, \"hvp_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"checksum\": %.6g}\n", grad_ms,
               hvp_ms, get_num_threads(), static_cast<long long>(model.num_parameters()), checksum);
   return 0;

@@ -104,35 +104,34 @@ Tensor reduce_class_loss(const Tensor& per_position, double loss_sum, double tot
 }
 
 // NOTE [Higher-order gradients]: cross_entropy's gradient as a recorded formula. Per position
-// (valid = not ignored, w_t = weight of the target, eps = label smoothing over C classes):
-//   d loss / d x = G (P A - B),  A = ((1 - eps) w_t + eps / C sum_c w_c) valid,
-//                                B = ((1 - eps) w_t onehot(t) + eps / C w) valid,
-// with P = softmax(x) recorded and A, B constants; G is g times the reduction's scale.
+// (valid = not ignored, w_t = weight of the target, eps = label smoothing over C classes, G = g
+// times the reduction's scale):
+//   d loss / d x = G (P A - (1 - eps) w_t valid onehot(t) - eps / C w valid),
+//   A = ((1 - eps) w_t + eps / C sum_c w_c) valid,
+// with P = softmax(x) recorded and the rest constants; the one-hot term is a scatter_add of one
+// value per position, so nothing the size of the logits but P and the result is made.
 Tensor cross_entropy_grad_recorded(const Tensor& g, bool per_position, double scale, const Tensor& x, const Tensor& target,
                                    const Tensor& weight, const cpu::ClassLossArgs& args) {
   const DType dt = x.dtype();
   const int64_t cdim = x.dim() == 1 ? 0 : 1, classes = args.classes;
-  const double eps = args.label_smoothing;
+  const double eps = args.label_smoothing, c = static_cast<double>(classes);
   const Tensor t = target.detach().to(kI64);
   const Tensor ignored = eq(t, static_cast<double>(args.ignore_index));
   const Tensor valid = logical_not(ignored).to(dt);
   const Tensor ts = masked_fill(t, ignored, 0.0);
-  Tensor onehot = one_hot(ts, classes).to(dt);  // class dim last
-  if (x.dim() >= 2) {
-    std::vector<int64_t> perm{0, onehot.dim() - 1};
-    for (int64_t d = 1; d < onehot.dim() - 1; ++d) perm.push_back(d);
-    onehot = permute(onehot, perm);
-  }
   const Tensor wv = weight.defined() ? weight.detach().to(dt) : ones({classes}, TensorOptions(dt).device(x.device()));
   const Tensor w_t = reshape(index_select(wv, 0, reshape(ts, {-1})), t.sizes());
   const double sum_w = sum(wv.to(kF64)).item<double>();
-  Shape wshape(static_cast<size_t>(x.dim()), 1);
-  wshape[static_cast<size_t>(cdim)] = classes;
-  const Tensor a = mul(add(mul(w_t, 1 - eps), eps / static_cast<double>(classes) * sum_w), valid);
-  const Tensor b = mul(add(mul(onehot, unsqueeze(mul(w_t, 1 - eps), cdim)), mul(reshape(wv, wshape), eps / static_cast<double>(classes))),
-                       unsqueeze(valid, cdim));
-  const Tensor gs = mul(per_position ? unsqueeze(g, cdim) : g, scale);
-  return mul(gs, sub(mul(softmax(x, cdim), unsqueeze(a, cdim)), b));
+  const Tensor gpos = mul(per_position ? g : expand(g, t.sizes()), scale);  // G per position
+  const Tensor a = mul(add(mul(w_t, 1 - eps), eps / c * sum_w), valid);
+  Tensor r = mul(softmax(x, cdim), unsqueeze(mul(a, gpos), cdim));
+  if (eps > 0) {
+    Shape wshape(static_cast<size_t>(x.dim()), 1);
+    wshape[static_cast<size_t>(cdim)] = classes;
+    r = sub(r, mul(reshape(wv, wshape), unsqueeze(mul(mul(valid, gpos), eps / c), cdim)));
+  }
+  const Tensor at_target = unsqueeze(mul(mul(w_t, valid), mul(gpos, -(1 - eps))), cdim);
+  return scatter_add(r, cdim, unsqueeze(ts, cdim), at_target);
 }
 
 // d loss / d per-position-loss: g itself (None) or g scaled by 1 (Sum) or 1 / total weight (Mean).
