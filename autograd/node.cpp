@@ -157,10 +157,15 @@ void move_saved_identity(const Tensor& from, const Tensor& to) {
 Tensor add_gradients(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;
   if (!b.defined()) return a;
+  const bool recording = any_requires_grad({a, b});
+  if (!recording && !a.requires_grad() && a.is_contiguous() && a.impl_ptr().use_count() == 1 && a.storage().use_count() == 1) {
+    add_into_(a, b);  // nobody else holds a or its memory (as AccumulateGrad's in-place sum): one pass, no copy
+    return a;
+  }
   Tensor out = empty_like(a);
   copy_(out, a);
   add_into_(out, b);
-  if (any_requires_grad({a, b}))
+  if (recording)
     record("AddBackward", {a, b}, out, [](const TensorList& g) { return TensorList{g[0], g[0]}; },
            Backward::Differentiable);
   return out;
