@@ -125,12 +125,22 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::add_file(const std::string& file, const FileDigest& d) { files_[file] = {d.size, d.crc32c}; }
 
 void CheckpointWriter::write_tensors(const std::string& part, const StateDict& tensors, const StringMap& metadata) {
+  const std::string file = tensor_file(part);
+  add_file(file, save_safetensors((fs::path(tmp_) / file).string(), tensors, metadata));
+}
+
+void CheckpointWriter::write_tensor_stream(const std::string& part, const TensorStream& tensors, const StringMap& metadata) {
+  const std::string file = tensor_file(part);
+  add_file(file, save_safetensors_streamed((fs::path(tmp_) / file).string(), tensors, metadata));
+}
+
+std::string CheckpointWriter::tensor_file(const std::string& part) const {
   TRIDENT_CHECK(!committed_, "checkpoint '", path_, "': write_tensors after commit");
   TRIDENT_CHECK(valid_name(part), "checkpoint '", path_, "': bad part name '", part,
                 "' (use letters, digits, '_', '.', '-', not starting with '.')");
   const std::string file = part + ".safetensors";
   TRIDENT_CHECK(!files_.count(file), "checkpoint '", path_, "': part '", part, "' written twice");
-  add_file(file, save_safetensors((fs::path(tmp_) / file).string(), tensors, metadata));
+  return file;
 }
 
 void CheckpointWriter::write_json(const std::string& part, const json& doc) {

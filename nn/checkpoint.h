@@ -47,6 +47,8 @@ class CheckpointWriter {
 
   // Writes <part>.safetensors now (so parts need not all be held in memory at once).
   void write_tensors(const std::string& part, const StateDict& tensors, const StringMap& metadata = {});
+  // The same, the tensors produced one at a time (NOTE [Streamed safetensors]).
+  void write_tensor_stream(const std::string& part, const TensorStream& tensors, const StringMap& metadata = {});
   // Writes <part>.json (pretty-printed).
   void write_json(const std::string& part, const nlohmann::json& doc);
   // Writes the manifest and publishes the directory (NOTE [Checkpoint layout]).
@@ -56,6 +58,8 @@ class CheckpointWriter {
   const std::string& temporary_path() const { return tmp_; }
 
  private:
+  // "<part>.safetensors", after checking the part's name and that it is new.
+  std::string tensor_file(const std::string& part) const;
   void add_file(const std::string& file, const FileDigest& d);
   std::string path_;
   std::string tmp_;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -82,6 +83,30 @@ enum class LoadMode {
 // every tensor is aligned. Names must be valid UTF-8 and not "__metadata__". Returns the file's
 // size and CRC32C.
 FileDigest save_safetensors(const std::string& path, const StateDict& tensors, const StringMap& metadata = {});
+
+// NOTE [Streamed safetensors]: tensors described before their data exists, for a writer that
+// must not hold them all at once (a model-parallel checkpoint's full tensors, gathered one at a
+// time from other ranks: parallel/checkpoint.h). The header is written from the specs; then
+// produce(i) is called once for each spec, in safetensors_order(specs), and its tensor (any
+// device, any strides) written and dropped before the next call. A produced tensor of another
+// dtype or shape than its spec is an error naming it. The file's bytes are those
+// save_safetensors writes for the same tensors as a state dict.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+};
+struct TensorStream {
+  std::vector<TensorSpec> specs;
+  std::function<Tensor(size_t)> produce;  // spec i's tensor
+};
+
+// The order the writer lays tensors out in (and calls produce): widest alignment first (the
+// reference writer's dtype order), then by name. Indices into `specs`; a pure function of the
+// specs, so ranks that build the same specs agree on it.
+std::vector<size_t> safetensors_order(const std::vector<TensorSpec>& specs);
+
+FileDigest save_safetensors_streamed(const std::string& path, const TensorStream& tensors, const StringMap& metadata = {});
 
 // The same bytes, in memory.
 std::vector<uint8_t> serialize_safetensors(const StateDict& tensors, const StringMap& metadata = {});

@@ -21,18 +21,29 @@ std::vector<std::pair<std::string, Generator*>> all_generators(const TrainingChe
 
 void save_training_checkpoint(const std::string& path, const TrainingCheckpointParts& parts,
                               const TrainingProgress& progress) {
-  TRIDENT_CHECK(parts.model != nullptr, "save_training_checkpoint ", path, ": no model given");
-  CheckpointWriter w(path);
-  const std::map<std::string, Tensor> model_state = parts.model->state_dict();
-  w.write_tensors("model", StateDict(model_state.begin(), model_state.end()), {{"format", "trident"}});
-  nlohmann::json trainer;
-  trainer["step"] = progress.step;
+  TRIDENT_CHECK(parts.model != nullptr || parts.model_stream != nullptr, "save_training_checkpoint ", path, ": no model given");
   TRIDENT_CHECK(!(parts.optimizer && parts.optimizer_state), "save_training_checkpoint ", path,
                 ": give the optimizer or its state, not both");
+  TRIDENT_CHECK(!parts.optimizer_stream || (parts.optimizer_state && parts.optimizer_state->tensors.empty()),
+                "save_training_checkpoint ", path, ": an optimizer stream goes with an optimizer state without tensors");
+  CheckpointWriter w(path);
+  const StringMap model_metadata{{"format", "trident"}};
+  if (parts.model_stream) {
+    w.write_tensor_stream("model", *parts.model_stream, model_metadata);
+  } else {
+    const std::map<std::string, Tensor> model_state = parts.model->state_dict();
+    w.write_tensors("model", StateDict(model_state.begin(), model_state.end()), model_metadata);
+  }
+  nlohmann::json trainer;
+  trainer["step"] = progress.step;
   if (parts.optimizer || parts.optimizer_state) {
     // A live optimizer's state aliases its buffers: written right away.
     const optim::OptimizerState st = parts.optimizer ? parts.optimizer->state_dict() : *parts.optimizer_state;
-    w.write_tensors("optimizer", StateDict(st.tensors.begin(), st.tensors.end()), {{"optimizer_state", st.to_json()}});
+    const StringMap metadata{{"optimizer_state", st.to_json()}};
+    if (parts.optimizer_stream)
+      w.write_tensor_stream("optimizer", *parts.optimizer_stream, metadata);
+    else
+      w.write_tensors("optimizer", StateDict(st.tensors.begin(), st.tensors.end()), metadata);
     trainer["optimizer"] = st.optimizer;
   }
   if (parts.scaler) trainer["grad_scaler"] = parts.scaler->state_dict();

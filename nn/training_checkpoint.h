@@ -25,6 +25,7 @@
 
 #include "core/rng.h"
 #include "nn/grad_scaler.h"
+#include "nn/safetensors.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 
@@ -47,6 +48,13 @@ struct TrainingCheckpointParts {
   // Saving, instead of `optimizer`: the optimizer state to write (a sharded optimizer's state
   // gathered for writing, parallel/zero.h).
   const optim::OptimizerState* optimizer_state = nullptr;
+  // Saving, instead of the model's state dict: its entries produced one at a time (NOTE
+  // [Streamed safetensors]; a model-parallel run's full tensors, NOTE [Streamed checkpoints] in
+  // parallel/checkpoint.h). `model` may then be null.
+  const TensorStream* model_stream = nullptr;
+  // Saving, with optimizer_state (its name and scalars; its tensors must be empty): the
+  // optimizer's tensors produced one at a time.
+  const TensorStream* optimizer_stream = nullptr;
 };
 
 struct TrainingProgress {

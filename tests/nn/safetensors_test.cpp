@@ -65,6 +65,61 @@ TEST_F(Safetensors, RoundTripEveryDtypeBitForBit) {
   EXPECT_EQ(serialize_safetensors(d, {{"format", "pt"}}), std::vector<uint8_t>(bytes.begin(), bytes.end()));
 }
 
+// NOTE [Streamed safetensors]: specs given in any order, the tensors produced one at a time in
+// the writer's order (each called once, the previous one already dropped), strided and of every
+// dtype: the bytes of the state-dict writer.
+TEST_F(Safetensors, StreamedWriteIsTheStateDictWrite) {
+  StateDict d = every_dtype();
+  d["strided"] = transpose(randn({4, 6}, kF32), 0, 1);
+  d["empty"] = empty({2, 0}, kF16);
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : d) specs.push_back({name, t.dtype(), t.sizes()});
+  std::reverse(specs.begin(), specs.end());
+  std::swap(specs[1], specs[4]);
+  const std::vector<size_t> order = safetensors_order(specs);
+  ASSERT_EQ(order.size(), specs.size());
+  std::vector<size_t> calls;
+  std::weak_ptr<Storage> previous;
+  bool previous_dropped = true;
+  TensorStream stream{specs, [&](size_t i) {
+                        previous_dropped = previous_dropped && previous.expired();
+                        calls.push_back(i);
+                        Tensor t = d.at(specs[i].name).clone();  // a tensor of its own, like a gathered one
+                        if (specs[i].name == "strided") t = transpose(transpose(d.at("strided"), 0, 1).clone(), 0, 1);  // strided, its own
+                        previous = t.storage();
+                        return t;
+                      }};
+  const FileDigest digest = save_safetensors_streamed(path("streamed.safetensors"), stream, {{"format", "pt"}});
+  EXPECT_EQ(calls, order) << "produce runs once per tensor, in the file's order";
+  EXPECT_TRUE(previous_dropped) << "each produced tensor is dropped before the next is asked for";
+  save_safetensors(path("whole.safetensors"), d, {{"format", "pt"}});
+  const std::string bytes = read_bytes(path("streamed.safetensors"));
+  EXPECT_EQ(bytes, read_bytes(path("whole.safetensors")));
+  EXPECT_EQ(digest.crc32c, crc32c_portable(bytes.data(), bytes.size()));
+  // The order: widest alignment first, then by name; the same for any permutation of the specs.
+  std::vector<std::string> names;
+  for (size_t i : order) names.push_back(specs[i].name);
+  EXPECT_EQ(names, (std::vector<std::string>{"i64", "f64", "f32", "strided", "i32", "bf16", "empty", "f16", "u8", "bool"}));
+}
+
+TEST_F(Safetensors, StreamedWriteRefusesWhatDisagreesWithItsSpecs) {
+  const Tensor x = randn({2, 3}, kF32);
+  auto stream_of = [&](std::vector<TensorSpec> specs, Tensor t) {
+    return TensorStream{std::move(specs), [t](size_t) { return t; }};
+  };
+  expect_error([&] { save_safetensors_streamed(path("a.safetensors"), stream_of({{"w", kF32, {3, 2}}}, x)); },
+               {"tensor 'w' was announced as F32 [3, 2] but is F32 [2, 3]"});
+  expect_error([&] { save_safetensors_streamed(path("a.safetensors"), stream_of({{"w", kF16, {2, 3}}}, x)); },
+               {"tensor 'w' was announced as F16 [2, 3] but is F32 [2, 3]"});
+  expect_error([&] { save_safetensors_streamed(path("a.safetensors"), stream_of({{"w", kF32, {2, 3}}, {"w", kF32, {2, 3}}}, x)); },
+               {"two tensors are named 'w'"});
+  expect_error([&] { save_safetensors_streamed(path("a.safetensors"), stream_of({{"w", kF32, {2, 3}}}, Tensor())); },
+               {"tensor 'w' is undefined"});
+  expect_error([&] { save_safetensors_streamed(path("a.safetensors"), TensorStream{{{"w", kF32, {2}}}, {}}); },
+               {"a.safetensors", "has no producer"});
+  EXPECT_FALSE(std::filesystem::exists(path("a.safetensors"))) << "a failed write leaves nothing";
+}
+
 TEST_F(Safetensors, EmptyAndZeroDimTensors) {
   StateDict d;
   d["empty"] = empty({0}, kF32);
