@@ -1,6 +1,8 @@
 #include "parallel/checkpoint.h"
 
+#include <functional>
 #include <set>
+#include <tuple>
 
 #include "autograd/grad_mode.h"
 #include "core/factory.h"
@@ -47,6 +49,210 @@ std::vector<Tensor> flatten(const ParamGroups& groups) {
 
 }  // namespace
 
+namespace {
+
+// NOTE [Streamed checkpoints]: one entry of a part, and how it reaches the writer.
+struct Entry {
+  nn::TensorSpec spec;
+  // Collective among the ranks that hold a piece of the entry (and a no-op on the others): the
+  // whole tensor on the writer, undefined elsewhere.
+  std::function<Tensor()> fetch;
+};
+using Entries = std::vector<Entry>;
+
+// The entries in the order the safetensors writer asks for them (nn::safetensors_order: a pure
+// function of the specs, the same on every rank).
+Entries in_file_order(Entries entries) {
+  std::vector<nn::TensorSpec> specs;
+  for (const Entry& e : entries) specs.push_back(e.spec);
+  Entries out;
+  for (size_t i : nn::safetensors_order(specs)) out.push_back(std::move(entries[i]));
+  return out;
+}
+
+std::string state_key(size_t i, std::string_view slot) { return "state." + std::to_string(i) + "." + std::string(slot); }
+
+// Who takes part in the save, and where the pieces are.
+struct Layout {
+  comm::Communicator* dp = nullptr;
+  comm::Communicator* tp = nullptr;
+  comm::Communicator* pp = nullptr;
+  bool writer = false;
+  int pp_rank() const { return pp ? pp->rank() : 0; }
+  // The last hop of an entry whose pieces are whole on stage `owner` (tp rank 0 of dp rank 0 of
+  // it): to pp rank 0, the writer's stage. Returns what the writer keeps.
+  Tensor to_writer(Tensor t, int owner) const {
+    if (pp) {
+      if (tp && tp->rank() != 0) return {};
+      t = pipeline::send_to_first(*pp, t, owner);
+    }
+    return writer ? t : Tensor();
+  }
+};
+
+// The model's entries under model parallelism: every name of the model's state dict with its
+// full (serial) shape, held by the stage that owns it (all of them without pp), split over tp
+// when it is a tp shard. Only dp rank 0's ranks take part (the replicas are identical).
+Entries model_entries(nn::Module& model, const ModelParallelCheckpoint& mp, const Layout& at) {
+  const nn::StateDict all = model.state_dict();  // under pp: other stages' entries are placeholders of their shape
+  const auto shards = mp.tp ? tp::sharded_parameters(model) : std::map<std::string, tp::ParamShard>{};
+  auto stage = std::make_shared<nn::StateDict>(mp.pipe ? mp.pipe->state_dict() : all);
+  Entries out;
+  for (const auto& [name, t] : all) {
+    Shape shape = t.sizes();
+    std::optional<tp::ParamShard> shard;
+    if (const auto it = shards.find(name); it != shards.end()) {
+      shard = it->second;
+      shape[static_cast<size_t>(shard->dim)] = shard->full_size;
+    }
+    const int owner = mp.pipe ? static_cast<int>(mp.pipe->state_owners().at(name)) : 0;
+    out.push_back({{name, t.dtype(), shape}, [at, stage, name, shard, owner]() -> Tensor {
+                     if (at.dp->rank() != 0 || (at.pp_rank() != owner && at.pp_rank() != 0)) return {};
+                     Tensor whole;
+                     if (at.pp_rank() == owner) {
+                       const auto it = stage->find(name);
+                       TRIDENT_CHECK(it != stage->end(), "checkpoint: stage ", owner, " holds '", name,
+                                     "' but its state dict has no such entry");
+                       whole = it->second.detach();
+                       if (shard) whole = tp::gather_full(whole, *shard, *at.tp);  // collective over tp
+                     }
+                     return at.to_writer(whole, owner);
+                   }});
+  }
+  return in_file_order(std::move(out));
+}
+
+// What each stage's optimizer holds, per parameter of the whole model.
+struct ParamInfo {
+  int owner = -1;  // the first stage holding the parameter
+  std::optional<double> step;
+  std::vector<std::optional<DType>> slots;  // by slot_names()
+};
+
+// The optimizer's entries and its state without tensors (name and scalars, the serial
+// optimizer's). Taking part: every rank under ZeRO (the buffers are sharded over dp), dp rank
+// 0's ranks otherwise. `zero` or `opt` (the plain optimizer over `groups`) holds the state;
+// `whole_groups`: the whole model's parameters (the stage's groups without pp).
+std::pair<Entries, nn::optim::OptimizerState> optimizer_entries(ZeroOptimizer* zero, nn::optim::Optimizer* opt,
+                                                                const ParamGroups& groups, const ParamGroups& whole_groups,
+                                                                nn::Module* model, const Layout& at) {
+  nn::optim::Optimizer& own = zero ? zero->shard_optimizer() : *opt;
+  const auto slot_names = own.slot_names();
+  const size_t ns = slot_names.size();
+  const std::vector<Tensor> whole = flatten(whole_groups), stage = flatten(groups);
+  const size_t n = whole.size();
+  // Where each whole-model parameter is in this stage's optimizer (-1: another stage's).
+  std::vector<int64_t> local(n, -1);
+  for (size_t j = 0; j < n; ++j)
+    for (size_t i = 0; i < stage.size() && local[j] < 0; ++i)
+      if (whole[j].is_same(stage[i])) local[j] = static_cast<int64_t>(i);
+  // This stage's state: steps and buffers per stage parameter.
+  auto state = std::make_shared<nn::optim::OptimizerState>(own.state_dict());
+  std::vector<ZeroOptimizer::ParamStateInfo> mine;
+  if (zero) {
+    mine = zero->param_state_info();
+  } else {
+    for (size_t i = 0; i < stage.size(); ++i) {
+      ZeroOptimizer::ParamStateInfo info{std::nullopt, std::vector<std::optional<DType>>(ns)};
+      if (const auto it = state->scalars.find("state." + std::to_string(i) + ".step"); it != state->scalars.end())
+        info.step = it->second;
+      for (size_t k = 0; k < ns; ++k)
+        if (const auto it = state->tensors.find(state_key(i, slot_names[k])); it != state->tensors.end()) {
+          TRIDENT_CHECK(it->second.sizes() == stage[i].sizes(), "checkpoint: optimizer state '", it->first, "' has shape ",
+                        it->second.sizes(), ", not its parameter's ", stage[i].sizes(),
+                        ": only element-wise optimizers' state can be streamed");
+          info.slots[k] = it->second.dtype();
+        }
+      mine.push_back(std::move(info));
+    }
+  }
+  // Every stage's row: [held, has step, step, slot dtype + 1 ...] per whole-model parameter; the
+  // stages' rows meet over pp (the same on every rank of the pp group).
+  const int64_t k = at.pp ? at.pp->size() : 1, width = 3 + static_cast<int64_t>(ns);
+  Tensor table = zeros({k, static_cast<int64_t>(n), width}, TensorOptions(DType::F64));
+  double* row = table.data<double>() + at.pp_rank() * static_cast<int64_t>(n) * width;
+  for (size_t j = 0; j < n; ++j, row += width) {
+    if (local[j] < 0) continue;
+    const ZeroOptimizer::ParamStateInfo& info = mine.at(static_cast<size_t>(local[j]));
+    row[0] = 1;
+    row[1] = info.step ? 1 : 0;
+    row[2] = info.step.value_or(0);
+    for (size_t s = 0; s < ns; ++s) row[3 + s] = info.slots[s] ? static_cast<double>(*info.slots[s]) + 1 : 0;
+  }
+  if (at.pp) at.pp->all_reduce(table, comm::ReduceOp::Sum).wait();
+  const double* t = table.data<double>();
+  std::vector<ParamInfo> info(n);
+  for (size_t j = 0; j < n; ++j) {
+    for (int64_t r = 0; r < k && info[j].owner < 0; ++r) {
+      const double* p = t + (r * static_cast<int64_t>(n) + static_cast<int64_t>(j)) * width;
+      if (p[0] == 0) continue;
+      info[j].owner = static_cast<int>(r);
+      if (p[1] != 0) info[j].step = p[2];
+      for (size_t s = 0; s < ns; ++s)
+        if (p[3 + s] != 0) info[j].slots.push_back(static_cast<DType>(static_cast<int>(p[3 + s]) - 1));
+        else info[j].slots.push_back(std::nullopt);
+    }
+    TRIDENT_CHECK(info[j].owner >= 0, "checkpoint: parameter ", j, " of the whole model (shape ", whole[j].sizes(),
+                  ") belongs to no stage");
+  }
+
+  // The serial optimizer's scalars: the hyperparameters, each group's parameter count, the steps.
+  nn::optim::OptimizerState header;
+  header.optimizer = state->optimizer;
+  for (const auto& [key, v] : state->scalars)
+    if (key.rfind("state.", 0) != 0) header.scalars[key] = v;
+  for (size_t g = 0; g < whole_groups.size(); ++g)
+    header.scalars[nn::optim::detail::group_key(g, "num_params")] = static_cast<double>(whole_groups[g].size());
+  for (size_t j = 0; j < n; ++j)
+    if (info[j].step) header.scalars["state." + std::to_string(j) + ".step"] = *info[j].step;
+
+  const std::vector<Shape> shapes = at.tp ? tp::full_shapes(*model, whole) : std::vector<Shape>{};
+  const std::vector<std::optional<tp::ParamShard>> shards =
+      at.tp ? tp::param_shards(*model, whole) : std::vector<std::optional<tp::ParamShard>>(n);
+  Entries out;
+  for (size_t j = 0; j < n; ++j)
+    for (size_t s = 0; s < ns; ++s) {
+      if (!info[j].slots[s]) continue;
+      const int owner = info[j].owner;
+      const int64_t li = local[j];
+      const std::string_view slot = slot_names[s];
+      const std::optional<tp::ParamShard> shard = shards[j];
+      out.push_back({{state_key(j, slot), *info[j].slots[s], at.tp ? shapes[j] : whole[j].sizes()},
+                     [at, zero, state, owner, li, slot, shard]() -> Tensor {
+                       if (at.pp_rank() != owner && at.pp_rank() != 0) return {};
+                       if (!zero && at.dp->rank() != 0) return {};
+                       Tensor whole;
+                       if (at.pp_rank() == owner) {
+                         const size_t i = static_cast<size_t>(li);
+                         whole = zero ? zero->gather_param_slot_to(i, slot, 0)  // collective over dp
+                                      : state->tensors.at(state_key(i, slot)).detach();
+                         if (at.dp->rank() != 0) return {};
+                         if (shard) whole = tp::gather_full(whole, *shard, *at.tp);  // collective over tp
+                       }
+                       if (at.dp->rank() != 0) return {};
+                       return at.to_writer(whole, owner);
+                     }});
+    }
+  return {in_file_order(std::move(out)), std::move(header)};
+}
+
+// A part's entries as the writer's stream: produce(i) fetches entry i, which the writer asks for
+// in file order; `done` counts the entries fetched, so that after a failed write the rest can
+// still be fetched and the other ranks are not left waiting.
+nn::TensorStream stream_of(const Entries& entries, size_t& done) {
+  nn::TensorStream s;
+  for (const Entry& e : entries) s.specs.push_back(e.spec);
+  s.produce = [&entries, &done](size_t i) {
+    TRIDENT_CHECK(i == done, "checkpoint: the writer asked for entry ", i, " while ", done, " were fetched");
+    Tensor t = entries[i].fetch();
+    ++done;
+    return t;
+  };
+  return s;
+}
+
+}  // namespace
+
 void save_training_checkpoint(const std::string& path, comm::Communicator& dp, const nn::TrainingCheckpointParts& parts,
                               const nn::TrainingProgress& progress, ZeroOptimizer* zero, const ModelParallelCheckpoint* mp) {
   TRIDENT_CHECK(!(zero && parts.optimizer), "save_training_checkpoint ", path,
@@ -54,60 +260,66 @@ void save_training_checkpoint(const std::string& path, comm::Communicator& dp, c
   TRIDENT_CHECK(!mp || parts.model != nullptr, "save_training_checkpoint ", path,
                 ": a model-parallel checkpoint needs the model");
   const bool has_optimizer = zero || parts.optimizer;
-  nn::optim::OptimizerState full;
-  // Collective over dp: the gathered state on dp rank 0, the writer's dp index, alone.
-  if (zero) {
-    if (auto gathered = zero->state_dict_to(0)) full = std::move(*gathered);
+  Layout at;
+  at.dp = &dp;
+  if (mp) {
+    at.tp = mp->tp;
+    at.pp = mp->pipe ? mp->pipe->pp().get() : nullptr;
   }
-  ParamGroups groups;
-  nn::StateDict model_state;
-  // Only dp rank 0's tp and pp groups gather: every rank of those groups has dp index 0, so the
-  // other dp indices' groups skip them together.
-  if (mp && dp.rank() == 0) {
-    nn::optim::Optimizer* own = zero ? &zero->shard_optimizer() : parts.optimizer;
-    groups = zero ? zero->param_groups() : parts.optimizer ? groups_of(*parts.optimizer) : ParamGroups{};
-    if (parts.optimizer) full = parts.optimizer->state_dict();
-    // This rank's part: the stage's tensors under pp (NOTE [Stage-only model]), else the model's.
-    model_state = mp->pipe ? mp->pipe->state_dict() : parts.model->state_dict();
-    if (mp->tp) {  // collective over tp: the split tensors gathered to full ones
-      if (has_optimizer) full = tp::full_optimizer_state(full, *parts.model, flatten(groups), *mp->tp);
-      model_state = tp::full_state_dict(model_state, *parts.model, *mp->tp);
-    }
-    // NOTE [Pipeline checkpoints]: the stages' full tensors to pp rank 0, over the pp group of tp
-    // rank 0 (whose ranks all share that tp index, so the other pp groups skip it together).
-    if (mp->pipe && (!mp->tp || mp->tp->rank() == 0)) {
-      model_state = pipeline::gather_state_dict(*mp->pipe, model_state);
-      if (has_optimizer) full = pipeline::gather_optimizer_state(*mp->pipe, full, groups, mp->whole_groups, own->slot_names());
-      groups = mp->whole_groups;
+  at.writer = dp.rank() == 0 && (!at.tp || at.tp->rank() == 0) && at.pp_rank() == 0;
+  // NOTE [Streamed checkpoints]: the parts' entries, fetched one at a time. Only the ranks whose
+  // state is not the writer's own take part: under model parallelism dp rank 0's (the other dp
+  // indices' groups skip together: every rank of a tp or pp group has one dp index), under ZeRO
+  // every rank; a serial-shaped run without ZeRO writes dp rank 0's parts as they are.
+  Entries model, optimizer;
+  nn::optim::OptimizerState optimizer_header;
+  const bool takes_part = zero || (mp && dp.rank() == 0);
+  if (takes_part) {
+    if (mp) model = model_entries(*parts.model, *mp, at);
+    if (has_optimizer) {
+      const ParamGroups groups = zero ? zero->param_groups() : groups_of(*parts.optimizer);
+      const ParamGroups& whole = mp && mp->pipe ? mp->whole_groups : groups;
+      std::tie(optimizer, optimizer_header) = optimizer_entries(zero, parts.optimizer, groups, whole, parts.model, at);
     }
   }
-  const bool writer = dp.rank() == 0 && (!mp || ((!mp->tp || mp->tp->rank() == 0) && (!mp->pipe || mp->pipe->pp()->rank() == 0)));
   std::string failure;
-  if (writer) {
+  if (at.writer) {
+    size_t model_done = 0, optimizer_done = 0;
+    bool fetch_failed = false;
+    const nn::TensorStream model_stream = stream_of(model, model_done);
+    const nn::TensorStream optimizer_stream = stream_of(optimizer, optimizer_done);
     try {
       nn::TrainingCheckpointParts p = parts;
-      std::shared_ptr<nn::Module> holder;
-      if (mp) {
-        holder = module_of(model_state);
-        p.model = holder.get();
-      }
-      // The gathered state is the unsharded (serial) optimizer's state dict: written as it is.
-      if (mp || zero) {
+      if (mp) p.model_stream = &model_stream;
+      if (takes_part && has_optimizer) {
         p.optimizer = nullptr;
-        if (has_optimizer) p.optimizer_state = &full;
+        p.optimizer_state = &optimizer_header;
+        p.optimizer_stream = &optimizer_stream;
       }
       nn::save_training_checkpoint(path, p, progress);
     } catch (const Error& e) {
       failure = e.message();
+      // The others are fetching entry by entry: finish the sequence with them (unless the
+      // fetching itself failed), then tell them.
+      try {
+        for (; model_done < model.size(); ++model_done) (void)model[model_done].fetch();
+        for (; optimizer_done < optimizer.size(); ++optimizer_done) (void)optimizer[optimizer_done].fetch();
+      } catch (const Error&) {
+        fetch_failed = true;
+      }
     }
+    if (fetch_failed) TRIDENT_FAIL(failure);
+  } else if (takes_part) {
+    for (const Entry& e : model) (void)e.fetch();
+    for (const Entry& e : optimizer) (void)e.fetch();
   }
   // The writer's result reaches its tp group (dp and pp rank 0), then over pp every rank of dp
   // rank 0, then over dp everyone (what other groups' rank 0s send first is overwritten).
   Tensor ok = scalar_tensor(failure.empty() ? 1.0 : 0.0, DType::I32);
-  if (mp && mp->tp) mp->tp->broadcast(ok, 0).wait();
-  if (mp && mp->pipe) mp->pipe->pp()->broadcast(ok, 0).wait();
+  if (at.tp) at.tp->broadcast(ok, 0).wait();
+  if (at.pp) at.pp->broadcast(ok, 0).wait();
   dp.broadcast(ok, 0).wait();
-  if (writer && !failure.empty()) TRIDENT_FAIL(failure);
+  if (at.writer && !failure.empty()) TRIDENT_FAIL(failure);
   TRIDENT_CHECK(ok.item<int>() == 1, "save_training_checkpoint ", path,
                 ": the writing rank (dp, pp and tp rank 0) failed to write the checkpoint; its error says why");
 }

@@ -240,6 +240,73 @@ std::optional<nn::optim::OptimizerState> ZeroOptimizer::state_dict_to(int root) 
   return s;
 }
 
+std::vector<ZeroOptimizer::ParamStateInfo> ZeroOptimizer::param_state_info() {
+  const nn::optim::OptimizerState local = optimizer_->state_dict();
+  const auto slots = optimizer_->slot_names();
+  size_t n = 0;
+  for (const auto& g : param_groups()) n += g.size();
+  std::vector<ParamStateInfo> out(n, ParamStateInfo{std::nullopt, std::vector<std::optional<DType>>(slots.size())});
+  const std::vector<size_t> shard_of = shard_indices();
+  const auto& buckets = reducer_->buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const auto step = local.scalars.find(state_key(shard_of[b], "step"));
+    if (step == local.scalars.end()) continue;  // never updated (the same on every rank)
+    for (const GradReducer::Slot& s : buckets[b].slots) {
+      ParamStateInfo& info = out.at(s.index);
+      info.step = step->second;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        const auto it = local.tensors.find(state_key(shard_of[b], slots[k]));
+        if (it != local.tensors.end()) info.slots[k] = it->second.dtype();
+      }
+    }
+  }
+  return out;
+}
+
+Tensor ZeroOptimizer::gather_param_slot_to(size_t i, std::string_view slot, int root) {
+  TRIDENT_CHECK(root >= 0 && root < group().size(), "ZeroOptimizer::gather_param_slot_to: root ", root,
+                " is not a rank of the ", group().size(), "-rank dp group");
+  const auto& buckets = reducer_->buckets();
+  const std::vector<size_t> shard_of = shard_indices();
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (const GradReducer::Slot& s : buckets[b].slots) {
+      if (s.index != i) continue;
+      const std::string key = state_key(shard_of[b], slot);
+      const nn::optim::OptimizerState local = optimizer_->state_dict();
+      const auto it = local.tensors.find(key);
+      TRIDENT_CHECK(it != local.tensors.end(), "ZeroOptimizer::gather_param_slot_to: parameter ", i, " has no ", slot);
+      const Tensor& mine = it->second;  // [shard] of the bucket's flat state
+      const int ranks = group().size(), me = group().rank();
+      const int64_t shard = buckets[b].shard_numel(ranks);
+      // Rank r's shard holds [r shard, (r + 1) shard) of the bucket; the parameter [offset, offset + numel).
+      auto overlap = [&](int r) {
+        const int64_t lo = std::max(s.offset, r * shard), hi = std::min(s.offset + s.numel, (r + 1) * shard);
+        return std::pair{lo, std::max(lo, hi)};
+      };
+      NoGradGuard no_grad;
+      if (me != root) {
+        const auto [lo, hi] = overlap(me);
+        if (hi > lo) group().send(narrow(mine, 0, lo - me * shard, hi - lo), root).wait();
+        return {};
+      }
+      Tensor flat = empty({s.numel}, TensorOptions(mine.dtype()).device(mine.device()));
+      std::vector<comm::Work> works;
+      for (int r = 0; r < ranks; ++r) {
+        const auto [lo, hi] = overlap(r);
+        if (hi == lo) continue;
+        const Tensor part = narrow(flat, 0, lo - s.offset, hi - lo);
+        if (r == me)
+          copy_(part, narrow(mine, 0, lo - me * shard, hi - lo));
+        else
+          works.push_back(group().recv(part, r));
+      }
+      comm::wait_all(works);
+      return reshape(flat.to(Device::cpu()), s.param.sizes());
+    }
+  TRIDENT_FAIL("ZeroOptimizer::gather_param_slot_to: no parameter ", i, " (the optimizer has ",
+               param_state_info().size(), ")");
+}
+
 nn::optim::OptimizerState ZeroOptimizer::gather_state(std::optional<int> root) {
   const nn::optim::OptimizerState local = optimizer_->state_dict();
   nn::optim::OptimizerState full;

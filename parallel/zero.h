@@ -159,6 +159,20 @@ class ZeroOptimizer {
   std::optional<nn::optim::OptimizerState> state_dict_to(int root);
   void load_state_dict(const nn::optim::OptimizerState& full);
 
+  // Per parameter, for checkpoints streamed one tensor at a time (NOTE [Streamed checkpoints] in
+  // parallel/checkpoint.h). param_state_info(): each parameter's (param_groups() order) step
+  // count and the dtype of each buffer it has (indexed like the optimizer's slot_names()), from
+  // this rank's shards, the same on every rank; no communication. gather_param_slot_to():
+  // parameter i's buffer `slot`, shaped like the parameter, on dp rank `root` (host memory;
+  // undefined on the others); each rank sends root the part of it its shard holds. Collective
+  // over dp.
+  struct ParamStateInfo {
+    std::optional<double> step;
+    std::vector<std::optional<DType>> slots;
+  };
+  std::vector<ParamStateInfo> param_state_info();
+  Tensor gather_param_slot_to(size_t i, std::string_view slot, int root);
+
  private:
   void init(ParamGroups groups, std::shared_ptr<comm::Communicator> dp, ZeroOptions options);
   // Waits for the reduction, checks that a synchronized backward ran since the last step, and

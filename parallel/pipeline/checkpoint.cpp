@@ -37,10 +37,11 @@ std::map<std::string, double> group_scalars(const std::map<std::string, double>&
 
 std::string key(int64_t i, std::string_view slot) { return "state." + std::to_string(i) + "." + std::string(slot); }
 
-// `t` (given on rank `owner`) as a host tensor on pp rank 0; undefined elsewhere. Only the owner
-// and rank 0 communicate: a header (dtype, rank, sizes), then the data.
+}  // namespace
+
 constexpr int64_t kMaxDims = 16;
-Tensor to_first(comm::Communicator& pp, const Tensor& t, int owner) {
+
+Tensor send_to_first(comm::Communicator& pp, const Tensor& t, int owner) {
   const int me = pp.rank();
   if (owner == 0) return me == 0 ? t.detach() : Tensor();
   if (me == owner) {
@@ -62,7 +63,6 @@ Tensor to_first(comm::Communicator& pp, const Tensor& t, int owner) {
   return out;
 }
 
-}  // namespace
 
 nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn::optim::OptimizerState& stage_state,
                                                  const ParamGroups& stage_groups, const ParamGroups& whole_groups,
@@ -103,13 +103,13 @@ nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn:
       p[1] = step != stage_state.scalars.end() ? step->second : 0.0;
       for (int64_t s = 0; s < ns; ++s) p[2 + s] = stage_state.tensors.count(key(li, slots[static_cast<size_t>(s)])) ? 1.0 : 0.0;
     }
-    const Tensor got = to_first(pp, header, owner);
+    const Tensor got = send_to_first(pp, header, owner);
     const std::vector<double> p = (me == owner ? header : got).to_vector<double>();
     if (me == 0 && p[0] > 0) out.scalars["state." + std::to_string(j) + ".step"] = p[1];
     for (int64_t s = 0; s < ns; ++s) {
       if (p[2 + static_cast<size_t>(s)] == 0) continue;
       const std::string_view slot = slots[static_cast<size_t>(s)];
-      const Tensor t = to_first(pp, me == owner ? stage_state.tensors.at(key(li, slot)) : Tensor(), owner);
+      const Tensor t = send_to_first(pp, me == owner ? stage_state.tensors.at(key(li, slot)) : Tensor(), owner);
       if (me == 0) out.tensors[key(j, slot)] = t.clone();
     }
   }
@@ -129,7 +129,7 @@ nn::StateDict gather_state_dict(const Pipeline& pipe, const nn::StateDict& stage
                     "' but its stage state has no such entry");
       t = it->second;
     }
-    Tensor got = to_first(pp, t, static_cast<int>(owner));
+    Tensor got = send_to_first(pp, t, static_cast<int>(owner));
     if (pp.rank() == 0) out.emplace(name, std::move(got));
   }
   return out;

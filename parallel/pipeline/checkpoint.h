@@ -46,6 +46,11 @@ nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn:
                                                  const ParamGroups& stage_groups, const ParamGroups& whole_groups,
                                                  std::span<const std::string_view> slots);
 
+// `t` (given on pp rank `owner`) as a host tensor on pp rank 0, undefined on the other ranks.
+// Only the owner and rank 0 communicate (a header of dtype and sizes, then the data); the others
+// return at once. On rank 0 an owner-0 tensor comes back as it is (detached, not copied).
+Tensor send_to_first(comm::Communicator& pp, const Tensor& t, int owner);
+
 // The inverse: the state dict of the stage optimizer over `stage_groups`, picked out of
 // `whole_state` (an optimizer's over whole_groups). No communication.
 nn::optim::OptimizerState stage_optimizer_state(const nn::optim::OptimizerState& whole_state,

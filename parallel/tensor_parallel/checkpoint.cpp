@@ -81,9 +81,9 @@ void load_full_safetensors(nn::Module& model, const std::string& path, const com
 
 namespace {
 
-// Per optimizer parameter: its shard description when it is split, by identity with the model's
-// named parameters.
-std::vector<std::optional<ParamShard>> shards_of(nn::Module& model, const std::vector<Tensor>& params) {
+}  // namespace
+
+std::vector<std::optional<ParamShard>> param_shards(nn::Module& model, const std::vector<Tensor>& params) {
   const auto shards = sharded_parameters(model);
   std::vector<std::optional<ParamShard>> out(params.size());
   const auto named = model.named_parameters();
@@ -96,6 +96,8 @@ std::vector<std::optional<ParamShard>> shards_of(nn::Module& model, const std::v
       }
   return out;
 }
+
+namespace {
 
 // The parameter index of an optimizer state key "state.<i>.<slot>".
 size_t param_index(const std::string& key, size_t num_params) {
@@ -110,7 +112,7 @@ size_t param_index(const std::string& key, size_t num_params) {
 }  // namespace
 
 std::vector<Shape> full_shapes(nn::Module& model, const std::vector<Tensor>& params) {
-  const auto shards = shards_of(model, params);
+  const auto shards = param_shards(model, params);
   std::vector<Shape> out;
   for (size_t i = 0; i < params.size(); ++i) {
     Shape s = params[i].sizes();
@@ -122,7 +124,7 @@ std::vector<Shape> full_shapes(nn::Module& model, const std::vector<Tensor>& par
 
 nn::optim::OptimizerState full_optimizer_state(const nn::optim::OptimizerState& local, nn::Module& model,
                                                const std::vector<Tensor>& params, comm::Communicator& group) {
-  const auto shards = shards_of(model, params);
+  const auto shards = param_shards(model, params);
   nn::optim::OptimizerState full = local;
   // std::map order: the same on every rank, so the gathers match.
   for (const auto& [key, t] : local.tensors) {
@@ -140,7 +142,7 @@ nn::optim::OptimizerState full_optimizer_state(const nn::optim::OptimizerState& 
 
 nn::optim::OptimizerState local_optimizer_state(const nn::optim::OptimizerState& full, nn::Module& model,
                                                 const std::vector<Tensor>& params, const comm::Communicator& group) {
-  const auto shards = shards_of(model, params);
+  const auto shards = param_shards(model, params);
   const auto shapes = full_shapes(model, params);
   nn::optim::OptimizerState local = full;
   for (const auto& [key, t] : full.tensors) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ void load_full_state_dict(nn::Module& model, const nn::StateDict& full, const co
 // (so the file exists when any rank returns); and the file loaded at any tp.
 void save_full_safetensors(nn::Module& model, const std::string& path, comm::Communicator& group);
 void load_full_safetensors(nn::Module& model, const std::string& path, const comm::Communicator& group, bool strict = true);
+
+// Per parameter of `params` (the model's, matched by identity with its named parameters): its
+// shard description when it is split, else nullopt.
+std::vector<std::optional<ParamShard>> param_shards(nn::Module& model, const std::vector<Tensor>& params);
 
 // The full shape of each of `params` (a split parameter's along its split dim, the others their
 // own), e.g. to build the serial optimizer a checkpoint is converted through.
