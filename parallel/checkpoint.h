@@ -11,15 +11,31 @@
 // optimizer's (plain, or ZeRO's gathered state) are gathered over the tp group into the serial
 // model's full tensors; under pipeline parallelism (mp.pipe; NOTE [Pipeline checkpoints]) the
 // stages' tensors (tp-gathered first under tp x pp) and optimizer states are sent, one tensor at
-// a time, to pp rank 0 and assembled there into the whole model's. The rank that is dp, pp and
-// tp rank 0 writes them, through a
-// serial-shaped copy (a module of the full tensors under the model's names, and the gathered
-// optimizer state, which is the serial optimizer's state dict). So a run at tp = 2 or pp = 2 writes the directory a
+// a time, to pp rank 0. The rank that is dp, pp and tp rank 0 writes them as they come, under
+// the serial model's names, and the optimizer's as the serial optimizer's state dict (NOTE
+// [Streamed checkpoints] below). So a run at tp = 2 or pp = 2 writes the directory a
 // serial run writes, and a checkpoint of any layout (or of a serial run) resumes at any other:
 // loading reads the full tensors, keeps this rank's shards of this stage's tensors and this
 // stage's optimizer state (under pp the files are memory-mapped and only the stage's part is
 // read; every entry's name, shape and dtype is still checked).
 // Generators are saved as in the serial case (the default one, the caller's: world rank 0's).
+//
+// NOTE [Streamed checkpoints]: no rank gathers the whole state. The writer writes each
+// safetensors file from a header of specs (names, dtypes, the serial shapes, known on every rank:
+// the model's state dict holds every name, other stages' as placeholders of their shape; which
+// optimizer buffers exist is one all-reduce of a small table over pp) and asks for the entries
+// one at a time, in the file's order (NOTE [Streamed safetensors]). Every other rank walks the
+// same list in the same order and sends its piece of each entry when it holds one: under ZeRO
+// the dp ranks their shards' parts of a parameter's buffer to dp rank 0
+// (ZeroOptimizer::gather_param_slot_to), under tp the shards to full tensors
+// (tp::gather_full), under pp the stage's tp rank 0 the whole entry to pp rank 0
+// (pipeline::send_to_first). The writer's host memory holds one entry at a time (and its
+// gathering's temporaries): a few times the largest tensor, instead of the whole model and
+// optimizer state, which for the 8.3B GPT-2 with Adam is about 100 GB. The files are byte for
+// byte those the gathered state makes (tests/parallel/checkpoint_mpi_test.cpp). If the writer
+// fails (its directory cannot be made, the disk is full), it still fetches the remaining
+// entries with the others, so that nobody waits on a transfer that never comes, and then every
+// rank throws.
 #pragma once
 
 #include <string>
@@ -42,12 +58,13 @@ struct ModelParallelCheckpoint {
   ParamGroups whole_groups;
 };
 
-// Collective over `dp`: with `zero`, gathers its state (every rank takes part); dp rank 0 writes
-// the checkpoint of `parts` (parts.optimizer: the plain optimizer, or null with zero) and then
-// tells the others whether it succeeded, so that a failed write throws on every rank (naming
-// the path) instead of leaving them waiting.
-// With `mp`: collective over the tp and pp groups as well (gathers the full tensors); the rank
-// that is dp, pp and tp rank 0 alone writes, and its success is broadcast over tp, pp, then dp.
+// Collective over `dp`: dp rank 0 writes the checkpoint of `parts` (parts.optimizer: the plain
+// optimizer, or null with zero; with `zero` every rank sends its shards' part of each buffer as
+// it is written) and then tells the others whether it succeeded, so that a failed write throws
+// on every rank (naming the path) instead of leaving them waiting.
+// With `mp`: collective over the tp and pp groups as well (each entry's full tensor gathered
+// as it is written, NOTE [Streamed checkpoints]); the rank that is dp, pp and tp rank 0 alone
+// writes, and its success is broadcast over tp, pp, then dp.
 void save_training_checkpoint(const std::string& path, comm::Communicator& dp, const nn::TrainingCheckpointParts& parts,
                               const nn::TrainingProgress& progress, ZeroOptimizer* zero = nullptr,
                               const ModelParallelCheckpoint* mp = nullptr);

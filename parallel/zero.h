@@ -63,10 +63,11 @@
 // *unsharded* optimizer would have (NOTE [Optimizer state dict]: per parameter, in registration
 // order), and load_state_dict() takes such a state dict and keeps this rank's shards. So a ZeRO
 // checkpoint is the same file a serial or plain data-parallel run writes (checkpoint.h: dp rank 0
-// writes it), and resumes on any dp size, with or without ZeRO. The price is the full optimizer
-// state in the writing rank's memory while saving (the others only send their shards to it,
-// state_dict_to) and in every rank's while loading (ZeRO's saving is in the training steady
-// state); per-rank shard files would avoid it but tie the checkpoint to one dp size.
+// writes it), and resumes on any dp size, with or without ZeRO. The writing rank never holds the
+// full optimizer state: the checkpoint takes each parameter's buffers from the shards as it
+// writes them (gather_param_slot_to, NOTE [Streamed checkpoints] in checkpoint.h); loading
+// takes each rank's shards straight from the mapped file. Per-rank shard files would avoid the
+// single writer but tie the checkpoint to one dp size.
 #pragma once
 
 #include <functional>

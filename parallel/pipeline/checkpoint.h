@@ -10,8 +10,10 @@
 // parameters (grouped as the stage optimizers group theirs) from the stages' state dicts, each
 // parameter's state taken from the first stage that holds it (a tied parameter's copies are
 // updated alike on every stage holding it). Tensors travel one at a time, owner to rank 0, in
-// host memory: the accelerators never hold more than their stage, and only the writing rank's
-// host memory holds the whole state while it writes. stage_optimizer_state() picks a stage's
+// host memory (send_to_first): the accelerators never hold more than their stage. These two
+// functions hold the whole state on rank 0; the training checkpoints send each entry only when
+// the writer is about to write it and hold none of them whole (NOTE [Streamed checkpoints] in
+// parallel/checkpoint.h), with the same bytes. stage_optimizer_state() picks a stage's
 // part back out of a whole state dict. So a run at --pp K writes the directory a serial run
 // writes, and any checkpoint resumes at any number of stages. Optimizer parameters are matched
 // by identity (the stage's parameters are the model's tensors).
