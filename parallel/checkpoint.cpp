@@ -97,15 +97,25 @@ Entries model_entries(nn::Module& model, const ModelParallelCheckpoint& mp, cons
   const nn::StateDict all = model.state_dict();  // under pp: other stages' entries are placeholders of their shape
   const auto shards = mp.tp ? tp::sharded_parameters(model) : std::map<std::string, tp::ParamShard>{};
   auto stage = std::make_shared<nn::StateDict>(mp.pipe ? mp.pipe->state_dict() : all);
+  // Under pp the names are the pipeline's (every entry of the model's state dict, with the stage
+  // that owns it).
+  std::map<std::string, int64_t> owners;
+  if (mp.pipe)
+    owners = mp.pipe->state_owners();
+  else
+    for (const auto& [name, t] : all) owners[name] = 0;
   Entries out;
-  for (const auto& [name, t] : all) {
+  for (const auto& [name, owner_stage] : owners) {
+    const auto entry = all.find(name);
+    TRIDENT_CHECK(entry != all.end(), "checkpoint: the pipeline's entry '", name, "' is not in the model's state dict");
+    const Tensor& t = entry->second;
     Shape shape = t.sizes();
     std::optional<tp::ParamShard> shard;
     if (const auto it = shards.find(name); it != shards.end()) {
       shard = it->second;
       shape[static_cast<size_t>(shard->dim)] = shard->full_size;
     }
-    const int owner = mp.pipe ? static_cast<int>(mp.pipe->state_owners().at(name)) : 0;
+    const int owner = static_cast<int>(owner_stage);
     out.push_back({{name, t.dtype(), shape}, [at, stage, name, shard, owner]() -> Tensor {
                      if (at.dp->rank() != 0 || (at.pp_rank() != owner && at.pp_rank() != 0)) return {};
                      Tensor whole;
