@@ -10,7 +10,10 @@
 //
 // The node is recorded whenever grad mode is on (fn's parameters may need gradients even when
 // no input does, e.g. an embedding stage fed token ids). Like PyTorch's reentrant checkpoint,
-// parameters inside fn accumulate into .grad even under autograd::grad().
+// parameters inside fn accumulate into .grad even under autograd::grad() (so differentiate them
+// with backward()). Under a create_graph backward the re-run's backward is recorded too (NOTE
+// [Checkpoint and higher-order gradients] in checkpoint.cpp): the inputs' gradients and the
+// parameters' .grad can be differentiated again, as without checkpoint.
 #pragma once
 
 #include <functional>

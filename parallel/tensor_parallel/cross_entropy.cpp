@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel/cross_entropy.h"
 
 #include "autograd/function.h"
+#include "autograd/grad_mode.h"
 #include "core/copy.h"
 #include "core/factory.h"
 #include "ops/arith.h"
@@ -9,6 +10,7 @@
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
+#include "parallel/tensor_parallel/mappings.h"
 
 namespace trident::parallel::tp {
 
@@ -37,8 +39,12 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
     g->all_reduce(sum_exp).wait();
     const Tensor loss = masked_fill(sub(log(sum_exp), predicted), ignored, 0.0);  // [N]
     const double count = static_cast<double>(N) - sum(ignored.to(DType::F64)).item<double>();
-    ctx.save_for_backward({e, sum_exp, idx, mine, ignored});
+    // The logits rather than their exponentials (the same memory): a create_graph backward needs
+    // the softmax as a function of them (NOTE [Tensor-parallel regions and higher-order gradients]).
+    ctx.save_for_backward({logits, m, sum_exp, idx, mine, ignored});
+    ctx.set_differentiable_backward();
     ctx.save("reduction", reduction);
+    ctx.save("group", g);
     ctx.save("count", count);
     if (reduction == Reduction::None) return loss;
     const Tensor total = sum(loss);
@@ -47,7 +53,12 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
 
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const TensorList s = ctx.saved_tensors();
-    const Tensor &e = s[0], &sum_exp = s[1], &idx = s[2], &mine = s[3], &ignored = s[4];
+    const Tensor &logits = s[0], &m = s[1], &idx = s[3], &mine = s[4], &ignored = s[5];
+    const Tensor e = exp(sub(logits, unsqueeze(m, 1)));  // m: a constant shift
+    // Recorded (a create_graph backward), the sum over the vocabulary is a true sum over the ranks,
+    // all-reduced forward and backward, since each rank's softmax uses it differently.
+    const CommPtr& group = ctx.get<CommPtr>("group");
+    const Tensor sum_exp = autograd::GradMode::is_enabled() ? reduce_from_region(copy_to_region(sum(e, {1}), group), group) : s[2];
     Tensor g = div(e, unsqueeze(sum_exp, 1));  // softmax on this rank's columns
     // - onehot(target) where this rank owns the target.
     const Tensor onehot = scatter_add(zeros_like(g), 1, idx, unsqueeze(mine.to(g.dtype()), 1));

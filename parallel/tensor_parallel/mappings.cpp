@@ -1,5 +1,7 @@
 #include "parallel/tensor_parallel/mappings.h"
 
+#include <optional>
+
 #include "autograd/function.h"
 #include "core/copy.h"
 #include "core/factory.h"
@@ -24,71 +26,103 @@ Tensor all_reduce_copy(const Tensor& x, comm::Communicator& g) {
   return y;
 }
 
+// NOTE [Tensor-parallel regions and higher-order gradients]: each function's backward is its
+// conjugate applied as a function (copy <-> reduce, scatter <-> gather, sequence gather <->
+// reduce-scatter), whose own backward is the first one again. With grad mode off (a first-order
+// backward) that is just the collective; under a create_graph backward it records the conjugate,
+// so the gradients can be differentiated again and the second-order pass makes the collectives
+// Megatron's rules ask for: the backward of reduce_from_region (identity, a replicated gradient
+// going to each rank's different partial sum) must all-reduce in its own backward, which is what
+// copy_to_region does.
+struct CopyToRegion;
+struct ReduceFromRegion;
+struct ScatterToRegion;
+struct GatherFromRegion;
+struct GatherFromSequenceRegion;
+struct ReduceScatterToSequenceRegion;
+
+// Saves the group (and the dim) and declares the backward differentiable.
+void keep(FunctionCtx& ctx, const CommPtr& g, std::optional<int64_t> dim = std::nullopt) {
+  ctx.save("group", g);
+  if (dim) ctx.save("dim", *dim);
+  ctx.set_differentiable_backward();
+}
+
 struct CopyToRegion : autograd::Function<CopyToRegion> {
   static constexpr const char* name = "CopyToTensorParallelRegion";
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const CommPtr& g) {
-    ctx.save("group", g);
+    keep(ctx, g);
     return x;
   }
-  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    return {all_reduce_copy(grads[0], *ctx.get<CommPtr>("group"))};
-  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads);
 };
 
 struct ReduceFromRegion : autograd::Function<ReduceFromRegion> {
   static constexpr const char* name = "ReduceFromTensorParallelRegion";
-  static Tensor forward(FunctionCtx&, const Tensor& x, const CommPtr& g) { return all_reduce_copy(x, *g); }
-  static TensorList backward(FunctionCtx&, const TensorList& grads) { return {grads[0]}; }
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, const CommPtr& g) {
+    keep(ctx, g);
+    return all_reduce_copy(x, *g);
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads);
 };
 
 struct ScatterToRegion : autograd::Function<ScatterToRegion> {
   static constexpr const char* name = "ScatterToTensorParallelRegion";
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const CommPtr& g, int64_t dim) {
-    ctx.save("group", g);
-    ctx.save("dim", dim);
+    keep(ctx, g, dim);
     return local_slice(x, g->rank(), g->size(), dim).contiguous();
   }
-  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    return {all_gather_along(grads[0], *ctx.get<CommPtr>("group"), ctx.get<int64_t>("dim"))};
-  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads);
 };
 
 struct GatherFromRegion : autograd::Function<GatherFromRegion> {
   static constexpr const char* name = "GatherFromTensorParallelRegion";
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const CommPtr& g, int64_t dim) {
-    ctx.save("group", g);
-    ctx.save("dim", dim);
+    keep(ctx, g, dim);
     return all_gather_along(x, *g, dim);
   }
-  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    const CommPtr& g = ctx.get<CommPtr>("group");
-    return {local_slice(grads[0], g->rank(), g->size(), ctx.get<int64_t>("dim")).contiguous()};
-  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads);
 };
 
 struct GatherFromSequenceRegion : autograd::Function<GatherFromSequenceRegion> {
   static constexpr const char* name = "GatherFromSequenceParallelRegion";
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const CommPtr& g, int64_t dim) {
-    ctx.save("group", g);
-    ctx.save("dim", dim);
+    keep(ctx, g, dim);
     return all_gather_along(x, *g, dim);
   }
-  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    return {reduce_scatter_along(grads[0], *ctx.get<CommPtr>("group"), ctx.get<int64_t>("dim"))};
-  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads);
 };
 
 struct ReduceScatterToSequenceRegion : autograd::Function<ReduceScatterToSequenceRegion> {
   static constexpr const char* name = "ReduceScatterToSequenceParallelRegion";
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, const CommPtr& g, int64_t dim) {
-    ctx.save("group", g);
-    ctx.save("dim", dim);
+    keep(ctx, g, dim);
     return reduce_scatter_along(x, *g, dim);
   }
-  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    return {all_gather_along(grads[0], *ctx.get<CommPtr>("group"), ctx.get<int64_t>("dim"))};
-  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads);
 };
+
+const CommPtr& group_of(const FunctionCtx& ctx) { return ctx.get<CommPtr>("group"); }
+int64_t dim_of(const FunctionCtx& ctx) { return ctx.get<int64_t>("dim"); }
+
+TensorList CopyToRegion::backward(FunctionCtx& ctx, const TensorList& grads) {
+  return {ReduceFromRegion::apply(grads[0], group_of(ctx))};
+}
+TensorList ReduceFromRegion::backward(FunctionCtx& ctx, const TensorList& grads) {
+  return {CopyToRegion::apply(grads[0], group_of(ctx))};
+}
+TensorList ScatterToRegion::backward(FunctionCtx& ctx, const TensorList& grads) {
+  return {GatherFromRegion::apply(grads[0], group_of(ctx), dim_of(ctx))};
+}
+TensorList GatherFromRegion::backward(FunctionCtx& ctx, const TensorList& grads) {
+  return {ScatterToRegion::apply(grads[0], group_of(ctx), dim_of(ctx))};
+}
+TensorList GatherFromSequenceRegion::backward(FunctionCtx& ctx, const TensorList& grads) {
+  return {ReduceScatterToSequenceRegion::apply(grads[0], group_of(ctx), dim_of(ctx))};
+}
+TensorList ReduceScatterToSequenceRegion::backward(FunctionCtx& ctx, const TensorList& grads) {
+  return {GatherFromSequenceRegion::apply(grads[0], group_of(ctx), dim_of(ctx))};
+}
 
 void check_group(const CommPtr& g, const char* what) {
   TRIDENT_CHECK(g != nullptr, what, ": no tensor-parallel group (null communicator)");

@@ -20,6 +20,10 @@
 // region are split along the sequence, and the all-reduces become an all-gather entering and a
 // reduce-scatter leaving, the same bytes in total.
 //
+// Each backward is its conjugate applied as a function (NOTE [Tensor-parallel regions and
+// higher-order gradients] in mappings.cpp), so a create_graph backward records it and the
+// gradients can be differentiated again (Hessian-vector products of a split model).
+//
 // Every function is the identity (no communication, no node) when the group has one rank. The
 // slice of rank r along `dim` of size n is [r n / tp, (r + 1) n / tp): `dim` must divide by the
 // group's size (an error names the shape). Tensors: any floating dtype the communicator reduces,

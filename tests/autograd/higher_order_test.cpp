@@ -392,3 +392,58 @@ TEST(HigherOrder, GradgradcheckCatchesAWrongSecondDerivative) {
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.report.find("gradcheck failed"), std::string::npos) << r.report;
 }
+
+// NOTE [Checkpoint and higher-order gradients]: a re-materialized function's backward is
+// recorded too. gradgradcheck through checkpoint with two inputs (x and w enter through
+// CheckpointInput nodes, and the second derivative has x-w cross terms) ...
+TEST(HigherOrder, CheckpointPassesGradgradcheck) {
+  const auto fn = [](const TensorList& in) {
+    const auto inner = [](const TensorList& a) { return TensorList{mul(tanh(matmul(a[0], a[1])), sum(a[0]))}; };
+    return autograd::checkpoint(inner, in)[0];
+  };
+  EXPECT_TRUE(grad_ok(gradgradcheck(fn, {rand_leaf({3, 4}, 41), rand_leaf({4, 2}, 42)})));
+}
+
+// ... and a Hessian-vector product through it, with the weights inside the function (their
+// gradients reach .grad from the re-run's own backward, as recorded sums, so both passes are
+// backward() calls), equals the one without checkpoint, for the weights and the input alike; so
+// does a checkpoint nested in another.
+TEST(HigherOrder, CheckpointHessianVectorProductEqualsThePlainOne) {
+  Generator g(43);
+  Tensor w1 = randn({4, 6}, kF64, &g).set_requires_grad(), w2 = randn({6, 3}, kF64, &g).set_requires_grad();
+  Tensor x = randn({5, 4}, kF64, &g).set_requires_grad();
+  const TensorList v{randn({4, 6}, kF64, &g), randn({6, 3}, kF64, &g), randn({5, 4}, kF64, &g)};
+  const auto f = [&](const TensorList& in) { return TensorList{matmul(tanh(matmul(in[0], w1)), w2)}; };
+  const auto nested = [&](const TensorList& in) {
+    return autograd::checkpoint([&](const TensorList& a) { return TensorList{tanh(matmul(a[0], w1))}; }, in);
+  };
+  const TensorList params{w1, w2, x};
+  auto hvp = [&](int how) {
+    for (Tensor p : params) p.zero_grad();
+    Tensor y;
+    if (how == 0) y = f({x})[0];
+    if (how == 1) y = autograd::checkpoint(f, {x})[0];
+    if (how == 2) y = matmul(autograd::checkpoint(nested, {x})[0], w2);
+    sum(mul(y, y)).backward({}, false, /*create_graph=*/true);
+    Tensor dot = scalar_tensor(0.0, kF64);
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(params[i].grad().requires_grad()) << "gradient " << i << " carries a graph";
+      dot = add(dot, sum(mul(params[i].grad(), v[i])));
+    }
+    // backward(), not grad(): like PyTorch's reentrant checkpoint, the re-run of the first-order
+    // pass gives the weights inside the function their gradients in .grad (autograd/checkpoint.h).
+    for (Tensor p : params) p.zero_grad();
+    dot.backward();
+    TensorList h;
+    for (Tensor p : params) {
+      h.push_back(p.grad());
+      p.zero_grad();
+    }
+    return h;
+  };
+  const TensorList plain = hvp(0), ckpt = hvp(1), twice = hvp(2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(all_close(ckpt[i], plain[i], 1e-12, 1e-12)) << "parameter " << i;
+    EXPECT_TRUE(all_close(twice[i], plain[i], 1e-12, 1e-12)) << "parameter " << i << ", nested checkpoints";
+  }
+}

@@ -26,6 +26,7 @@ using namespace trident::models;
 using namespace trident::parallel;
 using namespace trident::parallel::tp;
 using trident::testing::error_message;
+using autograd::TensorList;
 
 namespace {
 
@@ -498,6 +499,69 @@ TEST(TpZero, DpTpMeshWithZeroTrainsAsSerial) {
     EXPECT_NEAR(norms[i], serial_norms[i], 1e-5 * serial_norms[i]) << "step " << i << " at dp = " << dp;
     EXPECT_GT(serial_norms[i], max_norm);  // it clipped
   }
+}
+
+// ---- higher-order gradients (NOTE [Tensor-parallel regions and higher-order gradients]) ----
+
+// A Hessian-vector product of the split model in f64 (every mapping's backward recorded as its
+// conjugate, the vocabulary-parallel cross-entropy's softmax as a function of the logits) equals
+// the serial model's: each rank seeds its own part of grad . v (its shards' terms, and the
+// replicated parameters' terms, which every rank holds whole), and gets its shards of H v.
+template <typename Model, typename Config>
+void expect_hvp_matches_serial(const Config& split_config, const Config& serial_config) {
+  auto hvp = [](Model& m) {
+    m.to(DType::F64);
+    std::vector<std::string> names;
+    TensorList params;
+    for (const auto& [name, p] : m.named_parameters()) {
+      names.push_back(name);
+      params.push_back(p);
+    }
+    const Tensor loss = step_loss(m, 1);
+    const TensorList g = autograd::grad({loss}, params, {}, false, false, /*create_graph=*/true);
+    const auto split = sharded_parameters(m);
+    Tensor dot = scalar_tensor(0.0, DType::F64);
+    for (size_t i = 0; i < params.size(); ++i) {
+      // The direction: the same full tensor on every rank, cut like the parameter.
+      Generator gv(std::hash<std::string>{}(names[i]));
+      const auto it = split.find(names[i]);
+      Shape full = params[i].sizes();
+      if (it != split.end()) full[static_cast<size_t>(it->second.dim)] = it->second.full_size;
+      Tensor v = randn(full, DType::F64, &gv);
+      if (it != split.end()) v = shard_of(v, it->second, full_tp_mesh().index(Axis::TP), tp());
+      dot = add(dot, sum(mul(g[i], v)));
+    }
+    const TensorList h = autograd::grad({dot}, params);
+    std::map<std::string, Tensor> out;
+    for (size_t i = 0; i < params.size(); ++i) out[names[i]] = h[i];
+    return std::make_pair(out, split);
+  };
+  Generator i1(5), i2(5);
+  Model par(split_config, &i1), serial(serial_config, &i2);
+  const auto [got, split] = hvp(par);
+  const auto [want, none] = hvp(serial);
+  ASSERT_EQ(got.size(), want.size());
+  // Rounding is relative to the product's size as a whole: some parameters' parts of H v are 0 in
+  // exact arithmetic (1e-19 here), others 1e-8, the largest about 1.
+  double scale = 0;
+  for (const auto& [name, ref] : want) scale = std::max(scale, max(abs(ref)).template item<double>());
+  ASSERT_GT(scale, 0.1);
+  for (const auto& [name, h] : got) {
+    Tensor ref = want.at(name);
+    if (const auto it = split.find(name); it != split.end()) ref = shard_of(ref, it->second, full_tp_mesh().index(Axis::TP), tp());
+    ASSERT_EQ(h.sizes(), ref.sizes()) << name;
+    EXPECT_TRUE(trident::testing::all_close(h, ref, /*rtol=*/0, /*atol=*/1e-11 * scale)) << name << " at tp = " << tp() << ", |H v| up to " << scale;
+  }
+}
+
+TEST(TpHigherOrder, GPT2HessianVectorProductIsTheSerialOne) {
+  expect_hvp_matches_serial<GPT2LMHeadModel>(gpt2_config(tp_layers()), gpt2_config(nullptr));
+}
+TEST(TpHigherOrder, GPT2WithSequenceParallelismHessianVectorProductIsTheSerialOne) {
+  expect_hvp_matches_serial<GPT2LMHeadModel>(gpt2_config(sp_layers()), gpt2_config(nullptr));
+}
+TEST(TpHigherOrder, BertHessianVectorProductIsTheSerialOne) {
+  expect_hvp_matches_serial<BertForPreTraining>(bert_config(tp_layers()), bert_config(nullptr));
 }
 
 }  // namespace
