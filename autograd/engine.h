@@ -19,8 +19,8 @@
 //   themselves, its own output through the node; NOTE [Saved tensors and higher-order gradients]
 //   in node.h). Built-in ops whose fast formula is a kernel take a composite path when
 //   GradMode::is_enabled() (ops/unary.cpp, ops/softmax.cpp, ...).
-// - a node that cannot (attention with dropout, the pipeline's transfers between stages, a user
-//   function that did not opt in) still runs, with grad mode off, and its results become outputs of a node that fails, naming the op, only if a
+// - a node that cannot (the pipeline's transfers between stages, a user function that did not
+//   opt in) still runs, with grad mode off, and its results become outputs of a node that fails, naming the op, only if a
 //   later backward reaches it: the first-order gradients are right either way, and a second
 //   derivative is never silently missing a term.
 // - gradients summed from several paths, and a leaf's .grad under backward(create_graph), are

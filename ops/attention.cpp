@@ -32,9 +32,28 @@ Tensor as_bhtd(const Tensor& x, int64_t bh) {
   return c.as_strided(target, contiguous_strides(target), c.storage_offset());
 }
 
+// The dropout factors of the kernels' mask as a tensor [BH, Tq, Tk]: 1 / (1 - p) where the
+// element is kept, 0 where dropped, drawn as the kernels draw them (ops/attention.h: element
+// (row r, key j) of batch-head b is Philox index (b Tq + r) Tk + j; kept when its uniform is at
+// least p), on the host and then moved to the device.
+Tensor dropout_factors(const cpu::AttentionParams& p, int64_t bh, int64_t Tq, int64_t Tk, const Tensor& like) {
+  Tensor m = empty({bh, Tq, Tk}, TensorOptions(DType::F64));
+  double* d = m.data<double>();
+  const double scale = 1.0 / (1.0 - p.dropout_p);
+  const uint64_t n = static_cast<uint64_t>(bh * Tq * Tk);
+  float u[4];
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i % 4 == 0) philox::uniform_f32_block(p.rng.seed, p.rng.offset, i / 4, u);
+    d[i] = u[i % 4] >= static_cast<float>(p.dropout_p) ? scale : 0.0;
+  }
+  return m.to(like.dtype()).to(like.device());
+}
+
 // NOTE [Higher-order gradients]: attention's gradients with recorded ops, for a create_graph
-// backward (without dropout): the probabilities P are recomputed from q and k, then
-//   dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = scale dS K, dK = scale dS^T Q,
+// backward: the probabilities P are recomputed from q and k, and with dropout the kernels' mask
+// is drawn again as factors M (0 or 1 / (1 - p), dropout_factors), the output being (P M) V:
+//   dV = (P M)^T dO, dP = (dO V^T) M, dS = P (dP - rowsum(dP P)), dQ = scale dS K,
+//   dK = scale dS^T Q,
 // and a floating mask's gradient is dS. Rows that see no key keep zero probabilities and
 // gradients, as the kernels do. This path holds the T x T matrix; it is for differentiating
 // again, not for speed.
@@ -61,8 +80,10 @@ TensorList attention_grads_recorded(const Tensor& g, const Tensor& q, const Tens
   const Tensor dead = eq(amax(s.detach(), {2}, /*keepdim=*/true), -INFINITY);  // rows that see no key
   const Tensor prob = masked_fill(softmax(masked_fill(s, dead, 0.0), 2), dead, 0.0);
   const Tensor go = reshape(g, {bh, Tq, v.size(-1)});
-  const Tensor dv = matmul(transpose(prob, 1, 2), go);
-  const Tensor dp = matmul(go, transpose(v3, 1, 2));
+  const Tensor drop = p.dropout_p > 0 ? dropout_factors(p, bh, Tq, Tk, s) : Tensor();
+  const Tensor dv = matmul(transpose(drop.defined() ? mul(prob, drop) : prob, 1, 2), go);
+  Tensor dp = matmul(go, transpose(v3, 1, 2));
+  if (drop.defined()) dp = mul(dp, drop);
   const Tensor ds = mul(prob, sub(dp, sum(mul(dp, prob), {2}, /*keepdim=*/true)));
   TensorList r(4);
   r[0] = reshape(mul(matmul(ds, k3), p.scale), q.sizes());
@@ -142,8 +163,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const bool mask_grad = mask.defined() && mask.requires_grad();
   if (autograd::any_requires_grad({q, k, v, mask})) {
     // q3, k3 and v3 are saved standing for q, k and v, so a create_graph backward differentiates
-    // through them (NOTE [Higher-order gradients]); with dropout it cannot (the mask lives in the
-    // kernels' Philox stream), so then the formula is not recorded.
+    // through them (NOTE [Higher-order gradients]); a dropout mask is drawn again from the
+    // Philox state the kernels used.
     autograd::record("ScaledDotProductAttentionBackward", {q, k, v, mask_grad ? mask : Tensor()}, out,
                      [sq = SavedTensor(q3, q), sk = SavedTensor(k3, k), sv = SavedTensor(v3, v), sm = SavedTensor(mask_b),
                       smg = mask_grad ? SavedTensor(mask) : SavedTensor(), so = SavedTensor(out3), sl = SavedTensor(lse), p,
@@ -162,7 +183,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                        if (mask_grad) out[3] = sum_to(reshape(r.dmask, score_shape), ms);
                        return out;
                      },
-                     p.dropout_p > 0 ? autograd::Backward::Once : kDifferentiable);
+                     kDifferentiable);
   }
   return out;
 }

@@ -185,6 +185,15 @@ std::vector<Case> cases() {
                  return scaled_dot_product_attention(x[0], x[1], x[2], o);
                },
                {leaf({2, 3, 2}, 77), leaf({2, 4, 2}, 78), leaf({2, 4, 3}, 79), leaf({3, 4}, 80)}});
+  c.push_back({"attention with dropout, causal", [](const TensorList& x) {
+                 Generator g(7);  // the same mask at every evaluation
+                 AttentionOptions o;
+                 o.dropout_p = 0.3;
+                 o.is_causal = true;
+                 o.generator = &g;
+                 return scaled_dot_product_attention(x[0], x[1], x[2], o);
+               },
+               {leaf({2, 5, 4}, 84), leaf({2, 5, 4}, 85), leaf({2, 5, 3}, 86)}});
   // convolution, pooling, batch norm
   c.push_back({"conv2d", [](const TensorList& x) { return conv2d(x[0], x[1], x[2], {2, 1}, {1, 0}, {1, 2}); },
                {leaf({2, 2, 5, 5}, 90), leaf({3, 2, 2, 2}, 91), leaf({3}, 92)}});
@@ -299,14 +308,30 @@ TEST(HigherOrder, SavedOutputsRejoinTheGraph) {
   EXPECT_TRUE(all_close(ht, mul(mul(t, rsub(mul(t, t), 1.0)), -2.0), 1e-12));
 }
 
-TEST(HigherOrder, AttentionWithDropoutFailsOnlyWhenReachedAgain) {
-  Tensor q = rand_leaf({1, 3, 2}, 81), k = rand_leaf({1, 3, 2}, 82), v = rand_leaf({1, 3, 2}, 83);
-  AttentionOptions o;
-  o.dropout_p = 0.3;
-  Generator gen(5);
-  o.generator = &gen;
-  Tensor g = autograd::grad({sum(scaled_dot_product_attention(q, k, v, o))}, {v}, {}, false, false, true)[0];
-  expect_error([&] { autograd::grad({sum(mul(g, g))}, {q}); }, {"ScaledDotProductAttentionBackward", "not differentiable"});
+// With dropout the recorded path draws the kernels' mask again: the second derivative of
+// sum(out^2) with respect to v is 2 (P M)^T (P M) applied to the direction, which is zero in
+// the dropped entries' columns only if the mask is the kernels'. Checked against that formula,
+// with P M read off the output for v = identity.
+TEST(HigherOrder, AttentionWithDropoutUsesTheKernelsMask) {
+  Tensor q = rand_leaf({1, 4, 2}, 81), k = rand_leaf({1, 4, 2}, 82);
+  auto attend = [&](const Tensor& v) {
+    Generator g(5);
+    AttentionOptions o;
+    o.dropout_p = 0.5;
+    o.generator = &g;
+    return scaled_dot_product_attention(q, k, v, o);
+  };
+  std::vector<double> identity(16, 0.0);
+  for (size_t i = 0; i < 4; ++i) identity[5 * i] = 1.0;
+  const Tensor pm = attend(from_vector<double>(identity, {1, 4, 4})).detach();  // (P M) [1, 4, 4]
+  Tensor v = rand_leaf({1, 4, 3}, 83);
+  const Tensor dir = rand_leaf({1, 4, 3}, 84).detach();
+  const Tensor out = attend(v);
+  const Tensor gv = autograd::grad({sum(mul(out, out))}, {v}, {}, false, false, /*create_graph=*/true)[0];
+  const Tensor hv = autograd::grad({sum(mul(gv, dir))}, {v})[0];
+  const Tensor want = mul(matmul(transpose(pm, 1, 2), matmul(pm, dir)), 2.0);
+  EXPECT_TRUE(all_close(hv, want, 1e-12, 1e-12));
+  EXPECT_GT(sum(eq(pm, 0.0).to(kF64)).item<double>(), 0.0) << "some probabilities were dropped";
 }
 
 TEST(HigherOrder, GradRunsOnlyTheNodesItNeeds) {
