@@ -60,16 +60,18 @@ class GPT2EmbeddingLayer : public Layer {
     return {embed(*t_, batch.at("input_ids"), 0, n_positions_)};
   }
   // wte(ids) + wpe(past .. past + T), entering the residual stream (this rank's positions under
-  // sequence parallelism), then dropout.
-  static Tensor embed(const GPT2Model& t, const Tensor& ids, int64_t past, int64_t n_positions) {
+  // sequence parallelism), then dropout. The last `padding` positions are padding (NOTE
+  // [Sequence-parallel decoding]): left out of the context check, their positions clamped to it.
+  static Tensor embed(const GPT2Model& t, const Tensor& ids, int64_t past, int64_t n_positions, int64_t padding = 0) {
     TRIDENT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                   "GPT-2: input_ids must be [B, T] of i64 or i32, got shape ", ids.sizes(), " of ", ids.dtype());
     const int64_t T = ids.size(1);
-    TRIDENT_CHECK(past + T <= n_positions, "GPT-2: ", past + T, " positions exceed the context n_positions = ", n_positions,
-                  past > 0 ? " (cached positions included)" : "");
+    TRIDENT_CHECK(past + T - padding <= n_positions, "GPT-2: ", past + T - padding, " positions exceed the context n_positions = ",
+                  n_positions, past > 0 ? " (cached positions included)" : "");
     // On the ids' device: the position embedding's indices must be where its weight is.
-    const Tensor pos =
+    Tensor pos =
         arange(static_cast<double>(past), static_cast<double>(past + T), 1.0, TensorOptions(DType::I64).device(ids.device()));
+    if (past + T > n_positions) pos = clamp(pos, 0.0, static_cast<double>(n_positions - 1));
     return t.drop->forward(t.factory->scatter_sequence(add(t.wte->forward(ids), t.wpe->forward(pos))));
   }
 
@@ -135,8 +137,8 @@ Tensor GPT2Attention::forward(const Tensor& x, GPT2KVCache* cache, int64_t layer
     TRIDENT_CHECK(layer >= 0 && layer < static_cast<int64_t>(cache->keys.size()), "GPT-2 attention: layer ", layer,
                   " out of range for a cache of ", cache->keys.size(), " layers");
     const int64_t past = cache->length;
-    TRIDENT_CHECK(B == cache->batch() && past + T <= cache->capacity(), "GPT-2 attention: ", T, " new positions of a batch of ",
-                  B, " do not fit a cache of batch ", cache->batch(), " holding ", past, " of ", cache->capacity(), " positions");
+    TRIDENT_CHECK(B == cache->batch() && past + T <= cache->room(), "GPT-2 attention: ", T, " new positions of a batch of ",
+                  B, " do not fit a cache of batch ", cache->batch(), " holding ", past, " of ", cache->room(), " positions");
     const Tensor& K = cache->keys[static_cast<size_t>(layer)];
     const Tensor& V = cache->values[static_cast<size_t>(layer)];
     copy_(narrow(K, 2, past, T), k);
@@ -316,22 +318,44 @@ Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, GPT2KVCache& cac
   TRIDENT_CHECK(!autograd::GradMode::is_enabled(), "GPT-2 forward_cached is for inference; run it under NoGradGuard");
   TRIDENT_CHECK(static_cast<int64_t>(cache.keys.size()) == config_.n_layer, "GPT-2 forward_cached: a cache of ",
                 cache.keys.size(), " layers for a model of ", config_.n_layer);
-  Tensor h = GPT2EmbeddingLayer::embed(*transformer, input_ids, cache.length, config_.n_positions);
+  // NOTE [Sequence-parallel decoding]: under sequence parallelism the residual stream holds T / tp
+  // positions per rank, so a step of T new tokens not dividing by tp (one token at a time, the
+  // usual generation step) is padded on the right to a multiple of tp with copies of its last
+  // token. Causal attention keeps the real positions from seeing the padding, whose keys and
+  // values land in the cache past the real ones and are overwritten by the next step (the cache
+  // advances by the real T only; make_cache leaves room for the padding), and whose logits are
+  // dropped. The real positions' values are those of an unpadded step.
+  const LayerFactory& f = config_.factory();
+  const int64_t T = input_ids.size(1);
+  const int64_t padding = f.sequence_parallel() && input_ids.dim() == 2 ? (f.partitions() - T % f.partitions()) % f.partitions() : 0;
+  TRIDENT_CHECK(cache.length + T <= cache.capacity(), "GPT-2 forward_cached: ", T, " new positions do not fit a cache holding ",
+                cache.length, " of ", cache.capacity(), " positions");
+  Tensor ids = input_ids;
+  if (padding > 0) {
+    TRIDENT_CHECK(T > 0, "GPT-2 forward_cached: no new tokens");
+    ids = cat({input_ids, expand(narrow(input_ids, 1, T - 1, 1), {input_ids.size(0), padding})}, 1);
+  }
+  Tensor h = GPT2EmbeddingLayer::embed(*transformer, ids, cache.length, config_.n_positions, padding);
   for (size_t i = 0; i < transformer->h->size(); ++i) h = (*transformer->h)[i]->forward(h, &cache, static_cast<int64_t>(i));
-  cache.length += input_ids.size(1);
-  return config_.factory().full_logits(GPT2HeadLayer::logits(*transformer, config_, h));
+  cache.length += T;
+  const Tensor logits = f.full_logits(GPT2HeadLayer::logits(*transformer, config_, h));
+  return padding > 0 ? narrow(logits, 1, 0, T) : logits;
 }
 
 GPT2KVCache GPT2LMHeadModel::make_cache(int64_t batch, int64_t capacity) const {
   TRIDENT_CHECK(batch > 0 && capacity > 0 && capacity <= config_.n_positions, "GPT-2 cache: batch ", batch,
                 " and capacity ", capacity, " must be positive, capacity at most n_positions ", config_.n_positions);
   GPT2KVCache c;
+  // Room for a sequence-parallel step's padding (NOTE [Sequence-parallel decoding]).
+  const LayerFactory& f = config_.factory();
+  const int64_t room = f.sequence_parallel() ? capacity + f.partitions() - 1 : capacity;
+  if (room != capacity) c.limit = capacity;
   const GPT2Attention& a = *(*transformer->h)[0]->attn;
   // On the model's device (generation on a GPU keeps the cache there).
   const TensorOptions on = TensorOptions(config_.dtype).device(parameters().front().device());
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    c.keys.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, on));
-    c.values.push_back(zeros({batch, a.local_heads, capacity, a.head_dim}, on));
+    c.keys.push_back(zeros({batch, a.local_heads, room, a.head_dim}, on));
+    c.values.push_back(zeros({batch, a.local_heads, room, a.head_dim}, on));
   }
   return c;
 }

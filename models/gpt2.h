@@ -25,7 +25,9 @@
 // Layer list (NOTE [Layer list]): "embedding" (wte + wpe + dropout), "h.0" ... "h.{L-1}",
 // "head" (ln_f + the tied output layer). Batch tensors: "input_ids", "targets" (loss only).
 // Under a sequence-parallel factory (NOTE [Sequence parallelism]) the hidden states between the
-// layers are this rank's T / tp positions; T must divide by tp (forward_cached's new tokens too).
+// layers are this rank's T / tp positions; T must divide by tp in forward(). forward_cached takes
+// any number of new tokens (NOTE [Sequence-parallel decoding] in gpt2.cpp), so generation runs
+// token by token.
 #pragma once
 
 #include <memory>
@@ -132,12 +134,15 @@ class GPT2LMHeadModel : public LayeredModel {
 // parameters before a stage-only build.
 std::vector<int64_t> gpt2_layer_parameters(const GPT2Config& config);
 
-// Keys and values of the positions seen so far, per block: [B, local heads, capacity, head_dim]
-// each, filled up to `length`.
+// Keys and values of the positions seen so far, per block: [B, local heads, room, head_dim]
+// each, filled up to `length`; `limit` (when set) is the capacity asked for, the room beyond it
+// scratch for a sequence-parallel step's padding.
 struct GPT2KVCache {
   std::vector<Tensor> keys, values;
   int64_t length = 0;
-  int64_t capacity() const { return keys.empty() ? 0 : keys[0].size(2); }
+  int64_t limit = 0;
+  int64_t room() const { return keys.empty() ? 0 : keys[0].size(2); }
+  int64_t capacity() const { return limit > 0 ? limit : room(); }
   int64_t batch() const { return keys.empty() ? 0 : keys[0].size(0); }
   void reset() { length = 0; }
 };

@@ -97,6 +97,14 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
   const Device dev = model.parameters().front().device();
   auto on_device = [&](const Tensor& t) { return t.device() == dev ? t : t.to(dev); };
   auto last = [](const Tensor& logits) { return select(logits, 1, logits.size(1) - 1); };  // [B, V]
+  // A window recomputed without the cache. Under sequence parallelism forward() needs a length
+  // dividing by tp; forward_cached with a cache of its own pads (NOTE [Sequence-parallel
+  // decoding]), the same values.
+  auto recompute = [&](const Tensor& ids) {
+    if (!model.config().factory().sequence_parallel()) return model.forward(ids).logits;
+    GPT2KVCache scratch = model.make_cache(ids.size(0), ids.size(1));
+    return model.forward_cached(ids, scratch);
+  };
 
   GPT2KVCache cache;
   const bool cached = o.use_cache && len < P;
@@ -105,7 +113,7 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
     cache = model.make_cache(B, std::min(P, len + std::max<int64_t>(o.max_new_tokens, 1)));
     logits = last(model.forward_cached(on_device(prompt), cache));
   } else {
-    logits = last(model.forward(on_device(window(std::max<int64_t>(0, len - P)))).logits);
+    logits = last(recompute(on_device(window(std::max<int64_t>(0, len - P)))));
   }
   std::vector<bool> done(static_cast<size_t>(B), false);
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
@@ -132,7 +140,7 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
     if (cached && cache.length < cache.capacity())
       logits = last(model.forward_cached(on_device(reshape(next, {B, 1})), cache));
     else
-      logits = last(model.forward(on_device(window(std::max<int64_t>(0, len - P)))).logits);
+      logits = last(recompute(on_device(window(std::max<int64_t>(0, len - P)))));
   }
   return window(0);
 }

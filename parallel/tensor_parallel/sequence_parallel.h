@@ -29,7 +29,8 @@
 //     of the split regions: each rank drops its own positions, so the masks, and with dropout the
 //     results, depend on tp (the rule: per-rank streams inside split regions). With
 //     dropout 0 the model computes exactly the serial values.
-//   - T must divide by tp: scatter_sequence throws, naming T and tp, on every rank alike (the
+//   - T must divide by tp (GPT-2's cached decoding pads its steps instead, NOTE
+//     [Sequence-parallel decoding] in models/gpt2.cpp): scatter_sequence throws, naming T and tp, on every rank alike (the
 //     same batch), before any communication of its own.
 // At tp = 1 every function here is the identity.
 #pragma once

@@ -15,6 +15,7 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "models/gpt2_generate.h"
 #include "nn/optim/adam.h"
 #include "parallel/tensor_parallel/checkpoint.h"
 #include "parallel/tensor_parallel/tp_layers.h"
@@ -499,6 +500,49 @@ TEST(TpZero, DpTpMeshWithZeroTrainsAsSerial) {
     EXPECT_NEAR(norms[i], serial_norms[i], 1e-5 * serial_norms[i]) << "step " << i << " at dp = " << dp;
     EXPECT_GT(serial_norms[i], max_norm);  // it clipped
   }
+}
+
+// NOTE [Sequence-parallel decoding]: generation one token at a time (a step of 1 new token does
+// not divide by tp) with the key/value cache, without it, and past the context (the windowed
+// recompute) gives the serial model's tokens, and each step's logits within f32 rounding; a
+// cached step of any length gives the serial step's logits.
+TEST(TpSequenceParallel, GenerationTokenByTokenIsTheSerialOne) {
+  Generator i1(5), i2(5);
+  GPT2LMHeadModel sp(gpt2_config(sp_layers()), &i1);
+  GPT2LMHeadModel serial(gpt2_config(nullptr), &i2);
+  const Tensor prompt = narrow(tokens(3), 1, 0, 3);  // [2, 3]
+  for (const bool cache : {true, false}) {
+    for (const int64_t n : {int64_t{4}, int64_t{9}}) {  // 3 + 9 > kT = 8 positions: windows past the context
+      SCOPED_TRACE(std::string(cache ? "cached" : "uncached") + ", " + std::to_string(n) + " new tokens");
+      std::vector<Tensor> steps[2];
+      auto run = [&](GPT2LMHeadModel& m, std::vector<Tensor>& logits) {
+        GenerateOptions o;
+        o.max_new_tokens = n;
+        o.sampling.greedy = true;
+        o.use_cache = cache;
+        o.on_token = [&](int64_t, const Tensor& l, const Tensor&) { logits.push_back(l.clone()); };
+        return generate(m, prompt, o);
+      };
+      const Tensor got = run(sp, steps[0]), want = run(serial, steps[1]);
+      EXPECT_TRUE(trident::testing::all_close(got, want, 0, 0)) << "the tokens";
+      ASSERT_EQ(steps[0].size(), steps[1].size());
+      for (size_t i = 0; i < steps[0].size(); ++i)
+        EXPECT_TRUE(trident::testing::all_close(steps[0][i], steps[1][i], 1e-5, 1e-5)) << "step " << i;
+    }
+  }
+  NoGradGuard no_grad;
+  const Tensor seq = tokens(4);  // [2, 8]
+  GPT2KVCache a = sp.make_cache(kB, kT), b = serial.make_cache(kB, kT);
+  EXPECT_EQ(a.capacity(), kT);
+  int64_t at = 0;
+  for (const int64_t len : {int64_t{1}, int64_t{3}, int64_t{2}, int64_t{1}, int64_t{1}}) {
+    const Tensor step = narrow(seq, 1, at, len);
+    EXPECT_TRUE(trident::testing::all_close(sp.forward_cached(step, a), serial.forward_cached(step, b), 1e-5, 1e-5))
+        << len << " new tokens after " << at;
+    at += len;
+    EXPECT_EQ(a.length, at);
+  }
+  trident::testing::expect_error([&] { sp.forward_cached(narrow(seq, 1, 0, 1), a); }, {"do not fit a cache holding 8 of 8"});
 }
 
 // ---- higher-order gradients (NOTE [Tensor-parallel regions and higher-order gradients]) ----
