@@ -1,6 +1,14 @@
 #include "core/copy.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <type_traits>
+#include <vector>
 
 #include "core/profiler.h"
 #include "core/strided.h"
@@ -29,6 +37,105 @@ void (*g_cuda_fill)(const Tensor& dst, double value) = nullptr;
 
 namespace {
 
+// NOTE [Transposing copies]: a copy whose destination runs along one dim (stride 1) and whose
+// source runs along another (a transpose: `.contiguous()` of a transposed view) reads the source
+// one element per cache line when walked in the destination's order: 0.35 GB/s for a 206 MB
+// matrix on the development machine, 15x slower than a straight copy. It is walked in square
+// tiles of kTile x kTile elements instead, and within a tile 4-byte elements of one dtype go
+// through 8 x 8 AVX2 register transposes (8 rows loaded, 8 rows stored): on that matrix about
+// the time of a straight copy (40 ms against memcpy's 24; 32 x 32 scalar tiles took 530). The
+// dims other than the two are walked one index at a time.
+constexpr int64_t kTile = 128;
+
+struct TransposePlan {
+  int a = -1;  // the dim along which dst has stride 1
+  int b = -1;  // the dim along which src has stride 1
+};
+
+// When dst and src (broadcast strides `sst`) are a transpose of each other worth tiling.
+std::optional<TransposePlan> transpose_plan(const Tensor& dst, const Shape& sst) {
+  TransposePlan p;
+  const Shape& size = dst.sizes();
+  for (int d = 0; d < static_cast<int>(size.size()); ++d) {
+    if (size[static_cast<size_t>(d)] <= 1) continue;
+    if (dst.stride(d) == 1) p.a = d;
+    if (sst[static_cast<size_t>(d)] == 1) p.b = d;
+  }
+  if (p.a < 0 || p.b < 0 || p.a == p.b) return std::nullopt;
+  if (size[static_cast<size_t>(p.a)] < 8 || size[static_cast<size_t>(p.b)] < 8) return std::nullopt;
+  for (int64_t st : sst)
+    if (st == 0) return std::nullopt;  // a broadcast source: the plain loop
+  return p;
+}
+
+#if defined(__AVX2__)
+// d[r ld + c] = s[c ls + r] for r, c < 8, 4-byte elements.
+inline void transpose8x8(float* d, int64_t ld, const float* s, int64_t ls) {
+  const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls), r2 = _mm256_loadu_ps(s + 2 * ls),
+               r3 = _mm256_loadu_ps(s + 3 * ls), r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls),
+               r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+               u3 = _mm256_shuffle_ps(t1, t3, 0xEE), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+template <typename D, typename S>
+void transpose_copy(D* d, const S* s, const Tensor& dst, const Shape& sst, const TransposePlan& p) {
+  const Shape& size = dst.sizes();
+  const int64_t na = size[static_cast<size_t>(p.a)], nb = size[static_cast<size_t>(p.b)];
+  const int64_t d_b = dst.stride(p.b), s_a = sst[static_cast<size_t>(p.a)];
+  std::vector<int> rest;
+  for (int k = 0; k < static_cast<int>(size.size()); ++k)
+    if (k != p.a && k != p.b) rest.push_back(k);
+  std::vector<int64_t> idx(rest.size(), 0);
+  int64_t outer = 1;
+  for (int k : rest) outer *= size[static_cast<size_t>(k)];
+  // One tile: rows i of dst (along b), columns j (along a); d[i d_b + j] = s[j s_a + i].
+  auto tile = [&](D* dt, const S* st, int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    int64_t i = b0;
+#if defined(__AVX2__)
+    if constexpr (sizeof(D) == 4 && std::is_same_v<D, S>) {
+      const int64_t a8 = a0 + (a1 - a0) / 8 * 8;
+      for (; i + 8 <= b1; i += 8) {
+        for (int64_t j = a0; j < a8; j += 8)
+          transpose8x8(reinterpret_cast<float*>(dt + i * d_b + j), d_b, reinterpret_cast<const float*>(st + j * s_a + i), s_a);
+        for (int64_t r = i; r < i + 8; ++r)
+          for (int64_t j = a8; j < a1; ++j) dt[r * d_b + j] = st[j * s_a + r];
+      }
+    }
+#endif
+    for (; i < b1; ++i) {
+      D* dp = dt + i * d_b;
+      for (int64_t j = a0; j < a1; ++j) dp[j] = convert_value<D, S>(st[j * s_a + i]);
+    }
+  };
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t doff = 0, soff = 0;
+    for (size_t r = 0; r < rest.size(); ++r) {
+      doff += idx[r] * dst.stride(rest[r]);
+      soff += idx[r] * sst[static_cast<size_t>(rest[r])];
+    }
+    for (int64_t b0 = 0; b0 < nb; b0 += kTile)
+      for (int64_t a0 = 0; a0 < na; a0 += kTile) tile(d + doff, s + soff, a0, std::min(na, a0 + kTile), b0, std::min(nb, b0 + kTile));
+    for (size_t r = rest.size(); r-- > 0;) {  // the next index of the other dims
+      if (++idx[r] < size[static_cast<size_t>(rest[r])]) break;
+      idx[r] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -51,6 +158,16 @@ void copy_(const Tensor& dst, const Tensor& src) {
     return;
   }
   const Shape sst = broadcast_strides(src.sizes(), src.strides(), dst.sizes());
+  if (const auto plan = transpose_plan(dst, sst)) {  // NOTE [Transposing copies]
+    TRIDENT_DISPATCH_ALL(dst.dtype(), "copy_", [&] {
+      using D = scalar_t;
+      D* d = static_cast<D*>(dst.data_ptr());
+      TRIDENT_DISPATCH_ALL(src.dtype(), "copy_", [&] {
+        transpose_copy<D, scalar_t>(d, static_cast<const scalar_t*>(src.data_ptr()), dst, sst, *plan);
+      });
+    });
+    return;
+  }
   StridedLoop<2> loop(dst.sizes(), {dst.strides(), sst});
   TRIDENT_DISPATCH_ALL(dst.dtype(), "copy_", [&] {
     using D = scalar_t;
