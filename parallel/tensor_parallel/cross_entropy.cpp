@@ -54,20 +54,23 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
     const TensorList s = ctx.saved_tensors();
     const Tensor &logits = s[0], &m = s[1], &idx = s[3], &mine = s[4], &ignored = s[5];
-    const Tensor e = exp(sub(logits, unsqueeze(m, 1)));  // m: a constant shift
-    // Recorded (a create_graph backward), the sum over the vocabulary is a true sum over the ranks,
-    // all-reduced forward and backward, since each rank's softmax uses it differently.
+    // Recorded (a create_graph backward), the sum over the vocabulary is a function of the logits
+    // and a true sum over the ranks, all-reduced forward and backward, since each rank's softmax
+    // uses it differently; otherwise the forward's sum (m: a constant shift either way).
     const CommPtr& group = ctx.get<CommPtr>("group");
-    const Tensor sum_exp = autograd::GradMode::is_enabled() ? reduce_from_region(copy_to_region(sum(e, {1}), group), group) : s[2];
-    Tensor g = div(e, unsqueeze(sum_exp, 1));  // softmax on this rank's columns
-    // - onehot(target) where this rank owns the target.
-    const Tensor onehot = scatter_add(zeros_like(g), 1, idx, unsqueeze(mine.to(g.dtype()), 1));
-    g = masked_fill(sub(g, onehot), unsqueeze(ignored, 1), 0.0);
+    const Tensor sum_exp = autograd::GradMode::is_enabled()
+                               ? reduce_from_region(copy_to_region(sum(exp(sub(logits, unsqueeze(m, 1))), {1}), group), group)
+                               : s[2];
+    // The softmax on this rank's columns in one exponential, minus onehot(target) where this rank
+    // owns the target (one value per row), then each row's factor: 0 where the target is ignored,
+    // the incoming gradient (over the count for a mean) elsewhere.
+    Tensor g = exp(sub(logits, unsqueeze(add(m, log(sum_exp)), 1)));
+    g = scatter_add(g, 1, idx, unsqueeze(neg(mine.to(g.dtype())), 1));
+    const Tensor valid = logical_not(ignored).to(g.dtype());
     const auto reduction = ctx.get<Reduction>("reduction");
-    if (reduction == Reduction::None) return {mul(g, unsqueeze(grads[0], 1)), Tensor()};
-    Tensor go = grads[0];
-    if (reduction == Reduction::Mean) go = div(go, ctx.get<double>("count"));
-    return {mul(g, go), Tensor()};
+    Tensor row = mul(valid, grads[0]);  // [N] x [N] or [N] x scalar
+    if (reduction == Reduction::Mean) row = div(row, ctx.get<double>("count"));
+    return {mul(g, unsqueeze(row, 1)), Tensor()};
   }
 };
 
