@@ -271,11 +271,13 @@ Tensor ZeroOptimizer::gather_param_slot_to(size_t i, std::string_view slot, int 
   for (size_t b = 0; b < buckets.size(); ++b)
     for (const GradReducer::Slot& s : buckets[b].slots) {
       if (s.index != i) continue;
-      const std::string key = state_key(shard_of[b], slot);
-      const nn::optim::OptimizerState local = optimizer_->state_dict();
-      const auto it = local.tensors.find(key);
-      TRIDENT_CHECK(it != local.tensors.end(), "ZeroOptimizer::gather_param_slot_to: parameter ", i, " has no ", slot);
-      const Tensor& mine = it->second;  // [shard] of the bucket's flat state
+      // The shard's buffer itself (not a state dict, which would list every bucket's per call).
+      const auto names = optimizer_->slot_names();
+      const size_t k = static_cast<size_t>(std::find(names.begin(), names.end(), slot) - names.begin());
+      const nn::optim::ParamState& st = optimizer_->state(static_cast<int64_t>(shard_of[b]));
+      TRIDENT_CHECK(k < st.slots.size() && st.slots[k].defined(), "ZeroOptimizer::gather_param_slot_to: parameter ", i,
+                    " has no ", slot);
+      const Tensor& mine = st.slots[k];  // [shard] of the bucket's flat state
       const int ranks = group().size(), me = group().rank();
       const int64_t shard = buckets[b].shard_numel(ranks);
       // Rank r's shard holds [r shard, (r + 1) shard) of the bucket; the parameter [offset, offset + numel).
