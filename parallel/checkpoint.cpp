@@ -70,7 +70,7 @@ Entries in_file_order(Entries entries) {
   return out;
 }
 
-std::string state_key(size_t i, std::string_view slot) { return "state." + std::to_string(i) + "." + std::string(slot); }
+using nn::optim::detail::state_key;
 
 // Who takes part in the save, and where the pieces are.
 struct Layout {
@@ -164,7 +164,7 @@ std::pair<Entries, nn::optim::OptimizerState> optimizer_entries(ZeroOptimizer* z
   } else {
     for (size_t i = 0; i < stage.size(); ++i) {
       ZeroOptimizer::ParamStateInfo info{std::nullopt, std::vector<std::optional<DType>>(ns)};
-      if (const auto it = state->scalars.find("state." + std::to_string(i) + ".step"); it != state->scalars.end())
+      if (const auto it = state->scalars.find(state_key(i, "step")); it != state->scalars.end())
         info.step = it->second;
       for (size_t k = 0; k < ns; ++k)
         if (const auto it = state->tensors.find(state_key(i, slot_names[k])); it != state->tensors.end()) {
@@ -209,12 +209,9 @@ std::pair<Entries, nn::optim::OptimizerState> optimizer_entries(ZeroOptimizer* z
   // The serial optimizer's scalars: the hyperparameters, each group's parameter count, the steps.
   nn::optim::OptimizerState header;
   header.optimizer = state->optimizer;
-  for (const auto& [key, v] : state->scalars)
-    if (key.rfind("state.", 0) != 0) header.scalars[key] = v;
-  for (size_t g = 0; g < whole_groups.size(); ++g)
-    header.scalars[nn::optim::detail::group_key(g, "num_params")] = static_cast<double>(whole_groups[g].size());
+  header.scalars = nn::optim::detail::shared_scalars(state->scalars, group_sizes(whole_groups));
   for (size_t j = 0; j < n; ++j)
-    if (info[j].step) header.scalars["state." + std::to_string(j) + ".step"] = *info[j].step;
+    if (info[j].step) header.scalars[state_key(j, "step")] = *info[j].step;
 
   const std::vector<Shape> shapes = at.tp ? tp::full_shapes(*model, whole) : std::vector<Shape>{};
   const std::vector<std::optional<tp::ParamShard>> shards =

@@ -19,9 +19,7 @@ Tensor shard_view(const Tensor& flat, int rank, int64_t shard) {
   return flat.as_strided({shard}, {1}, flat.storage_offset() + rank * shard);
 }
 
-std::string state_key(size_t index, std::string_view slot) {
-  return "state." + std::to_string(index) + "." + std::string(slot);
-}
+using nn::optim::detail::state_key;
 
 std::vector<Tensor> trainable(const nn::Module& model) {
   std::vector<Tensor> out;
@@ -313,12 +311,7 @@ nn::optim::OptimizerState ZeroOptimizer::gather_state(std::optional<int> root) {
   const nn::optim::OptimizerState local = optimizer_->state_dict();
   nn::optim::OptimizerState full;
   full.optimizer = local.optimizer;
-  for (const auto& [key, value] : local.scalars) {
-    if (key.rfind("state.", 0) != 0) full.scalars[key] = value;
-  }
-  const ParamGroups& groups = param_groups();
-  for (size_t g = 0; g < groups.size(); ++g)
-    full.scalars[nn::optim::detail::group_key(g, "num_params")] = static_cast<double>(groups[g].size());
+  full.scalars = nn::optim::detail::shared_scalars(local.scalars, group_sizes(param_groups()));
 
   const std::vector<size_t> shard_of = shard_indices();
   NoGradGuard no_grad;
@@ -412,14 +405,10 @@ void ZeroOptimizer::load_state_dict(const nn::optim::OptimizerState& full) {
   check_full_state(full);
   nn::optim::OptimizerState local;
   local.optimizer = full.optimizer;
-  for (const auto& [key, value] : full.scalars) {
-    if (key.rfind("state.", 0) != 0) local.scalars[key] = value;
-  }
   const auto& buckets = reducer_->buckets();
   std::vector<size_t> per_group(param_groups().size(), 0);
   for (const auto& b : buckets) ++per_group[b.group];
-  for (size_t g = 0; g < per_group.size(); ++g)
-    local.scalars[nn::optim::detail::group_key(g, "num_params")] = static_cast<double>(per_group[g]);
+  local.scalars = nn::optim::detail::shared_scalars(full.scalars, per_group);
 
   const std::vector<size_t> shard_of = shard_indices();
   const int ranks = group().size();

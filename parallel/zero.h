@@ -85,6 +85,12 @@
 namespace trident::parallel {
 
 using ParamGroups = std::vector<std::vector<Tensor>>;
+// The number of parameters in each group.
+inline std::vector<size_t> group_sizes(const ParamGroups& groups) {
+  std::vector<size_t> n;
+  for (const auto& g : groups) n.push_back(g.size());
+  return n;
+}
 // Builds the optimizer over the given parameter groups (the shard views, or the full parameters
 // when a checkpoint is converted), with each group's hyperparameters.
 using OptimizerFactory = std::function<std::unique_ptr<nn::optim::Optimizer>(const ParamGroups& groups)>;

@@ -30,13 +30,24 @@ bool bool_from_double(double v, std::string_view key) {
   return v == 1.0;
 }
 
+std::string state_key(size_t index, std::string_view name) {
+  return "state." + std::to_string(index) + "." + std::string(name);
+}
+
+std::map<std::string, double> shared_scalars(const std::map<std::string, double>& scalars,
+                                             const std::vector<size_t>& group_sizes) {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : scalars)
+    if (k.rfind("state.", 0) != 0) out[k] = v;
+  for (size_t g = 0; g < group_sizes.size(); ++g) out[group_key(g, "num_params")] = static_cast<double>(group_sizes[g]);
+  return out;
+}
+
 }  // namespace detail
 
 namespace {
 
-std::string state_key(int64_t index, std::string_view name) {
-  return "state." + std::to_string(index) + "." + std::string(name);
-}
+std::string state_key(int64_t index, std::string_view name) { return detail::state_key(static_cast<size_t>(index), name); }
 
 // Splits "state.<i>.<rest>" into i and rest; false for any other shape of key.
 bool parse_state_key(std::string_view key, int64_t& index, std::string_view& rest) {

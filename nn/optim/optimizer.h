@@ -188,6 +188,14 @@ class Optimizer {
 // validate(), whose errors name the optimizer, the field and its value.
 namespace detail {
 std::string group_key(size_t group, std::string_view name);
+// "state.<index>.<name>": a parameter's step or buffer in the state dict.
+std::string state_key(size_t index, std::string_view name);
+// A state dict's scalars shared by its parameters (the hyperparameters, "num_groups"), each
+// group's "num_params" set to `group_sizes` and the per-parameter "state." entries dropped: the
+// start of the state dict of the same optimizer over other parameters (another partition of
+// them: ZeRO's shards, pipeline stages, the whole model).
+std::map<std::string, double> shared_scalars(const std::map<std::string, double>& scalars,
+                                             const std::vector<size_t>& group_sizes);
 // Reads a bool stored as 0 or 1; the error names the key.
 bool bool_from_double(double v, std::string_view key);
 }  // namespace detail

@@ -24,18 +24,7 @@ std::vector<int64_t> positions(const std::vector<Tensor>& from, const std::vecto
   return out;
 }
 
-// The state dict's group scalars (hyperparameters) with each group's parameter count set to
-// `groups`'; the per-parameter scalars are left out.
-std::map<std::string, double> group_scalars(const std::map<std::string, double>& scalars, const ParamGroups& groups) {
-  std::map<std::string, double> out;
-  for (const auto& [k, v] : scalars)
-    if (k.rfind("state.", 0) != 0) out[k] = v;
-  for (size_t g = 0; g < groups.size(); ++g)
-    out["group." + std::to_string(g) + ".num_params"] = static_cast<double>(groups[g].size());
-  return out;
-}
-
-std::string key(int64_t i, std::string_view slot) { return "state." + std::to_string(i) + "." + std::string(slot); }
+std::string key(int64_t i, std::string_view slot) { return nn::optim::detail::state_key(static_cast<size_t>(i), slot); }
 
 }  // namespace
 
@@ -82,7 +71,7 @@ nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn:
 
   nn::optim::OptimizerState out;
   out.optimizer = stage_state.optimizer;
-  out.scalars = group_scalars(stage_state.scalars, whole_groups);
+  out.scalars = nn::optim::detail::shared_scalars(stage_state.scalars, group_sizes(whole_groups));
   const int64_t ns = static_cast<int64_t>(slots.size());
   const int me = pp.rank();
   for (int64_t j = 0; j < n; ++j) {
@@ -98,14 +87,14 @@ nn::optim::OptimizerState gather_optimizer_state(const Pipeline& pipe, const nn:
     if (me == owner) {
       header = zeros({2 + ns}, TensorOptions(DType::F64));
       double* p = header.data<double>();
-      const auto step = stage_state.scalars.find("state." + std::to_string(li) + ".step");
+      const auto step = stage_state.scalars.find(key(li, "step"));
       p[0] = step != stage_state.scalars.end() ? 1.0 : 0.0;
       p[1] = step != stage_state.scalars.end() ? step->second : 0.0;
       for (int64_t s = 0; s < ns; ++s) p[2 + s] = stage_state.tensors.count(key(li, slots[static_cast<size_t>(s)])) ? 1.0 : 0.0;
     }
     const Tensor got = send_to_first(pp, header, owner);
     const std::vector<double> p = (me == owner ? header : got).to_vector<double>();
-    if (me == 0 && p[0] > 0) out.scalars["state." + std::to_string(j) + ".step"] = p[1];
+    if (me == 0 && p[0] > 0) out.scalars[key(j, "step")] = p[1];
     for (int64_t s = 0; s < ns; ++s) {
       if (p[2 + static_cast<size_t>(s)] == 0) continue;
       const std::string_view slot = slots[static_cast<size_t>(s)];
@@ -141,7 +130,7 @@ nn::optim::OptimizerState stage_optimizer_state(const nn::optim::OptimizerState&
   const std::vector<int64_t> at = positions(stage, flatten(whole_groups));
   nn::optim::OptimizerState out;
   out.optimizer = whole_state.optimizer;
-  out.scalars = group_scalars(whole_state.scalars, stage_groups);
+  out.scalars = nn::optim::detail::shared_scalars(whole_state.scalars, group_sizes(stage_groups));
   for (size_t i = 0; i < stage.size(); ++i) {
     const int64_t j = at[i];
     TRIDENT_CHECK(j >= 0, "pipeline optimizer state: stage parameter ", i, " (shape ", stage[i].sizes(),
