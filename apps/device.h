@@ -34,7 +34,7 @@
 //     headers, losses and traces it sends as host tensors.
 //   - data parallelism: the gradients over an NCCL group of the dp ranks, bucketed (DataParallel;
 //     under --pp started after the rank's last backward pass and waited for after the step, NOTE
-//     [Overlapped pipeline gradients]; ZeRO-1 reduce-scatters after the step);
+//     [Overlapped pipeline gradients], ZeRO-1's reduce-scatter alike);
 //     loss counts, losses and batch norm totals over the MPI dp group.
 // The CPU runs the same code with every group on MPI (the tests); only the communicators' backend
 // differs on GPUs.

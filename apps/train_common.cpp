@@ -333,29 +333,34 @@ int train(const TrainOptions& o, TrainTask& task) {
   // NOTE [Parallel training apps]: ZeRO-1 owns the optimizer (over its shards); otherwise a plain
   // optimizer, with the model wrapped for data parallelism when there is more than one dp rank.
   std::unique_ptr<parallel::ZeroOptimizer> zero;
-  std::unique_ptr<parallel::DataParallel> ddp, ddp_tied;
+  std::unique_ptr<parallel::DataParallel> ddp;
   std::unique_ptr<nn::optim::Optimizer> plain;
-  if (o.zero) {
-    // NOTE [ZeRO-1 on GPUs]: over the gradients' group (NCCL's on GPUs).
-    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp_grads, make_optimizer);
-  } else if (dp_size > 1 && pipe) {
-    // NOTE [Overlapped pipeline gradients]: a stage's gradients are final once this rank's last
-    // backward pass of the step has run, while the stages before it still run theirs; the
-    // all-reduce over dp starts there (Pipeline::set_after_last_backward, reduce_async) and is
-    // waited for after the step, so it overlaps the rest of the pipeline's flush, as Megatron-LM's
-    // does. The tied parameters (GPT-2's and BERT's word embedding) are summed over their stages
-    // at the end of the step first: their own buckets, reduced after it. (The pipeline broadcast
-    // the parameters over dp already.) ZeRO-1 reduce-scatters after the step.
-    std::vector<Tensor> early, late;
+  // NOTE [Overlapped pipeline gradients]: a stage's gradients are final once this rank's last
+  // backward pass of the step has run, while the stages before it still run theirs; the
+  // reduction over dp (all-reduce, or ZeRO-1's reduce-scatter) starts there
+  // (Pipeline::set_after_last_backward: DataParallel::reduce_async, or
+  // ZeroOptimizer::reduce_gradients_async) and is waited for after the step, so it overlaps the
+  // rest of the pipeline's flush, as Megatron-LM's does. The tied parameters (GPT-2's and BERT's
+  // word embedding) are summed over their stages at the end of the step first: they are bucketed
+  // last (reduce_last), held back at the start, and reduced after the step with the wait.
+  // (The pipeline broadcast the parameters over dp already.)
+  std::vector<Tensor> tied_here;
+  if (pipe) {
     for (const Tensor& p : pipe->parameters()) {
       const auto& tied = layers.tied();
-      const bool is_tied = std::any_of(tied.begin(), tied.end(), [&](const models::TiedParameter& t) { return t.tensor.is_same(p); });
-      (is_tied ? late : early).push_back(p);
+      if (std::any_of(tied.begin(), tied.end(), [&](const models::TiedParameter& t) { return t.tensor.is_same(p); }))
+        tied_here.push_back(p);
     }
-    const parallel::DataParallelOptions keep{.broadcast_from_rank0 = false};
-    if (!early.empty()) ddp = std::make_unique<parallel::DataParallel>(early, dp_grads, keep);
-    if (!late.empty()) ddp_tied = std::make_unique<parallel::DataParallel>(late, dp_grads, keep);
-    if (ddp) pipe->set_after_last_backward([&ddp] { ddp->reduce_async(); });
+  }
+  if (o.zero) {
+    // NOTE [ZeRO-1 on GPUs]: over the gradients' group (NCCL's on GPUs).
+    zero = std::make_unique<parallel::ZeroOptimizer>(parallel::ParamGroups{decay, no_decay}, dp_grads, make_optimizer,
+                                                     parallel::ZeroOptions{.reduce_last = tied_here});
+    if (pipe) pipe->set_after_last_backward([&zero] { zero->reduce_gradients_async(); });
+  } else if (dp_size > 1 && pipe) {
+    ddp = std::make_unique<parallel::DataParallel>(
+        pipe->parameters(), dp_grads, parallel::DataParallelOptions{.broadcast_from_rank0 = false, .reduce_last = tied_here});
+    pipe->set_after_last_backward([&ddp] { ddp->reduce_async(/*hold_last=*/true); });
     plain = make_optimizer({decay, no_decay});
   } else {
     if (dp_size > 1) ddp = std::make_unique<parallel::DataParallel>(model, dp_grads);
@@ -572,12 +577,11 @@ int train(const TrainOptions& o, TrainTask& task) {
       std::vector<parallel::DataParallel::NoSync> no_sync;
       if (zero) no_sync.push_back(zero->no_sync());
       if (ddp) no_sync.push_back(ddp->no_sync());
-      if (ddp_tied) no_sync.push_back(ddp_tied->no_sync());
       loss = pipe->step(batch, counts);
       no_sync.clear();
+      // Launched after the last backward but the tied parameters', launched here; waited for.
       if (zero) zero->reduce_gradients();
-      if (ddp_tied) ddp_tied->reduce();
-      if (ddp) ddp->finish();  // reduce_async's, launched after the last backward
+      if (ddp) ddp->finish();
     }
     for (size_t i = 0; i < micro.size(); ++i) {
       const models::Batch& mb = micro[i];

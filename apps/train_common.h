@@ -109,7 +109,8 @@
 // micro-batches, runs the schedule, sums the tied embedding's gradient between its stages and
 // returns the global batch's mean loss (averaged over dp) on every rank (printed by world rank
 // 0); the stage's gradients are averaged over dp by DataParallel, started after the rank's last
-// backward pass (NOTE [Overlapped pipeline gradients]), or reduce-scattered by ZeRO-1. The optimizer (--optimizer, the same groups) holds this stage's parameters only; gradient
+// backward pass (NOTE [Overlapped pipeline gradients]), or reduce-scattered by ZeRO-1 from the
+// same point. The optimizer (--optimizer, the same groups) holds this stage's parameters only; gradient
 // clipping uses the whole model's norm (parallel/pipeline/grad_norm.h: squares all-reduced over
 // pp, and first over tp for split parameters; tied parameters counted once), so the losses equal
 // serial training's. Each rank holds its stage's tensors only (NOTE [Stage-only model]) and

@@ -72,7 +72,7 @@ DataParallel::DataParallel(std::vector<Tensor> params, std::shared_ptr<comm::Com
   TRIDENT_CHECK(dp != nullptr, "DataParallel: the dp communicator is null");
   if (options.broadcast_from_rank0) broadcast_tensors(*dp, params, options.bucket_bytes);
   reducer_ = std::make_unique<GradReducer>(std::vector<std::vector<Tensor>>{std::move(params)}, std::move(dp),
-                                           GradReducer::Mode::AllReduce, options.bucket_bytes, 1);
+                                           GradReducer::Mode::AllReduce, options.bucket_bytes, 1, options.reduce_last);
 }
 
 }  // namespace trident::parallel

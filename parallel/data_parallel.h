@@ -40,6 +40,11 @@ struct DataParallelOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;
   // Copy dp rank 0's parameters (and the module's buffers) to every rank at construction.
   bool broadcast_from_rank0 = true;
+  // Parameters whose gradients are complete after the others' (a pipeline stage's tied
+  // parameters, summed over their stages at the end of a step): bucketed after every other
+  // parameter, so that reduce_async(/*hold_last=*/true) reduces the rest while they are summed
+  // and finish() reduces them (NOTE [Overlapped pipeline gradients] in apps/train_common.cpp).
+  std::vector<Tensor> reduce_last{};
 };
 
 // Copies rank 0's values of `tensors` to every rank of `group`, coalesced per dtype (a
@@ -77,8 +82,9 @@ class DataParallel {
   // under no_sync, when the caller decides the sum is complete: a pipeline stage after its
   // micro-batches (NOTE [Pipeline on GPUs]). Collective over the group.
   void reduce() { reducer_->reduce(); }
-  // reduce() started, not waited for: finish() waits (GradReducer::reduce_async).
-  void reduce_async() { reducer_->reduce_async(); }
+  // reduce() started, not waited for: finish() waits (GradReducer::reduce_async). hold_last:
+  // the buckets of options.reduce_last are filled and launched by finish() instead.
+  void reduce_async(bool hold_last = false) { reducer_->reduce_async(hold_last); }
 
   comm::Communicator& group() const { return reducer_->comm(); }
   const std::vector<GradReducer::Bucket>& buckets() const { return reducer_->buckets(); }

@@ -19,7 +19,7 @@ bool GradReducer::is_slot_view(const Tensor& g, const Tensor& flat, const Slot& 
 }
 
 GradReducer::GradReducer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<comm::Communicator> group, Mode mode,
-                         int64_t bucket_bytes, int pad_to)
+                         int64_t bucket_bytes, int pad_to, const std::vector<Tensor>& last)
     : state_(std::make_shared<State>()) {
   TRIDENT_CHECK(group != nullptr, "data parallelism: the dp communicator is null");
   TRIDENT_CHECK(bucket_bytes > 0, "data parallelism: bucket_bytes must be positive, got ", bucket_bytes);
@@ -54,23 +54,38 @@ GradReducer::GradReducer(std::vector<std::vector<Tensor>> groups, std::shared_pt
   }
   TRIDENT_CHECK(!params.empty(), "data parallelism: no parameters");
 
-  // NOTE [Gradient buckets]: reverse registration order, one dtype and group per bucket.
+  std::unordered_set<const TensorImpl*> held;
+  for (size_t j = 0; j < last.size(); ++j) {
+    TRIDENT_CHECK(last[j].defined() && seen.count(last[j].impl()) != 0, "data parallelism: parameter ", j,
+                  " of those to reduce last (shape ", last[j].defined() ? last[j].sizes() : Shape{},
+                  ") is not one of the parameters");
+    held.insert(last[j].impl());
+  }
+
+  // NOTE [Gradient buckets]: reverse registration order, one dtype and group per bucket; the
+  // `last` parameters after all the others, from a bucket of their own on.
   st.where.resize(params.size());
   st.ready.assign(params.size(), false);
-  for (size_t k = params.size(); k-- > 0;) {
-    const Param& p = params[k];
-    const int64_t bytes = static_cast<int64_t>(p.t.nbytes());
-    Bucket* b = st.buckets.empty() ? nullptr : &st.buckets.back();
-    if (!b || b->dtype != p.t.dtype() || b->group != p.group ||
-        (b->numel > 0 && (b->numel * static_cast<int64_t>(itemsize(b->dtype)) + bytes > bucket_bytes))) {
-      st.buckets.push_back(Bucket{});
-      b = &st.buckets.back();
-      b->group = p.group;
-      b->dtype = p.t.dtype();
+  for (const bool held_pass : {false, true}) {
+    bool fresh = held_pass;  // the first held parameter opens a bucket
+    if (held_pass) st.first_last_bucket = st.buckets.size();
+    for (size_t k = params.size(); k-- > 0;) {
+      const Param& p = params[k];
+      if ((held.count(p.t.impl()) != 0) != held_pass) continue;
+      const int64_t bytes = static_cast<int64_t>(p.t.nbytes());
+      Bucket* b = st.buckets.empty() ? nullptr : &st.buckets.back();
+      if (fresh || !b || b->dtype != p.t.dtype() || b->group != p.group ||
+          (b->numel > 0 && (b->numel * static_cast<int64_t>(itemsize(b->dtype)) + bytes > bucket_bytes))) {
+        st.buckets.push_back(Bucket{});
+        b = &st.buckets.back();
+        b->group = p.group;
+        b->dtype = p.t.dtype();
+        fresh = false;
+      }
+      b->slots.push_back({p.t, k, b->numel, p.t.numel()});
+      b->numel += p.t.numel();
+      st.where[k] = {st.buckets.size() - 1, b->slots.size() - 1};
     }
-    b->slots.push_back({p.t, k, b->numel, p.t.numel()});
-    b->numel += p.t.numel();
-    st.where[k] = {st.buckets.size() - 1, b->slots.size() - 1};
   }
   for (Bucket& b : st.buckets) {
     b.padded = (b.numel + pad_to - 1) / pad_to * pad_to;
@@ -104,12 +119,12 @@ void GradReducer::reduce() {
   st.finish();  // every slot from .grad, every bucket launched in order and waited for
 }
 
-void GradReducer::reduce_async() {
+void GradReducer::reduce_async(bool hold_last) {
   State& st = *state_;
   TRIDENT_CHECK(!st.round_open, "data parallelism: reduce_async() while a reduction is in progress");
   st.reset_round();
   st.round_backward = State::kAsyncRound;
-  st.launch_all();
+  st.launch_all(hold_last ? st.first_last_bucket : st.buckets.size());
 }
 
 void GradReducer::State::reset_round() {
@@ -193,9 +208,10 @@ void GradReducer::State::poll_in_flight() {
   }
 }
 
-void GradReducer::State::launch_all() {
+void GradReducer::State::launch_all(size_t end) {
   // Parameters whose hook did not fire contribute what they have (NOTE [Gradient buckets]).
-  for (Bucket& b : buckets) {
+  for (size_t i = 0; i < end; ++i) {
+    Bucket& b = buckets[i];
     if (b.launched) continue;
     for (const Slot& s : b.slots) {
       if (ready[s.index]) continue;
@@ -205,13 +221,12 @@ void GradReducer::State::launch_all() {
     }
   }
   launch_ready();
-  TRIDENT_ASSERT(next_launch == buckets.size(), "data parallelism: ", buckets.size() - next_launch,
-                 " buckets were not launched");
+  TRIDENT_ASSERT(next_launch == end, "data parallelism: ", end - next_launch, " buckets were not launched");
 }
 
 void GradReducer::State::finish() {
   if (!round_open) return;
-  launch_all();
+  launch_all(buckets.size());
   round_open = false;  // even if a wait throws: the next backward starts a new round
   NoGradGuard no_grad;
   for (Bucket& b : buckets) {

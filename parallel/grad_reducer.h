@@ -23,6 +23,11 @@
 // of which backpropagates separately) is an error naming it: its first gradient was not final.
 // With sync off (no_sync) hooks do nothing and gradients accumulate locally in .grad; the next
 // backward with sync on reduces the accumulated sum.
+// Parameters given as `last` (whose gradients are completed after the others': a pipeline stage's
+// tied parameters, summed over their stages at the end of the step) are bucketed after all the
+// others, in buckets of their own, so that reduce_async(hold_last) can launch every other bucket
+// while they are still being summed (NOTE [Overlapped pipeline gradients] in
+// apps/train_common.cpp).
 #pragma once
 
 #include <cstdint>
@@ -61,8 +66,9 @@ class GradReducer {
 
   // groups: the parameters (leaves requiring grad, f32/f64/f16/bf16, each once overall) per
   // optimizer group, in registration order. pad_to: the multiple each bucket is padded to.
+  // last: some of those parameters, bucketed after all the others (NOTE [Gradient buckets]).
   GradReducer(std::vector<std::vector<Tensor>> groups, std::shared_ptr<comm::Communicator> group, Mode mode,
-              int64_t bucket_bytes, int pad_to);
+              int64_t bucket_bytes, int pad_to, const std::vector<Tensor>& last = {});
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -83,7 +89,13 @@ class GradReducer {
   // the gradients: a pipeline stage after its last backward pass while the other stages finish
   // theirs (NOTE [Overlapped pipeline gradients] in apps/train_common.cpp). Until finish(), .grad
   // must not change, and a backward with sync on is an error. Collective.
-  void reduce_async();
+  // hold_last: the buckets of the `last` parameters are neither filled nor launched here but by
+  // finish(), from the .grad they hold then (which may change until then: they are being summed).
+  void reduce_async(bool hold_last = false);
+  // Whether a reduce_async() round waits for finish().
+  bool async_in_flight() const;
+  // The index of the first bucket of the `last` parameters (buckets().size() without them).
+  size_t first_last_bucket() const;
   // Counts synchronized backwards; ZeroOptimizer::step() checks it moved.
   int64_t rounds_finished() const;
 
@@ -115,6 +127,7 @@ struct GradReducer::State : std::enable_shared_from_this<GradReducer::State> {
   uint64_t round_backward = 0;
   size_t next_launch = 0;
   int64_t rounds_finished = 0;
+  size_t first_last_bucket = 0;
 
   void on_grad_ready(size_t index);
   void open_round(uint64_t backward_id);
@@ -123,7 +136,8 @@ struct GradReducer::State : std::enable_shared_from_this<GradReducer::State> {
   void fill_slot(Bucket& b, const Slot& s);
   void launch_ready();
   void launch(Bucket& b);
-  void launch_all();
+  // Fills and launches buckets [0, end) that are not launched yet.
+  void launch_all(size_t end);
   void poll_in_flight();
   void finish();
   // round_backward of a round reduce_async() opened (no backward's).
@@ -133,6 +147,10 @@ struct GradReducer::State : std::enable_shared_from_this<GradReducer::State> {
 inline void GradReducer::set_sync(bool on) { state_->sync = on; }
 inline bool GradReducer::sync() const { return state_->sync; }
 inline int64_t GradReducer::rounds_finished() const { return state_->rounds_finished; }
+inline bool GradReducer::async_in_flight() const {
+  return state_->round_open && state_->round_backward == State::kAsyncRound;
+}
+inline size_t GradReducer::first_last_bucket() const { return state_->first_last_bucket; }
 inline const std::vector<GradReducer::Bucket>& GradReducer::buckets() const { return state_->buckets; }
 inline const std::vector<std::vector<Tensor>>& GradReducer::groups() const { return state_->groups; }
 inline comm::Communicator& GradReducer::comm() const { return *state_->comm; }

@@ -65,7 +65,7 @@ void ZeroOptimizer::init(ParamGroups groups, std::shared_ptr<comm::Communicator>
   const int ranks = dp->size();
   const int rank = dp->rank();
   reducer_ = std::make_unique<GradReducer>(std::move(groups), std::move(dp), GradReducer::Mode::ReduceScatter,
-                                           options.bucket_bytes, ranks);
+                                           options.bucket_bytes, ranks, options.reduce_last);
 
   // NOTE [ZeRO-1 layout]: parameters become views of their bucket's flat buffer.
   NoGradGuard no_grad;
@@ -161,7 +161,14 @@ void ZeroOptimizer::use_bucket_grads() {
   }
 }
 
-void ZeroOptimizer::reduce_gradients() { reducer_->reduce(); }
+void ZeroOptimizer::reduce_gradients() {
+  if (reducer_->async_in_flight())
+    reducer_->finish();
+  else
+    reducer_->reduce();
+}
+
+void ZeroOptimizer::reduce_gradients_async() { reducer_->reduce_async(/*hold_last=*/true); }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) { return clip_grad_norm(max_norm, NormParts{}); }
 

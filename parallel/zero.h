@@ -47,7 +47,12 @@
 // stage's parameters and the stage's dp group. The pipeline's micro-batches each run a backward
 // pass, so they run under no_sync(); the pipeline leaves the gradients local
 // (PipelineOptions::average_dp_gradients = false) after summing the tied parameters' over their
-// stages, and reduce_gradients() then reduce-scatters the sum once per step. Clipping takes the
+// stages, and reduce_gradients() then reduce-scatters the sum once per step. It can start
+// earlier: ZeroOptions::reduce_last puts the stage's tied parameters in the last buckets, and
+// reduce_gradients_async() from Pipeline::set_after_last_backward launches every other bucket once
+// the stage's last backward pass ran, so that their reduce-scatter overlaps the other stages'
+// backward passes; reduce_gradients() after the step launches the tied ones (summed by then) and
+// waits (NOTE [Overlapped pipeline gradients] in apps/train_common.cpp). Clipping takes the
 // whole model's norm (NormParts: pp, and the tied parameters counted once); a tied parameter's
 // holders update it alike (the same summed gradient, the same state), as without ZeRO.
 // Checkpoints gather the stage's unsharded state over dp, then the stages' over pp (NOTE
@@ -98,6 +103,10 @@ using OptimizerFactory = std::function<std::unique_ptr<nn::optim::Optimizer>(con
 struct ZeroOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;
   bool broadcast_from_rank0 = true;
+  // Parameters whose gradients are complete after the others' (a pipeline stage's tied
+  // parameters): bucketed after every other one, so that reduce_gradients_async() can start the
+  // rest early (NOTE [ZeRO-1 over pipeline stages]).
+  std::vector<Tensor> reduce_last{};
 };
 
 class ZeroOptimizer {
@@ -121,8 +130,13 @@ class ZeroOptimizer {
   // layout]).
   void zero_grad();
   // NOTE [ZeRO-1 over pipeline stages]: reduce-scatters the gradients the parameters hold now
-  // (GradReducer::reduce), for a caller whose backward passes ran under no_sync().
+  // (GradReducer::reduce), for a caller whose backward passes ran under no_sync(); after
+  // reduce_gradients_async(), launches the held buckets and waits for every one.
   void reduce_gradients();
+  // Launches the reduce-scatter of every bucket but those of options.reduce_last, not waited
+  // for: a pipeline stage's, once its last backward pass of the step ran, while the other stages
+  // run theirs. reduce_gradients() (or step(), zero_grad()) completes it. Collective.
+  void reduce_gradients_async();
   // Scales the shard gradients so that the global gradient norm (over every parameter, the
   // p-norm with p = 2) is at most max_norm; returns the norm before scaling. Collective; call
   // between backward and step().

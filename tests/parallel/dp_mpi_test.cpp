@@ -157,11 +157,39 @@ TEST(DataParallelMpi, BucketsAreInReverseRegistrationOrder) {
   for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(order[i], params[params.size() - 1 - i].impl()) << i;
 }
 
+// DataParallelOptions::reduce_last: those parameters after all the others, from a bucket of
+// their own on, each part in reverse registration order; one that is not a parameter is refused.
+TEST(DataParallelMpi, ReduceLastParametersAreBucketedAfterTheOthers) {
+  auto dp = fresh_dp_group("dp-last");
+  auto model = trident::testing::mlp_case().make();
+  const std::vector<Tensor> params = model->parameters();
+  ASSERT_GE(params.size(), 4u);
+  const std::vector<Tensor> last{params[0], params[2]};
+  DataParallel ddp(params, dp, {.bucket_bytes = 1 << 20, .reduce_last = last});  // large: one bucket would hold all
+  std::vector<const TensorImpl*> order;
+  for (const auto& b : ddp.buckets())
+    for (const auto& s : b.slots) order.push_back(s.param.impl());
+  std::vector<const TensorImpl*> want;
+  for (size_t i = params.size(); i-- > 0;)
+    if (i != 0 && i != 2) want.push_back(params[i].impl());
+  want.push_back(params[2].impl());
+  want.push_back(params[0].impl());
+  EXPECT_EQ(order, want);
+  ASSERT_EQ(ddp.buckets().size(), 2u) << "the others in one bucket, the held ones in a second";
+  EXPECT_EQ(ddp.buckets()[1].slots.size(), 2u);
+  trident::testing::expect_error(
+      [&] { DataParallel bad(params, dp, {.broadcast_from_rank0 = false, .reduce_last = {zeros({3, 4}).set_requires_grad()}}); },
+      {"parameter 0 of those to reduce last", "[3, 4]", "is not one of the parameters"});
+}
+
 // kMicro micro-batches per step: all but the last backward under no_sync and the last one
 // reducing, or every backward under no_sync and DataParallel::reduce() after them (a pipeline
 // stage's way, NOTE [Pipeline on GPUs]), or reduce_async() then finish() (NOTE [Overlapped
 // pipeline gradients]). Each equals one big batch.
-enum class GradSync { InLastBackward, After, AsyncAfter };
+// AsyncHoldLast: reduce_async(hold_last) with two parameters to reduce last, whose gradients are
+// still being completed after it (zeroed before, restored after: a bucket filled early would
+// reduce the zeros).
+enum class GradSync { InLastBackward, After, AsyncAfter, AsyncHoldLast };
 static void expect_accumulation_equals_one_big_batch(GradSync how) {
   const bool reduce_after = how != GradSync::InLastBackward;
   constexpr int kMicro = 2;
@@ -170,7 +198,21 @@ static void expect_accumulation_equals_one_big_batch(GradSync how) {
     const TrainRun serial = train_serial(c, kSteps, kGlobalBatch, kMicro);
     auto dp = fresh_dp_group("dp-accumulate");
     auto model = c.make();
-    DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets});
+    std::vector<Tensor> held;
+    if (how == GradSync::AsyncHoldLast) held = {model->parameters().front(), model->parameters().back()};
+    DataParallel ddp(*model, dp, {.bucket_bytes = kSmallBuckets, .reduce_last = held});
+    // The buckets before the first that holds a held parameter; none of them after it.
+    int64_t first_held = static_cast<int64_t>(ddp.buckets().size());
+    for (size_t b = 0; b < ddp.buckets().size(); ++b) {
+      bool holds = false;
+      for (const auto& slot : ddp.buckets()[b].slots)
+        for (const Tensor& h : held) holds = holds || slot.param.is_same(h);
+      if (holds) first_held = std::min(first_held, static_cast<int64_t>(b));
+      EXPECT_EQ(holds, static_cast<int64_t>(b) >= first_held) << "bucket " << b;
+    }
+    if (!held.empty()) {
+      EXPECT_GT(first_held, 0);
+    }
     auto opt = make_sgd(model->parameters());
     TrainRun r;
     for (int s = 0; s < kSteps; ++s) {
@@ -198,6 +240,17 @@ static void expect_accumulation_equals_one_big_batch(GradSync how) {
             << "every bucket launched";
         ddp.finish();
       }
+      if (how == GradSync::AsyncHoldLast) {
+        std::vector<Tensor> kept;
+        for (Tensor& p : held) {
+          kept.push_back(p.grad().clone());
+          fill_(p.grad(), 0.0);
+        }
+        ddp.reduce_async(/*hold_last=*/true);
+        EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before + first_held) << "every bucket but the held one";
+        for (size_t i = 0; i < held.size(); ++i) copy_(held[i].grad(), kept[i]);
+        ddp.finish();
+      }
       EXPECT_EQ(dp->stats()[CommOp::AllReduce].calls, calls_before + static_cast<int64_t>(ddp.buckets().size()))
           << "one all-reduce per bucket per step";
       opt->step();
@@ -205,8 +258,11 @@ static void expect_accumulation_equals_one_big_batch(GradSync how) {
       r.losses.push_back(global_loss(*dp, scalar_tensor(loss_sum, kF64)));
     }
     r.params = model->parameters();
-    expect_same_run(r, serial, 1e-5,
-                    c.name + (how == GradSync::After ? " reduce()" : how == GradSync::AsyncAfter ? " reduce_async()" : " no_sync"));
+    const char* what = how == GradSync::After           ? " reduce()"
+                       : how == GradSync::AsyncAfter    ? " reduce_async()"
+                       : how == GradSync::AsyncHoldLast ? " reduce_async(hold_last)"
+                                                        : " no_sync";
+    expect_same_run(r, serial, 1e-5, c.name + what);
   }
 }
 
@@ -218,6 +274,10 @@ TEST(DataParallelMpi, ReduceAfterBackwardsUnderNoSyncEqualsOneBigBatch) { expect
 
 TEST(DataParallelMpi, ReduceAsyncThenFinishEqualsOneBigBatch) {
   expect_accumulation_equals_one_big_batch(GradSync::AsyncAfter);
+}
+
+TEST(DataParallelMpi, ReduceAsyncHoldingTheLastBucketsThenFinishEqualsOneBigBatch) {
+  expect_accumulation_equals_one_big_batch(GradSync::AsyncHoldLast);
 }
 
 TEST(DataParallelMpi, BackwardWithSyncOnDuringReduceAsyncIsAnError) {

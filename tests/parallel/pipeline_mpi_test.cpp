@@ -620,8 +620,11 @@ TEST(PipelineMpi, TensorTimesPipelineTrainsAsSerial) {
 // once (it lives on both stages). Trained with SGD + momentum (linear in the gradient, so
 // rounding stays rounding), the losses, norms and parameters must be the serial run's within
 // relative 1e-5. Counting the embedding twice, or clipping by the stage's norm alone, changes
-// the norms far beyond that.
-TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) {
+// the norms far beyond that. Overlapped (NOTE [Overlapped pipeline gradients]): the tied
+// embedding bucketed last (ZeroOptions::reduce_last), every other bucket's reduce-scatter
+// launched from Pipeline::set_after_last_backward, before the embedding's sum over its stages,
+// and the embedding's after the step: the same run.
+static void expect_zero_over_pipeline_trains_as_serial(bool overlapped) {
   auto w = comm::Communicator::world();
   if (w->size() != 4) GTEST_SKIP() << "dp x pp needs 4 ranks (dp = 2, pp = 2)";
   const Mesh mesh(w, {.dp = 2, .pp = 2, .tp = 1});
@@ -634,11 +637,27 @@ TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) {
   Pipeline pipe(*model, mesh.group_ptr(Axis::PP),
                 {.micro_batches = 2, .schedule = Schedule::OneFOneB, .dp = mesh.group_ptr(Axis::DP),
                  .average_dp_gradients = false});
-  ZeroOptimizer zero(ParamGroups{pipe.parameters()}, mesh.group_ptr(Axis::DP),
+  const Tensor& tied = model->layers().tied().front().tensor;
+  std::vector<Tensor> tied_here;
+  for (const Tensor& p : pipe.parameters())
+    if (p.is_same(tied)) tied_here.push_back(p);
+  EXPECT_EQ(tied_here.size(), 1u) << "both stages hold the word embedding";
+  // Its own dp communicator, so that its counters count the gradients' reduce-scatters alone.
+  auto dp_grads = mesh.group(Axis::DP).split(0, mesh.group(Axis::DP).rank(), "zero-grads");
+  ZeroOptimizer zero(ParamGroups{pipe.parameters()}, dp_grads,
                      [](const ParamGroups& g) {
                        return std::make_unique<nn::optim::SGD>(g.at(0), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
                      },
-                     {.bucket_bytes = 2048});
+                     {.bucket_bytes = 2048, .reduce_last = overlapped ? tied_here : std::vector<Tensor>{}});
+  const auto buckets = static_cast<int64_t>(zero.buckets().size());
+  int64_t launched_at_hook = -1;
+  if (overlapped) {
+    pipe.set_after_last_backward([&] {
+      const int64_t before = dp_grads->stats()[comm::CommOp::ReduceScatter].calls;
+      zero.reduce_gradients_async();
+      launched_at_hook = dp_grads->stats()[comm::CommOp::ReduceScatter].calls - before;
+    });
+  }
   ZeroOptimizer::NormParts parts;
   parts.pp = &mesh.group(Axis::PP);
   for (const Tensor& p : pipe.parameters())
@@ -647,11 +666,20 @@ TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) {
   const int64_t per = kBatch / 2, row = mesh.index(Axis::DP) * per;
   for (int s = 0; s < kSteps; ++s) {
     double loss = 0;
+    const int64_t calls_before = dp_grads->stats()[comm::CommOp::ReduceScatter].calls;
     {
       auto local = zero.no_sync();
       loss = pipe.step(batch_of(s).slice(row, row + per));
     }
+    if (overlapped) {
+      // The embedding's bucket (its own, the last) waits for its sum over the stages.
+      const auto& last = zero.buckets().back();
+      EXPECT_TRUE(last.slots.size() == 1 && last.slots[0].param.is_same(tied)) << "the embedding's bucket is the last";
+      EXPECT_EQ(launched_at_hook, buckets - 1) << "every bucket but the embedding's, after the last backward pass";
+      EXPECT_EQ(dp_grads->stats()[comm::CommOp::ReduceScatter].calls - calls_before, buckets - 1);
+    }
     zero.reduce_gradients();
+    EXPECT_EQ(dp_grads->stats()[comm::CommOp::ReduceScatter].calls - calls_before, buckets) << "one per bucket per step";
     const double norm = zero.clip_grad_norm(kClip, parts);
     zero.step();
     zero.zero_grad();
@@ -661,6 +689,10 @@ TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) {
   const nn::StateDict got = gather_state_dict(pipe, pipe.state_dict());
   expect_gathered(got, want_params, mesh.group(Axis::PP).rank() == 0);
 }
+
+TEST(PipelineMpi, ZeroOverDataTimesPipelineTrainsAsSerial) { expect_zero_over_pipeline_trains_as_serial(false); }
+
+TEST(PipelineMpi, ZeroOverlappedWithTheFlushTrainsAsSerial) { expect_zero_over_pipeline_trains_as_serial(true); }
 
 TEST(PipelineMpi, BalanceByParametersAndByTime) {
   auto model = make_pipeline_model("gpt2");
