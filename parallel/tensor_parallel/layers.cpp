@@ -34,16 +34,27 @@ Tensor gather_full(const Tensor& local, const ParamShard& s, comm::Communicator&
   const int size = group.size();
   TRIDENT_CHECK(local.size(s.dim) * size == s.padded_size, "tensor-parallel gather: a shard of shape ", local.sizes(),
                 " on ", size, " ranks does not make ", s.padded_size, " entries along dim ", s.dim);
-  const Tensor all = all_gather_along(local.detach(), group, s.dim);  // [shard of rank 0 | rank 1 | ...]
-  std::vector<std::vector<Tensor>> parts(static_cast<size_t>(s.parts));
-  const std::vector<Tensor> per_rank = chunk(all, size, s.dim);
-  for (const Tensor& r : per_rank) {
-    const std::vector<Tensor> p = chunk(r, s.parts, s.dim);
-    for (size_t i = 0; i < p.size(); ++i) parts[i].push_back(p[i]);
+  // Every rank's shard in one buffer [size, shard...], then each rank's block of each part copied
+  // straight to its place in the result (part p's rows of rank r start at p padded / parts +
+  // r block), the padding past full_size left out: the buffer and the result are all this holds,
+  // twice the entry (NOTE [Streamed checkpoints] in parallel/checkpoint.h).
+  Shape gathered = local.sizes();
+  gathered.insert(gathered.begin(), size);
+  Tensor all = empty(gathered, TensorOptions(local.dtype()).device(local.device()));
+  group.all_gather(all, local.detach().contiguous()).wait();
+  Shape full = local.sizes();
+  full[static_cast<size_t>(s.dim)] = s.full_size;
+  Tensor out = empty(full, TensorOptions(local.dtype()).device(local.device()));
+  const int64_t block = local.size(s.dim) / s.parts, part = s.padded_size / s.parts;
+  NoGradGuard no_grad;
+  for (int r = 0; r < size; ++r) {
+    const Tensor mine = select(all, 0, r);
+    for (int64_t p = 0; p < s.parts; ++p) {
+      const int64_t at = p * part + r * block, n = std::min(block, s.full_size - at);
+      if (n > 0) copy_(narrow(out, s.dim, at, n), narrow(mine, s.dim, p * block, n));
+    }
   }
-  std::vector<Tensor> ordered;
-  for (auto& p : parts) ordered.push_back(cat(p, s.dim));
-  return narrow(cat(ordered, s.dim), s.dim, 0, s.full_size).contiguous();
+  return out;
 }
 
 int64_t padded_vocab_rows(int64_t rows, int64_t multiple, int tp) {
