@@ -68,7 +68,7 @@ class Scope {
   bool timed_ = false;    // the outermost: it records a time
   const char* name_ = nullptr;
   int device_ = -1;
-  int slot_ = -1;  // its pair of CUDA events
+  [[maybe_unused]] int slot_ = -1;  // its pair of CUDA events (unused in a build without CUDA)
   int64_t generation_ = 0;  // the profile it began in
   std::chrono::steady_clock::time_point t0_;
 };

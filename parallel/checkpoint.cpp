@@ -116,7 +116,7 @@ Entries model_entries(nn::Module& model, const ModelParallelCheckpoint& mp, cons
       shape[static_cast<size_t>(shard->dim)] = shard->full_size;
     }
     const int owner = static_cast<int>(owner_stage);
-    out.push_back({{name, t.dtype(), shape}, [at, stage, name, shard, owner]() -> Tensor {
+    out.push_back({{name, t.dtype(), shape}, [at, stage, name = name, shard, owner]() -> Tensor {
                      if (at.dp->rank() != 0 || (at.pp_rank() != owner && at.pp_rank() != 0)) return {};
                      Tensor whole;
                      if (at.pp_rank() == owner) {

@@ -62,8 +62,8 @@ inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) 
     store8(odd + i / 2, alternate8<1>(a, b));
   }
   if (i + 8 <= n) {  // 8 more: evens to the low half, odds to the high half, 4 floats each
-    const v8i split = {0, 2, 4, 6, 1, 3, 5, 7};
-    const v8f s = __builtin_shuffle(load8(src + i), split);
+    const v8f v = load8(src + i);
+    const v8f s = __builtin_shufflevector(v, v, 0, 2, 4, 6, 1, 3, 5, 7);
     float h[8];
     std::memcpy(h, &s, sizeof s);
     std::memcpy(even + i / 2, h, 4 * sizeof(float));
@@ -73,43 +73,46 @@ inline void deinterleave2(const float* src, int64_t n, float* even, float* odd) 
   for (; i < n; ++i) (i % 2 == 0 ? even : odd)[i / 2] = src[i];
 }
 
-// Shuffle masks of the transposes below: interleave the low / high pairs of two vectors'
-// 128-bit halves (unpack), take 64-bit pairs (shuffle), join 128-bit halves (permute).
-constexpr v8i kUnpackLo = {0, 8, 1, 9, 4, 12, 5, 13}, kUnpackHi = {2, 10, 3, 11, 6, 14, 7, 15};
-constexpr v8i kPairs02 = {0, 1, 8, 9, 4, 5, 12, 13}, kPairs13 = {2, 3, 10, 11, 6, 7, 14, 15};
-constexpr v8i kHalves02 = {0, 1, 2, 3, 8, 9, 10, 11}, kHalves13 = {4, 5, 6, 7, 12, 13, 14, 15};
+// The two-vector shuffles of the transposes below: interleave the low / high pairs of two
+// vectors' 128-bit halves (unpack), take 64-bit pairs (shuffle), join 128-bit halves (permute).
+// __builtin_shufflevector with constant lanes, which GCC (12 on) and Clang both have (GCC's
+// __builtin_shuffle with a mask vector is GCC's alone); the same instructions either way.
+inline v8f unpack_lo(v8f a, v8f b) { return __builtin_shufflevector(a, b, 0, 8, 1, 9, 4, 12, 5, 13); }
+inline v8f unpack_hi(v8f a, v8f b) { return __builtin_shufflevector(a, b, 2, 10, 3, 11, 6, 14, 7, 15); }
+inline v8f pairs02(v8f a, v8f b) { return __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13); }
+inline v8f pairs13(v8f a, v8f b) { return __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15); }
+inline v8f halves02(v8f a, v8f b) { return __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11); }
+inline v8f halves13(v8f a, v8f b) { return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15); }
 
 // The 4 x 8 matrix v (4 rows of 8) stored column by column: d, 32 floats, holds v[0][j],
 // v[1][j], v[2][j], v[3][j] for j = 0, 1, ..., 7 (d[q] columns 2q and 2q + 1).
 inline void columns_of_4x8(const v8f* v, v8f* d) {
-  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13, p20 = kHalves02, p31 = kHalves13;
-  const v8f t0 = __builtin_shuffle(v[0], v[1], lo), t1 = __builtin_shuffle(v[0], v[1], hi);
-  const v8f t2 = __builtin_shuffle(v[2], v[3], lo), t3 = __builtin_shuffle(v[2], v[3], hi);
-  const v8f u0 = __builtin_shuffle(t0, t2, s44), u1 = __builtin_shuffle(t0, t2, sEE);  // columns 0 | 4, 1 | 5
-  const v8f u2 = __builtin_shuffle(t1, t3, s44), u3 = __builtin_shuffle(t1, t3, sEE);  // columns 2 | 6, 3 | 7
-  d[0] = __builtin_shuffle(u0, u1, p20);
-  d[1] = __builtin_shuffle(u2, u3, p20);
-  d[2] = __builtin_shuffle(u0, u1, p31);
-  d[3] = __builtin_shuffle(u2, u3, p31);
+  const v8f t0 = unpack_lo(v[0], v[1]), t1 = unpack_hi(v[0], v[1]);
+  const v8f t2 = unpack_lo(v[2], v[3]), t3 = unpack_hi(v[2], v[3]);
+  const v8f u0 = pairs02(t0, t2), u1 = pairs13(t0, t2);  // columns 0 | 4, 1 | 5
+  const v8f u2 = pairs02(t1, t3), u3 = pairs13(t1, t3);  // columns 2 | 6, 3 | 7
+  d[0] = halves02(u0, u1);
+  d[1] = halves02(u2, u3);
+  d[2] = halves13(u0, u1);
+  d[3] = halves13(u2, u3);
 }
 
 // d[j][q] = v[q][j]: the 8x8 transpose (unpack, shuffle and 128-bit permute steps).
 inline void transpose_8x8(const v8f* v, v8f* d) {
-  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13, p20 = kHalves02, p31 = kHalves13;
   v8f t[8], u[8];
   for (int i = 0; i < 4; ++i) {
-    t[2 * i] = __builtin_shuffle(v[2 * i], v[2 * i + 1], lo);
-    t[2 * i + 1] = __builtin_shuffle(v[2 * i], v[2 * i + 1], hi);
+    t[2 * i] = unpack_lo(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = unpack_hi(v[2 * i], v[2 * i + 1]);
   }
   for (int i = 0; i < 2; ++i) {
-    u[4 * i + 0] = __builtin_shuffle(t[4 * i], t[4 * i + 2], s44);
-    u[4 * i + 1] = __builtin_shuffle(t[4 * i], t[4 * i + 2], sEE);
-    u[4 * i + 2] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], s44);
-    u[4 * i + 3] = __builtin_shuffle(t[4 * i + 1], t[4 * i + 3], sEE);
+    u[4 * i + 0] = pairs02(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = pairs13(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = pairs02(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = pairs13(t[4 * i + 1], t[4 * i + 3]);
   }
   for (int j = 0; j < 4; ++j) {
-    d[j] = __builtin_shuffle(u[j], u[4 + j], p20);
-    d[j + 4] = __builtin_shuffle(u[j], u[4 + j], p31);
+    d[j] = halves02(u[j], u[4 + j]);
+    d[j + 4] = halves13(u[j], u[4 + j]);
   }
 }
 

@@ -135,33 +135,31 @@ inline void gt_times(const v8f* m, v8f* o) {
 // Columns 0..5 of the 8x8 matrix whose rows are v[0..7]: d[j][q] = v[q][j] (unpack, shuffle
 // and 128-bit permute steps, 22 shuffles in all).
 inline void transpose_8x6(const v8f* v, v8f* d) {
-  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13, p20 = kHalves02, p31 = kHalves13;
-  const v8f t0 = __builtin_shuffle(v[0], v[1], lo), t1 = __builtin_shuffle(v[0], v[1], hi);
-  const v8f t2 = __builtin_shuffle(v[2], v[3], lo), t3 = __builtin_shuffle(v[2], v[3], hi);
-  const v8f t4 = __builtin_shuffle(v[4], v[5], lo), t5 = __builtin_shuffle(v[4], v[5], hi);
-  const v8f t6 = __builtin_shuffle(v[6], v[7], lo), t7 = __builtin_shuffle(v[6], v[7], hi);
-  const v8f s0 = __builtin_shuffle(t0, t2, s44), s1 = __builtin_shuffle(t0, t2, sEE);
-  const v8f s2 = __builtin_shuffle(t1, t3, s44), s3 = __builtin_shuffle(t1, t3, sEE);
-  const v8f s4 = __builtin_shuffle(t4, t6, s44), s5 = __builtin_shuffle(t4, t6, sEE);
-  const v8f s6 = __builtin_shuffle(t5, t7, s44), s7 = __builtin_shuffle(t5, t7, sEE);
-  d[0] = __builtin_shuffle(s0, s4, p20);
-  d[1] = __builtin_shuffle(s1, s5, p20);
-  d[2] = __builtin_shuffle(s2, s6, p20);
-  d[3] = __builtin_shuffle(s3, s7, p20);
-  d[4] = __builtin_shuffle(s0, s4, p31);
-  d[5] = __builtin_shuffle(s1, s5, p31);
+  const v8f t0 = unpack_lo(v[0], v[1]), t1 = unpack_hi(v[0], v[1]);
+  const v8f t2 = unpack_lo(v[2], v[3]), t3 = unpack_hi(v[2], v[3]);
+  const v8f t4 = unpack_lo(v[4], v[5]), t5 = unpack_hi(v[4], v[5]);
+  const v8f t6 = unpack_lo(v[6], v[7]), t7 = unpack_hi(v[6], v[7]);
+  const v8f s0 = pairs02(t0, t2), s1 = pairs13(t0, t2);
+  const v8f s2 = pairs02(t1, t3), s3 = pairs13(t1, t3);
+  const v8f s4 = pairs02(t4, t6), s5 = pairs13(t4, t6);
+  const v8f s6 = pairs02(t5, t7), s7 = pairs13(t5, t7);
+  d[0] = halves02(s0, s4);
+  d[1] = halves02(s1, s5);
+  d[2] = halves02(s2, s6);
+  d[3] = halves02(s3, s7);
+  d[4] = halves13(s0, s4);
+  d[5] = halves13(s1, s5);
 }
 
 // The inverse direction for 4 columns: r[k] holds lane q = k's row (y[0..3][q]) in its low
 // half and lane q = k + 4's in its high half.
 inline void transpose_4x8(const v8f* y, v8f* r) {
-  const v8i lo = kUnpackLo, hi = kUnpackHi, s44 = kPairs02, sEE = kPairs13;
-  const v8f a = __builtin_shuffle(y[0], y[1], lo), b = __builtin_shuffle(y[0], y[1], hi);
-  const v8f c = __builtin_shuffle(y[2], y[3], lo), d = __builtin_shuffle(y[2], y[3], hi);
-  r[0] = __builtin_shuffle(a, c, s44);
-  r[1] = __builtin_shuffle(a, c, sEE);
-  r[2] = __builtin_shuffle(b, d, s44);
-  r[3] = __builtin_shuffle(b, d, sEE);
+  const v8f a = unpack_lo(y[0], y[1]), b = unpack_hi(y[0], y[1]);
+  const v8f c = unpack_lo(y[2], y[3]), d = unpack_hi(y[2], y[3]);
+  r[0] = pairs02(a, c);
+  r[1] = pairs13(a, c);
+  r[2] = pairs02(b, d);
+  r[3] = pairs13(b, d);
 }
 
 // ---- the problem -------------------------------------------------------------------------
@@ -203,7 +201,6 @@ struct Problem {
 // 128 forward pass on one thread.)
 TRIDENT_CPU_CLONES void winograd_weights(const Problem& p, float* U, int64_t i0, int64_t i1) {
   static_assert(kMR == 4, "the interleave below writes 4 outputs per channel");
-  const v8i lo_halves = kHalves02, hi_halves = kHalves13;
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t gi = item / p.OB, ob = item % p.OB;
     for (int64_t c0 = 0; c0 < p.Cg; c0 += 8) {
@@ -239,10 +236,10 @@ TRIDENT_CPU_CLONES void winograd_weights(const Problem& p, float* U, int64_t i0,
         float* dst = U + p.u_panel(gi, xi, ob) + c0 * kMR;
         alignas(32) float tmp[32];
         float* to = nc == 8 ? dst : tmp;  // the panel's last channels: write only theirs
-        store8(to, __builtin_shuffle(t[0], t[1], lo_halves));
-        store8(to + 8, __builtin_shuffle(t[2], t[3], lo_halves));
-        store8(to + 16, __builtin_shuffle(t[0], t[1], hi_halves));
-        store8(to + 24, __builtin_shuffle(t[2], t[3], hi_halves));
+        store8(to, halves02(t[0], t[1]));
+        store8(to + 8, halves02(t[2], t[3]));
+        store8(to + 16, halves13(t[0], t[1]));
+        store8(to + 24, halves13(t[2], t[3]));
         if (nc < 8) std::memcpy(dst, tmp, sizeof(float) * static_cast<size_t>(nc * kMR));
       }
     }

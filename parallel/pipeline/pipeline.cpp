@@ -578,7 +578,7 @@ void Pipeline::forward(int64_t m, int64_t chunk, const Batch& mb, const std::vec
   const bool remat = options_.remat == Remat::Always ||
                      (options_.remat == Remat::ExceptLast && m + 1 != options_.micro_batches);
   const auto [begin, end] = ranges_[c];
-  const autograd::CheckpointFn fn = [this, mb, m, chunk, begin, end](const TensorList& in) {
+  const autograd::CheckpointFn fn = [this, mb, m, chunk, begin = begin, end = end](const TensorList& in) {
     const double start = timeline_now();
     TensorList out = model_.layers().run(mb, in, begin, end);
     if (in_backward_) record(EventKind::Recompute, m, start, chunk);  // checkpoint's re-run
