@@ -9,21 +9,54 @@
 # [Higher-order gradients] in autograd/engine.h; bench_gpt2_train ... hvp against
 # gpt2_train_torch.py ... hvp), ROUNDS alternating rounds, a table of each side's fastest:
 #   scripts/bench-gpt2-vs-torch.sh [threads] [steps] hvp [rounds]   (default: 3 steps, 2 rounds)
+#
+# With `generate`, text generation with GPT-2 124M and the key/value cache: a prompt of PROMPT
+# tokens (default 64), then NEW greedy tokens (default 64), one sequence (bench_gpt2_generate
+# against gpt2_generate_torch.py, the cache allocated once on both sides), ROUNDS alternating
+# rounds of `steps` generations each, a table of each side's fastest:
+#   scripts/bench-gpt2-vs-torch.sh [threads] [generations] generate [rounds]   (default: 3, 2 rounds)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 THREADS="${1:-$(nproc)}"
 MODE="${3:-train}"
-if [[ "$MODE" == hvp ]]; then STEPS="${2:-3}"; else STEPS="${2:-10}"; fi
+if [[ "$MODE" == hvp || "$MODE" == generate ]]; then STEPS="${2:-3}"; else STEPS="${2:-10}"; fi
 ROUNDS="${4:-2}"
 scripts/setup.sh python3-torch >/dev/null
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target bench_gpt2_train bench_cpu_ops >/dev/null
+cmake --build build -j "$(nproc)" --target bench_gpt2_train bench_gpt2_generate bench_cpu_ops >/dev/null
 # Both sides run the same OpenBLAS kernels: the set Trident chooses (NOTE [OpenBLAS core]),
 # handed to PyTorch, which loads the same library but keeps its own choice.
 export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$(build/benchmarks/bench_cpu_ops --blas-core)}"
 echo "OpenBLAS kernels on both sides: $OPENBLAS_CORETYPE" >&2
+if [[ "$MODE" == generate ]]; then
+  PROMPT="${PROMPT:-64}" NEW="${NEW:-64}"
+  tri=() pt=()
+  for ((r = 0; r < ROUNDS; ++r)); do
+    tri+=("$(OMP_NUM_THREADS="$THREADS" build/benchmarks/bench_gpt2_generate "$THREADS" "$PROMPT" "$NEW" "$STEPS")")
+    pt+=("$(OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/gpt2_generate_torch.py "$THREADS" "$PROMPT" "$NEW" "$STEPS")")
+  done
+  /usr/bin/python3 - "$THREADS" "$PROMPT" "$NEW" "${tri[@]}" -- "${pt[@]}" <<'PY'
+import json, sys
+threads, prompt, new = sys.argv[1:4]
+args = sys.argv[4:]
+cut = args.index("--")
+tri = [json.loads(a) for a in args[:cut]]
+pt = [json.loads(a) for a in args[cut + 1:]]
+def best(rows, key): return min(r[key] for r in rows)
+print(f"GPT-2 124M generation, prompt {prompt} tokens, {new} greedy tokens with the cache, batch 1, {threads} threads, "
+      f"fastest of {len(tri)} rounds")
+print(f"| {'':30} | {'Trident':>8} | {'PyTorch 1.13':>12} | {'PyTorch / Trident':>17} |")
+print(f"| {'-' * 30} | {'-' * 8} | {'-' * 12} | {'-' * 17} |")
+for name, key in (("prompt + first token (ms)", "prefill_ms"), ("each further token (ms)", "token_ms")):
+    t, p = best(tri, key), best(pt, key)
+    print(f"| {name:30} | {t:8.1f} | {p:12.1f} | {p / t:17.2f} |")
+t, p = best(tri, "token_ms"), best(pt, "token_ms")
+print(f"tokens/s after the prompt: Trident {1e3 / t:.1f}, PyTorch {1e3 / p:.1f}")
+PY
+  exit 0
+fi
 if [[ "$MODE" == hvp ]]; then
   tri=() pt=()
   for ((r = 0; r < ROUNDS; ++r)); do

@@ -5,6 +5,7 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemv.h"
 #include "ops/cpu/sgemm_avx512.h"
 #include "ops/shape.h"
 
@@ -125,6 +126,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
+  }
+  // A few rows against a matrix: streamed once, bandwidth-bound (NOTE [Small-m SGEMM]).
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_small_m(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   }
   // Decided once for the whole product, so that every panel below runs the same kernel and the
   // result does not depend on the thread count (NOTE [AVX-512 SGEMM]).

@@ -1,8 +1,10 @@
 #include "test_util.h"
 
 #include <array>
+#include <functional>
 
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemv.h"
 #include "ops/cpu/sgemm_avx512.h"
 
 using namespace trident;
@@ -232,18 +234,19 @@ TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
 // than the matrices, alpha and beta (beta = 0 must not read C: C starts as NaN there). Elements
 // outside C (the row padding) must stay untouched. Tolerance: the f32 dot-product bound,
 // k eps sum |a||b| (plus |beta c| eps), per element.
-TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
-  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
-  const int was = cpu::set_sgemm_avx512_preference_for_testing(1);
-  struct Case {
-    int64_t m, n, k;
-    float alpha, beta;
-  };
-  const Case cases[] = {{1, 1, 1, 1, 0},      {7, 15, 9, 1, 0},      {8, 48, 8, 1, 0},       {9, 49, 7, 0.5f, 1},
-                        {33, 47, 19, 1, -0.7f}, {96, 96, 384, 1, 0},  {97, 95, 385, 2, 1},    {200, 100, 800, 1, 0.25f},
-                        {17, 3100, 40, 1, 0},   {130, 17, 1000, -1, 1}, {64, 64, 1, 1, 0},     {5, 300, 77, 1, 0}};
-  Generator g(71);
-  for (const Case& cs : cases) {
+namespace {
+struct SgemmCase {
+  int64_t m, n, k;
+  float alpha, beta;
+};
+using SgemmFn = std::function<void(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                                   float, float*, int64_t)>;
+// Runs `sgemm` on every transpose combination of each case, with spare columns in every operand
+// (C's must stay untouched) and NaN in C where beta is 0 (it must not be read), against f64 sums
+// within the f32 bound.
+void expect_sgemm_matches_f64(const std::vector<SgemmCase>& cases, const SgemmFn& sgemm, uint64_t seed) {
+  Generator g(seed);
+  for (const SgemmCase& cs : cases) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       SCOPED_TRACE(::testing::Message() << cs.m << "x" << cs.n << "x" << cs.k << " ta " << ta << " tb " << tb << " alpha "
@@ -257,7 +260,7 @@ TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
         for (int64_t i = 0; i < cs.m; ++i)
           for (int64_t j = 0; j < cs.n; ++j) c[i * ldc + j] = std::nanf("");
       const std::vector<float> c0 = c;
-      cpu::sgemm_avx512(ta, tb, cs.m, cs.n, cs.k, cs.alpha, a.data(), lda, b.data(), ldb, cs.beta, c.data(), ldc);
+      sgemm(ta, tb, cs.m, cs.n, cs.k, cs.alpha, a.data(), lda, b.data(), ldb, cs.beta, c.data(), ldc);
       int bad = 0;
       for (int64_t i = 0; i < cs.m && bad < 5; ++i) {
         for (int64_t j = 0; j < ldc && bad < 5; ++j) {
@@ -282,7 +285,55 @@ TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
       }
     }
   }
+}
+}  // namespace
+
+TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
+  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
+  const int was = cpu::set_sgemm_avx512_preference_for_testing(1);
+  expect_sgemm_matches_f64({{1, 1, 1, 1, 0},      {7, 15, 9, 1, 0},      {8, 48, 8, 1, 0},       {9, 49, 7, 0.5f, 1},
+                            {33, 47, 19, 1, -0.7f}, {96, 96, 384, 1, 0},  {97, 95, 385, 2, 1},    {200, 100, 800, 1, 0.25f},
+                            {17, 3100, 40, 1, 0},   {130, 17, 1000, -1, 1}, {64, 64, 1, 1, 0},     {5, 300, 77, 1, 0}},
+                           cpu::sgemm_avx512, 71);
   cpu::set_sgemm_avx512_preference_for_testing(was);
+}
+
+// NOTE [Small-m SGEMM]: one to four rows times a matrix, on one thread and on two (above the size
+// where it shares), with tails in every dimension (k past a 64-row block and not a multiple of
+// 4 or 8, n not a multiple of 8); the two thread counts give the same bits. Larger m, and n or k
+// under 16, are left to the GEMM.
+TEST(Gemm, SmallMProductsMatchF64AndDoNotDependOnTheThreads) {
+  const SgemmFn small = [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    ASSERT_TRUE(cpu::sgemm_small_m(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+  };
+  const std::vector<SgemmCase> cases = {{1, 16, 16, 1, 0},    {1, 17, 131, 1, 0},     {2, 33, 65, 0.5f, 1},  {3, 100, 130, 1, -0.7f},
+                                        {4, 515, 200, 2, 0},  {1, 2304, 768, 1, 1},   {4, 1000, 77, -1, 0.25f}};
+  const int threads = get_num_threads();
+  for (const int nthreads : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << nthreads << " threads");
+    set_num_threads(nthreads);
+    expect_sgemm_matches_f64(cases, small, 73);
+  }
+  Generator g(74);
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{1, 2304, 768}, {3, 1000, 300}, {2, 700, 1025}}) {
+    for (const bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " tb " << tb);
+      const Tensor a = randn({m, k}, kF32, &g), b = tb ? randn({n, k}, kF32, &g) : randn({k, n}, kF32, &g);
+      auto product = [&](int nthreads) {
+        set_num_threads(nthreads);
+        std::vector<float> c(static_cast<size_t>(m * n));
+        cpu::gemm<float>(false, tb, m, n, k, 1.f, a.data<float>(), k, b.data<float>(), tb ? k : n, 0.f, c.data(), n);
+        return c;
+      };
+      EXPECT_EQ(product(1), product(2));
+    }
+  }
+  set_num_threads(threads);
+  std::vector<float> a(64 * 64, 1.f), b(64 * 64, 1.f), c(64 * 64);
+  EXPECT_FALSE(cpu::sgemm_small_m(false, false, 5, 64, 64, 1.f, a.data(), 64, b.data(), 64, 0.f, c.data(), 64));
+  EXPECT_FALSE(cpu::sgemm_small_m(false, false, 1, 15, 64, 1.f, a.data(), 64, b.data(), 64, 0.f, c.data(), 64));
+  EXPECT_FALSE(cpu::sgemm_small_m(false, false, 1, 64, 15, 1.f, a.data(), 64, b.data(), 64, 0.f, c.data(), 64));
 }
 
 // TRIDENT_CPU_SGEMM picks the f32 GEMM; a value it does not know is an error that names it.
