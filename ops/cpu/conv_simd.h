@@ -3,7 +3,7 @@
 // im2col convolutions (ops/cpu/conv_winograd.cpp, ops/cpu/conv_blocked.cpp,
 // ops/cpu/conv_winograd7.cpp); the direct kernels (ops/cpu/conv_direct.cpp) use its 16-lane
 // type, the AVX-512 SGEMM (ops/cpu/sgemm_avx512.cpp) its 8 x 8 transpose, max_pool2d
-// (ops/cpu/pool.cpp) its deinterleave2. Internal; call these only from functions compiled with
+// (ops/cpu/pool.cpp) its deinterleave2, the small-m SGEMM (ops/cpu/gemv.cpp) its vectors. Internal; call these only from functions compiled with
 // TRIDENT_CPU_CLONES (NOTE [ISA clones]) or a target attribute, which inline them.
 #pragma once
 

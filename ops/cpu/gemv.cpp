@@ -1,23 +1,19 @@
 #include "ops/cpu/gemv.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
 
 namespace trident::cpu {
 namespace {
 
-using v8f = float __attribute__((vector_size(32)));
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
-inline v8f splat(float s) { return v8f{s, s, s, s, s, s, s, s}; }
+using conv_simd::load8;
+using conv_simd::splat;
+using conv_simd::store8;
+using conv_simd::v8f;
 inline float hsum(const v8f& v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 
 constexpr int kMaxRows = 4;
