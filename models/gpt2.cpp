@@ -314,7 +314,7 @@ Tensor GPT2LMHeadModel::loss(const Activations& outputs, const Batch& batch, con
   return div(total, n[0]);
 }
 
-Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, GPT2KVCache& cache) {
+Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, GPT2KVCache& cache, bool last_position_only) {
   TRIDENT_CHECK(!autograd::GradMode::is_enabled(), "GPT-2 forward_cached is for inference; run it under NoGradGuard");
   TRIDENT_CHECK(static_cast<int64_t>(cache.keys.size()) == config_.n_layer, "GPT-2 forward_cached: a cache of ",
                 cache.keys.size(), " layers for a model of ", config_.n_layer);
@@ -338,7 +338,13 @@ Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, GPT2KVCache& cac
   Tensor h = GPT2EmbeddingLayer::embed(*transformer, ids, cache.length, config_.n_positions, padding);
   for (size_t i = 0; i < transformer->h->size(); ++i) h = (*transformer->h)[i]->forward(h, &cache, static_cast<int64_t>(i));
   cache.length += T;
+  // Only the last position through the output layer; under sequence parallelism the positions
+  // are spread over the ranks (the last one, or the padding after it, on the last), so the
+  // whole step's logits are gathered and narrowed instead.
+  const bool narrow_first = last_position_only && !f.sequence_parallel();
+  if (narrow_first) h = narrow(h, 1, T - 1, 1);
   const Tensor logits = f.full_logits(GPT2HeadLayer::logits(*transformer, config_, h));
+  if (last_position_only && !narrow_first) return narrow(logits, 1, T - 1, 1);
   return padding > 0 ? narrow(logits, 1, 0, T) : logits;
 }
 

@@ -110,8 +110,10 @@ class GPT2LMHeadModel : public LayeredModel {
   // Logits, and the loss when targets are given; runs the whole layer list.
   LMOutput forward(const Tensor& input_ids, const Tensor& targets = {});
   // Logits of the new positions [B, T, vocab_size] given a cache holding the previous ones
-  // (inference: under NoGradGuard). Advances cache.length by T.
-  Tensor forward_cached(const Tensor& input_ids, GPT2KVCache& cache);
+  // (inference: under NoGradGuard). Advances cache.length by T. last_position_only: the logits
+  // of the last new position only, [B, 1, vocab_size] (what generation samples from: a prompt's
+  // other positions skip the output layer, about 30% of GPT-2 124M's work per position).
+  Tensor forward_cached(const Tensor& input_ids, GPT2KVCache& cache, bool last_position_only = false);
   // A cache for `batch` sequences of up to `capacity` positions (<= n_positions).
   GPT2KVCache make_cache(int64_t batch, int64_t capacity) const;
 

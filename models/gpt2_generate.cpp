@@ -111,7 +111,7 @@ Tensor generate(GPT2LMHeadModel& model, const Tensor& prompt, const GenerateOpti
   Tensor logits;
   if (cached) {
     cache = model.make_cache(B, std::min(P, len + std::max<int64_t>(o.max_new_tokens, 1)));
-    logits = last(model.forward_cached(on_device(prompt), cache));
+    logits = last(model.forward_cached(on_device(prompt), cache, /*last_position_only=*/true));
   } else {
     logits = last(recompute(on_device(window(std::max<int64_t>(0, len - P)))));
   }

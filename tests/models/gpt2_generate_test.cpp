@@ -48,6 +48,30 @@ TEST(GPT2Generate, CachedLogitsEqualFullRecomputation) {
   expect_error([&] { m.forward_cached(narrow(seq, 1, 0, 4), cache); }, {"cache"});
 }
 
+// forward_cached(..., last_position_only): the last new position's logits, [B, 1, V], and the
+// cache advanced as by a full step (the next steps' logits the same).
+TEST(GPT2Generate, LastPositionOnlyGivesTheLastLogitsAndTheSameCache) {
+  Generator init(5);
+  GPT2LMHeadModel m(gen_config(), &init);
+  m.eval();
+  NoGradGuard ng;
+  const Tensor seq = prompt(2, 9, 6);
+  const Tensor full = m.forward(seq).logits;
+  GPT2KVCache a = m.make_cache(2, 12), b = m.make_cache(2, 12);
+  const Tensor last = m.forward_cached(narrow(seq, 1, 0, 5), a, /*last_position_only=*/true);
+  const Tensor all = m.forward_cached(narrow(seq, 1, 0, 5), b);
+  EXPECT_EQ(last.sizes(), (Shape{2, 1, 29}));
+  EXPECT_TRUE(all_close(last, narrow(all, 1, 4, 1), 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(last, narrow(full, 1, 4, 1), 1e-5, 1e-6));
+  EXPECT_EQ(a.length, 5);
+  for (size_t i = 0; i < a.keys.size(); ++i) {
+    EXPECT_TRUE(all_close(a.keys[i], b.keys[i], 0, 0)) << "layer " << i;
+    EXPECT_TRUE(all_close(a.values[i], b.values[i], 0, 0)) << "layer " << i;
+  }
+  const Tensor next = m.forward_cached(narrow(seq, 1, 5, 2), a, /*last_position_only=*/true);
+  EXPECT_TRUE(all_close(next, narrow(full, 1, 6, 1), 1e-5, 1e-6)) << "a second step";
+}
+
 TEST(GPT2Generate, GreedyIsTheArgmaxOfTheFullForwardWithAndWithoutCache) {
   Generator init(3);
   GPT2LMHeadModel m(gen_config(), &init);

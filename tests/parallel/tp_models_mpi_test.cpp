@@ -532,15 +532,20 @@ TEST(TpSequenceParallel, GenerationTokenByTokenIsTheSerialOne) {
   }
   NoGradGuard no_grad;
   const Tensor seq = tokens(4);  // [2, 8]
-  GPT2KVCache a = sp.make_cache(kB, kT), b = serial.make_cache(kB, kT);
+  GPT2KVCache a = sp.make_cache(kB, kT), b = serial.make_cache(kB, kT), c = sp.make_cache(kB, kT);
   EXPECT_EQ(a.capacity(), kT);
   int64_t at = 0;
   for (const int64_t len : {int64_t{1}, int64_t{3}, int64_t{2}, int64_t{1}, int64_t{1}}) {
     const Tensor step = narrow(seq, 1, at, len);
-    EXPECT_TRUE(trident::testing::all_close(sp.forward_cached(step, a), serial.forward_cached(step, b), 1e-5, 1e-5))
-        << len << " new tokens after " << at;
+    const Tensor want = serial.forward_cached(step, b);
+    EXPECT_TRUE(trident::testing::all_close(sp.forward_cached(step, a), want, 1e-5, 1e-5)) << len << " new tokens after " << at;
+    // The last position only: its logits gathered over the ranks that hold the positions.
+    EXPECT_TRUE(trident::testing::all_close(sp.forward_cached(step, c, /*last_position_only=*/true), narrow(want, 1, len - 1, 1),
+                                            1e-5, 1e-5))
+        << len << " new tokens after " << at << ", the last position only";
     at += len;
     EXPECT_EQ(a.length, at);
+    EXPECT_EQ(c.length, at);
   }
   trident::testing::expect_error([&] { sp.forward_cached(narrow(seq, 1, 0, 1), a); }, {"do not fit a cache holding 8 of 8"});
 }
