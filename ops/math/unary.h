@@ -290,7 +290,7 @@ struct Clamp {
 template <typename T>
 struct ClampBackward {
   T lo, hi;
-  TRIDENT_INLINE T operator()(T g, T x) const { return (x >= lo) & (x <= hi) ? g : T(0); }
+  TRIDENT_INLINE T operator()(T g, T x) const { return ((x >= lo) & (x <= hi)) ? g : T(0); }
 };
 
 }  // namespace trident::math

@@ -64,7 +64,7 @@ TEST(Avx512Kernels, SoftmaxAndLogSoftmaxBothWaysMatchF64) {
       for (bool log : {false, true}) {
         SCOPED_TRACE(detail::str(shape_str(shape), " dim ", dim, log ? " log_softmax" : " softmax"));
         check_f32({rand_leaf(shape, seed, 4.0)},
-                  [&](const std::vector<Tensor>& x) { return log ? log_softmax(x[0], dim) : softmax(x[0], dim); }, 32, seed + 1);
+                  [&, dim = dim](const std::vector<Tensor>& x) { return log ? log_softmax(x[0], dim) : softmax(x[0], dim); }, 32, seed + 1);
         seed += 2;
       }
     }
@@ -84,7 +84,7 @@ TEST(Avx512Kernels, CrossEntropyBothWaysMatchesF64) {
     for (const auto& [logits, target] : std::vector<std::pair<Tensor, Tensor>>{{rand_leaf({13, 1001}, 200, 3.0), t2},
                                                                              {rand_leaf({4, 50, 9}, 201, 3.0), t3}}) {
       SCOPED_TRACE(shape_str(logits.sizes()));
-      check_f32({logits}, [&](const std::vector<Tensor>& x) { return cross_entropy(x[0], target, opt); }, 32, 202);
+      check_f32({logits}, [&, target = target](const std::vector<Tensor>& x) { return cross_entropy(x[0], target, opt); }, 32, 202);
     }
   });
 }
@@ -113,7 +113,7 @@ TEST(Avx512Kernels, UnaryMathBothWaysMatchesF64) {
     uint64_t seed = 400;
     for (const auto& [name, op] : ops) {
       SCOPED_TRACE(name);
-      check_f32({rand_leaf({7, 143}, seed, 3.0)}, [&](const std::vector<Tensor>& x) { return op(x[0]); }, 16, seed + 1);
+      check_f32({rand_leaf({7, 143}, seed, 3.0)}, [&, op = op](const std::vector<Tensor>& x) { return op(x[0]); }, 16, seed + 1);
       seed += 2;
     }
   });

@@ -320,7 +320,7 @@ TEST(Gemm, SmallMProductsMatchF64AndDoNotDependOnTheThreads) {
     for (const bool tb : {false, true}) {
       SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " tb " << tb);
       const Tensor a = randn({m, k}, kF32, &g), b = tb ? randn({n, k}, kF32, &g) : randn({k, n}, kF32, &g);
-      auto product = [&](int nthreads) {
+      auto product = [&, m = m, n = n, k = k](int nthreads) {
         set_num_threads(nthreads);
         std::vector<float> c(static_cast<size_t>(m * n));
         cpu::gemm<float>(false, tb, m, n, k, 1.f, a.data<float>(), k, b.data<float>(), tb ? k : n, 0.f, c.data(), n);
@@ -361,7 +361,7 @@ TEST(Gemm, Avx512KernelIsTheSameOnOneOrTwoThreadsAndAgreesWithOpenBlas) {
   for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 200, 500}, {40, 700, 129}, {33, 33, 33}}) {
     SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
     const Tensor a = randn({m, k}, kF32, &g), b = randn({n, k}, kF32, &g);  // linear's layout: B read transposed
-    auto product = [&](int nthreads, int preference) {
+    auto product = [&, m = m, n = n, k = k](int nthreads, int preference) {
       const int was = cpu::set_sgemm_avx512_preference_for_testing(preference);
       set_num_threads(nthreads);
       std::vector<float> c(static_cast<size_t>(m * n));
