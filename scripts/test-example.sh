@@ -23,8 +23,12 @@ if command -v ccache >/dev/null 2>&1; then
   LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
 fi
+# The library's own C++ compiler: the OpenMP runtime its objects call into (GCC's libgomp,
+# Clang's libomp) is the one that compiler links.
+CXX_OF_BUILD=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 # Only the installed package may be found: no package registry, no build tree.
 cmake -S "$ROOT/examples/custom_op" -B "$WORK/build" "${GENERATOR[@]}" "${LAUNCHER[@]}" \
+  ${CXX_OF_BUILD:+-DCMAKE_CXX_COMPILER="$CXX_OF_BUILD"} \
   -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
   -DCMAKE_BUILD_TYPE=Release | tee "$WORK/configure.log"
 trident_dir=$(sed -n 's/^Trident_DIR:PATH=//p' "$WORK/build/CMakeCache.txt")

@@ -72,7 +72,12 @@ struct AdamUpdate {
     const T denom = std::sqrt(v) / bias_correction2_sqrt + eps;
     p = p - step_size * (m / denom);
   }
-  TRIDENT_INLINE void operator()(T& p, T g, T& m, T& v) const { apply(p, m, moments(p, g, m, v)); }
+  // moments() first, in its own statement: in apply(p, m, moments(...)) the order in which the
+  // arguments are evaluated is unspecified, and Clang read m before moments() updated it.
+  TRIDENT_INLINE void operator()(T& p, T g, T& m, T& v) const {
+    const T vn = moments(p, g, m, v);
+    apply(p, m, vn);
+  }
   // amsgrad. torch.maximum propagates NaN; so does this (the comparison is false for NaN v,
   // and a NaN vmax stays NaN).
   TRIDENT_INLINE void operator()(T& p, T g, T& m, T& v, T& vmax) const {

@@ -86,13 +86,21 @@ inline void row_sum2(int64_t n, const F1& f1, const F2& f2, double& s1, double& 
   }
 }
 
-// max over x[0..n) (-inf for an empty row; NaN-free rows only: a NaN may or may not win, the
-// NaN then reaches the output through x - max anyway).
+// max over x[0..n) (-inf for an empty row or one of -inf alone; NaN-free rows only: a NaN may or
+// may not win, the NaN then reaches the output through x - max anyway). OpenMP starts the
+// reduction's private copies at the least value of the type, which GCC takes to be -inf and
+// Clang the lowest finite value: a row of -inf (a fully masked attention row) came out as
+// -DBL_MAX under Clang, and its softmax as 0 / 0. A result of exactly that value is therefore
+// checked again one element at a time (a rare row; the vectorized loop stays as fast).
 template <typename C>
 inline C row_max(const C* x, int64_t n) {
   C m = -std::numeric_limits<C>::infinity();
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  if (m == std::numeric_limits<C>::lowest()) {
+    m = -std::numeric_limits<C>::infinity();
+    for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  }
   return m;
 }
 
