@@ -8,6 +8,7 @@
 // ~/.cache/trident/gpt2; --vocab names another folder).
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -105,13 +106,32 @@ int main(int argc, char** argv) {
     o.sampling = {.greedy = greedy, .temperature = temperature, .top_k = top_k, .top_p = top_p};
     o.use_cache = !no_cache;
     o.generator = &gen;
+    // Timing, to stderr (stdout carries the samples): the prompt's step with the first token, then
+    // the rest.
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point first;
+    int64_t produced = 0;
+    o.on_token = [&](int64_t step, const Tensor&, const Tensor&) {
+      if (step == 0) first = Clock::now();
+      produced = step + 1;
+    };
     const Tensor out = generate(*model, input, o);
+    const Clock::time_point end = Clock::now();
     const std::vector<int64_t> all = out.to_vector<int64_t>();
     const int64_t len = out.size(1);
     for (int64_t s = 0; s < samples; ++s) {
       std::vector<int32_t> row;
       for (int64_t t = 0; t < len; ++t) row.push_back(static_cast<int32_t>(all[static_cast<size_t>(s * len + t)]));
       std::printf("--- sample %lld ---\n%s\n", static_cast<long long>(s + 1), tok.decode(row).c_str());
+    }
+    if (produced > 0) {
+      const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+      std::fprintf(stderr, "generate: %lld tokens x %lld samples in %.2f s: the prompt (%zu tokens) and the first in %.0f ms",
+                   static_cast<long long>(produced), static_cast<long long>(samples), ms(end - start) / 1e3, ids.size(),
+                   ms(first - start));
+      if (produced > 1) std::fprintf(stderr, ", then %.1f tokens/s", static_cast<double>(produced - 1) / (ms(end - first) / 1e3));
+      std::fprintf(stderr, "\n");
     }
     return 0;
   } catch (const Error& e) {

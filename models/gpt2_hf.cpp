@@ -100,9 +100,20 @@ std::shared_ptr<GPT2LMHeadModel> load_gpt2_hf(const std::string& path, const std
     TRIDENT_CHECK(have_wte && have_wpe && !blocks.empty(), file.string(),
                   " does not look like a GPT-2 checkpoint (no wte.weight, wpe.weight or h.* tensors) and has no config.json beside it");
     config.n_layer = static_cast<int64_t>(blocks.size());
+    // The head count is not in the shapes: GPT-2's heads are 64 wide (every released size).
+    TRIDENT_CHECK(config.n_embd % 64 == 0, file.string(), " has no config.json beside it, and its width ", config.n_embd,
+                  " is not a multiple of 64 (GPT-2's head size), so its number of heads cannot be told from the weights: "
+                  "put a config.json with \"n_head\" beside it");
     config.n_head = config.n_embd / 64;
   }
   if (!overrides.empty()) config.apply_json(overrides);
+  // A word embedding with more rows than the vocabulary (a train_gpt2 checkpoint's, padded for
+  // speed, beside a config.json that names the real vocabulary): the padded table.
+  if (config.padded_vocab_size == 0) {
+    for (const nn::SafetensorsEntry& e : nn::read_safetensors_header(file.string()).entries)
+      if (gpt2_local_name(e.name) == "wte.weight" && e.shape.size() == 2 && e.shape[0] > config.vocab_size)
+        config.padded_vocab_size = e.shape[0];
+  }
   // Every tensor is loaded below (strictly: a missing one is an error), so the random
   // initialization is skipped (NOTE [Skipped draws]): GPT-2 1.5B's 1.5 billion draws were made
   // only to be overwritten.

@@ -30,8 +30,11 @@ nn::StateDict gpt2_hf_weights(const GPT2LMHeadModel& model);
 // A model from a Hugging Face checkpoint: `path` is a directory holding model.safetensors (and
 // config.json), or a .safetensors file (with config.json beside it, if any). Without a
 // config.json the sizes come from the tensors' shapes and n_head = n_embd / 64 (true of all four
-// GPT-2 sizes), the rest Hugging Face's defaults. `overrides` (JSON, GPT2Config::apply_json) is
-// applied last (e.g. {"padded_vocab_size": 50304} or dropout). Errors name the file.
+// GPT-2 sizes; a width that is no multiple of 64 is an error asking for a config.json), the
+// rest Hugging Face's defaults. `overrides` (JSON, GPT2Config::apply_json) is applied last (e.g.
+// {"padded_vocab_size": 50304} or dropout). A word embedding with more rows than the config's
+// vocabulary (a train_gpt2 checkpoint's model.safetensors, padded) sets padded_vocab_size when
+// nothing else did. Errors name the file.
 std::shared_ptr<GPT2LMHeadModel> load_gpt2_hf(const std::string& path, const std::string& overrides = {});
 
 }  // namespace trident::models

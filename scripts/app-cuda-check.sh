@@ -113,26 +113,8 @@ else
   row resume_cuda FAIL "no step-10 checkpoint or the resumed run failed: see app_cuda.log"
 fi
 
-# A vocabulary of the model's 500 ids: the 256 bytes (GPT-2's byte alphabet), "t256".."t498",
-# and <|endoftext|> = 499; no merges, so every prompt byte is its own token.
-mkdir -p "$dir/vocab"
-python3 - "$dir/vocab" <<'PY'
-import json, sys
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))
-cs = bs[:]
-n = 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + n)
-        n += 1
-sym = {b: chr(c) for b, c in zip(bs, cs)}
-enc = {sym[b]: b for b in range(256)}
-enc.update({f"t{i}": i for i in range(256, 499)})
-enc["<|endoftext|>"] = 499
-json.dump(enc, open(sys.argv[1] + "/encoder.json", "w"))
-open(sys.argv[1] + "/vocab.bpe", "w").write("#version: 0.2\n")
-PY
+# A vocabulary of the model's 500 ids (every prompt byte its own token).
+python3 "$ROOT/apps/make_tiny_vocab.py" "$dir/vocab"
 gen() {  # name, flags...
   local name="$1"; shift
   local t; t=$(tmo 60)
