@@ -72,6 +72,7 @@ std::shared_ptr<GPT2LMHeadModel> load_gpt2_hf(const std::string& path, const std
   const fs::path file = fs::is_directory(p) ? p / "model.safetensors" : p;
   const fs::path config_file = file.parent_path() / "config.json";
   TRIDENT_CHECK(fs::exists(file), "GPT-2 checkpoint: ", file.string(), " does not exist");
+  const nn::SafetensorsHeader header = nn::read_safetensors_header(file.string());
   GPT2Config config;
   if (fs::exists(config_file)) {
     try {
@@ -81,7 +82,6 @@ std::shared_ptr<GPT2LMHeadModel> load_gpt2_hf(const std::string& path, const std
     }
   } else {
     // The sizes from the shapes.
-    const nn::SafetensorsHeader header = nn::read_safetensors_header(file.string());
     std::set<int64_t> blocks;
     bool have_wte = false, have_wpe = false;
     for (const nn::SafetensorsEntry& e : header.entries) {
@@ -110,7 +110,7 @@ std::shared_ptr<GPT2LMHeadModel> load_gpt2_hf(const std::string& path, const std
   // A word embedding with more rows than the vocabulary (a train_gpt2 checkpoint's, padded for
   // speed, beside a config.json that names the real vocabulary): the padded table.
   if (config.padded_vocab_size == 0) {
-    for (const nn::SafetensorsEntry& e : nn::read_safetensors_header(file.string()).entries)
+    for (const nn::SafetensorsEntry& e : header.entries)
       if (gpt2_local_name(e.name) == "wte.weight" && e.shape.size() == 2 && e.shape[0] > config.vocab_size)
         config.padded_vocab_size = e.shape[0];
   }

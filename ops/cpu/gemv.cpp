@@ -112,9 +112,13 @@ void run_b(int64_t n, int64_t k, const float* x, float alpha, const float* b, in
   // Partial sums of fixed blocks of B's rows (the same blocks whatever the threads), then added
   // in block order.
   const int64_t blocks = (k + kBlockRows - 1) / kBlockRows;
-  std::vector<float> parts(static_cast<size_t>(blocks * M * n));
+  // Reused by the next product on this thread (each block zeroes its own part first). The
+  // worker threads below reach it through `part`: naming a thread_local there would name theirs.
+  static thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(blocks * M * n)) buffer.resize(static_cast<size_t>(blocks * M * n));
+  float* const part = buffer.data();
   const auto block = [&](int64_t q) {
-    block_times_b<M>(k, n, x, b, ldb, q * kBlockRows, std::min(k, (q + 1) * kBlockRows), parts.data() + q * M * n);
+    block_times_b<M>(k, n, x, b, ldb, q * kBlockRows, std::min(k, (q + 1) * kBlockRows), part + q * M * n);
   };
   const bool share = share_among_threads(n, k);
   if (share) {
@@ -128,8 +132,8 @@ void run_b(int64_t n, int64_t k, const float* x, float alpha, const float* b, in
     for (int r = 0; r < M; ++r) {
       float* cr = c + r * ldc;
       for (int64_t j = j0; j < j1; ++j) {
-        float s = parts[static_cast<size_t>(r * n + j)];
-        for (int64_t q = 1; q < blocks; ++q) s += parts[static_cast<size_t>((q * M + r) * n + j)];
+        float s = part[r * n + j];
+        for (int64_t q = 1; q < blocks; ++q) s += part[(q * M + r) * n + j];
         cr[j] = beta == 0.0f ? alpha * s : alpha * s + beta * cr[j];
       }
     }
@@ -145,15 +149,21 @@ void run_b(int64_t n, int64_t k, const float* x, float alpha, const float* b, in
 bool sgemm_small_m(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m < 1 || m > kMaxRows || n < 16 || k < 16) return false;
-  // A's rows, contiguous (A may be stored transposed: element (r, i) at a[i lda + r]).
-  std::vector<float> x(static_cast<size_t>(m * k));
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(r * k + i)] = trans_a ? a[i * lda + r] : a[r * lda + i];
+  // A's rows, contiguous: A itself when they are (one row, or rows k apart); otherwise a copy (A
+  // may be stored transposed: element (r, i) at a[i lda + r]).
+  std::vector<float> packed;
+  const float* x = a;
+  if (trans_a || (m > 1 && lda != k)) {
+    packed.resize(static_cast<size_t>(m * k));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t i = 0; i < k; ++i) packed[static_cast<size_t>(r * k + i)] = trans_a ? a[i * lda + r] : a[r * lda + i];
+    x = packed.data();
+  }
   const auto run = [&]<int M>() {
     if (trans_b)
-      run_bt<M>(n, k, x.data(), alpha, b, ldb, beta, c, ldc);
+      run_bt<M>(n, k, x, alpha, b, ldb, beta, c, ldc);
     else
-      run_b<M>(n, k, x.data(), alpha, b, ldb, beta, c, ldc);
+      run_b<M>(n, k, x, alpha, b, ldb, beta, c, ldc);
   };
   switch (m) {
     case 1: run.template operator()<1>(); break;
