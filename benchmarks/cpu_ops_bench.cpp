@@ -52,6 +52,17 @@ void BM_matmul(benchmark::State& state) {
   Tensor a = param({1024, 1024}, 1), b = param({1024, 1024}, 2);
   run(state, {}, false, [&] { return matmul(a, b); });
 }
+// bf16 products (autocast's on the CPU; on AMX where the CPU has it, NOTE [AMX bf16 GEMM]).
+template <int M, int K, int N>
+void BM_matmul_bf16(benchmark::State& state) {
+  Tensor a = param({M, K}, 1).to(kBF16), b = param({K, N}, 2).to(kBF16);
+  run(state, {}, false, [&] { return matmul(a, b); });
+}
+template <bool Bwd>
+void BM_linear_bf16(benchmark::State& state) {
+  Tensor x = param({1024, 768}, 1).to(kBF16), w = param({3072, 768}, 2, 0.02).to(kBF16), b = param({3072}, 3).to(kBF16);
+  run(state, {&x, &w, &b}, Bwd, [&] { return linear(x, w, b); });
+}
 template <bool Bwd>
 void BM_matmul_batched(benchmark::State& state) {
   Tensor a = param({48, 128, 64}, 1), b = param({48, 64, 128}, 2);
@@ -130,6 +141,10 @@ BENCHMARK_TEMPLATE(BM_matmul_batched, false)->Name("bmm/fwd/48x128x64x128")->Use
 BENCHMARK_TEMPLATE(BM_matmul_batched, true)->Name("bmm/fwdbwd/48x128x64x128")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_linear, false)->Name("linear/fwd/1024x768->3072")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_linear, true)->Name("linear/fwdbwd/1024x768->3072")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_matmul_bf16, 1024, 1024, 1024)->Name("matmul_bf16/fwd/1024x1024x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_matmul_bf16, 1024, 256, 50304)->Name("matmul_bf16/fwd/1024x256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_linear_bf16, false)->Name("linear_bf16/fwd/1024x768->3072")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_linear_bf16, true)->Name("linear_bf16/fwdbwd/1024x768->3072")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, false)->Name("attention/fwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, true)->Name("attention/fwdbwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 

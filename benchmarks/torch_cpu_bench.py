@@ -87,6 +87,14 @@ def conv_cases():
 def cases():
     a, b = param((1024, 1024), 1), param((1024, 1024), 2)
     yield "matmul/fwd/1024x1024x1024", case([], False, lambda: a @ b)
+    for m, k, n in ((1024, 1024, 1024), (1024, 256, 50304)):
+        ha, hb = param((m, k), 1).bfloat16().detach(), param((k, n), 2).bfloat16().detach()
+        yield f"matmul_bf16/fwd/{m}x{k}x{n}", case([], False, lambda ha=ha, hb=hb: ha @ hb)
+    for bwd in (False, True):
+        hx, hw = param((1024, 768), 1).bfloat16().detach(), param((3072, 768), 2, 0.02).bfloat16().detach()
+        hbias = param((3072,), 3).bfloat16().detach()
+        yield f"linear_bf16/{'fwdbwd' if bwd else 'fwd'}/1024x768->3072", case([hx, hw, hbias], bwd,
+                                                                               lambda x=hx, w=hw, b=hbias: F.linear(x, w, b))
     for bwd in (False, True):
         ba, bb = param((48, 128, 64), 1), param((48, 64, 128), 2)
         yield f"bmm/{'fwdbwd' if bwd else 'fwd'}/48x128x64x128", case([ba, bb], bwd, lambda ba=ba, bb=bb: torch.matmul(ba, bb))

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "core/profiler.h"
 #include "core/strided.h"
 #include "trident_config.h"
@@ -136,6 +137,42 @@ void transpose_copy(D* d, const S* s, const Tensor& dst, const Shape& sst, const
   }
 }
 
+// NOTE [Parallel conversions]: a contiguous copy of a large tensor (a dtype conversion: autocast's
+// casts of weights and logits, their gradients' casts back) runs on every thread, in chunks; f32
+// -> bf16 eight lanes at a time with the same integer rounding as the scalar conversion (NOTE
+// [Half conversions]: ties to even, NaN kept a NaN), so the result is bit for bit the same. On
+// the 2-core development VM, f32 -> bf16 of GPT-2's [1024, 50304] logits took 43 ms on one
+// thread, bf16 -> f32 14, and a same-dtype copy of it (memmove) 19.
+constexpr int64_t kCopyGrain = int64_t{1} << 16;
+
+template <typename D, typename S>
+void convert_range(D* d, const S* s, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<D, BFloat16> && std::is_same_v<S, float>) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40),
+                  payload = _mm256_set1_epi32(0x7f), zero = _mm256_setzero_si256();
+    const auto round = [&](__m256i x) {
+      const __m256i top = _mm256_srli_epi32(x, 16);
+      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(top, one)), 16);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
+      const __m256i no_payload = _mm256_cmpeq_epi32(_mm256_and_si256(top, payload), zero);
+      const __m256i nan_bits = _mm256_or_si256(top, _mm256_and_si256(no_payload, quiet));
+      return _mm256_blendv_epi8(rounded, nan_bits, nan);
+    };
+    for (; i + 16 <= n; i += 16) {
+      const __m256i lo = round(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+      const __m256i hi = round(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 8)));
+      // packus works within 128-bit lanes: [lo 0-3, hi 0-3, lo 4-7, hi 4-7], then put in order.
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), packed);
+    }
+  }
+#endif
+  for (; i < n; ++i) d[i] = convert_value<D, S>(s[i]);
+}
+
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -153,8 +190,28 @@ void copy_(const Tensor& dst, const Tensor& src) {
   dst.bump_version();
   if (dst.numel() == 0) return;
   profiler::Scope scope("copy_");
-  if (dst.dtype() == src.dtype() && dst.sizes() == src.sizes() && dst.is_contiguous() && src.is_contiguous()) {
-    if (dst.data_ptr() != src.data_ptr()) std::memmove(dst.data_ptr(), src.data_ptr(), dst.nbytes());
+  if (dst.sizes() == src.sizes() && dst.is_contiguous() && src.is_contiguous()) {  // NOTE [Parallel conversions]
+    const int64_t n = dst.numel();
+    if (dst.dtype() == src.dtype()) {
+      if (dst.data_ptr() == src.data_ptr()) return;
+      auto* d = static_cast<char*>(dst.data_ptr());
+      const auto* s = static_cast<const char*>(src.data_ptr());
+      const auto bytes = static_cast<int64_t>(dst.nbytes());
+      if (d + bytes <= s || s + bytes <= d) {  // disjoint: in chunks on every thread
+        parallel_for(0, bytes, kCopyGrain * 8, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, static_cast<size_t>(e - b)); });
+      } else {
+        std::memmove(d, s, static_cast<size_t>(bytes));
+      }
+      return;
+    }
+    TRIDENT_DISPATCH_ALL(dst.dtype(), "copy_", [&] {
+      using D = scalar_t;
+      D* d = static_cast<D*>(dst.data_ptr());
+      TRIDENT_DISPATCH_ALL(src.dtype(), "copy_", [&] {
+        const auto* s = static_cast<const scalar_t*>(src.data_ptr());
+        parallel_for(0, n, kCopyGrain, [&](int64_t b, int64_t e) { convert_range<D, scalar_t>(d + b, s + b, e - b); });
+      });
+    });
     return;
   }
   const Shape sst = broadcast_strides(src.sizes(), src.strides(), dst.sizes());

@@ -4,6 +4,7 @@
 
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemv.h"
 #include "ops/cpu/sgemm_avx512.h"
@@ -36,6 +37,18 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, MatrixArg& 
     return true;
   }
   return false;
+}
+
+// C = A B for matmul_typed: f32 and f64 through gemm, bf16 on AMX (NOTE [AMX bf16 GEMM]).
+template <typename T>
+void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+             int64_t ldc) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    gemm_bf16_amx(ta, tb, m, n, k, reinterpret_cast<const uint16_t*>(a), lda, reinterpret_cast<const uint16_t*>(b), ldb,
+                  nullptr, reinterpret_cast<uint16_t*>(c), ldc);
+  } else {
+    gemm<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+  }
 }
 
 template <typename T>
@@ -91,7 +104,7 @@ Tensor matmul_typed(Tensor a, Tensor b) {
     visit(m, a.stride(-2));
     for (size_t d = batch.size(); d-- > 0;) visit(batch[d], ast[d]);
     if (foldable && row_stride >= k) {
-      gemm<T>(false, tb, nbatch * m, n, k, T(1), ap, row_stride, bp, lb.ld, T(0), op, n);
+      product<T>(false, tb, nbatch * m, n, k, ap, row_stride, bp, lb.ld, op, n);
       return out;
     }
   }
@@ -104,7 +117,7 @@ Tensor matmul_typed(Tensor a, Tensor b) {
       ao += idx * ast[d];
       bo += idx * bst[d];
     }
-    gemm<T>(ta, tb, m, n, k, T(1), ap + ao, la.ld, bp + bo, lb.ld, T(0), op + i * m * n, n);
+    product<T>(ta, tb, m, n, k, ap + ao, la.ld, bp + bo, lb.ld, op + i * m * n, n);
   };
   if (gemm_batch_in_parallel(nbatch, m, n, k)) {
     parallel_for(0, nbatch, 1, [&](int64_t b0, int64_t e0) {
@@ -189,15 +202,19 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   switch (a.dtype()) {
     case DType::F32: return matmul_typed<float>(a, b);
     case DType::F64: return matmul_typed<double>(a, b);
-    case DType::F16:
-    case DType::BF16: return matmul_typed<float>(a.to(DType::F32), b.to(DType::F32)).to(a.dtype());
+    case DType::BF16:
+      if (cpu_amx_enabled()) return matmul_typed<BFloat16>(a, b);
+      [[fallthrough]];
+    case DType::F16: return matmul_typed<float>(a.to(DType::F32), b.to(DType::F32)).to(a.dtype());
     default: TRIDENT_FAIL("matmul: no kernel for dtype ", a.dtype(), " (supported: f32, f64, f16, bf16)");
   }
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   const Tensor x = x_in.detach(), w = w_in.detach(), b = b_in.defined() ? b_in.detach() : Tensor();
-  if (is_reduced_float(x.dtype())) {
+  // bf16 on AMX below; otherwise f16 and bf16 compute in f32 on their exact values, rounded once.
+  const bool amx = x.dtype() == DType::BF16 && w.dtype() == DType::BF16 && w.size(1) > 0 && cpu_amx_enabled();
+  if (is_reduced_float(x.dtype()) && !amx) {
     return linear(x.to(DType::F32), w.to(DType::F32), b.defined() ? b.to(DType::F32) : b).to(x.dtype());
   }
   const int64_t in = w.size(1), out_f = w.size(0);
@@ -221,6 +238,13 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (!blas_layout(out_f, in, w2.stride(0), w2.stride(1), lw)) {
     w2 = w2.contiguous();
     blas_layout(out_f, in, w2.stride(0), w2.stride(1), lw);
+  }
+  if (amx) {
+    const Tensor bias = b.defined() ? b.to(DType::F32).contiguous() : Tensor();
+    gemm_bf16_amx(lx.trans == CblasTrans, lw.trans != CblasTrans, rows, out_f, in, reinterpret_cast<const uint16_t*>(x2.data<BFloat16>()),
+                  lx.ld, reinterpret_cast<const uint16_t*>(w2.data<BFloat16>()), lw.ld,
+                  bias.defined() ? bias.data<float>() : nullptr, reinterpret_cast<uint16_t*>(out.data<BFloat16>()), out_f);
+    return out;
   }
   TRIDENT_DISPATCH_F32_F64(x.dtype(), "linear", [&] {
     using T = scalar_t;

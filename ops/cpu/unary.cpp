@@ -87,7 +87,46 @@ void binary_f32(const Tensor& out, const Tensor& a, const Tensor& b, const Op& o
   });
 }
 
-// A floating kernel: f32 through the clones, f64 and f16/bf16 (computed in f32) through the
+// f16 and bf16: runs of kBuf elements converted to f32, through the same f32 loops, and the
+// results rounded back (autocast's GELU and its backward run here: on one thread and without the
+// vectorized math, GPT-2's [1024, 1024] GELU backward took 8.5 ms in bf16 against 1.1 in f32).
+template <typename T, typename Op>
+void unary_half(const Tensor& out, const Tensor& x, const Op& op) {
+  const StridedLoop<2> loop(out.sizes(), {out.strides(), x.strides()});
+  T* o = static_cast<T*>(out.data_ptr());
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  loop.run([&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+    float in[kBuf], res[kBuf];
+    for (int64_t b = 0; b < n; b += kBuf) {
+      const int64_t len = std::min(kBuf, n - b);
+      for (int64_t i = 0; i < len; ++i) in[i] = static_cast<float>(xp[off[1] + (b + i) * st[1]]);
+      map1_f32(in, res, len, op);
+      for (int64_t i = 0; i < len; ++i) o[off[0] + (b + i) * st[0]] = T(res[i]);
+    }
+  });
+}
+template <typename T, typename Op>
+void binary_half(const Tensor& out, const Tensor& a, const Tensor& b, const Op& op) {
+  const StridedLoop<3> loop(out.sizes(), {out.strides(), broadcast_strides(a.sizes(), a.strides(), out.sizes()),
+                                          broadcast_strides(b.sizes(), b.strides(), out.sizes())});
+  T* o = static_cast<T*>(out.data_ptr());
+  const T* ap = static_cast<const T*>(a.data_ptr());
+  const T* bp = static_cast<const T*>(b.data_ptr());
+  loop.run([&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+    float in_a[kBuf], in_b[kBuf], res[kBuf];
+    for (int64_t s = 0; s < n; s += kBuf) {
+      const int64_t len = std::min(kBuf, n - s);
+      for (int64_t i = 0; i < len; ++i) {
+        in_a[i] = static_cast<float>(ap[off[1] + (s + i) * st[1]]);
+        in_b[i] = static_cast<float>(bp[off[2] + (s + i) * st[2]]);
+      }
+      map2_f32(in_a, in_b, res, len, op);
+      for (int64_t i = 0; i < len; ++i) o[off[0] + (s + i) * st[0]] = T(res[i]);
+    }
+  });
+}
+
+// A floating kernel: f32 through the clones, f16/bf16 through them in f32 runs, f64 through the
 // generic loop.
 template <typename Op>
 Tensor map_unary(const Tensor& x, const char* name, const Op& op) {
@@ -95,8 +134,10 @@ Tensor map_unary(const Tensor& x, const char* name, const Op& op) {
   TRIDENT_DISPATCH_FLOATING(x.dtype(), name, [&] {
     if constexpr (std::is_same_v<scalar_t, float>) {
       unary_f32(out, x, op);
-    } else {
+    } else if constexpr (std::is_same_v<scalar_t, double>) {
       unary_loop<scalar_t, scalar_t>(out, x, op);
+    } else {
+      unary_half<scalar_t>(out, x, op);
     }
   });
   return out;
@@ -108,8 +149,10 @@ Tensor map_binary(const Tensor& g, const Tensor& saved, const char* name, const 
   TRIDENT_DISPATCH_FLOATING(saved.dtype(), name, [&] {
     if constexpr (std::is_same_v<scalar_t, float>) {
       binary_f32(out, g, saved, op);
-    } else {
+    } else if constexpr (std::is_same_v<scalar_t, double>) {
       binary_loop<scalar_t, scalar_t>(out, g, saved, op);
+    } else {
+      binary_half<scalar_t>(out, g, saved, op);
     }
   });
   return out;

@@ -1,0 +1,308 @@
+#include "ops/cpu/bgemm_amx.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/parallel.h"
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__CUDACC__) && defined(__has_include)
+#if __has_include(<amxtileintrin.h>)
+#define TRIDENT_HAVE_AMX 1
+#endif
+#endif
+
+#ifdef TRIDENT_HAVE_AMX
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace trident::cpu {
+namespace {
+// TRIDENT_CPU_AMX: off, or auto (also empty or unset); anything else is an error from every bf16
+// product.
+bool env_allows_amx() {
+  const char* v = std::getenv("TRIDENT_CPU_AMX");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return true;
+  if (std::strcmp(v, "off") == 0) return false;
+  TRIDENT_FAIL("TRIDENT_CPU_AMX=", v, ": expected off or auto (NOTE [AMX bf16 GEMM])");
+}
+
+}  // namespace
+
+#ifdef TRIDENT_HAVE_AMX
+namespace {
+
+constexpr int64_t kBlock = 32;           // C by 32 x 32 blocks: four 16 x 16 f32 tiles
+constexpr int64_t kMaxWholeK = 1024;      // k up to this is one block
+constexpr int64_t kTargetKc = 1024;       // beyond, blocks of about this many
+constexpr int64_t kPackedBBytes = 1024 << 10;  // packed B per column block: stays in L2
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+bool cpu_and_kernel_allow_amx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;  // the OS saves XTILECFG and XTILEDATA
+  // Linux hands out the tile data state on request (arch_prctl(ARCH_REQ_XCOMP_PERM,
+  // XFEATURE_XTILEDATA)); the first tile instruction without it kills the process.
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+int g_amx_override = -1;  // set_cpu_amx_enabled_for_testing: 0 off, 1 on; -1 the default
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+#define TRIDENT_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
+
+// Eight tiles of 16 rows x 64 bytes: 0-3 the f32 sums of a 32 x 32 block, 4-5 A's two 16-row
+// halves, 6-7 B's two 16-column panels.
+TRIDENT_AMX void load_tile_config() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // GCC 12's _tile_loadconfig names too little of the struct as its input, so the stores of the
+  // sizes were dropped as dead: name all 64 bytes.
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+TRIDENT_AMX void release_tiles() { _tile_release(); }
+
+// 16 pairs (row k, row k + 1) of a row-major matrix, columns [0, cols) from `src` (16-bit
+// elements, rows `ld` apart; row k + 1 only when has_hi): element j of the result holds column
+// j's pair, row k in the low half.
+TRIDENT_AMX inline __m512i interleave_rows(const uint16_t* src, int64_t ld, __mmask16 cols, bool has_hi) {
+  // (The zero-masking forms: GCC 12 warns that the plain ones' undefined pass-through may be
+  // used uninitialized.)
+  const __m512i lo = _mm512_maskz_cvtepu16_epi32(cols, _mm256_maskz_loadu_epi16(cols, src));
+  if (!has_hi) return lo;
+  const __m512i hi = _mm512_maskz_cvtepu16_epi32(cols, _mm256_maskz_loadu_epi16(cols, src + ld));
+  return _mm512_or_si512(lo, _mm512_maskz_slli_epi32(cols, hi, 16));
+}
+inline __mmask16 first_lanes(int64_t count) { return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << count) - 1u); }
+
+// Rows [r0, r0 + 32) of A (zero beyond m) and columns [k0, k0 + kc) into dst [32][kcp], zero
+// beyond kc.
+TRIDENT_AMX void pack_a(bool trans_a, const uint16_t* a, int64_t lda, int64_t m, int64_t r0, int64_t k0, int64_t kc,
+                        int64_t kcp, uint16_t* dst) {
+  const int64_t rows = std::min(kBlock, m - r0);
+  std::memset(dst, 0, static_cast<size_t>(kBlock * kcp) * sizeof(uint16_t));
+  if (!trans_a) {
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(dst + i * kcp, a + (r0 + i) * lda + k0, static_cast<size_t>(kc) * sizeof(uint16_t));
+    return;
+  }
+  // A [k, m]: rows k and k + 1 of the stored matrix give, for 16 rows of A at once, the pairs
+  // each row's tile row holds side by side; scattered to those rows.
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32(static_cast<int>(kcp * 2)));
+  for (int64_t half = 0; half < 2 && half * 16 < rows; ++half) {
+    const __mmask16 valid = first_lanes(rows - half * 16);
+    uint16_t* d = dst + half * 16 * kcp;
+    for (int64_t kk = 0; kk < kc; kk += 2) {
+      const __m512i v = interleave_rows(a + (k0 + kk) * lda + r0 + half * 16, lda, valid, kk + 1 < kc);
+      _mm512_mask_i32scatter_epi32(d + kk, valid, row_offsets, v, 1);
+    }
+  }
+}
+
+// Columns [j0, j0 + 16) of B (zero beyond n) over k in [k0, k0 + kc) into the layout TDPBF16PS
+// reads: dst [kcp / 2][16][2], B[k, j] at ((k / 2) * 16 + j) * 2 + k % 2; zero beyond kc.
+TRIDENT_AMX void pack_b_panel(bool trans_b, const uint16_t* b, int64_t ldb, int64_t n, int64_t j0, int64_t k0, int64_t kc,
+                              int64_t kcp, uint16_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(16 * kcp) * sizeof(uint16_t));
+  const int64_t cols = std::min<int64_t>(16, n - j0);
+  if (cols <= 0) return;
+  const __mmask16 valid = first_lanes(cols);
+  if (trans_b) {  // B [n, k]: column j of the product is row j of the stored matrix, its pairs adjacent
+    const __m512i col_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm512_set1_epi32(static_cast<int>(ldb * 2)));
+    const uint16_t* src = b + j0 * ldb + k0;
+    int64_t kk = 0;
+    for (; kk + 1 < kc; kk += 2)
+      _mm512_store_si512(dst + kk * 16, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, col_offsets, src + kk, 1));
+    for (int64_t jj = 0; kk < kc && jj < cols; ++jj) dst[kk * 16 + jj * 2] = src[jj * ldb + kk];  // an odd k's last
+    return;
+  }
+  for (int64_t kk = 0; kk < kc; kk += 2)
+    _mm512_store_si512(dst + kk * 16, interleave_rows(b + (k0 + kk) * ldb + j0, ldb, valid, kk + 1 < kc));
+}
+
+// acc [32 x 32 f32, row stride ld floats] (+)= A block [32][kcp] x the two packed B panels.
+TRIDENT_AMX void block_product(const uint16_t* ap, const uint16_t* bp0, const uint16_t* bp1, int64_t kcp, float* acc,
+                               int64_t ld, bool load_acc) {
+  const int64_t ld_bytes = ld * static_cast<int64_t>(sizeof(float)), a_bytes = kcp * static_cast<int64_t>(sizeof(uint16_t));
+  if (load_acc) {
+    _tile_loadd(0, acc, ld_bytes);
+    _tile_loadd(1, acc + 16, ld_bytes);
+    _tile_loadd(2, acc + 16 * ld, ld_bytes);
+    _tile_loadd(3, acc + 16 * ld + 16, ld_bytes);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t s = 0; s < kcp; s += 32) {
+    _tile_loadd(4, ap + s, a_bytes);
+    _tile_loadd(5, ap + 16 * kcp + s, a_bytes);
+    _tile_loadd(6, bp0 + s * 16, 64);
+    _tile_loadd(7, bp1 + s * 16, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, acc, ld_bytes);
+  _tile_stored(1, acc + 16, ld_bytes);
+  _tile_stored(2, acc + 16 * ld, ld_bytes);
+  _tile_stored(3, acc + 16 * ld + 16, ld_bytes);
+}
+
+inline void put(float v, float* c) { *c = v; }
+inline void put(float v, uint16_t* c) { *c = detail::f32_to_bf16_bits(v); }
+
+// C's rows [r0, r0 + rows) and columns [j0, j0 + cols) from the sums (+ bias), converted once.
+template <typename Out>
+TRIDENT_AMX void write_block(const float* acc, int64_t ld, int64_t rows, int64_t cols, const float* bias, Out* c, int64_t ldc) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* s = acc + i * ld;
+    Out* d = c + i * ldc;
+    if (bias != nullptr) {
+      for (int64_t j = 0; j < cols; ++j) put(s[j] + bias[j], d + j);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) put(s[j], d + j);
+    }
+  }
+}
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+template <typename T>
+std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
+  const size_t bytes = static_cast<size_t>(round_up(count * static_cast<int64_t>(sizeof(T)), 64));
+  auto* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+  TRIDENT_CHECK(p != nullptr, "gemm_bf16_amx: could not allocate ", bytes, " bytes");
+  return std::unique_ptr<T[], AlignedFree>(p);
+}
+
+template <typename Out>
+void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, const float* bias, Out* c, int64_t ldc) {
+  TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16_amx: empty product (", m, " x ", k, " x ", n, ")");
+  const int64_t kblocks = k <= kMaxWholeK ? 1 : (k + kTargetKc - 1) / kTargetKc;
+  const int64_t kc_step = round_up((k + kblocks - 1) / kblocks, 32);
+  const int64_t nc_step = std::clamp<int64_t>(kPackedBBytes / (kc_step * 2) / kBlock * kBlock, kBlock, round_up(n, kBlock));
+  // Partial sums between k blocks, f32 [round_up(m, 32)][ws_ld].
+  const int64_t ws_ld = round_up(n, kBlock);
+  std::unique_ptr<float[], AlignedFree> ws;
+  if (kblocks > 1) ws = aligned_buffer<float>(round_up(m, kBlock) * ws_ld);
+  auto packed_b = aligned_buffer<uint16_t>(nc_step * kc_step);
+  const int64_t row_blocks = (m + kBlock - 1) / kBlock;
+
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const int64_t k0 = kb * kc_step, kc = std::min(kc_step, k - k0), kcp = round_up(kc, 32);
+    const bool first = kb == 0, last = kb + 1 == kblocks;
+    for (int64_t j0 = 0; j0 < n; j0 += nc_step) {
+      const int64_t nc = std::min(nc_step, n - j0), ncp = round_up(nc, kBlock), col_blocks = ncp / kBlock;
+      uint16_t* pb = packed_b.get();
+      parallel_for(0, ncp / 16, 4, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) pack_b_panel(trans_b, b, ldb, n, j0 + p * 16, k0, kc, kcp, pb + p * 16 * kcp);
+      });
+      // Each thread takes consecutive blocks, row by row: A's block is packed once per row.
+      const int64_t grain = std::max<int64_t>(1, 1024 / kcp);
+      parallel_for(0, row_blocks * col_blocks, grain, [&](int64_t i0, int64_t i1) {
+        auto pa = aligned_buffer<uint16_t>(kBlock * kcp);
+        alignas(64) float scratch[kBlock * kBlock];
+        load_tile_config();
+        int64_t packed_row = -1;
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t rb = i / col_blocks, cb = i % col_blocks;
+          const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
+          if (rb != packed_row) {
+            pack_a(trans_a, a, lda, m, r0, k0, kc, kcp, pa.get());
+            packed_row = rb;
+          }
+          float* acc = scratch;
+          int64_t ld = kBlock;
+          if (kblocks > 1) {
+            acc = ws.get() + r0 * ws_ld + j0 + c0;
+            ld = ws_ld;
+          }
+          block_product(pa.get(), pb + c0 * kcp, pb + (c0 + 16) * kcp, kcp, acc, ld, !first);
+          if (last) {
+            const int64_t rows = std::min(kBlock, m - r0), cols = std::min(kBlock, nc - c0);
+            write_block(acc, ld, rows, cols, bias != nullptr ? bias + j0 + c0 : nullptr, c + r0 * ldc + j0 + c0, ldc);
+          }
+        }
+        release_tiles();
+      });
+    }
+  }
+}
+
+}  // namespace
+
+bool amx_bf16_available() {
+  static const bool ok = cpu_and_kernel_allow_amx();
+  return ok;
+}
+bool cpu_amx_enabled() {
+  if (g_amx_override >= 0) return g_amx_override == 1;
+  // A bad TRIDENT_CPU_AMX throws here, from every bf16 product (the static is set on success only).
+  static const bool by_default = env_allows_amx() && amx_bf16_available();
+  return by_default;
+}
+bool set_cpu_amx_enabled_for_testing(bool enabled) {
+  const bool prev = cpu_amx_enabled();
+  g_amx_override = enabled && amx_bf16_available() ? 1 : 0;
+  return prev;
+}
+
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                   const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc) {
+  TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16_amx: this CPU or kernel does not allow AMX-BF16");
+  gemm_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                   const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16_amx: this CPU or kernel does not allow AMX-BF16");
+  gemm_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}
+
+#else  // no AMX in this build
+
+bool amx_bf16_available() { return false; }
+bool cpu_amx_enabled() { return env_allows_amx() && false; }
+bool set_cpu_amx_enabled_for_testing(bool) { return false; }
+void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
+                   uint16_t*, int64_t) {
+  TRIDENT_FAIL("gemm_bf16_amx: this build has no AMX kernels (x86-64 Linux with GCC or Clang only)");
+}
+void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
+                   float*, int64_t) {
+  TRIDENT_FAIL("gemm_bf16_amx: this build has no AMX kernels (x86-64 Linux with GCC or Clang only)");
+}
+
+#endif
+
+}  // namespace trident::cpu

@@ -1,0 +1,47 @@
+// NOTE [AMX bf16 GEMM]: products of bf16 matrices on Intel's Advanced Matrix Extensions (Sapphire
+// Rapids and later Xeons): TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16
+// f32 accumulators, eight times the multiply-adds per instruction of an AVX-512 FMA. Without it,
+// a bf16 product on the CPU converts both operands to f32 and runs the f32 GEMM (exact products,
+// then the result rounded to bf16), which is slower than f32 itself; with it, autocast's bf16
+// matmul and linear (NOTE [Autocast]) run several times faster than f32. The arithmetic is the
+// same up to rounding: every product of two bf16 values is exact in f32 and the sums accumulate
+// in f32 (in a different order), then the result, plus linear's bias in f32, is rounded to bf16
+// once, to nearest even (NOTE [Half conversions]). Unlike the f32 path, the instruction treats
+// subnormal inputs (below 2^-126) as zero and flushes subnormal sums to zero, as every AMX user
+// (oneDNN, PyTorch) does.
+//
+// Layout: C is computed by 32 x 32 blocks, four accumulator tiles, over blocks of k (up to 4096
+// whole; beyond, blocks of about 2048 with the partial sums kept in an f32 buffer). A's rows are
+// copied per 32-row block into k-contiguous rows (zero-padded to a multiple of 32); B is copied
+// per block of columns (sized to stay in L2) into the pairwise-interleaved layout the instruction
+// reads (for column j, k and k + 1 adjacent). Threads share each column block and take row
+// blocks; every element's sum runs in the same order whatever the thread count.
+//
+// The tiles need the kernel's permission (Linux arch_prctl(ARCH_REQ_XCOMP_PERM)), asked for once;
+// without AMX-BF16 in the CPU, the permission, or x86-64 Linux with GCC or Clang, the old path
+// runs. TRIDENT_CPU_AMX=off turns it off for the whole process (to measure or test the other
+// path on an AMX machine); set_cpu_amx_enabled_for_testing switches it in tests.
+#pragma once
+
+#include <cstdint>
+
+namespace trident::cpu {
+
+// Whether the CPU and the kernel let this process run AMX-BF16 (asks for the permission once).
+bool amx_bf16_available();
+// Whether bf16 products run on it: available and not turned off.
+bool cpu_amx_enabled();
+// Turns it off (false) or on again (when available); returns the previous setting. Not
+// thread-safe: call it between operations, as the tests do.
+bool set_cpu_amx_enabled_for_testing(bool enabled);
+
+// C[m, n] = A[m, k] B[k, n] (+ bias[n], f32, may be null), A and B bf16 bits read transposed as
+// flagged (A [k, m] with lda when trans_a, B [n, k] with ldb when trans_b), C written as bf16
+// bits (rounded once) with leading dimension ldc. Needs amx_bf16_available(); m, n, k >= 1.
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                   const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc);
+// The same, C in f32 (not rounded): for the tests, which bound the sums' error against f64.
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                   const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
+
+}  // namespace trident::cpu
