@@ -7,8 +7,9 @@
 // The same model written plainly in PyTorch is benchmarks/bert_train_torch.py;
 // scripts/bench-bert-vs-torch.sh runs both with the same threads.
 //
-//   bench_bert_train [threads] [steps]
+//   bench_bert_train [threads] [steps] [fp32|bf16]
 //     -> {"tokens_per_s": ..., "step_ms": ..., "threads": ..., "masked": ..., ...}
+// bf16: the forward under autocast (NOTE [Autocast]).
 // Prints the median step time of `steps` timed steps (after 3 warm-up steps); tokens/s counts
 // every position of the batch, padding included (as the PyTorch side does). With
 // TRIDENT_BENCH_PROFILE set, the op profile of one more step goes to stderr.
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
@@ -55,6 +57,7 @@ Batch make_batch(Generator* gen) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 0;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
+  const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
   if (threads > 0) set_num_threads(threads);
   BertConfig c = BertConfig::preset("tiny");
   c.num_hidden_layers = 4;
@@ -76,7 +79,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < steps + 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
-    Tensor l = model.forward(batch).loss;
+    Tensor l;
+    {
+      autocast::Guard guard(DType::BF16, bf16);
+      l = model.forward(batch).loss;
+    }
     l.backward();
     opt.step();
     loss = l.item<double>();
@@ -86,7 +93,10 @@ int main(int argc, char** argv) {
   if (std::getenv("TRIDENT_BENCH_PROFILE")) {  // where one more step's time goes, to stderr
     profiler::start();
     opt.zero_grad();
-    model.forward(batch).loss.backward();
+    {
+      autocast::Guard guard(DType::BF16, bf16);
+      model.forward(batch).loss.backward();
+    }
     opt.step();
     std::fprintf(stderr, "%s\n", profiler::stop().table().c_str());
   }

@@ -8,7 +8,9 @@ masked positions only (gathered first, as Trident does), so both sides do the sa
 The batch is bench_bert_train's formula. Prints JSON {"tokens_per_s", "step_ms", "threads"}:
 the median step time.
 
-    python3 benchmarks/bert_train_torch.py THREADS [STEPS]
+    python3 benchmarks/bert_train_torch.py THREADS [STEPS] [fp32|bf16]
+
+bf16 runs the forward under torch.autocast("cpu", torch.bfloat16).
 """
 import json
 import math
@@ -68,7 +70,7 @@ class Bert(nn.Module):
         pooled = torch.tanh(self.pooler(x[:, 0]))
         where = labels.view(-1) != -100
         h = x.reshape(-1, C)[where]
-        h = self.transform_ln(F.gelu(self.transform(h)))
+        h = self.transform_ln(F.gelu(self.transform(h)).float())  # (1.13's CPU autocast leaves LayerNorm alone)
         logits = h @ self.word.weight.t() + self.decoder_bias
         mlm = F.cross_entropy(logits, labels.view(-1)[where])
         return mlm + F.cross_entropy(self.nsp(pooled), nsp_labels)
@@ -92,6 +94,7 @@ def batch():
 def main():
     threads = int(sys.argv[1])
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    bf16 = len(sys.argv) > 3 and sys.argv[3] == "bf16"
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = Bert()
@@ -101,7 +104,8 @@ def main():
     for i in range(steps + 3):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(*data)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(*data)
         loss.backward()
         opt.step()
         loss.item()

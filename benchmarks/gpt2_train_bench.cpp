@@ -6,6 +6,9 @@
 // Prints the median step time of `steps` timed steps (after 3 warm-up steps).
 //
 //   bench_gpt2_train [threads] [steps] hvp   ->  {"grad_ms": ..., "hvp_ms": ..., "threads": ...}
+//   bench_gpt2_train [threads] [steps] bf16   ->  as the first, the forward under autocast bf16
+// (NOTE [Autocast]; its products on AMX where the CPU has it, NOTE [AMX bf16 GEMM]).
+//
 // The same model's gradient (forward + backward, no optimizer) and a Hessian-vector product over
 // every parameter (forward, a create_graph backward, the dot with v, a second backward; NOTE
 // [Higher-order gradients]), median of `steps` each after one warm-up; with TRIDENT_BENCH_PROFILE

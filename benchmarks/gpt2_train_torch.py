@@ -4,6 +4,7 @@ tokens. Prints JSON {"tokens_per_s", "step_ms", "threads"}: the median step time
 
     python3 benchmarks/gpt2_train_torch.py THREADS [STEPS]
     python3 benchmarks/gpt2_train_torch.py THREADS STEPS hvp   (-> {"grad_ms", "hvp_ms", "threads"})
+    python3 benchmarks/gpt2_train_torch.py THREADS STEPS bf16  (the forward under torch.autocast("cpu", bfloat16))
 
 The hvp mode times the gradient (forward + backward) and a Hessian-vector product over every
 parameter (forward, backward with create_graph, the dot with v, a second backward), as
@@ -31,11 +32,13 @@ def main():
     y = torch.randint(0, V, (B, T))
     if len(sys.argv) > 3 and sys.argv[3] == "hvp":
         return hvp(model, x, y, steps)
+    bf16 = len(sys.argv) > 3 and sys.argv[3] == "bf16"
     times = []
     for i in range(steps + 3):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(x, y)
         loss.backward()
         opt.step()
         loss.item()

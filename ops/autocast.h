@@ -3,8 +3,9 @@
 // NOTE [Autocast]: inside an autocast::Guard(kBF16) (or kF16), ops follow a policy by kind,
 // as PyTorch's autocast does:
 //  - products (matmul, mm, bmm, linear, conv2d, scaled_dot_product_attention) cast their f32
-//    inputs to the half type and compute there (tensor cores on a GPU; f32 arithmetic on the CPU,
-//    which keeps results identical to computing on the cast inputs);
+//    inputs to the half type and compute there (tensor cores on a GPU; on the CPU, bf16 matmul and
+//    linear on AMX tiles where the CPU has them, NOTE [AMX bf16 GEMM], and otherwise f32
+//    arithmetic on the cast values, rounded once: the same results up to the order of the sums);
 //  - softmax, log_softmax, the losses, layer_norm, batch_norm and the reductions (sum, mean,
 //    var, std_dev, logsumexp, norm) cast half inputs up to f32 and return f32;
 //  - element-wise binary ops, where, cat and stack given mixed floating dtypes compute in the

@@ -10,6 +10,11 @@
 # gpt2_train_torch.py ... hvp), ROUNDS alternating rounds, a table of each side's fastest:
 #   scripts/bench-gpt2-vs-torch.sh [threads] [steps] hvp [rounds]   (default: 3 steps, 2 rounds)
 #
+# With `bf16`, the training step with the forward under autocast bf16 on both sides (Trident's
+# autocast::Guard, torch.autocast("cpu", torch.bfloat16)); fp32 is measured beside it, ROUNDS
+# alternating rounds, a table of each side's fastest:
+#   scripts/bench-gpt2-vs-torch.sh [threads] [steps] bf16 [rounds]   (default: 10 steps, 2 rounds)
+#
 # With `generate`, text generation with GPT-2 124M and the key/value cache: a prompt of PROMPT
 # tokens (default 64), then NEW greedy tokens (default 64), one sequence (bench_gpt2_generate
 # against gpt2_generate_torch.py, the cache allocated once on both sides), ROUNDS alternating
@@ -54,6 +59,31 @@ for name, key in (("prompt + first token (ms)", "prefill_ms"), ("each further to
     print(f"| {name:30} | {t:8.1f} | {p:12.1f} | {p / t:17.2f} |")
 t, p = best(tri, "token_ms"), best(pt, "token_ms")
 print(f"tokens/s after the prompt: Trident {1e3 / t:.1f}, PyTorch {1e3 / p:.1f}")
+PY
+  exit 0
+fi
+if [[ "$MODE" == bf16 ]]; then
+  tri=() pt=()
+  for ((r = 0; r < ROUNDS; ++r)); do
+    for p in fp32 bf16; do
+      tri+=("$(OMP_NUM_THREADS="$THREADS" build/benchmarks/bench_gpt2_train "$THREADS" "$STEPS" "$p")")
+      pt+=("$(OMP_NUM_THREADS="$THREADS" /usr/bin/python3 benchmarks/gpt2_train_torch.py "$THREADS" "$STEPS" "$p")")
+    done
+  done
+  /usr/bin/python3 - "$THREADS" "${tri[@]}" -- "${pt[@]}" <<'PY'
+import json, sys
+args = sys.argv[2:]
+cut = args.index("--")
+tri = [json.loads(a) for a in args[:cut]]
+pt = [json.loads(a) for a in args[cut + 1:]]
+def best(rows, i): return min(r["step_ms"] for r in rows[i::2])
+print(f"GPT-2 (V 50304, T 128, 4 layers, 4 heads, C 256, batch 8, AdamW), {sys.argv[1]} threads, median step, "
+      f"fastest of {len(tri) // 2} rounds")
+print(f"| {'precision':9} | {'Trident ms':>10} | {'tokens/s':>8} | {'PyTorch 1.13 ms':>15} | {'tokens/s':>8} | {'PyTorch / Trident':>17} |")
+print(f"| {'-' * 9} | {'-' * 10} | {'-' * 8} | {'-' * 15} | {'-' * 8} | {'-' * 17} |")
+for i, name in enumerate(("fp32", "bf16")):
+    t, p = best(tri, i), best(pt, i)
+    print(f"| {name:9} | {t:10.1f} | {1024e3 / t:8.0f} | {p:15.1f} | {1024e3 / p:8.0f} | {p / t:17.2f} |")
 PY
   exit 0
 fi

@@ -20,6 +20,11 @@
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+// GCC 12's AVX-512 shuffles pass an undefined vector as their unused merge operand, and its
+// -Wmaybe-uninitialized reports that undefined value once inlined (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace trident::cpu {
@@ -39,9 +44,17 @@ bool env_allows_amx() {
 namespace {
 
 constexpr int64_t kBlock = 32;           // C by 32 x 32 blocks: four 16 x 16 f32 tiles
-constexpr int64_t kMaxWholeK = 1024;      // k up to this is one block
-constexpr int64_t kTargetKc = 1024;       // beyond, blocks of about this many
-constexpr int64_t kPackedBBytes = 1024 << 10;  // packed B per column block: stays in L2
+// k in steps of 256 inside each 32 x 32 block: the 32 rows of A and the pair of B panels over
+// that range (16 KiB each) stay in L1 while the block's sums run; a row block of A then meets
+// kGroup column blocks, whose sums wait in a 16 KiB buffer between the k steps. (The first
+// version ran each k step over the whole of C, its partial sums in an f32 buffer of C's size:
+// 51 MB for GPT-2's [50304, 256] weight gradient, and DRAM-bound.)
+constexpr int64_t kKc = 256, kGroup = 4;
+// k beyond this is cut into outer blocks of about this length, the sums kept in f32 between
+// them: packed B for one covers at least 256 columns (GPT-2's [1024, 50304] x [50304, 256]
+// input gradient read its A eight times over, 1.7x slower, when a column block held all of k).
+constexpr int64_t kOuterKc = 2048;
+constexpr int64_t kPackedBBytes = int64_t{1} << 20;  // packed B per column block: stays in L2
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -99,6 +112,30 @@ TRIDENT_AMX inline __m512i interleave_rows(const uint16_t* src, int64_t ld, __mm
 }
 inline __mmask16 first_lanes(int64_t count) { return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << count) - 1u); }
 
+// v[i] element j -> v[j] element i, for 32-bit elements: pairs of rows interleaved, then groups
+// of four, then the 128-bit lanes gathered.
+TRIDENT_AMX inline void transpose16x16(__m512i v[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // u[i + c], lane L: column 4 L + c of rows i..i+3
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // column 4 L + c: lane L of u[c], u[4 + c], u[8 + c], u[12 + c]
+    const __m512i p_lo = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), p_hi = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i q_lo = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44), q_hi = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    v[c] = _mm512_shuffle_i32x4(p_lo, q_lo, 0x88);
+    v[4 + c] = _mm512_shuffle_i32x4(p_lo, q_lo, 0xDD);
+    v[8 + c] = _mm512_shuffle_i32x4(p_hi, q_hi, 0x88);
+    v[12 + c] = _mm512_shuffle_i32x4(p_hi, q_hi, 0xDD);
+  }
+}
+
 // Rows [r0, r0 + 32) of A (zero beyond m) and columns [k0, k0 + kc) into dst [32][kcp], zero
 // beyond kc.
 TRIDENT_AMX void pack_a(bool trans_a, const uint16_t* a, int64_t lda, int64_t m, int64_t r0, int64_t k0, int64_t kc,
@@ -110,16 +147,20 @@ TRIDENT_AMX void pack_a(bool trans_a, const uint16_t* a, int64_t lda, int64_t m,
       std::memcpy(dst + i * kcp, a + (r0 + i) * lda + k0, static_cast<size_t>(kc) * sizeof(uint16_t));
     return;
   }
-  // A [k, m]: rows k and k + 1 of the stored matrix give, for 16 rows of A at once, the pairs
-  // each row's tile row holds side by side; scattered to those rows.
-  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                 _mm512_set1_epi32(static_cast<int>(kcp * 2)));
+  // A [k, m]: rows k and k + 1 of the stored matrix give, for 16 rows of A at once, the pair each
+  // row's tile row holds at k; 16 such pairs (32 values of k) are a 16 x 16 matrix of 32-bit
+  // pairs, transposed in registers into 16 tile rows of 64 bytes.
   for (int64_t half = 0; half < 2 && half * 16 < rows; ++half) {
     const __mmask16 valid = first_lanes(rows - half * 16);
     uint16_t* d = dst + half * 16 * kcp;
-    for (int64_t kk = 0; kk < kc; kk += 2) {
-      const __m512i v = interleave_rows(a + (k0 + kk) * lda + r0 + half * 16, lda, valid, kk + 1 < kc);
-      _mm512_mask_i32scatter_epi32(d + kk, valid, row_offsets, v, 1);
+    for (int64_t k32 = 0; k32 < kc; k32 += 32) {
+      __m512i v[16];
+      for (int p = 0; p < 16; ++p) {
+        const int64_t kk = k32 + 2 * p;
+        v[p] = kk < kc ? interleave_rows(a + (k0 + kk) * lda + r0 + half * 16, lda, valid, kk + 1 < kc) : _mm512_setzero_si512();
+      }
+      transpose16x16(v);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(d + i * kcp + k32, v[i]);
     }
   }
 }
@@ -146,10 +187,11 @@ TRIDENT_AMX void pack_b_panel(bool trans_b, const uint16_t* b, int64_t ldb, int6
     _mm512_store_si512(dst + kk * 16, interleave_rows(b + (k0 + kk) * ldb + j0, ldb, valid, kk + 1 < kc));
 }
 
-// acc [32 x 32 f32, row stride ld floats] (+)= A block [32][kcp] x the two packed B panels.
-TRIDENT_AMX void block_product(const uint16_t* ap, const uint16_t* bp0, const uint16_t* bp1, int64_t kcp, float* acc,
-                               int64_t ld, bool load_acc) {
-  const int64_t ld_bytes = ld * static_cast<int64_t>(sizeof(float)), a_bytes = kcp * static_cast<int64_t>(sizeof(uint16_t));
+// acc [32 x 32 f32, row stride ld floats] (+)= A block [32][s0, s1) x B over the same k, from
+// A packed with rows a_ld elements apart and the two packed B panels (k pairs from k = 0).
+TRIDENT_AMX void block_product(const uint16_t* ap, int64_t a_ld, const uint16_t* bp0, const uint16_t* bp1, int64_t s0,
+                               int64_t s1, float* acc, int64_t ld, bool load_acc) {
+  const int64_t ld_bytes = ld * static_cast<int64_t>(sizeof(float)), a_bytes = a_ld * static_cast<int64_t>(sizeof(uint16_t));
   if (load_acc) {
     _tile_loadd(0, acc, ld_bytes);
     _tile_loadd(1, acc + 16, ld_bytes);
@@ -161,9 +203,9 @@ TRIDENT_AMX void block_product(const uint16_t* ap, const uint16_t* bp0, const ui
     _tile_zero(2);
     _tile_zero(3);
   }
-  for (int64_t s = 0; s < kcp; s += 32) {
+  for (int64_t s = s0; s < s1; s += 32) {
     _tile_loadd(4, ap + s, a_bytes);
-    _tile_loadd(5, ap + 16 * kcp + s, a_bytes);
+    _tile_loadd(5, ap + 16 * a_ld + s, a_bytes);
     _tile_loadd(6, bp0 + s * 16, 64);
     _tile_loadd(7, bp1 + s * 16, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -209,49 +251,61 @@ template <typename Out>
 void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, const float* bias, Out* c, int64_t ldc) {
   TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16_amx: empty product (", m, " x ", k, " x ", n, ")");
-  const int64_t kblocks = k <= kMaxWholeK ? 1 : (k + kTargetKc - 1) / kTargetKc;
-  const int64_t kc_step = round_up((k + kblocks - 1) / kblocks, 32);
+  // Outer blocks of k (NOTE [AMX bf16 GEMM]): a column block of packed B covers one, so a long k
+  // would otherwise shrink the column blocks and make A stream from memory once per 32 columns.
+  const int64_t outer = (k + kOuterKc - 1) / kOuterKc;
+  const int64_t kc_step = round_up((k + outer - 1) / outer, 32);
   const int64_t nc_step = std::clamp<int64_t>(kPackedBBytes / (kc_step * 2) / kBlock * kBlock, kBlock, round_up(n, kBlock));
-  // Partial sums between k blocks, f32 [round_up(m, 32)][ws_ld].
-  const int64_t ws_ld = round_up(n, kBlock);
-  std::unique_ptr<float[], AlignedFree> ws;
-  if (kblocks > 1) ws = aligned_buffer<float>(round_up(m, kBlock) * ws_ld);
   auto packed_b = aligned_buffer<uint16_t>(nc_step * kc_step);
+  // With several outer blocks, the sums of a column block wait between them in f32 [m][ncp].
+  std::unique_ptr<float[], AlignedFree> partial;
+  if (outer > 1) partial = aligned_buffer<float>(round_up(m, kBlock) * nc_step);
   const int64_t row_blocks = (m + kBlock - 1) / kBlock;
-
-  for (int64_t kb = 0; kb < kblocks; ++kb) {
-    const int64_t k0 = kb * kc_step, kc = std::min(kc_step, k - k0), kcp = round_up(kc, 32);
-    const bool first = kb == 0, last = kb + 1 == kblocks;
-    for (int64_t j0 = 0; j0 < n; j0 += nc_step) {
-      const int64_t nc = std::min(nc_step, n - j0), ncp = round_up(nc, kBlock), col_blocks = ncp / kBlock;
+  for (int64_t j0 = 0; j0 < n; j0 += nc_step) {
+    const int64_t nc = std::min(nc_step, n - j0), ncp = round_up(nc, kBlock), col_blocks = ncp / kBlock;
+    const int64_t groups = (col_blocks + kGroup - 1) / kGroup;
+    for (int64_t ob = 0; ob < outer; ++ob) {
+      const int64_t k0 = ob * kc_step, kc = std::min(kc_step, k - k0), kcp = round_up(kc, 32);
+      const bool first = ob == 0, last = ob + 1 == outer;
       uint16_t* pb = packed_b.get();
       parallel_for(0, ncp / 16, 4, [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) pack_b_panel(trans_b, b, ldb, n, j0 + p * 16, k0, kc, kcp, pb + p * 16 * kcp);
       });
-      // Each thread takes consecutive blocks, row by row: A's block is packed once per row.
-      const int64_t grain = std::max<int64_t>(1, 1024 / kcp);
-      parallel_for(0, row_blocks * col_blocks, grain, [&](int64_t i0, int64_t i1) {
+      // Items (row block, group of column blocks), row by row: A's rows are packed once per row
+      // block a thread meets.
+      parallel_for(0, row_blocks * groups, 1, [&](int64_t i0, int64_t i1) {
         auto pa = aligned_buffer<uint16_t>(kBlock * kcp);
-        alignas(64) float scratch[kBlock * kBlock];
+        alignas(64) float local[kGroup * kBlock * kBlock];
         load_tile_config();
         int64_t packed_row = -1;
         for (int64_t i = i0; i < i1; ++i) {
-          const int64_t rb = i / col_blocks, cb = i % col_blocks;
-          const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
-          if (rb != packed_row) {
+          const int64_t rb = i / groups, g = i % groups, r0 = rb * kBlock;
+          // A row-major with whole 32-row blocks and k steps is read where it is; otherwise its
+          // rows are copied (transposed, zero-padded) once per row block a thread meets.
+          const bool direct = !trans_a && kc == kcp && r0 + kBlock <= m;
+          const uint16_t* ap = direct ? a + r0 * lda + k0 : pa.get();
+          const int64_t a_ld = direct ? lda : kcp;
+          if (!direct && rb != packed_row) {
             pack_a(trans_a, a, lda, m, r0, k0, kc, kcp, pa.get());
             packed_row = rb;
           }
-          float* acc = scratch;
-          int64_t ld = kBlock;
-          if (kblocks > 1) {
-            acc = ws.get() + r0 * ws_ld + j0 + c0;
-            ld = ws_ld;
+          const int64_t cb0 = g * kGroup, count = std::min(kGroup, col_blocks - cb0);
+          // The group's sums: in `local` with one outer block, else in `partial`.
+          float* sums = outer > 1 ? partial.get() + r0 * nc_step + cb0 * kBlock : local;
+          const int64_t ld = outer > 1 ? nc_step : count * kBlock;
+          for (int64_t s0 = 0; s0 < kcp; s0 += kKc) {
+            const int64_t s1 = std::min(kcp, s0 + kKc);
+            for (int64_t cb = 0; cb < count; ++cb) {
+              const int64_t c0 = (cb0 + cb) * kBlock;
+              block_product(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, sums + cb * kBlock, ld, s0 > 0 || !first);
+            }
           }
-          block_product(pa.get(), pb + c0 * kcp, pb + (c0 + 16) * kcp, kcp, acc, ld, !first);
-          if (last) {
+          if (!last) continue;
+          for (int64_t cb = 0; cb < count; ++cb) {
+            const int64_t c0 = (cb0 + cb) * kBlock;
             const int64_t rows = std::min(kBlock, m - r0), cols = std::min(kBlock, nc - c0);
-            write_block(acc, ld, rows, cols, bias != nullptr ? bias + j0 + c0 : nullptr, c + r0 * ldc + j0 + c0, ldc);
+            write_block(sums + cb * kBlock, ld, rows, cols, bias != nullptr ? bias + j0 + c0 : nullptr, c + r0 * ldc + j0 + c0,
+                        ldc);
           }
         }
         release_tiles();

@@ -10,12 +10,16 @@
 // subnormal inputs (below 2^-126) as zero and flushes subnormal sums to zero, as every AMX user
 // (oneDNN, PyTorch) does.
 //
-// Layout: C is computed by 32 x 32 blocks, four accumulator tiles, over blocks of k (up to 4096
-// whole; beyond, blocks of about 2048 with the partial sums kept in an f32 buffer). A's rows are
-// copied per 32-row block into k-contiguous rows (zero-padded to a multiple of 32); B is copied
-// per block of columns (sized to stay in L2) into the pairwise-interleaved layout the instruction
-// reads (for column j, k and k + 1 adjacent). Threads share each column block and take row
-// blocks; every element's sum runs in the same order whatever the thread count.
+// Layout: C is computed by 32 x 32 blocks, four accumulator tiles, each over k in steps of 256
+// (the 32 rows of A and two 16-column panels of B over one step stay in L1), a row block of A
+// meeting four column blocks in turn, whose sums wait in a 16 KiB buffer between the steps; k
+// beyond 2048 is cut into outer blocks, the sums kept in f32 between them. A row-major A is read
+// in place; otherwise (transposed, or a tail) its rows are copied per 32-row block into
+// k-contiguous rows, zero-padded (a transposed A by 16 x 16 register transposes of interleaved
+// row pairs). B is copied per block of columns (sized to stay in L2) into the pairwise-
+// interleaved layout the instruction reads (for column j, k and k + 1 adjacent). Threads share
+// each column block and take (row block, four column blocks) items; every element's sum runs
+// in the same order whatever the thread count.
 //
 // The tiles need the kernel's permission (Linux arch_prctl(ARCH_REQ_XCOMP_PERM)), asked for once;
 // without AMX-BF16 in the CPU, the permission, or x86-64 Linux with GCC or Clang, the old path

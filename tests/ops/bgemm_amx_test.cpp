@@ -33,10 +33,13 @@ struct Case {
 // Every transpose combination of each case, spare columns in every operand (C's must stay as
 // they were), NaN in C (it must not be read), with and without a bias: the f32 result within the
 // bound of f32 sums of k exact products, and the bf16 result that f32 result rounded once.
-void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed) {
+// only_layout: that transpose/bias combination alone; row_step: every row_step-th row of C
+// checked (and the last), for large cases.
+void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed, int only_layout = -1, int64_t row_step = 1) {
   Generator g(seed);
   for (const Case& cs : cases) {
     for (int t = 0; t < 8; ++t) {
+      if (only_layout >= 0 && t != only_layout) continue;
       const bool ta = t & 1, tb = t & 2, with_bias = t & 4;
       SCOPED_TRACE(::testing::Message() << cs.m << "x" << cs.n << "x" << cs.k << " ta " << ta << " tb " << tb << " bias "
                                         << with_bias);
@@ -51,6 +54,7 @@ void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed) {
       cpu::gemm_bf16_amx(ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, bp, c16.data(), ldc);
       int bad = 0;
       for (int64_t i = 0; i < cs.m && bad < 5; ++i) {
+        if (i % row_step != 0 && i + 1 != cs.m) continue;
         for (int64_t j = 0; j < ldc && bad < 5; ++j) {
           const auto at = static_cast<size_t>(i * ldc + j);
           if (j >= cs.n) {
@@ -82,11 +86,14 @@ void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed) {
 TEST(AmxBf16, GemmMatchesF64OnEveryLayoutAndEdge) {
   if (!cpu::amx_bf16_available()) GTEST_SKIP() << kNoAmx;
   // Tails in every dimension (16-row halves, 32-wide blocks, 32-long k steps, pairs of k), one
-  // and several column blocks (k = 300: 1,632 columns per block of packed B, so 3,300 are three),
-  // several k blocks (k > 1024: partial sums kept between them, the last block shorter).
-  expect_matches_f64({{1, 1, 1},      {1, 5, 2},       {16, 16, 32},  {17, 33, 31},    {32, 32, 64},  {33, 65, 97},
-                      {100, 3, 300},  {5, 300, 77},    {64, 3300, 300}, {33, 65, 1500}, {40, 40, 4097}, {3, 70, 9000}},
+  // and several column blocks (k = 300, padded to 320: 1,632 columns per block of packed B, so
+  // 3,300 are three), groups of four column blocks and a partial group, several k steps of 256
+  // (partial sums kept between them, the last step shorter), a large k (a packed row block of A
+  // and a 32-column block of B larger than L2).
+  expect_matches_f64({{1, 1, 1},      {1, 5, 2},       {16, 16, 32},    {17, 33, 31},   {32, 32, 64},   {33, 65, 97},
+                      {100, 3, 300},  {5, 300, 77},    {64, 3300, 300}, {33, 200, 1500}, {40, 40, 4097}, {3, 70, 9000}},
                      81);
+  expect_matches_f64({{70, 64, 40000}}, 85, /*only_layout=*/6, /*row_step=*/7);
 }
 
 TEST(AmxBf16, GemmDoesNotDependOnTheThreads) {
