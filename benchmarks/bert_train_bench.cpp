@@ -13,13 +13,12 @@
 // Prints the median step time of `steps` timed steps (after 3 warm-up steps); tokens/s counts
 // every position of the batch, padding included (as the PyTorch side does). With
 // TRIDENT_BENCH_PROFILE set, the op profile of one more step goes to stderr.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "benchmarks/train_step_bench.h"
 #include "core/parallel.h"
 #include "trident.h"
 
@@ -74,38 +73,12 @@ int main(int argc, char** argv) {
   Generator data(2);
   const Batch batch = make_batch(&data);
   const int64_t masked = sum(ne(batch.get("mlm_labels"), -100)).item<int64_t>();
-  std::vector<double> ms;
-  double loss = 0;
-  for (int i = 0; i < steps + 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    opt.zero_grad();
-    Tensor l;
-    {
-      autocast::Guard guard(DType::BF16, bf16);
-      l = model.forward(batch).loss;
-    }
-    l.backward();
-    opt.step();
-    loss = l.item<double>();
-    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= 3) ms.push_back(dt);
-  }
-  if (std::getenv("TRIDENT_BENCH_PROFILE")) {  // where one more step's time goes, to stderr
-    profiler::start();
-    opt.zero_grad();
-    {
-      autocast::Guard guard(DType::BF16, bf16);
-      model.forward(batch).loss.backward();
-    }
-    opt.step();
-    std::fprintf(stderr, "%s\n", profiler::stop().table().c_str());
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const bench::StepTiming t = bench::time_training_steps(steps, bf16, opt, [&] { return model.forward(batch).loss; });
+  const double med = t.median_ms;
   std::printf(
       "{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"masked\": %lld, "
       "\"last_loss\": %.4f}\n",
       static_cast<double>(kB * kT) / (med / 1e3), med, get_num_threads(), static_cast<long long>(model.num_parameters()),
-      static_cast<long long>(masked), loss);
+      static_cast<long long>(masked), t.last_loss);
   return 0;
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/train_step_bench.h"
 #include "core/parallel.h"
 #include "trident.h"
 
@@ -92,36 +93,10 @@ int main(int argc, char** argv) {
   const Tensor x = randint(0, V, {B, T}, DType::I64, &data), y = randint(0, V, {B, T}, DType::I64, &data);
   if (argc > 3 && std::string(argv[3]) == "hvp") return hvp_bench(model, x, y, steps, &data);
   const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
-  std::vector<double> ms;
-  double loss = 0;
-  for (int i = 0; i < steps + 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    opt.zero_grad();
-    Tensor l;
-    {
-      autocast::Guard guard(DType::BF16, bf16);
-      l = model.forward(x, y).loss;
-    }
-    l.backward();
-    opt.step();
-    loss = l.item<double>();
-    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= 3) ms.push_back(dt);
-  }
-  if (std::getenv("TRIDENT_BENCH_PROFILE")) {  // where one more step's time goes, to stderr
-    profiler::start();
-    opt.zero_grad();
-    {
-      autocast::Guard guard(DType::BF16, bf16);
-      model.forward(x, y).loss.backward();
-    }
-    opt.step();
-    std::fprintf(stderr, "%s\n", profiler::stop().table().c_str());
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const bench::StepTiming t = bench::time_training_steps(steps, bf16, opt, [&] { return model.forward(x, y).loss; });
+  const double med = t.median_ms;
   std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"last_loss\": %.4f}\n",
               static_cast<double>(B * T) / (med / 1e3), med, get_num_threads(), static_cast<long long>(model.num_parameters()),
-              loss);
+              t.last_loss);
   return 0;
 }
