@@ -139,11 +139,26 @@ double class_loss_scale(Reduction r, double total_weight) { return r == Reductio
 
 }  // namespace
 
+namespace {
+// cross_entropy with the reduced loss in `out_dtype`.
+Tensor cross_entropy_into(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o, DType out_dtype);
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
   if (autocast::is_enabled()) {  // NOTE [Autocast]
     autocast::Suspend off;
+    // Half logits on the CPU without class weights are read as they are (NOTE [Half-precision
+    // cross-entropy rows] in ops/cpu/loss.cpp): the loss in f32 and the gradient in the logits'
+    // dtype, the same numbers as widening them first, without two logits-sized copies.
+    if (is_reduced_float(logits.dtype()) && logits.device().is_cpu() && !o.weight.defined())
+      return cross_entropy_into(logits, target, o, DType::F32);
     return cross_entropy(autocast::widen(logits), target, o);
   }
+  return cross_entropy_into(logits, target, o, logits.dtype());
+}
+
+namespace {
+Tensor cross_entropy_into(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o, DType out_dtype) {
   const char* op = "cross_entropy";
   cpu::ClassLossArgs args = class_loss_args(op, logits, target, o.weight, o.ignore_index);
   TRIDENT_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
@@ -151,7 +166,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   args.label_smoothing = o.label_smoothing;
   const Tensor w = o.weight.defined() ? o.weight.detach() : Tensor();
   cpu::CrossEntropyForward f = TRIDENT_KERNEL(cross_entropy_forward)(logits.detach(), target, w, args);
-  Tensor out = reduce_class_loss(f.loss, f.loss_sum, f.total_weight, o.reduction, target.sizes(), logits.dtype());
+  Tensor out = reduce_class_loss(f.loss, f.loss_sum, f.total_weight, o.reduction, target.sizes(), out_dtype);
   if (autograd::any_requires_grad({logits})) {
     // Saved: the logits, targets and weights (no copies) and two numbers per position (the row
     // max and log-sum-exp); backward recomputes the softmax from them in one sweep.
@@ -160,9 +175,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
                       l = f.row_logsum, args, scale = class_loss_scale(o.reduction, f.total_weight),
                       shape = logits.sizes(), dtype = logits.dtype(),
                       per_position = o.reduction == Reduction::None](const TensorList& g) {
-                       if (recording_backward())
-                         return TensorList{cross_entropy_grad_recorded(g[0], per_position, scale, sx.unpack(), st.unpack(),
-                                                                       sw.defined() ? sw.unpack() : Tensor(), args)};
+                       if (recording_backward()) {  // half logits: the formula in f32, as the widened logits had it
+                         const Tensor x = sx.unpack();
+                         const Tensor xf = is_reduced_float(x.dtype()) ? x.to(DType::F32) : x;
+                         return TensorList{cross_entropy_grad_recorded(g[0].to(xf.dtype()), per_position, scale, xf,
+                                                                       st.unpack(), sw.defined() ? sw.unpack() : Tensor(),
+                                                                       args).to(dtype)};
+                       }
                        const Tensor gx = TRIDENT_KERNEL(cross_entropy_backward)(
                            g[0], scale, sx.unpack(), st.unpack(), sw.defined() ? sw.unpack() : Tensor(), m, l, args);
                        return TensorList{view(gx, shape).to(dtype)};
@@ -170,6 +189,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   }
   return out;
 }
+}  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {
   if (autocast::is_enabled()) {  // NOTE [Autocast]

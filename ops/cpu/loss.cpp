@@ -241,9 +241,9 @@ inline void ce_backward_range(const CeParams<float>& p, int64_t b, int64_t e) { 
 inline void ce_backward_range(const CeParams<double>& p, int64_t b, int64_t e) { ce_backward_tasks(p, b, e); }
 
 template <typename C>
-CeParams<C> ce_params(const Tensor& x, const Tensor& t, const Tensor& w, const ClassLossArgs& args) {
+CeParams<C> ce_params(const C* x, const Tensor& t, const Tensor& w, const ClassLossArgs& args) {
   CeParams<C> p;
-  p.x = x.data<C>();
+  p.x = x;
   p.t = t.data<int64_t>();
   p.w = w.defined() ? w.data<C>() : nullptr;
   p.n = args.n;
@@ -272,6 +272,54 @@ void totals(const int64_t* t, const C* w, const C* loss, int64_t npos, int64_t i
     if (t[i] != ignore) total_weight += w ? static_cast<double>(w[t[i]]) : 1.0;
   }
 }
+
+// NOTE [Half-precision cross-entropy rows]: f16/bf16 logits with the class dim innermost (a
+// language model's [positions, vocabulary]) are read as they are: each row converted into an f32
+// buffer, run through the f32 row kernel as a one-row problem, and (backward) its f32 gradient
+// rounded into the half-precision output row. The numbers are those of upcasting the whole
+// tensor first (the same f32 values through the same kernel, rounded once), without the two
+// logits-sized f32 copies: autocast's loss on GPT-2's [1024, 50304] bf16 logits went from
+// widening them (and rounding the f32 gradient back) to this.
+template <typename T>
+void half_row_to_f32(const T* x, float* out, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(x[c]);
+}
+
+template <typename T>
+void ce_forward_half_rows(const CeParams<float>& p, const T* xh, int64_t b, int64_t e) {
+  std::vector<float> row(static_cast<size_t>(p.classes));
+  for (int64_t i = b; i < e; ++i) {
+    half_row_to_f32(xh + i * p.classes, row.data(), p.classes);
+    CeParams<float> q = p;
+    q.x = row.data();
+    q.n = 1;
+    q.t = p.t + i;
+    q.loss = p.loss + i;
+    q.m = p.m + i;
+    q.logs = p.logs + i;
+    ce_forward_range(q, 0, 1);
+  }
+}
+
+template <typename T>
+void ce_backward_half_rows(const CeParams<float>& p, const T* xh, T* gh, int64_t b, int64_t e) {
+  std::vector<float> row(static_cast<size_t>(p.classes)), grad(static_cast<size_t>(p.classes));
+  for (int64_t i = b; i < e; ++i) {
+    half_row_to_f32(xh + i * p.classes, row.data(), p.classes);
+    CeParams<float> q = p;
+    q.x = row.data();
+    q.n = 1;
+    q.t = p.t + i;
+    q.saved_m = p.saved_m + i;
+    q.saved_logs = p.saved_logs + i;
+    if (p.g_per_position) q.g = p.g + i;
+    q.gx = grad.data();
+    ce_backward_range(q, 0, 1);
+    T* out = gh + i * p.classes;
+    for (int64_t c = 0; c < p.classes; ++c) out[c] = T(grad[static_cast<size_t>(c)]);
+  }
+}
+
 }  // namespace
 
 int64_t first_invalid_target(const Tensor& target, int64_t classes, int64_t ignore_index) {
@@ -287,15 +335,34 @@ int64_t first_invalid_target(const Tensor& target, int64_t classes, int64_t igno
 
 CrossEntropyForward cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, const Tensor& weight_in,
                                           const ClassLossArgs& args) {
-  const Tensor x = compute_form(logits_in), w = compute_form(weight_in), t = target_in.contiguous();
   const int64_t npos = args.n * args.inner;
+  if (is_reduced_float(logits_in.dtype()) && args.inner == 1 && args.classes > 0) {  // NOTE [Half-precision cross-entropy rows]
+    const Tensor xh = logits_in.contiguous(), w = compute_form(weight_in), t = target_in.contiguous();
+    CrossEntropyForward out;
+    out.loss = empty({npos}, DType::F32);
+    out.row_max = empty({npos}, DType::F32);
+    out.row_logsum = empty({npos}, DType::F32);
+    CeParams<float> p = ce_params<float>(nullptr, t, w, args);
+    p.loss = out.loss.data<float>();
+    p.m = out.row_max.data<float>();
+    p.logs = out.row_logsum.data<float>();
+    TRIDENT_DISPATCH_FLOATING(xh.dtype(), "cross_entropy", [&] {
+      if constexpr (sizeof(scalar_t) == 2) {
+        const auto* x = xh.data<scalar_t>();
+        parallel_for(0, args.n, rows_grain(args.classes), [&](int64_t b, int64_t e) { ce_forward_half_rows(p, x, b, e); });
+      }
+    });
+    totals(p.t, p.w, p.loss, npos, p.ignore, out.loss_sum, out.total_weight);
+    return out;
+  }
+  const Tensor x = compute_form(logits_in), w = compute_form(weight_in), t = target_in.contiguous();
   CrossEntropyForward out;
   out.loss = empty({npos}, x.dtype());
   out.row_max = empty({npos}, x.dtype());
   out.row_logsum = empty({npos}, x.dtype());
   TRIDENT_DISPATCH_F32_F64(x.dtype(), "cross_entropy", [&] {
     using C = scalar_t;
-    CeParams<C> p = ce_params<C>(x, t, w, args);
+    CeParams<C> p = ce_params<C>(x.data<C>(), t, w, args);
     p.loss = out.loss.data<C>();
     p.m = out.row_max.data<C>();
     p.logs = out.row_logsum.data<C>();
@@ -313,13 +380,34 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits_in, const Tensor&
 Tensor cross_entropy_backward(const Tensor& g_in, double scale, const Tensor& logits_in, const Tensor& target_in,
                               const Tensor& weight_in, const Tensor& row_max, const Tensor& row_logsum,
                               const ClassLossArgs& args) {
+  if (is_reduced_float(logits_in.dtype()) && args.inner == 1 && args.classes > 0) {  // NOTE [Half-precision cross-entropy rows]
+    const Tensor xh = logits_in.contiguous(), w = compute_form(weight_in), t = target_in.contiguous();
+    const Tensor g = g_in.to(DType::F32).contiguous();
+    Tensor gx = empty({args.n, args.classes, args.inner}, xh.dtype());
+    if (gx.numel() == 0) return gx;
+    CeParams<float> p = ce_params<float>(nullptr, t, w, args);
+    const Tensor rm = row_max.to(DType::F32).contiguous(), rl = row_logsum.to(DType::F32).contiguous();
+    p.saved_m = rm.data<float>();
+    p.saved_logs = rl.data<float>();
+    p.g = g.data<float>();
+    p.g_per_position = g.numel() != 1 || args.n * args.inner == 1;
+    p.scale = static_cast<float>(scale);
+    TRIDENT_DISPATCH_FLOATING(xh.dtype(), "cross_entropy_backward", [&] {
+      if constexpr (sizeof(scalar_t) == 2) {
+        const auto* x = xh.data<scalar_t>();
+        auto* out = gx.data<scalar_t>();
+        parallel_for(0, args.n, rows_grain(args.classes), [&](int64_t b, int64_t e) { ce_backward_half_rows(p, x, out, b, e); });
+      }
+    });
+    return gx;
+  }
   const Tensor x = compute_form(logits_in), w = compute_form(weight_in), t = target_in.contiguous();
   const Tensor g = compute_form(g_in.to(x.dtype()));
   Tensor gx = empty({args.n, args.classes, args.inner}, x.dtype());
   if (gx.numel() == 0) return gx;
   TRIDENT_DISPATCH_F32_F64(x.dtype(), "cross_entropy_backward", [&] {
     using C = scalar_t;
-    CeParams<C> p = ce_params<C>(x, t, w, args);
+    CeParams<C> p = ce_params<C>(x.data<C>(), t, w, args);
     const Tensor rm = row_max.contiguous(), rl = row_logsum.contiguous();
     p.saved_m = rm.data<C>();
     p.saved_logs = rl.data<C>();

@@ -246,6 +246,54 @@ TEST(CrossEntropy, ReducedPrecisionComputesInF32) {
   }
 }
 
+// NOTE [Half-precision cross-entropy rows]: f16/bf16 logits with the classes innermost are read
+// row by row into f32; with and without autocast (where the loss comes back in f32), every
+// reduction, label smoothing, ignored positions and class weights, wide rows split over threads:
+// the loss and the gradient are the f32 computation on the upcast logits, bit for bit (rounded
+// once to the half type where the result is half).
+TEST(CrossEntropy, HalfLogitsRowsEqualTheirF32UpcastExactly) {
+  Generator g(41);
+  const Tensor t = randint(0, 3000, {37}, kI64, &g);
+  Tensor tt = t.clone();
+  tt.data<int64_t>()[5] = -100;
+  tt.data<int64_t>()[20] = -100;
+  const Tensor weight = add(rand({3000}, kF32, &g), 0.5);
+  const Tensor upstream = randn({37}, kF32, &g);
+  for (DType dt : {kF16, kBF16}) {
+    const Tensor xh = mul(randn({37, 3000}, kF32, &g), 3.0).to(dt);
+    for (bool autocast_on : {false, true}) {
+      for (const Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+        for (double smoothing : {0.0, 0.1}) {
+          for (bool weighted : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << dt << " autocast " << autocast_on << " reduction " << static_cast<int>(r)
+                                              << " smoothing " << smoothing << " weighted " << weighted);
+            CrossEntropyOptions o{.reduction = r, .ignore_index = -100, .label_smoothing = smoothing, .weight = Tensor()};
+            Tensor x = xh.detach().set_requires_grad();
+            Tensor l;
+            {
+              autocast::Guard guard(kBF16, autocast_on);
+              if (weighted) o.weight = autocast_on ? weight : weight.to(dt);
+              l = cross_entropy(x, tt, o);
+            }
+            const DType want = autocast_on ? kF32 : dt;
+            ASSERT_EQ(l.dtype(), want);
+            Tensor x32 = xh.detach().to(kF32).set_requires_grad();
+            CrossEntropyOptions o32 = o;
+            if (weighted) o32.weight = o.weight.to(kF32);
+            const Tensor l32 = cross_entropy(x32, tt, o32);
+            EXPECT_TRUE(all_close(l, l32.to(want), 0, 0));
+            const Tensor gl = r == Reduction::None ? upstream : ones({}, kF32);
+            l.backward(gl.to(want));
+            l32.backward(gl.to(want).to(kF32));
+            ASSERT_EQ(x.grad().dtype(), dt);
+            EXPECT_TRUE(all_close(x.grad(), x32.grad().to(dt), 0, 0));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(NllLoss, MatchesPyTorch) {
   // log_softmax(kX) as computed by PyTorch 1.13 (the input of nll_loss here).
   const std::vector<double> logp = {-2.068218162549873, -3.818218162549873, -0.5682181625498728, -2.568218162549873, -1.5682181625498728, -0.8290516021698707, -0.8290516021698707, -6.329051602169871, -2.3290516021698706, -3.5790516021698706, -3.5639395807356276, -2.5639395807356276, -1.8139395807356276, -6.813939580735628, -0.3139395807356276, -4.451914395937593, -3.4519143959375933, -2.4519143959375933, -1.4519143959375933, -0.45191439593759325};
