@@ -29,15 +29,17 @@
 
 namespace trident::cpu {
 namespace {
-// TRIDENT_CPU_AMX: off, or auto (also empty or unset); anything else is an error from every bf16
-// product.
-bool env_allows_amx() {
-  const char* v = std::getenv("TRIDENT_CPU_AMX");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return true;
-  if (std::strcmp(v, "off") == 0) return false;
-  TRIDENT_FAIL("TRIDENT_CPU_AMX=", v, ": expected off or auto (NOTE [AMX bf16 GEMM])");
+// TRIDENT_CPU_BF16_GEMM: auto (also empty or unset), amx, avx512bf16 or off, parsed once; a bad
+// value, or a kernel this CPU lacks, is an error from every bf16 product.
+enum class Bf16Choice : uint8_t { Auto, Amx, Avx512Bf16, Off };
+Bf16Choice bf16_choice_from_env() {
+  const char* v = std::getenv("TRIDENT_CPU_BF16_GEMM");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Bf16Choice::Auto;
+  if (std::strcmp(v, "amx") == 0) return Bf16Choice::Amx;
+  if (std::strcmp(v, "avx512bf16") == 0) return Bf16Choice::Avx512Bf16;
+  if (std::strcmp(v, "off") == 0) return Bf16Choice::Off;
+  TRIDENT_FAIL("TRIDENT_CPU_BF16_GEMM=", v, ": expected auto, amx, avx512bf16 or off (NOTE [AMX bf16 GEMM])");
 }
-
 }  // namespace
 
 #ifdef TRIDENT_HAVE_AMX
@@ -72,7 +74,7 @@ bool cpu_and_kernel_allow_amx() {
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-int g_amx_override = -1;  // set_cpu_amx_enabled_for_testing: 0 off, 1 on; -1 the default
+int g_kernel_override = -1;  // set_bf16_gemm_kernel_for_testing: a Bf16Gemm; -1 the default
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -219,6 +221,40 @@ TRIDENT_AMX void block_product(const uint16_t* ap, int64_t a_ld, const uint16_t*
   _tile_stored(3, acc + 16 * ld + 16, ld_bytes);
 }
 
+// NOTE [AVX512-BF16 GEMM]: the same 32 x 32 block from the same packed operands with
+// VDPBF16PS (Zen 4 and 5, Cooper Lake and later Xeons): four groups of 8 rows x 32 columns, 16
+// accumulators of 16 lanes; per pair of k, the two 64-byte pair rows of B and each row's pair of
+// A broadcast. The products and sums as AMX's (exact products, f32 sums; subnormals flushed).
+#define TRIDENT_DPBF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+TRIDENT_DPBF16 void block_product_dp(const uint16_t* ap, int64_t a_ld, const uint16_t* bp0, const uint16_t* bp1, int64_t s0,
+                                     int64_t s1, float* acc, int64_t ld, bool load_acc) {
+  for (int64_t rg = 0; rg < kBlock; rg += 8) {
+    __m512 c[8][2];
+    for (int r = 0; r < 8; ++r) {
+      float* row = acc + (rg + r) * ld;
+      c[r][0] = load_acc ? _mm512_loadu_ps(row) : _mm512_setzero_ps();
+      c[r][1] = load_acc ? _mm512_loadu_ps(row + 16) : _mm512_setzero_ps();
+    }
+    const uint16_t* a = ap + rg * a_ld;
+    for (int64_t s = s0; s < s1; s += 2) {
+      const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp0 + s * 16));
+      const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp1 + s * 16));
+      for (int r = 0; r < 8; ++r) {
+        uint32_t pair;
+        std::memcpy(&pair, a + r * a_ld + s, sizeof pair);
+        const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+        c[r][0] = _mm512_dpbf16_ps(c[r][0], av, b0);
+        c[r][1] = _mm512_dpbf16_ps(c[r][1], av, b1);
+      }
+    }
+    for (int r = 0; r < 8; ++r) {
+      float* row = acc + (rg + r) * ld;
+      _mm512_storeu_ps(row, c[r][0]);
+      _mm512_storeu_ps(row + 16, c[r][1]);
+    }
+  }
+}
+
 inline void put(float v, float* c) { *c = v; }
 inline void put(float v, uint16_t* c) { *c = detail::f32_to_bf16_bits(v); }
 
@@ -247,7 +283,7 @@ std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
   return std::unique_ptr<T[], AlignedFree>(p);
 }
 
-template <typename Out>
+template <bool Amx, typename Out>
 void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, const float* bias, Out* c, int64_t ldc) {
   TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16_amx: empty product (", m, " x ", k, " x ", n, ")");
@@ -276,7 +312,7 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
       parallel_for(0, row_blocks * groups, 1, [&](int64_t i0, int64_t i1) {
         auto pa = aligned_buffer<uint16_t>(kBlock * kcp);
         alignas(64) float local[kGroup * kBlock * kBlock];
-        load_tile_config();
+        if constexpr (Amx) load_tile_config();
         int64_t packed_row = -1;
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t rb = i / groups, g = i % groups, r0 = rb * kBlock;
@@ -297,7 +333,12 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
             const int64_t s1 = std::min(kcp, s0 + kKc);
             for (int64_t cb = 0; cb < count; ++cb) {
               const int64_t c0 = (cb0 + cb) * kBlock;
-              block_product(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, sums + cb * kBlock, ld, s0 > 0 || !first);
+              if constexpr (Amx) {
+                block_product(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, sums + cb * kBlock, ld, s0 > 0 || !first);
+              } else {
+                block_product_dp(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, sums + cb * kBlock, ld,
+                                 s0 > 0 || !first);
+              }
             }
           }
           if (!last) continue;
@@ -308,7 +349,7 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
                         ldc);
           }
         }
-        release_tiles();
+        if constexpr (Amx) release_tiles();
       });
     }
   }
@@ -320,41 +361,80 @@ bool amx_bf16_available() {
   static const bool ok = cpu_and_kernel_allow_amx();
   return ok;
 }
-bool cpu_amx_enabled() {
-  if (g_amx_override >= 0) return g_amx_override == 1;
-  // A bad TRIDENT_CPU_AMX throws here, from every bf16 product (the static is set on success only).
-  static const bool by_default = env_allows_amx() && amx_bf16_available();
-  return by_default;
+bool avx512_bf16_available() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  static const bool ok = cpu_has_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));  // AVX512_BF16
+  return ok;
 }
-bool set_cpu_amx_enabled_for_testing(bool enabled) {
-  const bool prev = cpu_amx_enabled();
-  g_amx_override = enabled && amx_bf16_available() ? 1 : 0;
+
+Bf16Gemm bf16_gemm_kernel() {
+  if (g_kernel_override >= 0) return static_cast<Bf16Gemm>(g_kernel_override);
+  // A bad TRIDENT_CPU_BF16_GEMM throws here, from every bf16 product (the static is set on
+  // success only).
+  static const Bf16Gemm chosen = [] {
+    switch (bf16_choice_from_env()) {
+      case Bf16Choice::Off: return Bf16Gemm::None;
+      case Bf16Choice::Amx:
+        TRIDENT_CHECK(amx_bf16_available(), "TRIDENT_CPU_BF16_GEMM=amx: this CPU or kernel does not allow AMX-BF16");
+        return Bf16Gemm::Amx;
+      case Bf16Choice::Avx512Bf16:
+        TRIDENT_CHECK(avx512_bf16_available(), "TRIDENT_CPU_BF16_GEMM=avx512bf16: this CPU has no AVX512-BF16");
+        return Bf16Gemm::Avx512Bf16;
+      case Bf16Choice::Auto: break;
+    }
+    // AVX512-BF16 only when asked for (NOTE [AVX512-BF16 GEMM]: not yet measured faster than the
+    // f32 conversion where it would be chosen).
+    return amx_bf16_available() ? Bf16Gemm::Amx : Bf16Gemm::None;
+  }();
+  return chosen;
+}
+Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm kernel) {
+  const Bf16Gemm prev = bf16_gemm_kernel();
+  const bool ok = kernel == Bf16Gemm::None || (kernel == Bf16Gemm::Amx && amx_bf16_available()) ||
+                  (kernel == Bf16Gemm::Avx512Bf16 && avx512_bf16_available());
+  g_kernel_override = static_cast<int>(ok ? kernel : Bf16Gemm::None);
   return prev;
 }
 
-void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                   const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc) {
-  TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16_amx: this CPU or kernel does not allow AMX-BF16");
-  gemm_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+namespace {
+template <typename Out>
+void gemm_dispatch(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                   int64_t lda, const uint16_t* b, int64_t ldb, const float* bias, Out* c, int64_t ldc) {
+  if (kernel == Bf16Gemm::Amx) {
+    TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16: this CPU or kernel does not allow AMX-BF16");
+    return gemm_impl<true>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+  }
+  TRIDENT_CHECK(kernel == Bf16Gemm::Avx512Bf16 && avx512_bf16_available(), "gemm_bf16: no ",
+                kernel == Bf16Gemm::None ? "kernel chosen" : "AVX512-BF16 on this CPU");
+  gemm_impl<false>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
 }
-void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                   const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
-  TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16_amx: this CPU or kernel does not allow AMX-BF16");
-  gemm_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}  // namespace
+
+void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc) {
+  gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+}
+void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
 }
 
-#else  // no AMX in this build
+#else  // no AMX or AVX512-BF16 kernels in this build
 
 bool amx_bf16_available() { return false; }
-bool cpu_amx_enabled() { return env_allows_amx() && false; }
-bool set_cpu_amx_enabled_for_testing(bool) { return false; }
-void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
-                   uint16_t*, int64_t) {
-  TRIDENT_FAIL("gemm_bf16_amx: this build has no AMX kernels (x86-64 Linux with GCC or Clang only)");
+bool avx512_bf16_available() { return false; }
+Bf16Gemm bf16_gemm_kernel() {
+  bf16_choice_from_env();  // a bad value is still reported
+  return Bf16Gemm::None;
 }
-void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
-                   float*, int64_t) {
-  TRIDENT_FAIL("gemm_bf16_amx: this build has no AMX kernels (x86-64 Linux with GCC or Clang only)");
+Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm) { return Bf16Gemm::None; }
+void gemm_bf16(Bf16Gemm, bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
+               uint16_t*, int64_t) {
+  TRIDENT_FAIL("gemm_bf16: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
+}
+void gemm_bf16(Bf16Gemm, bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
+               float*, int64_t) {
+  TRIDENT_FAIL("gemm_bf16: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
 }
 
 #endif

@@ -23,29 +23,46 @@
 //
 // The tiles need the kernel's permission (Linux arch_prctl(ARCH_REQ_XCOMP_PERM)), asked for once;
 // without AMX-BF16 in the CPU, the permission, or x86-64 Linux with GCC or Clang, the old path
-// runs. TRIDENT_CPU_AMX=off turns it off for the whole process (to measure or test the other
-// path on an AMX machine); set_cpu_amx_enabled_for_testing switches it in tests.
+// runs (both operands converted to f32). TRIDENT_CPU_BF16_GEMM chooses for the whole process:
+// auto (AMX where allowed, else the conversion), amx, avx512bf16 (below) or off (the conversion);
+// set_bf16_gemm_kernel_for_testing chooses in tests.
+//
+// NOTE [AVX512-BF16 GEMM]: CPUs with AVX-512's BF16 dot products (Zen 4 and 5, Cooper Lake and
+// later Xeons) can run the same blocks and packing with VDPBF16PS: a 32 x 32 block as four groups
+// of 8 rows x 32 columns in 16 vector accumulators, each row's pair of A broadcast against B's
+// 64-byte pair rows, two products per lane per instruction where an FMA does one. On the AMX
+// Xeon with TRIDENT_CPU_BF16_GEMM=avx512bf16 GPT-2's bf16 step took as long as with the f32
+// conversion (703-705 against 643-702 ms, alternating; there one VDPBF16PS issues per cycle,
+// where two f32 FMAs do, so no gain is possible). Zen 4 and 5 issue it at twice the FMA rate and may gain, but
+// it has not been measured there, so auto does not choose it yet.
 #pragma once
 
 #include <cstdint>
 
 namespace trident::cpu {
 
+// The kernel bf16 matmul and linear run on (NOTE [AMX bf16 GEMM], NOTE [AVX512-BF16 GEMM]); None:
+// both operands converted to f32 and the f32 GEMM.
+enum class Bf16Gemm : uint8_t { None, Avx512Bf16, Amx };
+
 // Whether the CPU and the kernel let this process run AMX-BF16 (asks for the permission once).
 bool amx_bf16_available();
-// Whether bf16 products run on it: available and not turned off.
-bool cpu_amx_enabled();
-// Turns it off (false) or on again (when available); returns the previous setting. Not
+// Whether the CPU has AVX-512 with its BF16 dot products.
+bool avx512_bf16_available();
+// The kernel bf16 products use (TRIDENT_CPU_BF16_GEMM; auto: AMX where available, else None).
+Bf16Gemm bf16_gemm_kernel();
+// Makes `kernel` the one used (None where it is not available); returns the previous one. Not
 // thread-safe: call it between operations, as the tests do.
-bool set_cpu_amx_enabled_for_testing(bool enabled);
+Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm kernel);
 
-// C[m, n] = A[m, k] B[k, n] (+ bias[n], f32, may be null), A and B bf16 bits read transposed as
-// flagged (A [k, m] with lda when trans_a, B [n, k] with ldb when trans_b), C written as bf16
-// bits (rounded once) with leading dimension ldc. Needs amx_bf16_available(); m, n, k >= 1.
-void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                   const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc);
+// C[m, n] = A[m, k] B[k, n] (+ bias[n], f32, may be null) on `kernel` (Amx or Avx512Bf16, which
+// must be available), A and B bf16 bits read transposed as flagged (A [k, m] with lda when
+// trans_a, B [n, k] with ldb when trans_b), C written as bf16 bits (rounded once) with leading
+// dimension ldc; m, n, k >= 1.
+void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc);
 // The same, C in f32 (not rounded): for the tests, which bound the sums' error against f64.
-void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                   const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
+void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
 
 }  // namespace trident::cpu

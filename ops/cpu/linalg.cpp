@@ -39,13 +39,13 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, MatrixArg& 
   return false;
 }
 
-// C = A B for matmul_typed: f32 and f64 through gemm, bf16 on AMX (NOTE [AMX bf16 GEMM]).
+// C = A B for matmul_typed: f32 and f64 through gemm, bf16 on a bf16 GEMM (NOTE [AMX bf16 GEMM]).
 template <typename T>
 void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
              int64_t ldc) {
   if constexpr (std::is_same_v<T, BFloat16>) {
-    gemm_bf16_amx(ta, tb, m, n, k, reinterpret_cast<const uint16_t*>(a), lda, reinterpret_cast<const uint16_t*>(b), ldb,
-                  nullptr, reinterpret_cast<uint16_t*>(c), ldc);
+    gemm_bf16(bf16_gemm_kernel(), ta, tb, m, n, k, reinterpret_cast<const uint16_t*>(a), lda,
+              reinterpret_cast<const uint16_t*>(b), ldb, nullptr, reinterpret_cast<uint16_t*>(c), ldc);
   } else {
     gemm<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
   }
@@ -203,7 +203,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     case DType::F32: return matmul_typed<float>(a, b);
     case DType::F64: return matmul_typed<double>(a, b);
     case DType::BF16:
-      if (cpu_amx_enabled()) return matmul_typed<BFloat16>(a, b);
+      if (bf16_gemm_kernel() != Bf16Gemm::None) return matmul_typed<BFloat16>(a, b);
       [[fallthrough]];
     case DType::F16: return matmul_typed<float>(a.to(DType::F32), b.to(DType::F32)).to(a.dtype());
     default: TRIDENT_FAIL("matmul: no kernel for dtype ", a.dtype(), " (supported: f32, f64, f16, bf16)");
@@ -212,9 +212,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   const Tensor x = x_in.detach(), w = w_in.detach(), b = b_in.defined() ? b_in.detach() : Tensor();
-  // bf16 on AMX below; otherwise f16 and bf16 compute in f32 on their exact values, rounded once.
-  const bool amx = x.dtype() == DType::BF16 && w.dtype() == DType::BF16 && w.size(1) > 0 && cpu_amx_enabled();
-  if (is_reduced_float(x.dtype()) && !amx) {
+  // bf16 on a bf16 GEMM below where the CPU has one (NOTE [AMX bf16 GEMM]); otherwise f16 and
+  // bf16 compute in f32 on their exact values, rounded once.
+  const Bf16Gemm kernel = x.dtype() == DType::BF16 && w.dtype() == DType::BF16 && w.size(1) > 0 ? bf16_gemm_kernel() : Bf16Gemm::None;
+  if (is_reduced_float(x.dtype()) && kernel == Bf16Gemm::None) {
     return linear(x.to(DType::F32), w.to(DType::F32), b.defined() ? b.to(DType::F32) : b).to(x.dtype());
   }
   const int64_t in = w.size(1), out_f = w.size(0);
@@ -239,9 +240,9 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     w2 = w2.contiguous();
     blas_layout(out_f, in, w2.stride(0), w2.stride(1), lw);
   }
-  if (amx) {
+  if (kernel != Bf16Gemm::None) {
     const Tensor bias = b.defined() ? b.to(DType::F32).contiguous() : Tensor();
-    gemm_bf16_amx(lx.trans == CblasTrans, lw.trans != CblasTrans, rows, out_f, in, reinterpret_cast<const uint16_t*>(x2.data<BFloat16>()),
+    gemm_bf16(kernel, lx.trans == CblasTrans, lw.trans != CblasTrans, rows, out_f, in, reinterpret_cast<const uint16_t*>(x2.data<BFloat16>()),
                   lx.ld, reinterpret_cast<const uint16_t*>(w2.data<BFloat16>()), lw.ld,
                   bias.defined() ? bias.data<float>() : nullptr, reinterpret_cast<uint16_t*>(out.data<BFloat16>()), out_f);
     return out;

@@ -1,6 +1,6 @@
-// The AMX bf16 GEMM (NOTE [AMX bf16 GEMM]) against f64 sums of the same bf16 values, and bf16
-// matmul and linear with it against the f32 path. On a CPU without AMX-BF16 the tests skip,
-// saying so.
+// The bf16 GEMMs (NOTE [AMX bf16 GEMM], NOTE [AVX512-BF16 GEMM]) against f64 sums of the same
+// bf16 values, and bf16 matmul and linear with them against the f32 path: every kernel this CPU
+// has; on a CPU with neither the tests skip, saying so.
 #include "test_util.h"
 
 #include <array>
@@ -16,7 +16,16 @@ using namespace trident::testing;
 
 namespace {
 
-constexpr const char* kNoAmx = "this CPU, kernel or build has no AMX-BF16 (NOTE [AMX bf16 GEMM])";
+constexpr const char* kNoKernel = "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+
+// The bf16 GEMM kernels this CPU runs.
+std::vector<cpu::Bf16Gemm> kernels() {
+  std::vector<cpu::Bf16Gemm> k;
+  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
+  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
+  return k;
+}
+const char* name(cpu::Bf16Gemm k) { return k == cpu::Bf16Gemm::Amx ? "AMX" : k == cpu::Bf16Gemm::Avx512Bf16 ? "AVX512-BF16" : "none"; }
 
 std::vector<uint16_t> random_bf16(int64_t count, Generator* g) {
   const std::vector<float> v = randn({count}, kF32, g).to_vector<float>();
@@ -35,7 +44,8 @@ struct Case {
 // bound of f32 sums of k exact products, and the bf16 result that f32 result rounded once.
 // only_layout: that transpose/bias combination alone; row_step: every row_step-th row of C
 // checked (and the last), for large cases.
-void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed, int only_layout = -1, int64_t row_step = 1) {
+void expect_matches_f64(cpu::Bf16Gemm kernel, const std::vector<Case>& cases, uint64_t seed, int only_layout = -1,
+                        int64_t row_step = 1) {
   Generator g(seed);
   for (const Case& cs : cases) {
     for (int t = 0; t < 8; ++t) {
@@ -50,8 +60,8 @@ void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed, int only_
       std::vector<float> c(static_cast<size_t>(cs.m * ldc), std::nanf(""));
       std::vector<uint16_t> c16(static_cast<size_t>(cs.m * ldc), 0x7fc1);
       const float* bp = with_bias ? bias.data() : nullptr;
-      cpu::gemm_bf16_amx(ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, bp, c.data(), ldc);
-      cpu::gemm_bf16_amx(ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, bp, c16.data(), ldc);
+      cpu::gemm_bf16(kernel, ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, bp, c.data(), ldc);
+      cpu::gemm_bf16(kernel, ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, bp, c16.data(), ldc);
       int bad = 0;
       for (int64_t i = 0; i < cs.m && bad < 5; ++i) {
         if (i % row_step != 0 && i + 1 != cs.m) continue;
@@ -83,35 +93,41 @@ void expect_matches_f64(const std::vector<Case>& cases, uint64_t seed, int only_
 
 }  // namespace
 
-TEST(AmxBf16, GemmMatchesF64OnEveryLayoutAndEdge) {
-  if (!cpu::amx_bf16_available()) GTEST_SKIP() << kNoAmx;
-  // Tails in every dimension (16-row halves, 32-wide blocks, 32-long k steps, pairs of k), one
-  // and several column blocks (k = 300, padded to 320: 1,632 columns per block of packed B, so
-  // 3,300 are three), groups of four column blocks and a partial group, several k steps of 256
-  // (partial sums kept between them, the last step shorter), a large k (a packed row block of A
-  // and a 32-column block of B larger than L2).
-  expect_matches_f64({{1, 1, 1},      {1, 5, 2},       {16, 16, 32},    {17, 33, 31},   {32, 32, 64},   {33, 65, 97},
-                      {100, 3, 300},  {5, 300, 77},    {64, 3300, 300}, {33, 200, 1500}, {40, 40, 4097}, {3, 70, 9000}},
-                     81);
-  expect_matches_f64({{70, 64, 40000}}, 85, /*only_layout=*/6, /*row_step=*/7);
+TEST(Bf16Gemm, MatchesF64OnEveryLayoutAndEdge) {
+  if (kernels().empty()) GTEST_SKIP() << kNoKernel;
+  for (const cpu::Bf16Gemm kernel : kernels()) {
+    SCOPED_TRACE(name(kernel));
+    // Tails in every dimension (16-row halves, 32-wide blocks, 32-long k steps, pairs of k), one
+    // and several column blocks (k = 300, padded to 320: 1,632 columns per block of packed B, so
+    // 3,300 are three), groups of four column blocks and a partial group, several k steps of 256
+    // (partial sums kept between them, the last step shorter), a large k (a packed row block of
+    // A and a 32-column block of B larger than L2).
+    expect_matches_f64(kernel,
+                       {{1, 1, 1},      {1, 5, 2},       {16, 16, 32},    {17, 33, 31},   {32, 32, 64},   {33, 65, 97},
+                        {100, 3, 300},  {5, 300, 77},    {64, 3300, 300}, {33, 200, 1500}, {40, 40, 4097}, {3, 70, 9000}},
+                       81);
+    expect_matches_f64(kernel, {{70, 64, 40000}}, 85, /*only_layout=*/6, /*row_step=*/7);
+  }
 }
 
-TEST(AmxBf16, GemmDoesNotDependOnTheThreads) {
-  if (!cpu::amx_bf16_available()) GTEST_SKIP() << kNoAmx;
+TEST(Bf16Gemm, DoesNotDependOnTheThreads) {
+  if (kernels().empty()) GTEST_SKIP() << kNoKernel;
   const int threads = get_num_threads();
   Generator g(82);
-  for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 200, 500}, {40, 700, 129}, {33, 33, 5000}}) {
-    SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
-    const std::vector<uint16_t> a = random_bf16(m * k, &g), b = random_bf16(n * k, &g);
-    auto product = [&, m = m, n = n, k = k](int nthreads) {
-      set_num_threads(nthreads);
-      std::vector<float> c(static_cast<size_t>(m * n));
-      cpu::gemm_bf16_amx(false, true, m, n, k, a.data(), k, b.data(), k, nullptr, c.data(), n);
-      return c;
-    };
-    const std::vector<float> one = product(1), two = product(2);
-    set_num_threads(threads);
-    EXPECT_EQ(one, two);
+  for (const cpu::Bf16Gemm kernel : kernels()) {
+    for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 200, 500}, {40, 700, 129}, {33, 33, 5000}}) {
+      SCOPED_TRACE(::testing::Message() << name(kernel) << " " << m << "x" << n << "x" << k);
+      const std::vector<uint16_t> a = random_bf16(m * k, &g), b = random_bf16(n * k, &g);
+      auto product = [&, m = m, n = n, k = k](int nthreads) {
+        set_num_threads(nthreads);
+        std::vector<float> c(static_cast<size_t>(m * n));
+        cpu::gemm_bf16(kernel, false, true, m, n, k, a.data(), k, b.data(), k, nullptr, c.data(), n);
+        return c;
+      };
+      const std::vector<float> one = product(1), two = product(2);
+      set_num_threads(threads);
+      EXPECT_EQ(one, two);
+    }
   }
 }
 
@@ -119,25 +135,29 @@ TEST(AmxBf16, GemmDoesNotDependOnTheThreads) {
 // bias, 3-D input) on AMX against the f32 path on the same bf16 values: each element within one
 // rounding to bf16 (half a unit in the last place, at most 2^-8 of the value) plus the f32 sums'
 // bound, and on AMX exactly what the GEMM gives.
-TEST(AmxBf16, MatmulAndLinearAgreeWithTheF32Path) {
-  if (!cpu::amx_bf16_available()) GTEST_SKIP() << kNoAmx;
+TEST(Bf16Gemm, MatmulAndLinearAgreeWithTheF32Path) {
+  if (kernels().empty()) GTEST_SKIP() << kNoKernel;
   Generator g(83);
   const auto bf = [&](Shape s) { return randn(std::move(s), kF32, &g).to(kBF16); };
-  const auto check = [](const char* what, const std::function<Tensor()>& f, const Tensor& mag) {
-    const bool was = cpu::set_cpu_amx_enabled_for_testing(false);
+  cpu::Bf16Gemm kernel = cpu::Bf16Gemm::None;
+  const auto check = [&](const char* what, const std::function<Tensor()>& f, const Tensor& mag) {
+    const cpu::Bf16Gemm was = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::None);
     const Tensor ref = f();
-    cpu::set_cpu_amx_enabled_for_testing(true);
+    cpu::set_bf16_gemm_kernel_for_testing(kernel);
     const Tensor got = f();
-    cpu::set_cpu_amx_enabled_for_testing(was);
+    cpu::set_bf16_gemm_kernel_for_testing(was);
     ASSERT_EQ(got.dtype(), kBF16) << what;
     ASSERT_EQ(got.sizes(), ref.sizes()) << what;
     const std::vector<double> r = ref.to_vector<double>(), v = got.to_vector<double>(), m = mag.to_vector<double>();
     int bad = 0;
     for (size_t i = 0; i < r.size() && bad < 5; ++i) {
       const double tol = std::ldexp(std::fabs(r[i]), -7) + 1e-6 * m[i];
-      if (!(std::fabs(v[i] - r[i]) <= tol)) ++bad, ADD_FAILURE() << what << " element " << i << ": " << v[i] << ", f32 path " << r[i];
+      if (!(std::fabs(v[i] - r[i]) <= tol))
+        ++bad, ADD_FAILURE() << name(kernel) << " " << what << " element " << i << ": " << v[i] << ", f32 path " << r[i];
     }
   };
+  for (const cpu::Bf16Gemm k : kernels()) {
+  kernel = k;
   const Tensor a = bf({70, 96}), b = bf({96, 50}), a3 = bf({3, 40, 96}), b3 = bf({3, 96, 20});
   const auto absm = [](const Tensor& x, const Tensor& y) { return matmul(abs(x.to(kF32)), abs(y.to(kF32))); };
   check("mm", [&] { return matmul(a, b); }, absm(a, b));
@@ -148,6 +168,7 @@ TEST(AmxBf16, MatmulAndLinearAgreeWithTheF32Path) {
   const Tensor x = bf({2, 35, 96}), w = bf({50, 96}), bias = bf({50});
   check("linear", [&] { return linear(x, w, Tensor()); }, absm(x, t(w)));
   check("linear with bias", [&] { return linear(x, w, bias); }, add(absm(x, t(w)), abs(bias.to(kF32))));
+  }
 }
 
 // Under autocast a linear layer's forward and backward run in bf16 (on AMX here): the gradients
@@ -155,8 +176,8 @@ TEST(AmxBf16, MatmulAndLinearAgreeWithTheF32Path) {
 // its rounding to bf16 (2^-9 relative) and the f32 sums; the gradients of sum(y^2) by the
 // roundings of y, of its gradient 2y and of the product's result: within 2^-7 of the sums of
 // the absolute terms.
-TEST(AmxBf16, AutocastLinearTrainsThroughIt) {
-  if (!cpu::amx_bf16_available()) GTEST_SKIP() << kNoAmx;
+TEST(Bf16Gemm, AutocastLinearTrainsThroughIt) {
+  if (cpu::bf16_gemm_kernel() == cpu::Bf16Gemm::None) GTEST_SKIP() << kNoKernel;
   Generator g(84);
   const Tensor x = randn({64, 128}, kF32, &g);
   const Tensor w = mul(randn({96, 128}, kF32, &g), 0.1).set_requires_grad(), b = randn({96}, kF32, &g).set_requires_grad();
@@ -183,16 +204,24 @@ TEST(AmxBf16, AutocastLinearTrainsThroughIt) {
   within("the bias's gradient", b.grad(), bd.grad(), mul(sum(ay, {0}), 2.0));
 }
 
-TEST(AmxBf16, ABadEnvironmentValueIsReportedByEveryBf16Product) {
-  const char* env = std::getenv("TRIDENT_CPU_AMX");
-  if (env == nullptr || std::string(env) != "on") GTEST_SKIP() << "needs TRIDENT_CPU_AMX=on (ctest ops.amx_bad_value)";
+TEST(Bf16Gemm, ABadEnvironmentValueIsReportedByEveryBf16Product) {
+  const char* env = std::getenv("TRIDENT_CPU_BF16_GEMM");
+  if (env == nullptr || std::string(env) != "on") GTEST_SKIP() << "needs TRIDENT_CPU_BF16_GEMM=on (ctest ops.bf16_gemm_bad_value)";
   const Tensor a = ones({4, 4}).to(kBF16);
   for (int i = 0; i < 2; ++i) {
     try {
       Tensor y = matmul(a, a);
-      ADD_FAILURE() << "no error for TRIDENT_CPU_AMX=on";
+      ADD_FAILURE() << "no error for TRIDENT_CPU_BF16_GEMM=on";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("TRIDENT_CPU_AMX=on: expected off or auto"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("TRIDENT_CPU_BF16_GEMM=on: expected auto, amx, avx512bf16 or off"), std::string::npos)
+          << e.what();
     }
   }
+}
+
+// TRIDENT_CPU_BF16_GEMM=off (ctest ops.bf16_gemm_off): bf16 products take the f32 conversion.
+TEST(Bf16Gemm, TheEnvironmentTurnsThemOff) {
+  const char* env = std::getenv("TRIDENT_CPU_BF16_GEMM");
+  if (env == nullptr || std::string(env) != "off") GTEST_SKIP() << "needs TRIDENT_CPU_BF16_GEMM=off (ctest ops.bf16_gemm_off)";
+  EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::Bf16Gemm::None);
 }

@@ -84,14 +84,14 @@ TEST(Matmul, TransposedOperandsNeedNoCopyAndGiveTheSameResult) {
 }
 
 TEST(Matmul, HalfPrecisionComputesInF32) {
-  // The f32 path (bf16 products on AMX sum in another order: tests/ops/bgemm_amx_test.cpp).
-  const bool amx = cpu::set_cpu_amx_enabled_for_testing(false);
+  // The f32 path (the bf16 GEMMs sum in another order: tests/ops/bgemm_amx_test.cpp).
+  const cpu::Bf16Gemm kernel = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::None);
   Generator g(10);
   Tensor a = randn({4, 8}, kF32, &g).to(kBF16), b = randn({8, 3}, kF32, &g).to(kBF16);
   Tensor out = matmul(a, b);
   EXPECT_EQ(out.dtype(), kBF16);
   Tensor ref = matmul(a.to(kF32), b.to(kF32)).to(kBF16);
-  cpu::set_cpu_amx_enabled_for_testing(amx);
+  cpu::set_bf16_gemm_kernel_for_testing(kernel);
   EXPECT_EQ(out.to_vector<float>(), ref.to_vector<float>());
 }
 
