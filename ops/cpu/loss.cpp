@@ -285,19 +285,30 @@ void half_row_to_f32(const T* x, float* out, int64_t n) {
   for (int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(x[c]);
 }
 
+// Row i of p as a one-row problem over the f32 copy `row` of its logits.
+inline CeParams<float> one_row(const CeParams<float>& p, int64_t i, const float* row) {
+  CeParams<float> q = p;
+  q.x = row;
+  q.n = 1;
+  q.t = p.t + i;
+  if (p.loss != nullptr) {  // forward
+    q.loss = p.loss + i;
+    q.m = p.m + i;
+    q.logs = p.logs + i;
+  } else {  // backward
+    q.saved_m = p.saved_m + i;
+    q.saved_logs = p.saved_logs + i;
+    if (p.g_per_position) q.g = p.g + i;
+  }
+  return q;
+}
+
 template <typename T>
 void ce_forward_half_rows(const CeParams<float>& p, const T* xh, int64_t b, int64_t e) {
   std::vector<float> row(static_cast<size_t>(p.classes));
   for (int64_t i = b; i < e; ++i) {
     half_row_to_f32(xh + i * p.classes, row.data(), p.classes);
-    CeParams<float> q = p;
-    q.x = row.data();
-    q.n = 1;
-    q.t = p.t + i;
-    q.loss = p.loss + i;
-    q.m = p.m + i;
-    q.logs = p.logs + i;
-    ce_forward_range(q, 0, 1);
+    ce_forward_range(one_row(p, i, row.data()), 0, 1);
   }
 }
 
@@ -306,13 +317,7 @@ void ce_backward_half_rows(const CeParams<float>& p, const T* xh, T* gh, int64_t
   std::vector<float> row(static_cast<size_t>(p.classes)), grad(static_cast<size_t>(p.classes));
   for (int64_t i = b; i < e; ++i) {
     half_row_to_f32(xh + i * p.classes, row.data(), p.classes);
-    CeParams<float> q = p;
-    q.x = row.data();
-    q.n = 1;
-    q.t = p.t + i;
-    q.saved_m = p.saved_m + i;
-    q.saved_logs = p.saved_logs + i;
-    if (p.g_per_position) q.g = p.g + i;
+    CeParams<float> q = one_row(p, i, row.data());
     q.gx = grad.data();
     ce_backward_range(q, 0, 1);
     T* out = gh + i * p.classes;
