@@ -137,27 +137,7 @@ Tensor cross_entropy_grad_recorded(const Tensor& g, bool per_position, double sc
 // d loss / d per-position-loss: g itself (None) or g scaled by 1 (Sum) or 1 / total weight (Mean).
 double class_loss_scale(Reduction r, double total_weight) { return r == Reduction::Mean ? 1.0 / total_weight : 1.0; }
 
-}  // namespace
-
-namespace {
 // cross_entropy with the reduced loss in `out_dtype`.
-Tensor cross_entropy_into(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o, DType out_dtype);
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
-  if (autocast::is_enabled()) {  // NOTE [Autocast]
-    autocast::Suspend off;
-    // Half logits on the CPU without class weights are read as they are (NOTE [Half-precision
-    // cross-entropy rows] in ops/cpu/loss.cpp): the loss in f32 and the gradient in the logits'
-    // dtype, the same numbers as widening them first, without two logits-sized copies.
-    if (is_reduced_float(logits.dtype()) && logits.device().is_cpu() && !o.weight.defined())
-      return cross_entropy_into(logits, target, o, DType::F32);
-    return cross_entropy(autocast::widen(logits), target, o);
-  }
-  return cross_entropy_into(logits, target, o, logits.dtype());
-}
-
-namespace {
 Tensor cross_entropy_into(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o, DType out_dtype) {
   const char* op = "cross_entropy";
   cpu::ClassLossArgs args = class_loss_args(op, logits, target, o.weight, o.ignore_index);
@@ -189,7 +169,22 @@ Tensor cross_entropy_into(const Tensor& logits, const Tensor& target, const Cros
   }
   return out;
 }
+
 }  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    // Half logits on the CPU without class weights are read as they are (NOTE [Half-precision
+    // cross-entropy rows] in ops/cpu/loss.cpp): the loss in f32 and the gradient in the logits'
+    // dtype, the same numbers as widening them first, without two logits-sized copies.
+    if (is_reduced_float(logits.dtype()) && logits.device().is_cpu() && !o.weight.defined())
+      return cross_entropy_into(logits, target, o, DType::F32);
+    return cross_entropy(autocast::widen(logits), target, o);
+  }
+  return cross_entropy_into(logits, target, o, logits.dtype());
+}
+
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {
   if (autocast::is_enabled()) {  // NOTE [Autocast]

@@ -279,14 +279,14 @@ template <typename T>
 std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
   const size_t bytes = static_cast<size_t>(round_up(count * static_cast<int64_t>(sizeof(T)), 64));
   auto* p = static_cast<T*>(std::aligned_alloc(64, bytes));
-  TRIDENT_CHECK(p != nullptr, "gemm_bf16_amx: could not allocate ", bytes, " bytes");
+  TRIDENT_CHECK(p != nullptr, "gemm_bf16: could not allocate ", bytes, " bytes");
   return std::unique_ptr<T[], AlignedFree>(p);
 }
 
 template <bool Amx, typename Out>
 void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, const float* bias, Out* c, int64_t ldc) {
-  TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16_amx: empty product (", m, " x ", k, " x ", n, ")");
+  TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product (", m, " x ", k, " x ", n, ")");
   // Outer blocks of k (NOTE [AMX bf16 GEMM]): a column block of packed B covers one, so a long k
   // would otherwise shrink the column blocks and make A stream from memory once per 32 columns.
   const int64_t outer = (k + kOuterKc - 1) / kOuterKc;
@@ -424,7 +424,8 @@ void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n
 bool amx_bf16_available() { return false; }
 bool avx512_bf16_available() { return false; }
 Bf16Gemm bf16_gemm_kernel() {
-  bf16_choice_from_env();  // a bad value is still reported
+  static const Bf16Choice choice = bf16_choice_from_env();  // a bad value is still reported, every time
+  (void)choice;
   return Bf16Gemm::None;
 }
 Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm) { return Bf16Gemm::None; }

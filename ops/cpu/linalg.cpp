@@ -214,7 +214,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   const Tensor x = x_in.detach(), w = w_in.detach(), b = b_in.defined() ? b_in.detach() : Tensor();
   // bf16 on a bf16 GEMM below where the CPU has one (NOTE [AMX bf16 GEMM]); otherwise f16 and
   // bf16 compute in f32 on their exact values, rounded once.
-  const Bf16Gemm kernel = x.dtype() == DType::BF16 && w.dtype() == DType::BF16 && w.size(1) > 0 ? bf16_gemm_kernel() : Bf16Gemm::None;
+  const Bf16Gemm kernel =
+      x.dtype() == DType::BF16 && w.dtype() == DType::BF16 && w.size(1) > 0 ? bf16_gemm_kernel() : Bf16Gemm::None;
   if (is_reduced_float(x.dtype()) && kernel == Bf16Gemm::None) {
     return linear(x.to(DType::F32), w.to(DType::F32), b.defined() ? b.to(DType::F32) : b).to(x.dtype());
   }
@@ -242,9 +243,9 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   }
   if (kernel != Bf16Gemm::None) {
     const Tensor bias = b.defined() ? b.to(DType::F32).contiguous() : Tensor();
-    gemm_bf16(kernel, lx.trans == CblasTrans, lw.trans != CblasTrans, rows, out_f, in, reinterpret_cast<const uint16_t*>(x2.data<BFloat16>()),
-                  lx.ld, reinterpret_cast<const uint16_t*>(w2.data<BFloat16>()), lw.ld,
-                  bias.defined() ? bias.data<float>() : nullptr, reinterpret_cast<uint16_t*>(out.data<BFloat16>()), out_f);
+    gemm_bf16(kernel, lx.trans == CblasTrans, lw.trans != CblasTrans, rows, out_f, in,
+              reinterpret_cast<const uint16_t*>(x2.data<BFloat16>()), lx.ld, reinterpret_cast<const uint16_t*>(w2.data<BFloat16>()),
+              lw.ld, bias.defined() ? bias.data<float>() : nullptr, reinterpret_cast<uint16_t*>(out.data<BFloat16>()), out_f);
     return out;
   }
   TRIDENT_DISPATCH_F32_F64(x.dtype(), "linear", [&] {

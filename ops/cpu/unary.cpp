@@ -46,56 +46,19 @@ inline void map2_f32(const float* a, const float* b, float* y, int64_t n, Op op)
 
 constexpr int64_t kBuf = 256;
 
-// out = op(x) in f32 through map1_f32; out is fresh and has x's shape.
-template <typename Op>
-void unary_f32(const Tensor& out, const Tensor& x, const Op& op) {
-  const StridedLoop<2> loop(out.sizes(), {out.strides(), x.strides()});
-  float* o = static_cast<float*>(out.data_ptr());
-  const float* xp = static_cast<const float*>(x.data_ptr());
-  loop.run([&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-    if (st[0] == 1 && st[1] == 1) return map1_f32(xp + off[1], o + off[0], n, op);
-    float in[kBuf], res[kBuf];
-    for (int64_t b = 0; b < n; b += kBuf) {
-      const int64_t len = std::min(kBuf, n - b);
-      for (int64_t i = 0; i < len; ++i) in[i] = xp[off[1] + (b + i) * st[1]];
-      map1_f32(in, res, len, op);
-      for (int64_t i = 0; i < len; ++i) o[off[0] + (b + i) * st[0]] = res[i];
-    }
-  });
-}
-
-// out = op(a, b) in f32 through map2_f32; a and b broadcast to out's shape.
-template <typename Op>
-void binary_f32(const Tensor& out, const Tensor& a, const Tensor& b, const Op& op) {
-  const StridedLoop<3> loop(out.sizes(), {out.strides(), broadcast_strides(a.sizes(), a.strides(), out.sizes()),
-                                          broadcast_strides(b.sizes(), b.strides(), out.sizes())});
-  float* o = static_cast<float*>(out.data_ptr());
-  const float* ap = static_cast<const float*>(a.data_ptr());
-  const float* bp = static_cast<const float*>(b.data_ptr());
-  loop.run([&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) return map2_f32(ap + off[1], bp + off[2], o + off[0], n, op);
-    float in_a[kBuf], in_b[kBuf], res[kBuf];
-    for (int64_t s = 0; s < n; s += kBuf) {
-      const int64_t len = std::min(kBuf, n - s);
-      for (int64_t i = 0; i < len; ++i) {
-        in_a[i] = ap[off[1] + (s + i) * st[1]];
-        in_b[i] = bp[off[2] + (s + i) * st[2]];
-      }
-      map2_f32(in_a, in_b, res, len, op);
-      for (int64_t i = 0; i < len; ++i) o[off[0] + (s + i) * st[0]] = res[i];
-    }
-  });
-}
-
-// f16 and bf16: runs of kBuf elements converted to f32, through the same f32 loops, and the
-// results rounded back (autocast's GELU and its backward run here: on one thread and without the
-// vectorized math, GPT-2's [1024, 1024] GELU backward took 8.5 ms in bf16 against 1.1 in f32).
+// out = op(x) in f32 through map1_f32; out is fresh and has x's shape. T is f32, or f16/bf16:
+// runs of kBuf elements converted to f32, through the same loops, and the results rounded back
+// (autocast's GELU and its backward run there: on one thread and without the vectorized math,
+// GPT-2's [1024, 1024] GELU backward took 8.5 ms in bf16 against 1.1 in f32).
 template <typename T, typename Op>
-void unary_half(const Tensor& out, const Tensor& x, const Op& op) {
+void unary_f32(const Tensor& out, const Tensor& x, const Op& op) {
   const StridedLoop<2> loop(out.sizes(), {out.strides(), x.strides()});
   T* o = static_cast<T*>(out.data_ptr());
   const T* xp = static_cast<const T*>(x.data_ptr());
   loop.run([&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (st[0] == 1 && st[1] == 1) return map1_f32(xp + off[1], o + off[0], n, op);
+    }
     float in[kBuf], res[kBuf];
     for (int64_t b = 0; b < n; b += kBuf) {
       const int64_t len = std::min(kBuf, n - b);
@@ -105,14 +68,19 @@ void unary_half(const Tensor& out, const Tensor& x, const Op& op) {
     }
   });
 }
+
+// out = op(a, b) in f32 through map2_f32; a and b broadcast to out's shape. T as unary_f32.
 template <typename T, typename Op>
-void binary_half(const Tensor& out, const Tensor& a, const Tensor& b, const Op& op) {
+void binary_f32(const Tensor& out, const Tensor& a, const Tensor& b, const Op& op) {
   const StridedLoop<3> loop(out.sizes(), {out.strides(), broadcast_strides(a.sizes(), a.strides(), out.sizes()),
                                           broadcast_strides(b.sizes(), b.strides(), out.sizes())});
   T* o = static_cast<T*>(out.data_ptr());
   const T* ap = static_cast<const T*>(a.data_ptr());
   const T* bp = static_cast<const T*>(b.data_ptr());
   loop.run([&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (st[0] == 1 && st[1] == 1 && st[2] == 1) return map2_f32(ap + off[1], bp + off[2], o + off[0], n, op);
+    }
     float in_a[kBuf], in_b[kBuf], res[kBuf];
     for (int64_t s = 0; s < n; s += kBuf) {
       const int64_t len = std::min(kBuf, n - s);
@@ -132,12 +100,10 @@ template <typename Op>
 Tensor map_unary(const Tensor& x, const char* name, const Op& op) {
   Tensor out = empty(x.sizes(), x.dtype());
   TRIDENT_DISPATCH_FLOATING(x.dtype(), name, [&] {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      unary_f32(out, x, op);
-    } else if constexpr (std::is_same_v<scalar_t, double>) {
+    if constexpr (std::is_same_v<scalar_t, double>) {
       unary_loop<scalar_t, scalar_t>(out, x, op);
     } else {
-      unary_half<scalar_t>(out, x, op);
+      unary_f32<scalar_t>(out, x, op);
     }
   });
   return out;
@@ -147,12 +113,10 @@ template <typename Op>
 Tensor map_binary(const Tensor& g, const Tensor& saved, const char* name, const Op& op) {
   Tensor out = empty(saved.sizes(), saved.dtype());
   TRIDENT_DISPATCH_FLOATING(saved.dtype(), name, [&] {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      binary_f32(out, g, saved, op);
-    } else if constexpr (std::is_same_v<scalar_t, double>) {
+    if constexpr (std::is_same_v<scalar_t, double>) {
       binary_loop<scalar_t, scalar_t>(out, g, saved, op);
     } else {
-      binary_half<scalar_t>(out, g, saved, op);
+      binary_f32<scalar_t>(out, g, saved, op);
     }
   });
   return out;
@@ -276,7 +240,7 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
     using C = compute_t<scalar_t>;
     const math::Clamp<C> f{bound_as<C>(lo), bound_as<C>(hi)};
     if constexpr (std::is_same_v<scalar_t, float>) {
-      unary_f32(out, x, f);
+      unary_f32<float>(out, x, f);
     } else {
       unary_loop<scalar_t, scalar_t>(out, x, f);
     }
