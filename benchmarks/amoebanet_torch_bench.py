@@ -239,6 +239,7 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--count-only", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -255,7 +256,8 @@ def main():
     for step in range(a.steps + 1):  # the first step warms up
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         if step > 0:

@@ -102,6 +102,8 @@ constexpr ConvSpec kConvSpecs[] = {
     {8, 128, 56, 56, 128, 3, 3, 2, 1, 1, 128, false},  // 9: depthwise 3x3, stride 2
     {8, 128, 56, 56, 128, 5, 5, 2, 2, 2, 128, false},  // 10: depthwise 5x5, stride 2
     {1, 256, 14, 14, 256, 7, 7, 1, 3, 3, 256, false},  // 11: depthwise 7x7, batch 1
+    {32, 128, 30, 30, 64, 1, 1, 1, 0, 0, 1, false},    // 12: a small AmoebaNet's 1x1
+    {8, 256, 28, 28, 256, 1, 1, 1, 0, 0, 1, false},    // 13: a wider 1x1
 };
 template <int Spec, bool Bwd>
 void BM_conv(benchmark::State& state) {
@@ -109,6 +111,18 @@ void BM_conv(benchmark::State& state) {
   const double fan_in = static_cast<double>(s.C / s.groups * s.kH * s.kW);
   Tensor x = param({s.N, s.C, s.H, s.W}, 1), w = param({s.O, s.C / s.groups, s.kH, s.kW}, 2, 1.0 / std::sqrt(fan_in));
   Tensor b = s.bias ? param({s.O}, 3) : Tensor();
+  std::vector<Tensor*> leaves{&x, &w};
+  if (s.bias) leaves.push_back(&b);
+  run(state, leaves, Bwd, [&] { return conv2d(x, w, b, {s.stride, s.stride}, {s.ph, s.pw}, {1, 1}, s.groups); });
+}
+
+// The same in bf16 (autocast's convolutions on the CPU; NOTE [bf16 convolutions]).
+template <int Spec, bool Bwd>
+void BM_conv_bf16(benchmark::State& state) {
+  const ConvSpec& s = kConvSpecs[Spec];
+  const double fan_in = static_cast<double>(s.C / s.groups * s.kH * s.kW);
+  Tensor x = param({s.N, s.C, s.H, s.W}, 1).to(kBF16), w = param({s.O, s.C / s.groups, s.kH, s.kW}, 2, 1.0 / std::sqrt(fan_in)).to(kBF16);
+  Tensor b = s.bias ? param({s.O}, 3).to(kBF16) : Tensor();
   std::vector<Tensor*> leaves{&x, &w};
   if (s.bias) leaves.push_back(&b);
   run(state, leaves, Bwd, [&] { return conv2d(x, w, b, {s.stride, s.stride}, {s.ph, s.pw}, {1, 1}, s.groups); });
@@ -167,6 +181,15 @@ BENCHMARK_TEMPLATE(BM_conv, 9, false)->Name("depthwise3x3s2/fwd/8x128x56x56")->U
 BENCHMARK_TEMPLATE(BM_conv, 10, false)->Name("depthwise5x5s2/fwd/8x128x56x56")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 11, false)->Name("depthwise7x7/fwd/1x256x14x14")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 11, true)->Name("depthwise7x7/fwdbwd/1x256x14x14")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 12, true)->Name("conv2d1x1/fwdbwd/32x128x30x30->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 13, true)->Name("conv2d1x1/fwdbwd/8x256x28x28->256")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 0, true)->Name("conv2d3x3_bf16/fwdbwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 1, false)->Name("conv2d3x3_bf16/fwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 1, true)->Name("conv2d3x3_bf16/fwdbwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 4, true)->Name("conv2d3x3s2_bf16/fwdbwd/8x64x56x56->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 5, true)->Name("conv2d1x7_bf16/fwdbwd/8x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 12, true)->Name("conv2d1x1_bf16/fwdbwd/32x128x30x30->64")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 13, true)->Name("conv2d1x1_bf16/fwdbwd/8x256x28x28->256")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(BM_layer_norm, false)->Name("layer_norm/fwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_layer_norm, true)->Name("layer_norm/fwdbwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -175,6 +175,8 @@ void convert_range(D* d, const S* s, int64_t n) {
 
 }  // namespace
 
+void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n) { convert_range<BFloat16, float>(dst, src, n); }
+
 void copy_(const Tensor& dst, const Tensor& src) {
   TRIDENT_CHECK(dst.defined() && src.defined(), "copy_: undefined tensor");
   TRIDENT_CHECK(shape_numel(broadcast_shapes(src.sizes(), dst.sizes(), "copy_")) == dst.numel(), "copy_: source shape ",

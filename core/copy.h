@@ -11,6 +11,9 @@ namespace trident {
 void copy_(const Tensor& dst, const Tensor& src);
 // Every element of dst = value (converted to dst's dtype).
 void fill_(const Tensor& dst, double value);
+// dst[i] = src[i] rounded to bf16 (NOTE [Half conversions]) for i < n, on this thread: copy_'s
+// vectorized conversion, for kernels that round their own f32 buffers.
+void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n);
 
 }  // namespace trident
 

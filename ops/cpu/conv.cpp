@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/copy.h"
 #include "core/factory.h"
 #include "core/parallel.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_depthwise.h"
@@ -197,7 +199,7 @@ void im2col(const T* x, int64_t planes, const Conv2dGeometry& g, const ColLayout
           const T* s = base + oh * g.sh * Wp;
           T* d = dst + oh * g.OW;
           if (g.sw == 1) {
-            for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = s[ow];
+            std::copy_n(s, g.OW, d);
           } else {
             for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = s[ow * g.sw];
           }
@@ -458,6 +460,118 @@ void backward_weight_gemm(const T* gy, const T* x, T* gw, const Conv2dGeometry& 
   }
 }
 
+// ---- bf16 on the bf16 GEMM kernels (NOTE [bf16 convolutions]) -------------------------------
+
+using BF = BFloat16;
+const uint16_t* bits(const BF* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+// Samples per chunk of a bf16 pass whose buffers take `per_sample` bytes per sample: as many as
+// fit the copy budget (at least one).
+int64_t bf16_samples_per_chunk(const Conv2dGeometry& g, int64_t per_sample) {
+  return std::clamp<int64_t>(conv_copy_budget_bytes() / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(g.N, 1));
+}
+
+// The columns [groups K, nb P] of samples [n0, n0 + nb): a pointwise convolution's input of one
+// sample is its own column matrix; of several, their planes side by side; otherwise im2col.
+const BF* bf16_columns(const BF* x, int64_t n0, int64_t nb, const Conv2dGeometry& g, const GemmShapes& s, BF* col) {
+  if (g.pointwise()) {
+    if (nb == 1) return x + n0 * g.C * s.HW;
+    gather_chunk(x, n0, nb, g.C, s.HW, col);
+  } else {
+    im2col(x + n0 * g.C * s.HW, nb * g.C, g, batched_layout(g, nb), col, true);
+  }
+  return col;
+}
+
+// gy of samples [n0, n0 + nb) as [O, nb P]: in place for one sample, else gathered into buf.
+const BF* bf16_gradient_rows(const BF* gy, int64_t n0, int64_t nb, const Conv2dGeometry& g, const GemmShapes& s, BF* buf) {
+  if (nb == 1) return gy + n0 * g.O * s.P;
+  gather_chunk(gy, n0, nb, g.O, s.P, buf);
+  return buf;
+}
+
+// y = W col per group, summed in f32, plus the bias, rounded once into y's NCHW planes.
+void forward_bf16(Bf16Gemm kernel, const BF* x, const BF* w, const BF* bias, BF* y, const Conv2dGeometry& g) {
+  const GemmShapes s(g);
+  const int64_t col_elems = g.groups * s.K * s.P;
+  const int64_t chunk = bf16_samples_per_chunk(g, col_elems * 2 + g.O * s.P * 4);
+  Tensor col_ws = workspace<BF>(chunk * col_elems), out_ws = workspace<float>(chunk * g.O * s.P);
+  float* out = out_ws.data<float>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    const BF* col = bf16_columns(x, n0, nb, g, s, col_ws.data<BF>());
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm_bf16(kernel, false, false, s.Og, ld, s.K, bits(w + gi * s.Og * s.K), s.K, bits(col + gi * s.K * ld), ld, nullptr,
+                out + gi * s.Og * ld, ld);
+    parallel_for(0, nb * g.O, std::max<int64_t>(1, 16384 / s.P), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r / g.O, o = r % g.O;
+        float* src = out + o * ld + i * s.P;
+        if (bias) {
+          const float b = static_cast<float>(bias[o]);
+          for (int64_t p = 0; p < s.P; ++p) src[p] += b;
+        }
+        convert_f32_to_bf16(src, y + ((n0 + i) * g.O + o) * s.P, s.P);
+      }
+    });
+  }
+}
+
+// col = W^T gy per group in f32, then col2im's sums in f32 (a pointwise convolution's col is
+// the gradient itself), rounded once.
+void backward_input_bf16(Bf16Gemm kernel, const BF* gy, const BF* w, BF* gx, const Conv2dGeometry& g) {
+  const GemmShapes s(g);
+  const int64_t col_elems = g.groups * s.K * s.P, plane_elems = g.pointwise() ? 0 : g.C * s.HW;
+  const int64_t chunk = bf16_samples_per_chunk(g, g.O * s.P * 2 + (col_elems + plane_elems) * 4);
+  Tensor gy_ws = workspace<BF>(chunk * g.O * s.P), col_ws = workspace<float>(chunk * col_elems),
+         gx_ws = workspace<float>(chunk * plane_elems);
+  float* col = col_ws.data<float>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    const BF* gyb = bf16_gradient_rows(gy, n0, nb, g, s, gy_ws.data<BF>());
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm_bf16(kernel, true, false, s.K, ld, s.Og, bits(w + gi * s.Og * s.K), s.K, bits(gyb + gi * s.Og * ld), ld, nullptr,
+                col + gi * s.K * ld, ld);
+    if (g.pointwise()) {  // col [C, nb HW]
+      parallel_for(0, nb * g.C, std::max<int64_t>(1, 16384 / s.HW), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t i = r / g.C, c = r % g.C;
+          convert_f32_to_bf16(col + c * ld + i * s.HW, gx + ((n0 + i) * g.C + c) * s.HW, s.HW);
+        }
+      });
+      continue;
+    }
+    float* planes = gx_ws.data<float>();
+    col2im(col, nb * g.C, g, batched_layout(g, nb), planes, true);
+    parallel_for(0, nb * g.C * s.HW, 16384, [&](int64_t e0, int64_t e1) {
+      convert_f32_to_bf16(planes + e0, gx + n0 * g.C * s.HW + e0, e1 - e0);
+    });
+  }
+}
+
+// gw = sum over the samples of gy col^T per group, in f32 (each chunk's product added to the
+// sums of the chunks before it), rounded once.
+void backward_weight_bf16(Bf16Gemm kernel, const BF* gy, const BF* x, BF* gw, const Conv2dGeometry& g) {
+  const GemmShapes s(g);
+  const int64_t col_elems = g.groups * s.K * s.P, gw_elems = g.O * s.K;
+  const int64_t chunk = bf16_samples_per_chunk(g, (col_elems + g.O * s.P) * 2);
+  Tensor col_ws = workspace<BF>(chunk * col_elems), gy_ws = workspace<BF>(chunk * g.O * s.P);
+  Tensor acc_ws = workspace<float>(gw_elems), part_ws = workspace<float>(chunk < g.N ? gw_elems : 0);
+  float* acc = acc_ws.data<float>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
+    const BF* col = bf16_columns(x, n0, nb, g, s, col_ws.data<BF>());
+    const BF* gyb = bf16_gradient_rows(gy, n0, nb, g, s, gy_ws.data<BF>());
+    float* dst = n0 == 0 ? acc : part_ws.data<float>();
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      gemm_bf16(kernel, false, true, s.Og, s.K, ld, bits(gyb + gi * s.Og * ld), ld, bits(col + gi * s.K * ld), ld, nullptr,
+                dst + gi * s.Og * s.K, s.K);
+    if (n0 > 0)
+      for (int64_t e = 0; e < gw_elems; ++e) acc[e] += dst[e];
+  }
+  convert_f32_to_bf16(acc, gw, gw_elems);
+}
+
 // sum x[0, n) in f64 with 16 independent partial sums (four 4-lane vectors under AVX2), so the
 // adds do not wait on each other: one f64 accumulator took 2% of a 3x3 stride-2 forward +
 // backward pass, its dependent adds the bottleneck.
@@ -493,8 +607,17 @@ void backward_bias(const T* gy, T* gb, int64_t N, int64_t O, int64_t P) {
   });
 }
 
-// Reduced floats are computed in f32 and rounded once at the end.
+// Reduced floats are computed in f32 and rounded once at the end, except bf16 passes on the
+// bf16 GEMM kernels (NOTE [bf16 convolutions]).
 Tensor upcast(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
+
+// The kernel a pass of dtype dt runs on: a bf16 GEMM kernel for bf16 passes with something to
+// compute that are not depthwise, else None (f32 after the conversion).
+Bf16Gemm bf16_conv_kernel(DType dt, const Conv2dGeometry& g) {
+  if (dt != DType::BF16 || g.depthwise() || g.N == 0 || g.O == 0 || g.in_per_group() == 0 || g.OH <= 0 || g.OW <= 0)
+    return Bf16Gemm::None;
+  return bf16_gemm_kernel();
+}
 
 }  // namespace
 
@@ -508,6 +631,12 @@ void set_conv_copy_budget_bytes_for_testing(int64_t bytes) { g_copy_budget.store
 
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   const DType dt = input.dtype();
+  if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
+    const Tensor x = input.contiguous(), w = weight.contiguous(), b = bias.defined() ? bias.contiguous() : Tensor();
+    Tensor y = empty({g.N, g.O, g.OH, g.OW}, dt);
+    forward_bf16(kernel, x.data<BF>(), w.data<BF>(), b.defined() ? b.data<BF>() : nullptr, y.data<BF>(), g);
+    return y;
+  }
   if (is_reduced_float(dt)) return conv2d_forward(upcast(input), upcast(weight), upcast(bias), g).to(dt);
   const Tensor x = input.contiguous(), w = weight.contiguous(), b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor y = empty({g.N, g.O, g.OH, g.OW}, dt);
@@ -537,6 +666,12 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Conv2dGeometry& g) {
   const DType dt = weight.dtype();
+  if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
+    const Tensor gy = grad_out.contiguous(), w = weight.contiguous();
+    Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
+    backward_input_bf16(kernel, gy.data<BF>(), w.data<BF>(), gx.data<BF>(), g);
+    return gx;
+  }
   if (is_reduced_float(dt)) return conv2d_backward_input(upcast(grad_out), upcast(weight), g).to(dt);
   const Tensor gy = grad_out.contiguous(), w = weight.contiguous();
   Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
@@ -566,6 +701,12 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Conv2dGeometry& g) {
   const DType dt = input.dtype();
+  if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
+    const Tensor gy = grad_out.contiguous(), x = input.contiguous();
+    Tensor gw = empty({g.O, g.in_per_group(), g.kH, g.kW}, dt);
+    backward_weight_bf16(kernel, gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
+    return gw;
+  }
   if (is_reduced_float(dt)) return conv2d_backward_weight(upcast(grad_out), upcast(input), g).to(dt);
   const Tensor gy = grad_out.contiguous(), x = input.contiguous();
   Tensor gw = empty({g.O, g.in_per_group(), g.kH, g.kW}, dt);

@@ -2,6 +2,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_direct.h"
 #include "ops/cpu/conv_simd.h"
@@ -1014,7 +1015,9 @@ TEST(Conv2d, UnbatchedNonContiguousHalfAndEmptyInputs) {
   const Tensor xt = permute(contiguous(permute(x, {0, 2, 3, 1})), {0, 3, 1, 2});
   ASSERT_FALSE(xt.is_contiguous());
   EXPECT_TRUE(all_close(conv2d(xt, w, b, {1, 2}, {1, 1}, {1, 1}, 2), ref, 0, 0));
-  // f16/bf16 compute in f32 and round once: exactly the f32 result of the rounded inputs.
+  // f16/bf16 compute in f32 and round once: exactly the f32 result of the rounded inputs (bf16
+  // on the bf16 GEMM kernels sums in another order: Conv2d.Bf16OnTheBf16GemmKernels).
+  const cpu::Bf16Gemm kernel_before = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::None);
   for (DType dt : {kBF16, kF16}) {
     const Tensor xh = x.to(dt), wh = w.to(dt), bh = b.to(dt);
     const Tensor out = conv2d(xh, wh, bh, {1, 2}, {1, 1}, {1, 1}, 2);
@@ -1024,6 +1027,7 @@ TEST(Conv2d, UnbatchedNonContiguousHalfAndEmptyInputs) {
     const Tensor dw = conv2d(xh, wh.to(kF32).to(dt), Tensor(), {1, 1}, {1, 1}, {1, 1}, 2);  // runs in f32 too
     EXPECT_EQ(dw.dtype(), dt);
   }
+  cpu::set_bf16_gemm_kernel_for_testing(kernel_before);
   // An empty batch gives an empty result; its backward gives zero weight and bias gradients.
   Tensor e = zeros({0, 4, 6, 5}, kF64).set_requires_grad();
   Tensor wl = w.clone().set_requires_grad(), bl = b.clone().set_requires_grad();
@@ -1114,4 +1118,111 @@ TEST(Conv2d, ErrorsNameTheShapesAndTheParameter) {
   // Dtypes.
   expect_error([&] { conv2d(zeros({1, 3, 5, 5}, kF64), w); }, {"f64", "f32"});
   expect_error([&] { conv2d(zeros({1, 3, 5, 5}, kI64), zeros({4, 3, 3, 3}, kI64)); }, {"floating"});
+}
+
+namespace {
+// |got - ref| within the f32 sums' bound (as within_rounding) and then one rounding to bf16.
+::testing::AssertionResult within_bf16_rounding(const Tensor& got, const Tensor& ref, const Tensor& magnitude, double terms) {
+  constexpr double kUBF16 = 1.0 / 256;  // 2^-8: round to nearest with 8 significant bits
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(), m = magnitude.to_vector<double>();
+  if (got.sizes() != ref.sizes()) return ::testing::AssertionFailure() << "shapes differ";
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double sums = 2.0 * terms * kU32 * m[i];
+    const double tol = sums + kUBF16 * (std::fabs(r[i]) + sums) + 1e-30;
+    if (!(std::fabs(g[i] - r[i]) <= tol))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i] << " (tolerance " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<cpu::Bf16Gemm> bf16_kernels() {
+  std::vector<cpu::Bf16Gemm> k;
+  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
+  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
+  return k;
+}
+
+// bf16 forward and the three gradients on the chosen kernel against the f64 definition on the
+// same bf16 values: each within the bound of f32 sums of exact products, rounded once.
+void check_bf16_against_reference(const ConvCase& c, uint64_t seed) {
+  Generator gen(seed);
+  const Tensor x = randn(c.x, kF64, &gen).to(kBF16), w = randn(c.w, kF64, &gen).to(kBF16);
+  const Tensor b = c.bias ? randn({c.w[0]}, kF64, &gen).to(kBF16) : Tensor();
+  Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
+  Tensor bl = c.bias ? b.clone().set_requires_grad() : Tensor();
+  Tensor out = conv2d(xl, wl, bl, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+  ASSERT_EQ(out.dtype(), kBF16);
+  const Tensor gy = randn(out.sizes(), kF64, &gen).to(kBF16);
+  out.backward(gy);
+  const Tensor xd = x.to(kF64), wd = w.to(kF64), bd = c.bias ? b.to(kF64) : Tensor(), gyd = gy.to(kF64);
+  const ConvReference ref = reference_conv2d(xd, wd, bd, c.p, gyd);
+  const ConvReference mags = reference_conv2d(abs_of(xd), abs_of(wd), Tensor(), c.p, abs_of(gyd));
+  const double terms = static_cast<double>(c.w[1] * c.w[2] * c.w[3] + 1);
+  const double gx_terms = static_cast<double>(c.w[0] / c.p.groups * c.w[2] * c.w[3]);
+  const double per_weight = static_cast<double>(out.numel() / c.w[0]);
+  EXPECT_TRUE(within_bf16_rounding(out, ref.out, ref.magnitude, terms)) << "forward";
+  EXPECT_TRUE(within_bf16_rounding(xl.grad(), ref.gx, mags.gx, gx_terms)) << "d input";
+  EXPECT_TRUE(within_bf16_rounding(wl.grad(), ref.gw, mags.gw, per_weight)) << "d weight";
+  if (c.bias) {
+    EXPECT_TRUE(within_bf16_rounding(bl.grad(), ref.gb, mags.gb, per_weight)) << "d bias";
+  }
+}
+
+const std::vector<ConvCase> kBf16Cases = {
+    {{3, 40, 9, 11}, {36, 40, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},     // 3x3 same, tails in every dimension
+    {{2, 8, 30, 30}, {8, 8, 3, 3}, {}, false},                               // no padding
+    {{2, 64, 16, 17}, {70, 64, 1, 1}, {}, true},                             // pointwise, several images
+    {{1, 33, 7, 5}, {16, 33, 1, 1}, {}, false},                              // pointwise, one image
+    {{2, 16, 15, 15}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},   // AmoebaNet's 1x7
+    {{2, 16, 15, 15}, {24, 16, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, false},   // and 7x1
+    {{2, 24, 13, 12}, {40, 24, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},    // strided
+    {{2, 12, 11, 12}, {8, 12, 3, 2}, {{1, 2}, {2, 1}, {2, 1}, 1}, true},     // dilated, mixed strides
+    {{2, 3, 17, 16}, {32, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},     // a stem: three channels
+    {{2, 32, 9, 9}, {48, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 4}, true},       // groups
+    {{2, 20, 6, 6}, {10, 20, 5, 5}, {{1, 1}, {4, 4}, {1, 1}, 1}, false},     // padding past the kernel's reach
+    {{1, 40, 40, 40}, {34, 40, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},   // 1x1 stride 2
+};
+}  // namespace
+
+TEST(Conv2d, Bf16OnTheBf16GemmKernels) {
+  // NOTE [bf16 convolutions]: bf16 convolutions (autocast's on the CPU) on the AMX or
+  // AVX512-BF16 GEMM kernels, every pass, on 1 and 3 threads, and with every image its own chunk.
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  for (const cpu::Bf16Gemm k : kernels) {
+    SCOPED_TRACE(k == cpu::Bf16Gemm::Amx ? "AMX" : "AVX512-BF16");
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    on_one_and_three_threads(kBf16Cases, 8100, check_bf16_against_reference);
+    cpu::set_conv_copy_budget_bytes_for_testing(1);
+    on_one_and_three_threads(kBf16Cases, 8200, check_bf16_against_reference);
+    cpu::set_conv_copy_budget_bytes_for_testing(0);
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+}
+
+TEST(Conv2d, Bf16OnTheBf16GemmKernelsDoesNotDependOnTheThreads) {
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  const int threads_before = get_num_threads();
+  for (const cpu::Bf16Gemm k : kernels) {
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    uint64_t seed = 8300;
+    for (const ConvCase& c : kBf16Cases) {
+      SCOPED_TRACE(describe(c.p, c.x, c.w));
+      Generator gen(seed++);
+      const Tensor x = randn(c.x, kF32, &gen).to(kBF16), w = randn(c.w, kF32, &gen).to(kBF16);
+      std::vector<std::vector<float>> results[2];
+      for (int run = 0; run < 2; ++run) {
+        set_num_threads(run == 0 ? 1 : 3);
+        Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
+        Tensor out = conv2d(xl, wl, Tensor(), c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+        Generator gg(seed);
+        out.backward(randn(out.sizes(), kF32, &gg).to(kBF16));
+        results[run] = {out.to_vector<float>(), xl.grad().to_vector<float>(), wl.grad().to_vector<float>()};
+      }
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(results[0][i], results[1][i]) << "result " << i;
+    }
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+  set_num_threads(threads_before);
 }
