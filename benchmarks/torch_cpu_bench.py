@@ -70,18 +70,39 @@ CONV_SPECS = [
     ("depthwise3x3s2", "8x128x56x56", (8, 128, 56, 56), 128, (3, 3), 2, (1, 1), 128, False, False),
     ("depthwise5x5s2", "8x128x56x56", (8, 128, 56, 56), 128, (5, 5), 2, (2, 2), 128, False, False),
     ("depthwise7x7", "1x256x14x14", (1, 256, 14, 14), 256, (7, 7), 1, (3, 3), 256, False, True),
+    ("conv2d1x1", "32x128x30x30->64", (32, 128, 30, 30), 64, (1, 1), 1, (0, 0), 1, False, "bwd only"),
+    ("conv2d1x1", "8x256x28x28->256", (8, 256, 28, 28), 256, (1, 1), 1, (0, 0), 1, False, "bwd only"),
+]
+# The bf16 rows (BM_conv_bf16): op, shape, spec of CONV_SPECS above by its op and shape, passes.
+CONV_BF16 = [
+    ("conv2d3x3", "8x64x56x56->64", ("fwdbwd",)),
+    ("conv2d3x3", "8x256x14x14->256", ("fwd", "fwdbwd")),
+    ("conv2d3x3s2", "8x64x56x56->128", ("fwdbwd",)),
+    ("conv2d1x7", "8x128x28x28->128", ("fwdbwd",)),
+    ("conv2d1x1", "32x128x30x30->64", ("fwdbwd",)),
+    ("conv2d1x1", "8x256x28x28->256", ("fwdbwd",)),
 ]
 
 
+def conv_case(spec, bwd, dtype=torch.float32):
+    op, shape, xs, o, k, stride, pad, groups, bias, _ = spec
+    x = param(xs, 1).to(dtype)
+    w = param((o, xs[1] // groups) + k, 2, 1.0 / math.sqrt(xs[1] // groups * k[0] * k[1])).to(dtype)
+    b = param((o,), 3).to(dtype) if bias else None
+    leaves = [x, w] + ([b] if bias else [])
+    return case(leaves, bwd, lambda x=x, w=w, b=b, stride=stride, pad=pad, groups=groups: F.conv2d(x, w, b, stride, pad, 1, groups))
+
+
 def conv_cases():
-    for op, shape, xs, o, k, stride, pad, groups, bias, with_bwd in CONV_SPECS:
-        for bwd in ((False, True) if with_bwd else (False,)):
-            x = param(xs, 1)
-            w = param((o, xs[1] // groups) + k, 2, 1.0 / math.sqrt(xs[1] // groups * k[0] * k[1]))
-            b = param((o,), 3) if bias else None
-            leaves = [x, w] + ([b] if bias else [])
-            yield f"{op}/{'fwdbwd' if bwd else 'fwd'}/{shape}", case(
-                leaves, bwd, lambda x=x, w=w, b=b, stride=stride, pad=pad, groups=groups: F.conv2d(x, w, b, stride, pad, 1, groups))
+    for spec in CONV_SPECS:
+        op, shape, with_bwd = spec[0], spec[1], spec[9]
+        passes = {True: (False, True), False: (False,), "bwd only": (True,)}[with_bwd]
+        for bwd in passes:
+            yield f"{op}/{'fwdbwd' if bwd else 'fwd'}/{shape}", conv_case(spec, bwd)
+    for op, shape, passes in CONV_BF16:
+        spec = next(s for s in CONV_SPECS if s[0] == op and s[1] == shape)
+        for tag in passes:
+            yield f"{op}_bf16/{tag}/{shape}", conv_case(spec, tag == "fwdbwd", torch.bfloat16)
 
 
 def cases():

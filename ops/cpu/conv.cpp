@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_amx.h"
 #include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/conv_direct.h"
@@ -634,7 +635,12 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor x = input.contiguous(), w = weight.contiguous(), b = bias.defined() ? bias.contiguous() : Tensor();
     Tensor y = empty({g.N, g.O, g.OH, g.OW}, dt);
-    forward_bf16(kernel, x.data<BF>(), w.data<BF>(), b.defined() ? b.data<BF>() : nullptr, y.data<BF>(), g);
+    const BF* bp = b.defined() ? b.data<BF>() : nullptr;
+    if (amx_conv_applies(g)) {
+      amx_conv_forward(x.data<BF>(), w.data<BF>(), bp, y.data<BF>(), g);
+    } else {
+      forward_bf16(kernel, x.data<BF>(), w.data<BF>(), bp, y.data<BF>(), g);
+    }
     return y;
   }
   if (is_reduced_float(dt)) return conv2d_forward(upcast(input), upcast(weight), upcast(bias), g).to(dt);
@@ -669,7 +675,11 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor gy = grad_out.contiguous(), w = weight.contiguous();
     Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
-    backward_input_bf16(kernel, gy.data<BF>(), w.data<BF>(), gx.data<BF>(), g);
+    if (amx_conv_backward_input_applies(g)) {
+      amx_conv_backward_input(gy.data<BF>(), w.data<BF>(), gx.data<BF>(), g);
+    } else {
+      backward_input_bf16(kernel, gy.data<BF>(), w.data<BF>(), gx.data<BF>(), g);
+    }
     return gx;
   }
   if (is_reduced_float(dt)) return conv2d_backward_input(upcast(grad_out), upcast(weight), g).to(dt);
@@ -704,7 +714,11 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor gy = grad_out.contiguous(), x = input.contiguous();
     Tensor gw = empty({g.O, g.in_per_group(), g.kH, g.kW}, dt);
-    backward_weight_bf16(kernel, gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
+    if (amx_conv_applies(g)) {
+      amx_conv_backward_weight(gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
+    } else {
+      backward_weight_bf16(kernel, gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
+    }
     return gw;
   }
   if (is_reduced_float(dt)) return conv2d_backward_weight(upcast(grad_out), upcast(input), g).to(dt);

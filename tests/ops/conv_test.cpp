@@ -1226,3 +1226,39 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernelsDoesNotDependOnTheThreads) {
   }
   set_num_threads(threads_before);
 }
+
+TEST(Conv2d, Bf16OnTheBf16GemmKernelsKeepsNaNWhereItReaches) {
+  // One NaN input pixel: exactly the outputs whose window covers it are NaN, in every channel,
+  // and the rounding to bf16 keeps them NaN; likewise one NaN in gy for the input gradient.
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  for (const cpu::Bf16Gemm k : kernels) {
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    Generator gen(8400);
+    std::vector<float> xv = randn({2, 16, 7, 6}, kF32, &gen).to_vector<float>();
+    xv[static_cast<size_t>(((1 * 16 + 5) * 7 + 3) * 6 + 2)] = std::nanf("");  // image 1, channel 5, (3, 2)
+    const Tensor x = from_vector<float>(xv, {2, 16, 7, 6}).to(kBF16), w = randn({20, 16, 3, 3}, kF32, &gen).to(kBF16);
+    Tensor wl = w.clone().set_requires_grad(), xl = x.clone().set_requires_grad();
+    Tensor out = conv2d(xl, wl, Tensor(), {1, 1}, {1, 1});
+    const std::vector<float> y = out.to_vector<float>();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t o = 0; o < 20; ++o)
+        for (int64_t h = 0; h < 7; ++h)
+          for (int64_t c = 0; c < 6; ++c) {
+            const bool reached = n == 1 && std::abs(h - 3) <= 1 && std::abs(c - 2) <= 1;
+            EXPECT_EQ(std::isnan(y[static_cast<size_t>(((n * 20 + o) * 7 + h) * 6 + c)]), reached) << n << " " << o << " " << h << " " << c;
+          }
+    std::vector<float> gv(y.size(), 1.0f);
+    gv[static_cast<size_t>(((0 * 20 + 7) * 7 + 0) * 6 + 5)] = std::nanf("");  // image 0, channel 7, (0, 5)
+    out.backward(from_vector<float>(gv, out.sizes()).to(kBF16));
+    const std::vector<float> gx = xl.grad().to_vector<float>();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 16; ++c)
+        for (int64_t h = 0; h < 7; ++h)
+          for (int64_t ww = 0; ww < 6; ++ww) {
+            const bool reached = n == 0 && h <= 1 && ww >= 4;
+            EXPECT_EQ(std::isnan(gx[static_cast<size_t>(((n * 16 + c) * 7 + h) * 6 + ww)]), reached) << n << " " << c << " " << h << " " << ww;
+          }
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+}

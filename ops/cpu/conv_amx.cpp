@@ -1,0 +1,353 @@
+#include "ops/cpu/conv_amx.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/copy.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/parallel.h"
+#include "ops/cpu/amx_internal.h"
+#include "ops/cpu/bgemm_amx.h"
+
+namespace trident::cpu {
+
+bool amx_conv_applies(const Conv2dGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.groups == 1 && bf16_gemm_kernel() == Bf16Gemm::Amx;
+}
+bool amx_conv_backward_input_applies(const Conv2dGeometry& g) {
+  return amx_conv_applies(g) && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw;
+}
+
+#ifdef TRIDENT_HAVE_AMX
+namespace {
+using namespace amx;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A stride-1 convolution as both the forward pass and the input gradient run it (NOTE [AMX
+// direct convolution]): `in` channels of Hin x Win planes zero-padded by (pt, pl) on each side,
+// `out` channels of Hout x Wout planes computed on the padded grid of row pitch Wp.
+struct Plan {
+  int64_t in, out, Hin, Win, kH, kW, dh, dw, pt, pl;
+  int64_t Hp, Wp, Hout, Wout;
+  int64_t Qout;   // output pixels computed per image: Hout Wp rounded up to whole 32-pixel blocks
+  int64_t pitch;  // pixels per laid-out input plane: Hp Wp and what the last blocks read past it
+  int64_t in_p, out_p, taps;
+  Plan(int64_t in_, int64_t out_, int64_t hin, int64_t win, const Conv2dGeometry& g, int64_t pt_, int64_t pl_)
+      : in(in_), out(out_), Hin(hin), Win(win), kH(g.kH), kW(g.kW), dh(g.dh), dw(g.dw), pt(pt_), pl(pl_) {
+    Hp = Hin + 2 * pt;
+    Wp = round_up(Win + 2 * pl, 2);  // even: a row's pixel pairs never straddle two rows
+    Hout = Hp - (kH - 1) * dh;
+    Wout = Win + 2 * pl - (kW - 1) * dw;
+    Qout = round_up(Hout * Wp, 32);
+    // The last block reads up to pixel Qout - 1 + (kH - 1) dh Wp + (kW - 1) dw < Hp Wp + (kW - 1) dw + 31.
+    pitch = Hp * Wp + (kW - 1) * dw + 32;
+    in_p = round_up(in, 32);
+    out_p = round_up(out, 32);
+    taps = kH * kW;
+  }
+  int64_t offset(int64_t t) const { return (t / kW) * dh * Wp + (t % kW) * dw; }
+};
+
+// Images per chunk when each takes `per_image` bytes of laid-out copies.
+int64_t images_per_chunk(int64_t N, int64_t per_image) {
+  return std::clamp<int64_t>(conv_copy_budget_bytes() / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(N, 1));
+}
+
+uint16_t* bits(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+const uint16_t* bits(const BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+// Input planes [images][in][Hin][Win] -> [images][in_p / 2][pitch][2]: channel pairs interleaved
+// at their padded positions, zero elsewhere; items (image, channel pair) [i0, i1).
+TRIDENT_AMX void pack_pairs(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
+  const int64_t pairs = p.in_p / 2, plane = p.Hin * p.Win;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t n = i / pairs, c = 2 * (i % pairs);
+    uint16_t* d = dst + i * p.pitch * 2;
+    std::memset(d, 0, static_cast<size_t>(p.pitch * 2) * sizeof(uint16_t));
+    if (c >= p.in) continue;
+    const uint16_t* s = src + (n * p.in + c) * plane;
+    for (int64_t h = 0; h < p.Hin; ++h) {
+      uint16_t* row = d + ((h + p.pt) * p.Wp + p.pl) * 2;
+      for (int64_t w = 0; w < p.Win; w += 16) {
+        const __mmask16 m = first_lanes(p.Win - w);
+        _mm512_mask_storeu_epi32(row + w * 2, m, interleave_rows(s + h * p.Win + w, plane, m, c + 1 < p.in));
+      }
+    }
+  }
+}
+
+// The weights w [O][C][kH][kW] as the tiles' first operand a [taps][rows_p][cols_p], zero padded:
+// the forward pass's a[t][o][c] = w[o][c][t]; the input gradient's (transposed, turned)
+// a[t][c][o] = w[o][c][taps - 1 - t].
+Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool transposed, int64_t rows_p, int64_t cols_p) {
+  Tensor a = zeros({taps * rows_p * cols_p}, DType::BF16);
+  uint16_t* ap = bits(a);
+  parallel_for(0, O, std::max<int64_t>(1, 4096 / std::max<int64_t>(C * taps, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < taps; ++t) {
+          const uint16_t v = w[(o * C + c) * taps + t];
+          if (transposed) {
+            ap[((taps - 1 - t) * rows_p + c) * cols_p + o] = v;
+          } else {
+            ap[(t * rows_p + o) * cols_p + c] = v;
+          }
+        }
+  });
+  return a;
+}
+
+// The sums of output rows [m0, m0 + 32) and computed pixels [q0, q0 + 32) of one image, over every
+// tap and input channel, into out [32][32] (row: output channel).
+TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const uint16_t* xq, int64_t m0, int64_t q0, float* out) {
+  const int a_stride = static_cast<int>(p.in_p * 2), b_stride = static_cast<int>(p.pitch * 4);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t t = 0; t < p.taps; ++t) {
+    const uint16_t* at = a + (t * p.out_p + m0) * p.in_p;
+    const uint16_t* bt = xq + (q0 + p.offset(t)) * 2;
+    for (int64_t k = 0; k < p.in_p; k += 32) {
+      const uint16_t* b = bt + (k / 2) * p.pitch * 2;
+      _tile_loadd(4, at + k, a_stride);
+      _tile_loadd(5, at + 16 * p.in_p + k, a_stride);
+      _tile_loadd(6, b, b_stride);
+      _tile_loadd(7, b + 32, b_stride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out, 128);
+  _tile_stored(1, out + 16, 128);
+  _tile_stored(2, out + 16 * 32, 128);
+  _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+// 16 f32 lanes rounded to bf16 bits as detail::f32_to_bf16_bits rounds them (NOTE [Half
+// conversions]: to nearest even; a NaN stays a NaN, quiet when its top payload bits are zero).
+TRIDENT_AMX inline __m256i round_to_bf16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v), top = _mm512_srli_epi32(x, 16);
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(top, _mm512_set1_epi32(1))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __mmask16 no_payload = _mm512_testn_epi32_mask(top, _mm512_set1_epi32(0x7f));
+  const __m512i nan_bits = _mm512_mask_or_epi32(top, no_payload, top, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, nan_bits));
+}
+
+// A block's sums (+ bias) rounded once into the output planes dst [out][Hout][Wout] of its image:
+// the pixels of each padded row that are outputs (ow < Wout), in runs of up to 16 lanes.
+TRIDENT_AMX void write_block(const float* blk, const Plan& p, int64_t m0, int64_t q0, const float* bias, BFloat16* dst) {
+  const int64_t qend = std::min(q0 + 32, p.Hout * p.Wp);
+  for (int64_t r = 0; r < 32 && m0 + r < p.out; ++r) {
+    const float* s = blk + r * 32;
+    const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[m0 + r] : 0.0f);
+    auto* plane = reinterpret_cast<uint16_t*>(dst + (m0 + r) * p.Hout * p.Wout);
+    for (int64_t q = q0; q < qend;) {
+      const int64_t oh = q / p.Wp, ow = q % p.Wp, row_end = std::min(qend, (oh + 1) * p.Wp);
+      const int64_t valid = std::min(row_end, oh * p.Wp + p.Wout) - q;
+      for (int64_t i = 0; i < valid; i += 16) {
+        const __mmask16 m = first_lanes(valid - i);
+        const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + (q - q0) + i), b);
+        _mm256_mask_storeu_epi16(plane + oh * p.Wout + ow + i, m, round_to_bf16(v));
+      }
+      q = row_end;
+    }
+  }
+}
+
+// Items [i0, i1) of a chunk: (image, block of 32 pixels, block of 32 output channels), the
+// channel blocks innermost so that a block of the input stays in cache for all of them.
+TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const uint16_t* xq, const float* bias, BFloat16* dst,
+                              int64_t i0, int64_t i1) {
+  load_tile_config();
+  alignas(64) float blk[32 * 32];
+  const int64_t mb = p.out_p / 32, qb = p.Qout / 32;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t n = i / (qb * mb), q0 = (i / mb) % qb * 32, m0 = i % mb * 32;
+    direct_block(a, p, xq + n * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
+    write_block(blk, p, m0, q0, bias, dst + n * p.out * p.Hout * p.Wout);
+  }
+  release_tiles();
+}
+
+// dst [N][out][Hout][Wout] = the convolution of src [N][in][Hin][Win] by the packed weights a.
+void direct_conv(const Plan& p, int64_t N, const uint16_t* src, const Tensor& a, const float* bias, BFloat16* dst) {
+  const int64_t per_image = (p.in_p / 2) * p.pitch * 2 * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t chunk = images_per_chunk(N, per_image);
+  Tensor xq_t = empty({chunk * (p.in_p / 2) * p.pitch * 2}, DType::BF16);
+  uint16_t* xq = bits(xq_t);
+  const uint16_t* ap = static_cast<const uint16_t*>(a.data_ptr());
+  const int64_t items_per_image = (p.Qout / 32) * (p.out_p / 32);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, N - n0);
+    const uint16_t* s = src + n0 * p.in * p.Hin * p.Win;
+    parallel_for(0, nb * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
+    BFloat16* d = dst + n0 * p.out * p.Hout * p.Wout;
+    parallel_for(0, nb * items_per_image, 1, [&](int64_t i0, int64_t i1) { direct_items(ap, p, xq, bias, d, i0, i1); });
+  }
+}
+
+// ---- weight gradient ----
+
+// Input planes [images][C][H][W] -> plain padded planes [images][in_p][pitch], zero elsewhere;
+// items (image, channel) [i0, i1).
+void pack_planes(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t n = i / p.in_p, c = i % p.in_p;
+    uint16_t* d = dst + i * p.pitch;
+    std::memset(d, 0, static_cast<size_t>(p.pitch) * sizeof(uint16_t));
+    if (c >= p.in) continue;
+    const uint16_t* s = src + (n * p.in + c) * p.Hin * p.Win;
+    for (int64_t h = 0; h < p.Hin; ++h)
+      std::memcpy(d + (h + p.pt) * p.Wp + p.pl, s + h * p.Win, static_cast<size_t>(p.Win) * sizeof(uint16_t));
+  }
+}
+
+// gy [images][out][Hout][Wout] -> [images][Qout / 2][out_p][2]: for each pair of computed pixels,
+// every output channel's two values, zero on the dropped columns, past Hout Wp and past `out`;
+// items (image, output row) [i0, i1): 16 channels x 32 pixels at a time, as 16 x 16 pairs
+// transposed in registers.
+TRIDENT_AMX void pack_gradient_pairs(const uint16_t* gy, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
+  const int64_t qpairs = p.Qout / 2, row_pairs = p.Wp / 2;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t n = i / p.Hout, oh = i % p.Hout;
+    uint16_t* base = dst + (n * qpairs + oh * row_pairs) * p.out_p * 2;
+    for (int64_t o0 = 0; o0 < p.out_p; o0 += 16) {
+      for (int64_t w0 = 0; w0 < p.Wp; w0 += 32) {
+        const int64_t valid = std::clamp<int64_t>(p.Wout - w0, 0, 32);
+        const __mmask32 m = valid >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((uint32_t{1} << valid) - 1u);
+        __m512i v[16];
+        for (int r = 0; r < 16; ++r) {
+          const int64_t o = o0 + r;
+          v[r] = o < p.out && valid > 0 ? _mm512_maskz_loadu_epi16(m, gy + ((n * p.out + o) * p.Hout + oh) * p.Wout + w0)
+                                        : _mm512_setzero_si512();
+        }
+        transpose16x16(v);
+        const int64_t pairs = std::min<int64_t>(16, (p.Wp - w0) / 2);
+        for (int64_t j = 0; j < pairs; ++j) _mm512_storeu_si512(base + ((w0 / 2 + j) * p.out_p + o0) * 2, v[j]);
+      }
+    }
+    if (oh + 1 == p.Hout) {  // the pixels past the last row, up to Qout
+      uint16_t* tail = dst + (n * qpairs + p.Hout * row_pairs) * p.out_p * 2;
+      std::memset(tail, 0, static_cast<size_t>((qpairs - p.Hout * row_pairs) * p.out_p * 2) * sizeof(uint16_t));
+    }
+  }
+}
+
+// acc [taps][in_p][out_p] (+)= per tap, over the chunk's nb images and every computed pixel, the
+// input planes at the tap's offset times gy: items (tap, block of 32 input channels, block of 32
+// output channels) [i0, i1); `load`: add to the sums of the chunks before.
+TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t* gq, int64_t nb, float* acc, bool load,
+                              int64_t i0, int64_t i1) {
+  load_tile_config();
+  const int64_t cb = p.in_p / 32, ob = p.out_p / 32, qpairs = p.Qout / 2;
+  const int ld_bytes = static_cast<int>(p.out_p * 4), a_stride = static_cast<int>(p.pitch * 2),
+            b_stride = static_cast<int>(p.out_p * 4);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t t = i / (cb * ob), c0 = (i / ob) % cb * 32, o0 = i % ob * 32;
+    float* c = acc + (t * p.in_p + c0) * p.out_p + o0;
+    if (load) {
+      _tile_loadd(0, c, ld_bytes);
+      _tile_loadd(1, c + 16, ld_bytes);
+      _tile_loadd(2, c + 16 * p.out_p, ld_bytes);
+      _tile_loadd(3, c + 16 * p.out_p + 16, ld_bytes);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    const int64_t off = p.offset(t);
+    for (int64_t n = 0; n < nb; ++n) {
+      const uint16_t* a = xp + (n * p.in_p + c0) * p.pitch + off;
+      const uint16_t* b = gq + (n * qpairs * p.out_p + o0) * 2;
+      for (int64_t q0 = 0; q0 < p.Qout; q0 += 32) {
+        const uint16_t* bq = b + (q0 / 2) * p.out_p * 2;
+        _tile_loadd(4, a + q0, a_stride);
+        _tile_loadd(5, a + 16 * p.pitch + q0, a_stride);
+        _tile_loadd(6, bq, b_stride);
+        _tile_loadd(7, bq + 32, b_stride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, c, ld_bytes);
+    _tile_stored(1, c + 16, ld_bytes);
+    _tile_stored(2, c + 16 * p.out_p, ld_bytes);
+    _tile_stored(3, c + 16 * p.out_p + 16, ld_bytes);
+  }
+  release_tiles();
+}
+
+}  // namespace
+
+void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g) {
+  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw);
+  TRIDENT_CHECK(p.Hout == g.OH && p.Wout == g.OW, "amx_conv_forward: output size mismatch");
+  const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, false, p.out_p, p.in_p);
+  std::vector<float> b;
+  if (bias != nullptr) {
+    b.resize(static_cast<size_t>(g.O));
+    for (int64_t o = 0; o < g.O; ++o) b[static_cast<size_t>(o)] = static_cast<float>(bias[o]);
+  }
+  direct_conv(p, g.N, bits(x), a, bias != nullptr ? b.data() : nullptr, y);
+}
+
+void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx, const Conv2dGeometry& g) {
+  const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw);
+  TRIDENT_CHECK(p.pt >= 0 && p.pl >= 0 && p.Hout == g.H && p.Wout == g.W, "amx_conv_backward_input: geometry it does not take");
+  const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, true, p.out_p, p.in_p);
+  direct_conv(p, g.N, bits(gy), a, nullptr, gx);
+}
+
+void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* gw, const Conv2dGeometry& g) {
+  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw);
+  const int64_t qpairs = p.Qout / 2;
+  const int64_t per_image = (p.in_p * p.pitch + qpairs * p.out_p * 2) * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t chunk = images_per_chunk(g.N, per_image);
+  Tensor xp_t = empty({chunk * p.in_p * p.pitch}, DType::BF16), gq_t = empty({chunk * qpairs * p.out_p * 2}, DType::BF16);
+  Tensor acc_t = empty({p.taps * p.in_p * p.out_p}, DType::F32);
+  uint16_t *xp = bits(xp_t), *gq = bits(gq_t);
+  float* acc = acc_t.data<float>();
+  const int64_t items = p.taps * (p.in_p / 32) * (p.out_p / 32);
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0);
+    const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
+    const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
+    parallel_for(0, nb * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
+    parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
+    parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) { weight_items(p, xp, gq, nb, acc, n0 > 0, i0, i1); });
+  }
+  // gw[o][c][t] = acc[t][c][o], rounded once.
+  parallel_for(0, g.O, std::max<int64_t>(1, 4096 / std::max<int64_t>(g.C * p.taps, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t t = 0; t < p.taps; ++t)
+          gw[(o * g.C + c) * p.taps + t] = BFloat16(acc[(t * p.in_p + c) * p.out_p + o]);
+  });
+}
+
+#else  // no AMX kernels in this build: amx_conv_applies is never true (bf16_gemm_kernel() is None)
+
+void amx_conv_forward(const BFloat16*, const BFloat16*, const BFloat16*, BFloat16*, const Conv2dGeometry&) {
+  TRIDENT_FAIL("amx_conv_forward: this build has no AMX kernels");
+}
+void amx_conv_backward_input(const BFloat16*, const BFloat16*, BFloat16*, const Conv2dGeometry&) {
+  TRIDENT_FAIL("amx_conv_backward_input: this build has no AMX kernels");
+}
+void amx_conv_backward_weight(const BFloat16*, const BFloat16*, BFloat16*, const Conv2dGeometry&) {
+  TRIDENT_FAIL("amx_conv_backward_weight: this build has no AMX kernels");
+}
+
+#endif
+
+}  // namespace trident::cpu
