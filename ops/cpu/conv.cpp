@@ -576,17 +576,21 @@ void backward_weight_bf16(Bf16Gemm kernel, const BF* gy, const BF* x, BF* gw, co
 // sum x[0, n) in f64 with 16 independent partial sums (four 4-lane vectors under AVX2), so the
 // adds do not wait on each other: one f64 accumulator took 2% of a 3x3 stride-2 forward +
 // backward pass, its dependent adds the bottleneck.
-TRIDENT_CPU_CLONES double sum_in_f64(const float* x, int64_t n) {
+template <typename T>  // float, or bf16 read as float
+inline double sum16_in_f64(const T* x, int64_t n) {
   double part[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16; ++k) part[k] += static_cast<double>(x[i + k]);
+    for (int k = 0; k < 16; ++k) part[k] += static_cast<double>(static_cast<float>(x[i + k]));
   double tail = 0.0;
-  for (; i < n; ++i) tail += static_cast<double>(x[i]);
+  for (; i < n; ++i) tail += static_cast<double>(static_cast<float>(x[i]));
   for (int w = 8; w > 0; w /= 2)
     for (int k = 0; k < w; ++k) part[k] += part[k + w];
   return part[0] + tail;
 }
+TRIDENT_CPU_CLONES double sum_in_f64(const float* x, int64_t n) { return sum16_in_f64(x, n); }
+// bf16 gradients summed as their f32 values are (exactly), without a converted copy of gy.
+TRIDENT_CPU_CLONES double sum_in_f64(const BFloat16* x, int64_t n) { return sum16_in_f64(x, n); }
 double sum_in_f64(const double* x, int64_t n) {
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
@@ -749,10 +753,14 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
 
 Tensor conv2d_backward_bias(const Tensor& grad_out) {
   const DType dt = grad_out.dtype();
-  if (is_reduced_float(dt)) return conv2d_backward_bias(upcast(grad_out)).to(dt);
+  if (dt == DType::F16) return conv2d_backward_bias(upcast(grad_out)).to(dt);
   const Tensor gy = grad_out.contiguous();
   const int64_t N = gy.size(0), O = gy.size(1), P = gy.size(2) * gy.size(3);
   Tensor gb = empty({O}, dt);
+  if (dt == DType::BF16) {
+    backward_bias(gy.data<BF>(), gb.data<BF>(), N, O, P);
+    return gb;
+  }
   TRIDENT_DISPATCH_F32_F64(dt, "conv2d_backward_bias", [&] { backward_bias(gy.data<scalar_t>(), gb.data<scalar_t>(), N, O, P); });
   return gb;
 }

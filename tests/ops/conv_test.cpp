@@ -1165,6 +1165,8 @@ void check_bf16_against_reference(const ConvCase& c, uint64_t seed) {
   EXPECT_TRUE(within_bf16_rounding(wl.grad(), ref.gw, mags.gw, per_weight)) << "d weight";
   if (c.bias) {
     EXPECT_TRUE(within_bf16_rounding(bl.grad(), ref.gb, mags.gb, per_weight)) << "d bias";
+    // Summed from the bf16 values in place: exactly the sum of their f32 copy.
+    EXPECT_EQ(bl.grad().to_vector<float>(), cpu::conv2d_backward_bias(gy.to(kF32)).to(kBF16).to_vector<float>());
   }
 }
 
