@@ -13,11 +13,9 @@
 
 namespace trident::cpu {
 
-bool amx_conv_applies(const Conv2dGeometry& g) {
-  return g.sh == 1 && g.sw == 1 && g.groups == 1 && bf16_gemm_kernel() == Bf16Gemm::Amx;
-}
+bool amx_conv_applies(const Conv2dGeometry& g) { return g.groups == 1 && bf16_gemm_kernel() == Bf16Gemm::Amx; }
 bool amx_conv_backward_input_applies(const Conv2dGeometry& g) {
-  return amx_conv_applies(g) && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw;
+  return amx_conv_applies(g) && g.sh == 1 && g.sw == 1 && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw;
 }
 
 #ifdef TRIDENT_HAVE_AMX
@@ -26,29 +24,40 @@ using namespace amx;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// A stride-1 convolution as both the forward pass and the input gradient run it (NOTE [AMX
-// direct convolution]): `in` channels of Hin x Win planes zero-padded by (pt, pl) on each side,
-// `out` channels of Hout x Wout planes computed on the padded grid of row pitch Wp.
+// A convolution as the direct kernels run it (NOTE [AMX direct convolution]): `in` channels of
+// Hin x Win planes zero-padded by (pt, pl) on each side, read with stride (sh, sw), `out`
+// channels of Hout x Wout planes. With a stride the padded input is split into sh sw phase planes
+// (phase (a, b) holds padded pixels (i sh + a, j sw + b) at (i, j)), so that every tap reads one
+// phase plane at a fixed offset; the output is computed on the phase planes' grid, row pitch Wp.
 struct Plan {
-  int64_t in, out, Hin, Win, kH, kW, dh, dw, pt, pl;
-  int64_t Hp, Wp, Hout, Wout;
+  int64_t in, out, Hin, Win, kH, kW, dh, dw, pt, pl, sh, sw;
+  int64_t Hp, Wp, Hout, Wout;  // Hp x Wp: a phase plane (the padded input itself for stride 1)
+  int64_t phases;
   int64_t Qout;   // output pixels computed per image: Hout Wp rounded up to whole 32-pixel blocks
-  int64_t pitch;  // pixels per laid-out input plane: Hp Wp and what the last blocks read past it
+  int64_t pitch;  // pixels per laid-out phase plane: Hp Wp and what the last blocks read past it
   int64_t in_p, out_p, taps;
-  Plan(int64_t in_, int64_t out_, int64_t hin, int64_t win, const Conv2dGeometry& g, int64_t pt_, int64_t pl_)
-      : in(in_), out(out_), Hin(hin), Win(win), kH(g.kH), kW(g.kW), dh(g.dh), dw(g.dw), pt(pt_), pl(pl_) {
-    Hp = Hin + 2 * pt;
-    Wp = round_up(Win + 2 * pl, 2);  // even: a row's pixel pairs never straddle two rows
-    Hout = Hp - (kH - 1) * dh;
-    Wout = Win + 2 * pl - (kW - 1) * dw;
+  Plan(int64_t in_, int64_t out_, int64_t hin, int64_t win, const Conv2dGeometry& g, int64_t pt_, int64_t pl_, int64_t sh_,
+       int64_t sw_)
+      : in(in_), out(out_), Hin(hin), Win(win), kH(g.kH), kW(g.kW), dh(g.dh), dw(g.dw), pt(pt_), pl(pl_), sh(sh_), sw(sw_) {
+    Hp = (Hin + 2 * pt + sh - 1) / sh;
+    Wp = round_up((Win + 2 * pl + sw - 1) / sw, 2);  // even: a row's pixel pairs never straddle two rows
+    Hout = (Hin + 2 * pt - (kH - 1) * dh - 1) / sh + 1;
+    Wout = (Win + 2 * pl - (kW - 1) * dw - 1) / sw + 1;
+    phases = sh * sw;
     Qout = round_up(Hout * Wp, 32);
-    // The last block reads up to pixel Qout - 1 + (kH - 1) dh Wp + (kW - 1) dw < Hp Wp + (kW - 1) dw + 31.
-    pitch = Hp * Wp + (kW - 1) * dw + 32;
+    // The last block reads up to pixel Qout - 1 + the largest offset, below
+    // (Hout + (kH - 1) dh / sh) Wp + (kW - 1) dw / sw + 31.
+    pitch = std::max(Hp, Hout + (kH - 1) * dh / sh) * Wp + (kW - 1) * dw / sw + 32;
     in_p = round_up(in, 32);
     out_p = round_up(out, 32);
     taps = kH * kW;
   }
-  int64_t offset(int64_t t) const { return (t / kW) * dh * Wp + (t % kW) * dw; }
+  // Tap t reads phase plane phase(t) at pixel q + offset(t) for output pixel q.
+  int64_t phase(int64_t t) const { return ((t / kW) * dh % sh) * sw + (t % kW) * dw % sw; }
+  int64_t offset(int64_t t) const { return ((t / kW) * dh / sh) * Wp + (t % kW) * dw / sw; }
+  // Padded row i of phase plane ph is input row i sh + ph / sw - pt (column j: j sw + ph % sw - pl).
+  int64_t input_row(int64_t ph, int64_t i) const { return i * sh + ph / sw - pt; }
+  int64_t input_col(int64_t ph, int64_t j) const { return j * sw + ph % sw - pl; }
 };
 
 // Images per chunk when each takes `per_image` bytes of laid-out copies.
@@ -59,21 +68,34 @@ int64_t images_per_chunk(int64_t N, int64_t per_image) {
 uint16_t* bits(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 const uint16_t* bits(const BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
-// Input planes [images][in][Hin][Win] -> [images][in_p / 2][pitch][2]: channel pairs interleaved
-// at their padded positions, zero elsewhere; items (image, channel pair) [i0, i1).
+// Input planes [images][in][Hin][Win] -> [images][phases][in_p / 2][pitch][2]: channel pairs
+// interleaved at their positions in the phase planes, zero elsewhere; items (image, phase,
+// channel pair) [i0, i1).
 TRIDENT_AMX void pack_pairs(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
   const int64_t pairs = p.in_p / 2, plane = p.Hin * p.Win;
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t n = i / pairs, c = 2 * (i % pairs);
+    const int64_t n = i / (p.phases * pairs), ph = i / pairs % p.phases, c = 2 * (i % pairs);
     uint16_t* d = dst + i * p.pitch * 2;
     std::memset(d, 0, static_cast<size_t>(p.pitch * 2) * sizeof(uint16_t));
     if (c >= p.in) continue;
+    const bool has_hi = c + 1 < p.in;
     const uint16_t* s = src + (n * p.in + c) * plane;
-    for (int64_t h = 0; h < p.Hin; ++h) {
-      uint16_t* row = d + ((h + p.pt) * p.Wp + p.pl) * 2;
-      for (int64_t w = 0; w < p.Win; w += 16) {
-        const __mmask16 m = first_lanes(p.Win - w);
-        _mm512_mask_storeu_epi32(row + w * 2, m, interleave_rows(s + h * p.Win + w, plane, m, c + 1 < p.in));
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      const int64_t h = p.input_row(ph, r);
+      if (h < 0 || h >= p.Hin) continue;
+      uint16_t* row = d + r * p.Wp * 2;
+      if (p.sw == 1) {
+        for (int64_t w = 0; w < p.Win; w += 16) {
+          const __mmask16 m = first_lanes(p.Win - w);
+          _mm512_mask_storeu_epi32(row + (w + p.pl) * 2, m, interleave_rows(s + h * p.Win + w, plane, m, has_hi));
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < p.Wp; ++j) {
+        const int64_t w = p.input_col(ph, j);
+        if (w < 0 || w >= p.Win) continue;
+        row[j * 2] = s[h * p.Win + w];
+        row[j * 2 + 1] = has_hi ? s[plane + h * p.Win + w] : uint16_t{0};
       }
     }
   }
@@ -130,7 +152,7 @@ TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const uint16_t* 
   _tile_zero(3);
   for (int64_t t = 0; t < p.taps; ++t) {
     const uint16_t* at = a + (t * p.out_p + m0) * p.in_p;
-    const uint16_t* bt = xq + (q0 + p.offset(t)) * 2;
+    const uint16_t* bt = xq + (p.phase(t) * (p.in_p / 2) * p.pitch + q0 + p.offset(t)) * 2;
     for (int64_t k = 0; k < p.in_p; k += 32) {
       const uint16_t* b = bt + (k / 2) * p.pitch * 2;
       _tile_loadd(4, at + k, a_stride);
@@ -191,7 +213,7 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const uint16_t* 
   const int64_t mb = p.out_p / 32, qb = p.Qout / 32;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t n = i / (qb * mb), q0 = (i / mb) % qb * 32, m0 = i % mb * 32;
-    direct_block(a, p, xq + n * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
+    direct_block(a, p, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
     write_block(blk, p, m0, q0, bias, dst + n * p.out * p.Hout * p.Wout);
   }
   release_tiles();
@@ -199,16 +221,16 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const uint16_t* 
 
 // dst [N][out][Hout][Wout] = the convolution of src [N][in][Hin][Win] by the packed weights a.
 void direct_conv(const Plan& p, int64_t N, const uint16_t* src, const Tensor& a, const float* bias, BFloat16* dst) {
-  const int64_t per_image = (p.in_p / 2) * p.pitch * 2 * static_cast<int64_t>(sizeof(uint16_t));
-  const int64_t chunk = images_per_chunk(N, per_image);
-  Tensor xq_t = empty({chunk * (p.in_p / 2) * p.pitch * 2}, DType::BF16);
+  const int64_t image_elems = p.phases * (p.in_p / 2) * p.pitch * 2;
+  const int64_t chunk = images_per_chunk(N, image_elems * static_cast<int64_t>(sizeof(uint16_t)));
+  Tensor xq_t = empty({chunk * image_elems}, DType::BF16);
   uint16_t* xq = bits(xq_t);
   const uint16_t* ap = static_cast<const uint16_t*>(a.data_ptr());
   const int64_t items_per_image = (p.Qout / 32) * (p.out_p / 32);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
     const uint16_t* s = src + n0 * p.in * p.Hin * p.Win;
-    parallel_for(0, nb * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
+    parallel_for(0, nb * p.phases * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
     BFloat16* d = dst + n0 * p.out * p.Hout * p.Wout;
     parallel_for(0, nb * items_per_image, 1, [&](int64_t i0, int64_t i1) { direct_items(ap, p, xq, bias, d, i0, i1); });
   }
@@ -216,17 +238,27 @@ void direct_conv(const Plan& p, int64_t N, const uint16_t* src, const Tensor& a,
 
 // ---- weight gradient ----
 
-// Input planes [images][C][H][W] -> plain padded planes [images][in_p][pitch], zero elsewhere;
-// items (image, channel) [i0, i1).
+// Input planes [images][C][H][W] -> plain phase planes [images][phases][in_p][pitch], zero
+// elsewhere; items (image, phase, channel) [i0, i1).
 void pack_planes(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t n = i / p.in_p, c = i % p.in_p;
+    const int64_t n = i / (p.phases * p.in_p), ph = i / p.in_p % p.phases, c = i % p.in_p;
     uint16_t* d = dst + i * p.pitch;
     std::memset(d, 0, static_cast<size_t>(p.pitch) * sizeof(uint16_t));
     if (c >= p.in) continue;
     const uint16_t* s = src + (n * p.in + c) * p.Hin * p.Win;
-    for (int64_t h = 0; h < p.Hin; ++h)
-      std::memcpy(d + (h + p.pt) * p.Wp + p.pl, s + h * p.Win, static_cast<size_t>(p.Win) * sizeof(uint16_t));
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      const int64_t h = p.input_row(ph, r);
+      if (h < 0 || h >= p.Hin) continue;
+      if (p.sw == 1) {
+        std::memcpy(d + r * p.Wp + p.pl, s + h * p.Win, static_cast<size_t>(p.Win) * sizeof(uint16_t));
+        continue;
+      }
+      for (int64_t j = 0; j < p.Wp; ++j) {
+        const int64_t w = p.input_col(ph, j);
+        if (w >= 0 && w < p.Win) d[r * p.Wp + j] = s[h * p.Win + w];
+      }
+    }
   }
 }
 
@@ -291,7 +323,7 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
           _tile_zero(2);
           _tile_zero(3);
         }
-        const uint16_t* a = xp + (n * p.in_p + c0) * p.pitch + p.offset(t);
+        const uint16_t* a = xp + ((n * p.phases + p.phase(t)) * p.in_p + c0) * p.pitch + p.offset(t);
         const uint16_t* b = gq + (n * qpairs * p.out_p + o0) * 2;
         for (int64_t q0 = s0; q0 < s1; q0 += 32) {
           const uint16_t* bq = b + (q0 / 2) * p.out_p * 2;
@@ -317,7 +349,7 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
 }  // namespace
 
 void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g) {
-  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw);
+  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw);
   TRIDENT_CHECK(p.Hout == g.OH && p.Wout == g.OW, "amx_conv_forward: output size mismatch");
   const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, false, p.out_p, p.in_p);
   std::vector<float> b;
@@ -329,18 +361,19 @@ void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias
 }
 
 void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx, const Conv2dGeometry& g) {
-  const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw);
+  const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1);
   TRIDENT_CHECK(p.pt >= 0 && p.pl >= 0 && p.Hout == g.H && p.Wout == g.W, "amx_conv_backward_input: geometry it does not take");
   const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, true, p.out_p, p.in_p);
   direct_conv(p, g.N, bits(gy), a, nullptr, gx);
 }
 
 void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* gw, const Conv2dGeometry& g) {
-  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw);
+  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw);
+  TRIDENT_CHECK(p.Hout == g.OH && p.Wout == g.OW, "amx_conv_backward_weight: output size mismatch");
   const int64_t qpairs = p.Qout / 2;
-  const int64_t per_image = (p.in_p * p.pitch + qpairs * p.out_p * 2) * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t per_image = (p.phases * p.in_p * p.pitch + qpairs * p.out_p * 2) * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t chunk = images_per_chunk(g.N, per_image);
-  Tensor xp_t = empty({chunk * p.in_p * p.pitch}, DType::BF16), gq_t = empty({chunk * qpairs * p.out_p * 2}, DType::BF16);
+  Tensor xp_t = empty({chunk * p.phases * p.in_p * p.pitch}, DType::BF16), gq_t = empty({chunk * qpairs * p.out_p * 2}, DType::BF16);
   Tensor acc_t = empty({p.taps * p.in_p * p.out_p}, DType::F32);
   uint16_t *xp = bits(xp_t), *gq = bits(gq_t);
   float* acc = acc_t.data<float>();
@@ -349,7 +382,7 @@ void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* g
     const int64_t nb = std::min(chunk, g.N - n0);
     const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
     const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
-    parallel_for(0, nb * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
+    parallel_for(0, nb * p.phases * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
     parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
     parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) { weight_items(p, xp, gq, nb, acc, n0 > 0, i0, i1); });
   }

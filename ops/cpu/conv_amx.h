@@ -1,24 +1,31 @@
-// NOTE [AMX direct convolution]: bf16 convolutions of stride 1 and one group (3x3, 1x1, AmoebaNet's
-// 1x7 and 7x1, any dilation) on AMX tiles without an im2col matrix. Every tap of such a
+// NOTE [AMX direct convolution]: bf16 convolutions of one group (3x3, 1x1, AmoebaNet's 1x7 and
+// 7x1, any stride and dilation) on AMX tiles without an im2col matrix. Every tap of a stride-1
 // convolution reads the zero-padded input planes at a fixed offset: with the planes' rows
 // Wp = W + 2 pw (rounded up to even) apart and the output computed on the same padded grid (the
 // columns past OW are computed and dropped), output pixel q = oh Wp + ow reads input pixel
-// q + kh dh Wp + kw dw for tap (kh, kw). So a run of 16 output pixels is a run of 16 input pixels,
-// and a tile of the input can be loaded straight from the planes once they are laid out the way
-// TDPBF16PS reads its second operand: channel pairs interleaved, [C/2][pixels][2]. A 32 x 32 block
-// of (output channels, output pixels) sums, in four f32 tiles, the weights' tiles [taps][O][C]
-// against the input's tiles at each tap's offset, over all taps and channels, and is rounded once
-// into the NCHW output (+ the bias). The input gradient of such a convolution is the same kind of
-// convolution of gy, zero-padded by (k - 1) d - p, with the weights transposed and turned by 180
-// degrees (so it needs p <= (k - 1) d, true of every "same" or "valid" padding). The weight
-// gradient sums, per tap and over every image and pixel, the input planes at the tap's offset
-// (A: 16 channels x 32 pixels, plain padded planes) against gy with pairs of pixels interleaved
+// q + kh dh Wp + kw dw for tap (kh, kw). So a run of 16 output pixels is a run of 16 input
+// pixels, and a tile of the input can be loaded straight from the planes once they are laid out
+// the way TDPBF16PS reads its second operand: channel pairs interleaved, [C/2][pixels][2]. With a
+// stride (sh, sw) the padded input is first split into sh sw phase planes (phase (a, b) holds the
+// padded pixels (i sh + a, j sw + b)); tap (kh, kw) then reads phase (kh dh % sh, kw dw % sw) at
+// offset (kh dh / sh) Wp + kw dw / sw, Wp now a phase plane's row pitch, and the rest is the
+// same. A 32 x 32 block of (output channels, output pixels) sums, in four f32 tiles, the
+// weights' tiles [taps][O][C] against the input's tiles at each tap's offset, over all taps and
+// channels, and is rounded once into the NCHW output (+ the bias). The input gradient of a
+// stride-1 convolution is the same kind of convolution of gy, zero-padded by (k - 1) d - p, with
+// the weights transposed and turned by 180 degrees (so it needs p <= (k - 1) d, true of every
+// "same" or "valid" padding); a strided convolution's input gradient takes im2col. The weight
+// gradient sums, per tap and over every image and pixel, the input's (phase) planes at the tap's
+// offset (A: 16 channels x 32 pixels, plain planes) against gy with pairs of pixels interleaved
 // ([pixels/2][O][2], zero on the dropped columns): 32 x 32 blocks of (input channels, output
 // channels) per tap. Channels are padded to multiples of 32 with zeros; images go in chunks whose
 // laid-out copies fit the convolutions' copy budget (conv_copy_budget_bytes). Every sum is in
-// f32 in a fixed order, whatever the threads. Other bf16 convolutions (strided, grouped, padding
-// beyond the kernel for the input gradient, or the AVX512-BF16 kernel) take im2col + the bf16
-// GEMM (NOTE [bf16 convolutions] in ops/cpu/conv.cpp).
+// f32 in a fixed order, whatever the threads. Grouped convolutions, the input gradients above
+// and the AVX512-BF16 kernel take im2col + the bf16 GEMM (NOTE [bf16 convolutions] in
+// ops/cpu/conv.cpp).
+//
+// Padding, and the dropped columns, enter the sums as zeros: an infinite weight (forward) or
+// input (weight gradient) there makes NaN as it does in every im2col + GEMM convolution.
 #pragma once
 
 #include "core/half.h"
@@ -27,7 +34,7 @@
 namespace trident::cpu {
 
 // Whether the direct kernels take this bf16 convolution's forward pass and weight gradient
-// (AMX chosen, NOTE [AMX bf16 GEMM]; stride 1; one group) and its input gradient (as well,
+// (AMX chosen, NOTE [AMX bf16 GEMM]; one group) and its input gradient (as well, stride 1 and
 // padding at most (k - 1) dilation in each dimension).
 bool amx_conv_applies(const Conv2dGeometry& g);
 bool amx_conv_backward_input_applies(const Conv2dGeometry& g);

@@ -1183,6 +1183,9 @@ const std::vector<ConvCase> kBf16Cases = {
     {{2, 32, 9, 9}, {48, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 4}, true},       // groups
     {{2, 20, 6, 6}, {10, 20, 5, 5}, {{1, 1}, {4, 4}, {1, 1}, 1}, false},     // padding past the kernel's reach
     {{1, 40, 40, 40}, {34, 40, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},   // 1x1 stride 2
+    {{2, 16, 13, 14}, {24, 16, 3, 3}, {{3, 2}, {1, 2}, {2, 1}, 1}, true},    // stride 3 x 2 with dilation: every phase
+    {{2, 16, 13, 17}, {24, 16, 3, 3}, {{2, 3}, {1, 2}, {3, 2}, 1}, false},   // and 2 x 3, taps out of phase order
+    {{2, 8, 17, 9}, {8, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},      // 7x1 stride 2 along the kernel
 };
 }  // namespace
 
