@@ -4,7 +4,8 @@
 # thread count, batch and optimizer (SGD with momentum); prints both rates and the ratio
 # (Trident / PyTorch: above 1.0 means Trident is faster). The two networks must have the same
 # parameter count, or the script stops. Machines are shared and noisy: compare within one run.
-#   scripts/bench-amoebanet-vs-torch.sh [threads] [-- extra options for both, e.g. --cells 6 --filters 32 --image 32 --batch 32]
+#   scripts/bench-amoebanet-vs-torch.sh [threads] [-- extra options for both, e.g. --cells 6 --filters 32 --image 32 --batch 32
+#                                       --precision fp32|bf16 (bf16: the forward under autocast on both sides)]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

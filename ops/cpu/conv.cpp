@@ -87,6 +87,29 @@ namespace trident::cpu {
 // terms without a GEMM accumulate in f64 so that long batches do not drift: the depthwise
 // weight gradient adds per-plane f32 sums into f64, the bias gradient sums in f64 directly.
 //
+// NOTE [bf16 convolutions]
+// bf16 passes (autocast's convolutions on the CPU) run on the bf16 GEMM kernels where the CPU has
+// one chosen (NOTE [AMX bf16 GEMM]), never through an f32 copy:
+// - with AMX and one group, the direct kernels of ops/cpu/conv_amx.cpp (NOTE [AMX direct
+//   convolution]): no im2col matrix; the input planes, laid out once per pass as the tiles read
+//   them, are loaded at each tap's offset (stride-phase planes for strided convolutions); the
+//   input gradient of a stride-1 convolution is the same kernel on gy;
+// - otherwise (groups, strided input gradients, the VDPBF16PS kernel): im2col in bf16 (a
+//   pointwise convolution's input of one sample is its own column matrix, several are gathered
+//   side by side) and gemm_bf16 into f32 sums, in chunks of images within the copy budget; the
+//   input gradient's col2im adds in f32; the weight gradient adds each chunk's product in f32.
+// Every result is rounded to bf16 once, as the f32 route rounds it: products of bf16 values are
+// exact in f32 either way, so the routes differ only in the order of the f32 sums (and in AMX's
+// flushing of subnormals). The bias gradient sums the bf16 values in f64 without a copy.
+// Depthwise bf16 convolutions, f16, and CPUs with neither kernel convert to f32, compute there
+// and round once. On the AMX Xeon (2 threads, bench_cpu_ops, TRIDENT_CPU_BF16_GEMM=off against
+// auto, alternating): 3x3 8x256x14x14 -> 256 forward 3.97 -> 1.32 ms, forward + backward 15.2 ->
+// 5.8; 3x3 8x64x56x56 -> 64 16.7 -> 5.8; 3x3 stride 2 8x64x56x56 -> 128 12.6 -> 6.8; 1x7
+// 14.5 -> 4.7; 1x1 32x128x30x30 -> 64 9.5 -> 4.3. The im2col route on AMX had reached 2.6,
+// 11.1, 23.1, 10.5, 9.4 and 6.5 ms on those (a busier hour): it copied each input twice (im2col,
+// then gemm_bf16's packing of B) and the 3x3 input gradient's f32 col2im alone was 16% of its
+// time.
+//
 // NOTE [Conv2d threads]
 // All parallelism is OpenMP's (NOTE [Threads]): cpu::gemm splits a large GEMM into panels
 // across the threads and runs a GEMM called inside a parallel region on its own thread.
