@@ -51,6 +51,42 @@ TRIDENT_AMX inline void load_tile_config() {
 
 TRIDENT_AMX inline void release_tiles() { _tile_release(); }
 
+// The 32 x 32 f32 block in tiles 0-3 (rows 0-15 | 16-31 by columns 0-15 | 16-31), in memory at c
+// with rows ld floats apart: zeroed, loaded, stored.
+TRIDENT_AMX inline void zero_block() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+TRIDENT_AMX inline void load_block(const float* c, int64_t ld) {
+  const int stride = static_cast<int>(ld * 4);
+  _tile_loadd(0, c, stride);
+  _tile_loadd(1, c + 16, stride);
+  _tile_loadd(2, c + 16 * ld, stride);
+  _tile_loadd(3, c + 16 * ld + 16, stride);
+}
+TRIDENT_AMX inline void store_block(float* c, int64_t ld) {
+  const int stride = static_cast<int>(ld * 4);
+  _tile_stored(0, c, stride);
+  _tile_stored(1, c + 16, stride);
+  _tile_stored(2, c + 16 * ld, stride);
+  _tile_stored(3, c + 16 * ld + 16, stride);
+}
+// One step of 32 k: the block += A's two 16-row halves (a0, a1: rows of 32 bf16, a_stride bytes
+// apart) times B's two 16-column panels (b0, b1: 16 rows of pairs, b_stride bytes apart).
+TRIDENT_AMX inline void block_step(const uint16_t* a0, const uint16_t* a1, int64_t a_stride, const uint16_t* b0,
+                                   const uint16_t* b1, int64_t b_stride) {
+  _tile_loadd(4, a0, static_cast<int>(a_stride));
+  _tile_loadd(5, a1, static_cast<int>(a_stride));
+  _tile_loadd(6, b0, static_cast<int>(b_stride));
+  _tile_loadd(7, b1, static_cast<int>(b_stride));
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 // 16 pairs (row k, row k + 1) of a row-major matrix, columns [0, cols) from `src` (16-bit
 // elements, rows `ld` apart; row k + 1 only when has_hi): element j of the result holds column
 // j's pair, row k in the low half.

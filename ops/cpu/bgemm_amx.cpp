@@ -116,32 +116,14 @@ TRIDENT_AMX void pack_b_panel(bool trans_b, const uint16_t* b, int64_t ldb, int6
 // A packed with rows a_ld elements apart and the two packed B panels (k pairs from k = 0).
 TRIDENT_AMX void block_product(const uint16_t* ap, int64_t a_ld, const uint16_t* bp0, const uint16_t* bp1, int64_t s0,
                                int64_t s1, float* acc, int64_t ld, bool load_acc) {
-  const int64_t ld_bytes = ld * static_cast<int64_t>(sizeof(float)), a_bytes = a_ld * static_cast<int64_t>(sizeof(uint16_t));
   if (load_acc) {
-    _tile_loadd(0, acc, ld_bytes);
-    _tile_loadd(1, acc + 16, ld_bytes);
-    _tile_loadd(2, acc + 16 * ld, ld_bytes);
-    _tile_loadd(3, acc + 16 * ld + 16, ld_bytes);
+    load_block(acc, ld);
   } else {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    zero_block();
   }
-  for (int64_t s = s0; s < s1; s += 32) {
-    _tile_loadd(4, ap + s, a_bytes);
-    _tile_loadd(5, ap + 16 * a_ld + s, a_bytes);
-    _tile_loadd(6, bp0 + s * 16, 64);
-    _tile_loadd(7, bp1 + s * 16, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, acc, ld_bytes);
-  _tile_stored(1, acc + 16, ld_bytes);
-  _tile_stored(2, acc + 16 * ld, ld_bytes);
-  _tile_stored(3, acc + 16 * ld + 16, ld_bytes);
+  const int64_t a_bytes = a_ld * static_cast<int64_t>(sizeof(uint16_t));
+  for (int64_t s = s0; s < s1; s += 32) block_step(ap + s, ap + 16 * a_ld + s, a_bytes, bp0 + s * 16, bp1 + s * 16, 64);
+  store_block(acc, ld);
 }
 
 // NOTE [AVX512-BF16 GEMM]: the same 32 x 32 block from the same packed operands with

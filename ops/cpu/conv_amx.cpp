@@ -145,30 +145,17 @@ Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool 
 // The sums of output rows [m0, m0 + 32) and computed pixels [q0, q0 + 32) of one image, over every
 // tap and input channel, into out [32][32] (row: output channel).
 TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const uint16_t* xq, int64_t m0, int64_t q0, float* out) {
-  const int a_stride = static_cast<int>(p.in_p * 2), b_stride = static_cast<int>(p.pitch * 4);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  const int64_t a_stride = p.in_p * 2, b_stride = p.pitch * 4;
+  zero_block();
   for (int64_t t = 0; t < p.taps; ++t) {
     const uint16_t* at = a + (t * p.out_p + m0) * p.in_p;
     const uint16_t* bt = xq + (p.phase(t) * (p.in_p / 2) * p.pitch + q0 + p.offset(t)) * 2;
     for (int64_t k = 0; k < p.in_p; k += 32) {
       const uint16_t* b = bt + (k / 2) * p.pitch * 2;
-      _tile_loadd(4, at + k, a_stride);
-      _tile_loadd(5, at + 16 * p.in_p + k, a_stride);
-      _tile_loadd(6, b, b_stride);
-      _tile_loadd(7, b + 32, b_stride);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+      block_step(at + k, at + 16 * p.in_p + k, a_stride, b, b + 32, b_stride);
     }
   }
-  _tile_stored(0, out, 128);
-  _tile_stored(1, out + 16, 128);
-  _tile_stored(2, out + 16 * 32, 128);
-  _tile_stored(3, out + 16 * 32 + 16, 128);
+  store_block(out, 32);
 }
 
 // 16 f32 lanes rounded to bf16 bits as detail::f32_to_bf16_bits rounds them (NOTE [Half
@@ -304,8 +291,6 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
                               int64_t i0, int64_t i1) {
   load_tile_config();
   const int64_t cb = p.in_p / 32, ob = p.out_p / 32, qpairs = p.Qout / 2;
-  const int ld_bytes = static_cast<int>(p.out_p * 4), a_stride = static_cast<int>(p.pitch * 2),
-            b_stride = static_cast<int>(p.out_p * 4);
   for (int64_t n = 0; n < nb; ++n) {
     for (int64_t s0 = 0; s0 < p.Qout; s0 += kWeightSpan) {
       const int64_t s1 = std::min(p.Qout, s0 + kWeightSpan);
@@ -313,33 +298,17 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
         const int64_t t = i / (cb * ob), c0 = (i / ob) % cb * 32, o0 = i % ob * 32;
         float* c = acc + (t * p.in_p + c0) * p.out_p + o0;
         if (load || n > 0 || s0 > 0) {
-          _tile_loadd(0, c, ld_bytes);
-          _tile_loadd(1, c + 16, ld_bytes);
-          _tile_loadd(2, c + 16 * p.out_p, ld_bytes);
-          _tile_loadd(3, c + 16 * p.out_p + 16, ld_bytes);
+          load_block(c, p.out_p);
         } else {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
+          zero_block();
         }
         const uint16_t* a = xp + ((n * p.phases + p.phase(t)) * p.in_p + c0) * p.pitch + p.offset(t);
         const uint16_t* b = gq + (n * qpairs * p.out_p + o0) * 2;
         for (int64_t q0 = s0; q0 < s1; q0 += 32) {
           const uint16_t* bq = b + (q0 / 2) * p.out_p * 2;
-          _tile_loadd(4, a + q0, a_stride);
-          _tile_loadd(5, a + 16 * p.pitch + q0, a_stride);
-          _tile_loadd(6, bq, b_stride);
-          _tile_loadd(7, bq + 32, b_stride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          block_step(a + q0, a + 16 * p.pitch + q0, p.pitch * 2, bq, bq + 32, p.out_p * 4);
         }
-        _tile_stored(0, c, ld_bytes);
-        _tile_stored(1, c + 16, ld_bytes);
-        _tile_stored(2, c + 16 * p.out_p, ld_bytes);
-        _tile_stored(3, c + 16 * p.out_p + 16, ld_bytes);
+        store_block(c, p.out_p);
       }
     }
   }
