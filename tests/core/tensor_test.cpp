@@ -134,6 +134,37 @@ TEST(Tensor, CopyConvertsBetweenStridedTensors) {
   EXPECT_THROW(copy_(m, zeros({3})), Error);
 }
 
+// A permuted copy that keeps the last dim converts its contiguous runs at once (attention's
+// [B, T, H, D] <-> [B, H, T, D] casts): f32 -> bf16 and bf16 -> f32 element by element as the
+// scalar conversions give them, runs of 45 (vector lengths and a tail), NaN and ties included.
+TEST(Tensor, PermutedRunsConvertLikeTheScalarConversion) {
+  Generator g(77);
+  std::vector<float> v = randn({3, 5, 4, 45}, kF32, &g).to_vector<float>();
+  v[7] = std::nanf("");
+  v[50] = detail::f32_from_bits(0x3f808000u);  // a tie between two bf16 values: to even
+  v[51] = detail::f32_from_bits(0x3f818000u);
+  const Tensor x = from_vector<float>(v, {3, 5, 4, 45});
+  const Tensor src = permute(x, {0, 2, 1, 3});
+  ASSERT_FALSE(src.is_contiguous());
+  const std::vector<float> got = src.to(kBF16).to(kF32).to_vector<float>();
+  const std::vector<float> src_values = src.contiguous().to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float want = detail::bf16_bits_to_f32(detail::f32_to_bf16_bits(src_values[i]));
+    ASSERT_TRUE(std::isnan(want) ? std::isnan(got[i]) : got[i] == want) << i;
+  }
+  const Tensor h = x.to(kBF16);
+  const std::vector<float> hv = h.to(kF32).to_vector<float>();  // contiguous: exact widening
+  const std::vector<float> back = permute(h, {0, 2, 1, 3}).to(kF32).to_vector<float>();
+  size_t i = 0;
+  for (int64_t a = 0; a < 3; ++a)
+    for (int64_t c = 0; c < 4; ++c)
+      for (int64_t b = 0; b < 5; ++b)
+        for (int64_t d = 0; d < 45; ++d, ++i) {
+          const float want = hv[static_cast<size_t>(((a * 5 + b) * 4 + c) * 45 + d)];
+          ASSERT_TRUE(std::isnan(want) ? std::isnan(back[i]) : back[i] == want) << i;
+        }
+}
+
 // NOTE [Transposing copies]: a copy whose source runs along another dim than the destination
 // is walked in tiles (4-byte elements of one dtype in 8 x 8 register transposes). Every
 // permutation of a 4-d tensor whose sizes are not multiples of 8 (one below 8, one above the
