@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/copy.h"
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "core/strided.h"
@@ -321,7 +322,12 @@ void ce_backward_half_rows(const CeParams<float>& p, const T* xh, T* gh, int64_t
     q.gx = grad.data();
     ce_backward_range(q, 0, 1);
     T* out = gh + i * p.classes;
-    for (int64_t c = 0; c < p.classes; ++c) out[c] = T(grad[static_cast<size_t>(c)]);
+    // bf16 eight lanes at a time: GPT-2's [1024, 50304] backward 26.7-29.7 -> 23.6-25.3 ms (alternating runs).
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      convert_f32_to_bf16(grad.data(), out, p.classes);
+    } else {
+      for (int64_t c = 0; c < p.classes; ++c) out[c] = T(grad[static_cast<size_t>(c)]);
+    }
   }
 }
 
