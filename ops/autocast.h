@@ -7,7 +7,9 @@
 //    linear on AMX tiles where the CPU has them, NOTE [AMX bf16 GEMM], and otherwise f32
 //    arithmetic on the cast values, rounded once: the same results up to the order of the sums);
 //  - softmax, log_softmax, the losses, layer_norm, batch_norm and the reductions (sum, mean,
-//    var, std_dev, logsumexp, norm) cast half inputs up to f32 and return f32;
+//    var, std_dev, logsumexp, norm) cast half inputs up to f32 and return f32 (on the CPU,
+//    cross-entropy's and batch_norm's bf16 inputs are read as they are instead of copied, the
+//    same numbers: NOTE [Half-precision cross-entropy rows], NOTE [bf16 batch norm]);
 //  - element-wise binary ops, where, cat and stack given mixed floating dtypes compute in the
 //    wider one (outside autocast, mixing dtypes stays an error);
 //  - everything else runs in its inputs' dtype.

@@ -1,5 +1,7 @@
 #include "ops/norm.h"
 
+#include <optional>
+
 #include "core/copy.h"
 #include "core/factory.h"
 #include "ops/arith.h"
@@ -20,12 +22,12 @@ using namespace ops_detail;
 namespace {
 
 void check_param(const char* op, const char* what, const Tensor& p, const Shape& shape, const Tensor& x,
-                 const char* what_shape) {
+                 const char* what_shape, std::optional<DType> dtype = std::nullopt) {
   if (!p.defined()) return;
   TRIDENT_CHECK(p.device() == x.device(), op, ": ", what, " is on ", p.device(), " but the input is on ", x.device());
   TRIDENT_CHECK(p.sizes() == shape, op, ": ", what, " of shape ", p.sizes(), " does not match ", what_shape, " ", shape,
                 " (input of shape ", x.sizes(), ")");
-  TRIDENT_CHECK(p.dtype() == x.dtype(), op, ": ", what, " has dtype ", p.dtype(), " but the input has ", x.dtype());
+  TRIDENT_CHECK(p.dtype() == dtype.value_or(x.dtype()), op, ": ", what, " has dtype ", p.dtype(), " but the input has ", x.dtype());
 }
 
 // The gradient of a parameter, or undefined when it was not given or needs none.
@@ -172,13 +174,11 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Shape
   return out;
 }
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  if (autocast::is_enabled()) {  // NOTE [Autocast]
-    autocast::Suspend off;
-    return batch_norm(autocast::widen(x), running_mean, running_var, autocast::widen(weight), autocast::widen(bias), training,
-                      momentum, eps);
-  }
+namespace {
+// f32_out: x is a bf16 CPU tensor under autocast, read as it is (NOTE [bf16 batch norm]); the
+// parameters are f32 and the output is f32, as with x widened first, without the copies.
+Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, bool f32_out) {
   const char* op = "batch_norm";
   check_defined(op, x);
   check_device(op, x);
@@ -188,8 +188,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const int64_t spatial = channels == 0 || n == 0 ? shape_numel(Shape(x.sizes().begin() + 2, x.sizes().end()))
                                                   : x.numel() / (n * channels);
   const Shape cshape = {channels};
-  check_param(op, "weight", weight, cshape, x, "the channels");
-  check_param(op, "bias", bias, cshape, x, "the channels");
+  const DType param_dtype = f32_out ? DType::F32 : x.dtype();
+  check_param(op, "weight", weight, cshape, x, "the channels", param_dtype);
+  check_param(op, "bias", bias, cshape, x, "the channels", param_dtype);
   TRIDENT_CHECK(running_mean.defined() == running_var.defined(), op,
                 ": running_mean and running_var must be given together (got only ",
                 running_mean.defined() ? "running_mean" : "running_var", ")");
@@ -218,26 +219,46 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     NoGradGuard no_grad;
     TRIDENT_KERNEL(batch_norm_update_running)(running_mean, running_var, f.mean, f.var, m, momentum);
   }
-  Tensor out = f.y.to(x.dtype());
+  Tensor out = f32_out ? f.y : f.y.to(x.dtype());
   if (autograd::any_requires_grad({x, weight, bias})) {
     // Saved: x, weight, and the mean and rstd used per channel (copies: the running statistics
     // may change in place before backward runs).
     autograd::record("BatchNormBackward", {x, weight, bias}, out,
                      [sx = SavedTensor(x), sw = SavedTensor(weight), mean = f.mean, rstd = f.rstd, n, channels, spatial,
                       training, need_dx = x.requires_grad(), need_dw = weight.defined() && weight.requires_grad(),
-                      need_db = bias.defined() && bias.requires_grad(), dt = x.dtype(), eps](const TensorList& g) {
-                       if (recording_backward())
-                         return batch_norm_grads_recorded(g[0], sx.unpack(), sw.unpack(), mean, rstd, n, channels, spatial,
-                                                          training, eps, need_dx, need_dw, need_db);
+                      need_db = bias.defined() && bias.requires_grad(), dt = x.dtype(), param_dtype,
+                      eps](const TensorList& g) {
+                       if (recording_backward()) {  // (the bf16 input of f32_out widened: the composite needs one dtype)
+                         TensorList r = batch_norm_grads_recorded(g[0], sx.unpack().to(param_dtype), sw.unpack(), mean, rstd, n,
+                                                                  channels, spatial, training, eps, need_dx, need_dw, need_db);
+                         if (r[0].defined()) r[0] = r[0].to(dt);
+                         return r;
+                       }
                        cpu::NormGrads r = TRIDENT_KERNEL(batch_norm_backward)(g[0], sx.unpack(), mean, rstd,
                                                                    sw.defined() ? sw.unpack() : Tensor(), n, channels,
                                                                    spatial, training, need_dx, need_dw, need_db);
                        const Shape cs = {channels};
-                       return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, cs, dt),
-                                         param_grad(r.db, need_db, cs, dt)};
+                       return TensorList{need_dx ? r.dx.to(dt) : Tensor(), param_grad(r.dw, need_dw, cs, param_dtype),
+                                         param_grad(r.db, need_db, cs, param_dtype)};
                      }, kDifferentiable);
   }
   return out;
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  if (autocast::is_enabled()) {  // NOTE [Autocast]
+    autocast::Suspend off;
+    // A bf16 input on the CPU is read as it is (NOTE [bf16 batch norm]): the f32 result of
+    // widening it first, without the copy (or the gradient's copy back).
+    if (x.defined() && x.dtype() == DType::BF16 && x.device().is_cpu())
+      return batch_norm_impl(x, running_mean, running_var, autocast::widen(weight), autocast::widen(bias), training, momentum,
+                             eps, true);
+    return batch_norm_impl(autocast::widen(x), running_mean, running_var, autocast::widen(weight), autocast::widen(bias),
+                           training, momentum, eps, false);
+  }
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
 }
 
 }  // namespace trident

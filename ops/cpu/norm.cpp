@@ -1,6 +1,7 @@
 #include "ops/cpu/norm.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/copy.h"
@@ -269,11 +270,25 @@ __attribute__((noinline)) void plane_grad_sums(const C* g, const C* x, C mu, C r
   row_sum2<C>(n, [g](int64_t j) { return g[j]; }, [g, x, mu, rs](int64_t j) { return g[j] * ((x[j] - mu) * rs); }, s1, s2);
 }
 
+// A plane of x stored as S, as C values for the sums above: the plane itself when S is C; a bf16
+// plane converted into buf (exactly), so that the sums run the very code, in the very order, of
+// an f32 input (NOTE [bf16 batch norm]).
+template <typename C, typename S>
+const C* plane_values(const S* x, int64_t n, std::vector<C>& buf) {
+  if constexpr (std::is_same_v<S, C>) {
+    return x;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) buf[static_cast<size_t>(j)] = static_cast<C>(x[j]);
+    return buf.data();
+  }
+}
+
 // sums[c - c0] += f(plane (i, c), c) for the channels [c0, c1) of every image i, in image order:
 // each image's planes of those channels are one contiguous run (channel by channel, the reads
 // jumped an image ahead every plane: a plane of a 28 x 28 map is 3 KB).
-template <typename C, typename F>
-void channel_sums(const C* x, int64_t n, int64_t channels, int64_t spatial, int64_t c0, int64_t c1, double* sums, const F& f) {
+template <typename S, typename F>
+void channel_sums(const S* x, int64_t n, int64_t channels, int64_t spatial, int64_t c0, int64_t c1, double* sums, const F& f) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = c0; c < c1; ++c) sums[c - c0] += f(x + (i * channels + c) * spatial, c);
 }
@@ -285,115 +300,165 @@ void for_planes(int64_t n, int64_t channels, int64_t spatial, const F& f) {
   });
 }
 
+// NOTE [bf16 batch norm]: a bf16 input is read as it is (each element's exact f32 value) rather
+// than through an f32 copy, and its input gradient is written in bf16 directly, rounded once
+// from the same f32 value the copy's route would round: the same numbers without the two
+// input-sized copies. autocast's batch norm on the CPU (NOTE [Autocast]) uses it to keep a bf16
+// convolution output as it is (f32 out, as the policy says).
+template <typename C, typename S>
+void batch_norm_forward_typed(const S* xp, BatchNormForward& out, const Tensor& running_mean, const Tensor& running_var,
+                              const Tensor& w, const Tensor& b, int64_t n, int64_t channels, int64_t spatial, bool training,
+                              double eps) {
+  const int64_t m = n * spatial;
+  C* mean = out.mean.data<C>();
+  C* rstd = out.rstd.data<C>();
+  if (training) {
+    C* var = out.var.data<C>();
+    parallel_for(0, channels, std::max<int64_t>(1, 32768 / std::max<int64_t>(m, 1)), [&](int64_t cb, int64_t ce) {
+      std::vector<double> sums(static_cast<size_t>(ce - cb), 0.0);
+      std::vector<C> buf;
+      channel_sums(xp, n, channels, spatial, cb, ce, sums.data(),
+                   [spatial, &buf](const S* pl, int64_t) { return plane_sum<C>(plane_values(pl, spatial, buf), spatial); });
+      for (int64_t c = cb; c < ce; ++c) mean[c] = static_cast<C>(sums[static_cast<size_t>(c - cb)] / static_cast<double>(m));
+      std::fill(sums.begin(), sums.end(), 0.0);
+      channel_sums(xp, n, channels, spatial, cb, ce, sums.data(),
+                   [spatial, mean, &buf](const S* pl, int64_t c) {
+                     return plane_squared_deviation_sum<C>(plane_values(pl, spatial, buf), mean[c], spatial);
+                   });
+      for (int64_t c = cb; c < ce; ++c) {
+        const double v = sums[static_cast<size_t>(c - cb)] / static_cast<double>(m);
+        var[c] = static_cast<C>(v);
+        rstd[c] = static_cast<C>(math::norm_rstd(v, eps));
+      }
+    });
+  } else {
+    const Tensor rm = running_mean.to(DType::F64).contiguous(), rv = running_var.to(DType::F64).contiguous();
+    const double* rmp = rm.data<double>();
+    const double* rvp = rv.data<double>();
+    for (int64_t c = 0; c < channels; ++c) {
+      mean[c] = static_cast<C>(rmp[c]);
+      rstd[c] = static_cast<C>(math::norm_rstd(rvp[c], eps));
+    }
+  }
+  const C* wp = w.data<C>();
+  const C* bp = b.data<C>();
+  C* yp = out.y.data<C>();
+  for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
+    const S* xs = xp + k * spatial;
+    C* ys = yp + k * spatial;
+    const C mu = mean[c], scale = rstd[c] * wp[c], shift = bp[c];
+#pragma omp simd
+    for (int64_t j = 0; j < spatial; ++j) ys[j] = math::batch_norm_value(static_cast<C>(xs[j]), mu, scale, shift);
+  });
+}
+
 }  // namespace
 
 BatchNormForward batch_norm(const Tensor& x_in, int64_t n, int64_t channels, int64_t spatial, const Tensor& running_mean,
                             const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
                             double eps) {
   const DType cd = compute_dtype(x_in.dtype());
-  const Tensor x = compute_form(x_in, cd);
+  const bool bf16_in = x_in.dtype() == DType::BF16;  // read as it is (NOTE [bf16 batch norm])
+  const Tensor x = bf16_in ? x_in.contiguous() : compute_form(x_in, cd);
   const Tensor w = param_or(weight, channels, 1.0, cd), b = param_or(bias, channels, 0.0, cd);
   BatchNormForward out;
   out.y = empty(x.sizes(), cd);
   out.mean = empty({channels}, cd);
   out.rstd = empty({channels}, cd);
   if (training) out.var = empty({channels}, cd);
-  const int64_t m = n * spatial;
   TRIDENT_DISPATCH_F32_F64(cd, "batch_norm", [&] {
     using C = scalar_t;
-    const C* xp = x.data<C>();
-    C* mean = out.mean.data<C>();
-    C* rstd = out.rstd.data<C>();
-    if (training) {
-      C* var = out.var.data<C>();
-      parallel_for(0, channels, std::max<int64_t>(1, 32768 / std::max<int64_t>(m, 1)), [&](int64_t cb, int64_t ce) {
-        std::vector<double> sums(static_cast<size_t>(ce - cb), 0.0);
-        channel_sums(xp, n, channels, spatial, cb, ce, sums.data(),
-                     [spatial](const C* pl, int64_t) { return plane_sum<C>(pl, spatial); });
-        for (int64_t c = cb; c < ce; ++c) mean[c] = static_cast<C>(sums[static_cast<size_t>(c - cb)] / static_cast<double>(m));
-        std::fill(sums.begin(), sums.end(), 0.0);
-        channel_sums(xp, n, channels, spatial, cb, ce, sums.data(),
-                     [spatial, mean](const C* pl, int64_t c) { return plane_squared_deviation_sum<C>(pl, mean[c], spatial); });
-        for (int64_t c = cb; c < ce; ++c) {
-          const double v = sums[static_cast<size_t>(c - cb)] / static_cast<double>(m);
-          var[c] = static_cast<C>(v);
-          rstd[c] = static_cast<C>(math::norm_rstd(v, eps));
-        }
-      });
-    } else {
-      const Tensor rm = running_mean.to(DType::F64).contiguous(), rv = running_var.to(DType::F64).contiguous();
-      const double* rmp = rm.data<double>();
-      const double* rvp = rv.data<double>();
-      for (int64_t c = 0; c < channels; ++c) {
-        mean[c] = static_cast<C>(rmp[c]);
-        rstd[c] = static_cast<C>(math::norm_rstd(rvp[c], eps));
-      }
+    if constexpr (std::is_same_v<C, float>) {
+      if (bf16_in)
+        return batch_norm_forward_typed<C>(x.data<BFloat16>(), out, running_mean, running_var, w, b, n, channels, spatial,
+                                           training, eps);
     }
-    const C* wp = w.data<C>();
-    const C* bp = b.data<C>();
-    C* yp = out.y.data<C>();
-    for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
-      const C* xs = xp + k * spatial;
-      C* ys = yp + k * spatial;
-      const C mu = mean[c], scale = rstd[c] * wp[c], shift = bp[c];
-_Pragma("omp simd")  // (a #pragma cannot sit inside the dispatch macro)
-      for (int64_t j = 0; j < spatial; ++j) ys[j] = math::batch_norm_value(xs[j], mu, scale, shift);
-    });
+    batch_norm_forward_typed<C>(x.data<C>(), out, running_mean, running_var, w, b, n, channels, spatial, training, eps);
   });
   return out;
 }
+
+namespace {
+// dx (stored as S) and the per-channel sums of the backward pass, x stored as S.
+template <typename C, typename S>
+void batch_norm_backward_typed(const C* gp, const S* xp, const C* wp, const C* mp, const C* rp, S* dx, int64_t n,
+                               int64_t channels, int64_t spatial, bool training, std::vector<double>& sg,
+                               std::vector<double>& sgx) {
+  const int64_t m = n * spatial;
+  // Per channel: sum g and sum g * xhat (db and dw, and the training dx's coefficients).
+  parallel_for(0, channels, std::max<int64_t>(1, 32768 / std::max<int64_t>(m, 1)), [&](int64_t cb, int64_t ce) {
+    std::vector<C> buf;
+    // Image by image, as channel_sums (the two sums of a plane at once).
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = cb; c < ce; ++c) {
+        const int64_t off = (i * channels + c) * spatial;
+        double s1 = 0, s2 = 0;
+        plane_grad_sums<C>(gp + off, plane_values(xp + off, spatial, buf), mp[c], rp[c], spatial, s1, s2);
+        sg[static_cast<size_t>(c)] += s1;
+        sgx[static_cast<size_t>(c)] += s2;
+      }
+  });
+  if (dx == nullptr) return;
+  std::vector<C> A(static_cast<size_t>(channels)), B(static_cast<size_t>(channels)), D(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    const double wr = static_cast<double>(wp[c]) * static_cast<double>(rp[c]);
+    const size_t cs = static_cast<size_t>(c);
+    A[cs] = static_cast<C>(wr);
+    B[cs] = training ? static_cast<C>(-wr * static_cast<double>(rp[c]) / static_cast<double>(m) * sgx[cs]) : C(0);
+    D[cs] = training ? static_cast<C>(-wr / static_cast<double>(m) * sg[cs]) : C(0);
+  }
+  for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
+    const int64_t off = k * spatial;
+    const size_t cs = static_cast<size_t>(c);
+    const C a = A[cs], bb = B[cs], d = D[cs], mu = mp[c];
+    if constexpr (std::is_same_v<S, C>) {
+#pragma omp simd
+      for (int64_t j = 0; j < spatial; ++j) dx[off + j] = math::batch_norm_grad(gp[off + j], xp[off + j], mu, a, bb, d);
+    } else {  // bf16: a run of f32 values, then rounded eight lanes at a time
+      C run[256];
+      for (int64_t j0 = 0; j0 < spatial; j0 += 256) {
+        const int64_t len = std::min<int64_t>(256, spatial - j0);
+#pragma omp simd
+        for (int64_t j = 0; j < len; ++j)
+          run[j] = math::batch_norm_grad(gp[off + j0 + j], static_cast<C>(xp[off + j0 + j]), mu, a, bb, d);
+        convert_f32_to_bf16(run, dx + off + j0, len);
+      }
+    }
+  });
+}
+}  // namespace
 
 NormGrads batch_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& mean_in, const Tensor& rstd_in,
                               const Tensor& weight, int64_t n, int64_t channels, int64_t spatial, bool training,
                               bool need_dx, bool need_dw, bool need_db) {
   const DType cd = compute_dtype(x_in.dtype());
-  const Tensor x = compute_form(x_in, cd), g = compute_form(g_in, cd);
+  const bool bf16_in = x_in.dtype() == DType::BF16;  // NOTE [bf16 batch norm]: dx in bf16 as well
+  const Tensor x = bf16_in ? x_in.contiguous() : compute_form(x_in, cd), g = compute_form(g_in, cd);
   const Tensor w = param_or(weight, channels, 1.0, cd);
   const Tensor mean = compute_form(mean_in, cd), rstd = compute_form(rstd_in, cd);
   NormGrads r;
-  const int64_t m = n * spatial;
+  if (need_dx) r.dx = empty(x.sizes(), bf16_in ? DType::BF16 : cd);
+  std::vector<double> sg(static_cast<size_t>(channels)), sgx(static_cast<size_t>(channels));
   TRIDENT_DISPATCH_F32_F64(cd, "batch_norm_backward", [&] {
     using C = scalar_t;
-    const C* xp = x.data<C>();
     const C* gp = g.data<C>();
     const C* wp = w.data<C>();
     const C* mp = mean.data<C>();
     const C* rp = rstd.data<C>();
-    // Per channel: sum g and sum g * xhat (db and dw, and the training dx's coefficients).
-    std::vector<double> sg(static_cast<size_t>(channels)), sgx(static_cast<size_t>(channels));
-    parallel_for(0, channels, std::max<int64_t>(1, 32768 / std::max<int64_t>(m, 1)), [&](int64_t cb, int64_t ce) {
-      // Image by image, as channel_sums (the two sums of a plane at once).
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t c = cb; c < ce; ++c) {
-          const int64_t off = (i * channels + c) * spatial;
-          double s1 = 0, s2 = 0;
-          plane_grad_sums<C>(gp + off, xp + off, mp[c], rp[c], spatial, s1, s2);
-          sg[static_cast<size_t>(c)] += s1;
-          sgx[static_cast<size_t>(c)] += s2;
-        }
-    });
-    if (need_dx) {
-      r.dx = empty(x.sizes(), cd);
-      std::vector<C> A(static_cast<size_t>(channels)), B(static_cast<size_t>(channels)), D(static_cast<size_t>(channels));
-      for (int64_t c = 0; c < channels; ++c) {
-        const double wr = static_cast<double>(wp[c]) * static_cast<double>(rp[c]);
-        const size_t cs = static_cast<size_t>(c);
-        A[cs] = static_cast<C>(wr);
-        B[cs] = training ? static_cast<C>(-wr * static_cast<double>(rp[c]) / static_cast<double>(m) * sgx[cs]) : C(0);
-        D[cs] = training ? static_cast<C>(-wr / static_cast<double>(m) * sg[cs]) : C(0);
+    bool done = false;
+    if constexpr (std::is_same_v<C, float>) {
+      if (bf16_in) {
+        batch_norm_backward_typed<C>(gp, x.data<BFloat16>(), wp, mp, rp, need_dx ? r.dx.data<BFloat16>() : nullptr, n, channels,
+                                     spatial, training, sg, sgx);
+        done = true;
       }
-      C* dx = r.dx.data<C>();
-      for_planes(n, channels, spatial, [&](int64_t k, int64_t c) {
-        const int64_t off = k * spatial;
-        const size_t cs = static_cast<size_t>(c);
-        const C a = A[cs], bb = B[cs], d = D[cs], mu = mp[c];
-_Pragma("omp simd")
-        for (int64_t j = 0; j < spatial; ++j) dx[off + j] = math::batch_norm_grad(gp[off + j], xp[off + j], mu, a, bb, d);
-      });
     }
-    if (need_dw) r.dw = from_vector<double>(sgx, {channels}).to(cd);
-    if (need_db) r.db = from_vector<double>(sg, {channels}).to(cd);
+    if (!done)
+      batch_norm_backward_typed<C>(gp, x.data<C>(), wp, mp, rp, need_dx ? r.dx.data<C>() : nullptr, n, channels, spatial,
+                                   training, sg, sgx);
   });
+  if (need_dw) r.dw = from_vector<double>(sgx, {channels}).to(cd);
+  if (need_db) r.db = from_vector<double>(sg, {channels}).to(cd);
   return r;
 }
 

@@ -46,6 +46,47 @@ TEST(Autocast, SoftmaxLossesNormsAndReductionsRunInF32) {
   EXPECT_EQ(gelu(h).dtype(), kBF16) << "other ops keep their input's dtype";
 }
 
+// NOTE [bf16 batch norm]: under autocast a bf16 input on the CPU is read as it is; the output,
+// the running statistics and every gradient are bit for bit those of widening it first, in
+// training and eval mode, with and without affine parameters, with a spatial size that is not a
+// multiple of the rounding's runs (the input gradient is rounded to bf16 in runs of 256).
+TEST(Autocast, BatchNormReadsBf16InputsAsTheirF32Values) {
+  for (const bool training : {true, false}) {
+    for (const bool affine : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "training " << training << " affine " << affine);
+      Generator g(3);
+      const Tensor x0 = randn({3, 5, 17, 19}, kF32, &g).to(kBF16), gy = randn({3, 5, 17, 19}, kF32, &g);
+      const Tensor w0 = randn({5}, kF32, &g), b0 = randn({5}, kF32, &g);
+      const Tensor rm0 = randn({5}, kF32, &g), rv0 = rand({5}, kF32, &g) + 0.5;
+      Tensor results[2][6];
+      for (int route = 0; route < 2; ++route) {  // 0: bf16 as it is; 1: widened by hand first
+        Tensor x = x0.clone().set_requires_grad();
+        Tensor w = affine ? w0.clone().set_requires_grad() : Tensor(), b = affine ? b0.clone().set_requires_grad() : Tensor();
+        Tensor rm = rm0.clone(), rv = rv0.clone();
+        Tensor y;
+        {
+          autocast::Guard ac(kBF16);
+          y = batch_norm(route == 0 ? x : x.to(kF32), rm, rv, w, b, training, 0.1, 1e-5);
+        }
+        EXPECT_EQ(y.dtype(), kF32);
+        y.backward(gy);
+        EXPECT_EQ(x.grad().dtype(), kBF16);
+        results[route][0] = y;
+        results[route][1] = x.grad();
+        results[route][2] = rm;
+        results[route][3] = rv;
+        if (affine) {
+          EXPECT_EQ(w.grad().dtype(), kF32);
+          results[route][4] = w.grad();
+          results[route][5] = b.grad();
+        }
+      }
+      for (int k = 0; k < (affine ? 6 : 4); ++k)
+        EXPECT_EQ(results[0][k].to(kF32).to_vector<float>(), results[1][k].to(kF32).to_vector<float>()) << "result " << k;
+    }
+  }
+}
+
 TEST(Autocast, MixedDtypesPromoteOnlyUnderAutocast) {
   Tensor a = ones({2}, kF32), b = ones({2}, kBF16), c = ones({2}, kF16);
   EXPECT_THROW(add(a, b), Error);
