@@ -1,0 +1,162 @@
+// bf16 convolutions on the bf16 GEMM kernels (NOTE [bf16 convolutions]): the AMX direct kernels
+// of ops/cpu/conv_amx.cpp (NOTE [AMX direct convolution]) and, on the AVX512-BF16 kernel, the
+// im2col route, every pass against the f64 definition. On a CPU with neither they skip, saying so.
+#include <cmath>
+#include <vector>
+
+#include "ops/conv_reference.h"
+#include "ops/cpu/bgemm_amx.h"
+#include "ops/cpu/conv.h"
+#include "test_util.h"
+
+using namespace trident;
+using namespace trident::testing;
+using namespace trident::testing::conv_ref;
+
+namespace {
+// |got - ref| within the f32 sums' bound (as within_rounding) and then one rounding to bf16.
+::testing::AssertionResult within_bf16_rounding(const Tensor& got, const Tensor& ref, const Tensor& magnitude, double terms) {
+  constexpr double kUBF16 = 1.0 / 256;  // 2^-8: round to nearest with 8 significant bits
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(), m = magnitude.to_vector<double>();
+  if (got.sizes() != ref.sizes()) return ::testing::AssertionFailure() << "shapes differ";
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double sums = 2.0 * terms * kU32 * m[i];
+    const double tol = sums + kUBF16 * (std::fabs(r[i]) + sums) + 1e-30;
+    if (!(std::fabs(g[i] - r[i]) <= tol))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i] << " (tolerance " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<cpu::Bf16Gemm> bf16_kernels() {
+  std::vector<cpu::Bf16Gemm> k;
+  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
+  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
+  return k;
+}
+
+// bf16 forward and the three gradients on the chosen kernel against the f64 definition on the
+// same bf16 values: each within the bound of f32 sums of exact products, rounded once.
+void check_bf16_against_reference(const ConvCase& c, uint64_t seed) {
+  Generator gen(seed);
+  const Tensor x = randn(c.x, kF64, &gen).to(kBF16), w = randn(c.w, kF64, &gen).to(kBF16);
+  const Tensor b = c.bias ? randn({c.w[0]}, kF64, &gen).to(kBF16) : Tensor();
+  Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
+  Tensor bl = c.bias ? b.clone().set_requires_grad() : Tensor();
+  Tensor out = conv2d(xl, wl, bl, c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+  ASSERT_EQ(out.dtype(), kBF16);
+  const Tensor gy = randn(out.sizes(), kF64, &gen).to(kBF16);
+  out.backward(gy);
+  const Tensor xd = x.to(kF64), wd = w.to(kF64), bd = c.bias ? b.to(kF64) : Tensor(), gyd = gy.to(kF64);
+  const ConvReference ref = reference_conv2d(xd, wd, bd, c.p, gyd);
+  const ConvReference mags = reference_conv2d(abs_of(xd), abs_of(wd), Tensor(), c.p, abs_of(gyd));
+  const double terms = static_cast<double>(c.w[1] * c.w[2] * c.w[3] + 1);
+  const double gx_terms = static_cast<double>(c.w[0] / c.p.groups * c.w[2] * c.w[3]);
+  const double per_weight = static_cast<double>(out.numel() / c.w[0]);
+  EXPECT_TRUE(within_bf16_rounding(out, ref.out, ref.magnitude, terms)) << "forward";
+  EXPECT_TRUE(within_bf16_rounding(xl.grad(), ref.gx, mags.gx, gx_terms)) << "d input";
+  EXPECT_TRUE(within_bf16_rounding(wl.grad(), ref.gw, mags.gw, per_weight)) << "d weight";
+  if (c.bias) {
+    EXPECT_TRUE(within_bf16_rounding(bl.grad(), ref.gb, mags.gb, per_weight)) << "d bias";
+    // Summed from the bf16 values in place: exactly the sum of their f32 copy.
+    EXPECT_EQ(bl.grad().to_vector<float>(), cpu::conv2d_backward_bias(gy.to(kF32)).to(kBF16).to_vector<float>());
+  }
+}
+
+const std::vector<ConvCase> kBf16Cases = {
+    {{3, 40, 9, 11}, {36, 40, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},     // 3x3 same, tails in every dimension
+    {{2, 8, 30, 30}, {8, 8, 3, 3}, {}, false},                               // no padding
+    {{2, 64, 16, 17}, {70, 64, 1, 1}, {}, true},                             // pointwise, several images
+    {{1, 33, 7, 5}, {16, 33, 1, 1}, {}, false},                              // pointwise, one image
+    {{2, 16, 15, 15}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},   // AmoebaNet's 1x7
+    {{2, 16, 15, 15}, {24, 16, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, false},   // and 7x1
+    {{2, 24, 13, 12}, {40, 24, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},    // strided
+    {{2, 12, 11, 12}, {8, 12, 3, 2}, {{1, 2}, {2, 1}, {2, 1}, 1}, true},     // dilated, mixed strides
+    {{2, 3, 17, 16}, {32, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},     // a stem: three channels
+    {{2, 32, 9, 9}, {48, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 4}, true},       // groups
+    {{2, 20, 6, 6}, {10, 20, 5, 5}, {{1, 1}, {4, 4}, {1, 1}, 1}, false},     // padding past the kernel's reach
+    {{1, 40, 40, 40}, {34, 40, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},   // 1x1 stride 2
+    {{2, 16, 13, 14}, {24, 16, 3, 3}, {{3, 2}, {1, 2}, {2, 1}, 1}, true},    // stride 3 x 2 with dilation: every phase
+    {{2, 16, 13, 17}, {24, 16, 3, 3}, {{2, 3}, {1, 2}, {3, 2}, 1}, false},   // and 2 x 3, taps out of phase order
+    {{2, 8, 17, 9}, {8, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},      // 7x1 stride 2 along the kernel
+};
+}  // namespace
+
+TEST(Conv2d, Bf16OnTheBf16GemmKernels) {
+  // NOTE [bf16 convolutions]: bf16 convolutions (autocast's on the CPU) on the AMX or
+  // AVX512-BF16 GEMM kernels, every pass, on 1 and 3 threads, and with every image its own chunk.
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  for (const cpu::Bf16Gemm k : kernels) {
+    SCOPED_TRACE(k == cpu::Bf16Gemm::Amx ? "AMX" : "AVX512-BF16");
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    on_one_and_three_threads(kBf16Cases, 8100, check_bf16_against_reference);
+    cpu::set_conv_copy_budget_bytes_for_testing(1);
+    on_one_and_three_threads(kBf16Cases, 8200, check_bf16_against_reference);
+    cpu::set_conv_copy_budget_bytes_for_testing(0);
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+}
+
+TEST(Conv2d, Bf16OnTheBf16GemmKernelsDoesNotDependOnTheThreads) {
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  const int threads_before = get_num_threads();
+  for (const cpu::Bf16Gemm k : kernels) {
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    uint64_t seed = 8300;
+    for (const ConvCase& c : kBf16Cases) {
+      SCOPED_TRACE(describe(c.p, c.x, c.w));
+      Generator gen(seed++);
+      const Tensor x = randn(c.x, kF32, &gen).to(kBF16), w = randn(c.w, kF32, &gen).to(kBF16);
+      std::vector<std::vector<float>> results[2];
+      for (int run = 0; run < 2; ++run) {
+        set_num_threads(run == 0 ? 1 : 3);
+        Tensor xl = x.clone().set_requires_grad(), wl = w.clone().set_requires_grad();
+        Tensor out = conv2d(xl, wl, Tensor(), c.p.stride, c.p.padding, c.p.dilation, c.p.groups);
+        Generator gg(seed);
+        out.backward(randn(out.sizes(), kF32, &gg).to(kBF16));
+        results[run] = {out.to_vector<float>(), xl.grad().to_vector<float>(), wl.grad().to_vector<float>()};
+      }
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(results[0][i], results[1][i]) << "result " << i;
+    }
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+  set_num_threads(threads_before);
+}
+
+TEST(Conv2d, Bf16OnTheBf16GemmKernelsKeepsNaNWhereItReaches) {
+  // One NaN input pixel: exactly the outputs whose window covers it are NaN, in every channel,
+  // and the rounding to bf16 keeps them NaN; likewise one NaN in gy for the input gradient.
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  for (const cpu::Bf16Gemm k : kernels) {
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    Generator gen(8400);
+    std::vector<float> xv = randn({2, 16, 7, 6}, kF32, &gen).to_vector<float>();
+    xv[static_cast<size_t>(((1 * 16 + 5) * 7 + 3) * 6 + 2)] = std::nanf("");  // image 1, channel 5, (3, 2)
+    const Tensor x = from_vector<float>(xv, {2, 16, 7, 6}).to(kBF16), w = randn({20, 16, 3, 3}, kF32, &gen).to(kBF16);
+    Tensor wl = w.clone().set_requires_grad(), xl = x.clone().set_requires_grad();
+    Tensor out = conv2d(xl, wl, Tensor(), {1, 1}, {1, 1});
+    const std::vector<float> y = out.to_vector<float>();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t o = 0; o < 20; ++o)
+        for (int64_t h = 0; h < 7; ++h)
+          for (int64_t c = 0; c < 6; ++c) {
+            const bool reached = n == 1 && std::abs(h - 3) <= 1 && std::abs(c - 2) <= 1;
+            EXPECT_EQ(std::isnan(y[static_cast<size_t>(((n * 20 + o) * 7 + h) * 6 + c)]), reached) << n << " " << o << " " << h << " " << c;
+          }
+    std::vector<float> gv(y.size(), 1.0f);
+    gv[static_cast<size_t>(((0 * 20 + 7) * 7 + 0) * 6 + 5)] = std::nanf("");  // image 0, channel 7, (0, 5)
+    out.backward(from_vector<float>(gv, out.sizes()).to(kBF16));
+    const std::vector<float> gx = xl.grad().to_vector<float>();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 16; ++c)
+        for (int64_t h = 0; h < 7; ++h)
+          for (int64_t ww = 0; ww < 6; ++ww) {
+            const bool reached = n == 0 && h <= 1 && ww >= 4;
+            EXPECT_EQ(std::isnan(gx[static_cast<size_t>(((n * 16 + c) * 7 + h) * 6 + ww)]), reached) << n << " " << c << " " << h << " " << ww;
+          }
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+}
