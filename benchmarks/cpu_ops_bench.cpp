@@ -82,6 +82,14 @@ void BM_attention(benchmark::State& state) {
   o.is_causal = true;
   run(state, {&q, &k, &v}, Bwd, [&] { return scaled_dot_product_attention(q, k, v, o); });
 }
+// bf16 (on the bf16 GEMM kernels where the CPU has them, NOTE [bf16 attention on the CPU]).
+template <bool Bwd>
+void BM_attention_bf16(benchmark::State& state) {
+  Tensor q = param({4, 12, 256, 64}, 1).to(kBF16), k = param({4, 12, 256, 64}, 2).to(kBF16), v = param({4, 12, 256, 64}, 3).to(kBF16);
+  AttentionOptions o;
+  o.is_causal = true;
+  run(state, {&q, &k, &v}, Bwd, [&] { return scaled_dot_product_attention(q, k, v, o); });
+}
 
 // ---- convolution (ImageNet-like shapes) ----
 // Each shape: input [N, C, H, W], weight [O, C / groups, kH, kW], stride, padding, groups, bias.
@@ -161,6 +169,8 @@ BENCHMARK_TEMPLATE(BM_linear_bf16, false)->Name("linear_bf16/fwd/1024x768->3072"
 BENCHMARK_TEMPLATE(BM_linear_bf16, true)->Name("linear_bf16/fwdbwd/1024x768->3072")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, false)->Name("attention/fwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, true)->Name("attention/fwdbwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_attention_bf16, false)->Name("attention_bf16/fwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_attention_bf16, true)->Name("attention_bf16/fwdbwd/4x12x256x64-causal")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(BM_conv, 0, false)->Name("conv2d3x3/fwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 0, true)->Name("conv2d3x3/fwdbwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);

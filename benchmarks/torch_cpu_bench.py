@@ -130,6 +130,9 @@ def cases():
             s = s.masked_fill(~causal, float("-inf"))
             return torch.softmax(s, dim=-1) @ v
         yield f"attention/{'fwdbwd' if bwd else 'fwd'}/4x12x256x64-causal", case([q, k, v], bwd, attn)
+        hq, hk, hv = (t.bfloat16().detach() for t in (q, k, v))
+        yield f"attention_bf16/{'fwdbwd' if bwd else 'fwd'}/4x12x256x64-causal", case([hq, hk, hv], bwd,
+                                                                                    lambda q=hq, k=hk, v=hv: attn(q, k, v))
     yield from conv_cases()
     for bwd in (False, True):
         tag = "fwdbwd" if bwd else "fwd"

@@ -9,6 +9,7 @@
 #include "ops/compare.h"
 #include "ops/linalg.h"
 #include "ops/cpu/attention.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
@@ -123,9 +124,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     TRIDENT_CHECK(mask.dtype() == DType::Bool || mask.dtype() == q.dtype(), op, ": attn_mask must be bool or ", q.dtype(),
                   " like the query, got ", mask.dtype());
   }
-  // The CPU computes f16 and bf16 in f32 (the casts carry the gradients); the CUDA kernels read
-  // them as they are and accumulate in f32.
-  if (is_reduced_float(q.dtype()) && !q.device().is_cuda()) {
+  // The CUDA kernels read f16 and bf16 as they are and accumulate in f32; so does the CPU for
+  // bf16 where it has a bf16 GEMM kernel (NOTE [bf16 attention on the CPU]). Otherwise the CPU
+  // computes them in f32 (the casts carry the gradients).
+  if (is_reduced_float(q.dtype()) && !q.device().is_cuda() &&
+      !(q.dtype() == DType::BF16 && cpu::bf16_gemm_kernel() != cpu::Bf16Gemm::None)) {
     AttentionOptions o = opts;
     if (mask.defined() && mask.dtype() != DType::Bool) o.attn_mask = mask.to(DType::F32);
     return scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), o).to(q.dtype());

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -163,12 +164,20 @@ TRIDENT_DPBF16 void block_product_dp(const uint16_t* ap, int64_t a_ld, const uin
 inline void put(float v, float* c) { *c = v; }
 inline void put(float v, uint16_t* c) { *c = detail::f32_to_bf16_bits(v); }
 
-// C's rows [r0, r0 + rows) and columns [j0, j0 + cols) from the sums (+ bias), converted once.
+// C's rows [r0, r0 + rows) and columns [j0, j0 + cols) from the sums (+ bias), converted once;
+// added to C's values when accumulating (f32 C only).
 template <typename Out>
-TRIDENT_AMX void write_block(const float* acc, int64_t ld, int64_t rows, int64_t cols, const float* bias, Out* c, int64_t ldc) {
+TRIDENT_AMX void write_block(const float* acc, int64_t ld, int64_t rows, int64_t cols, const float* bias, Out* c, int64_t ldc,
+                             bool accumulate) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* s = acc + i * ld;
     Out* d = c + i * ldc;
+    if constexpr (std::is_same_v<Out, float>) {
+      if (accumulate) {
+        for (int64_t j = 0; j < cols; ++j) d[j] += bias != nullptr ? s[j] + bias[j] : s[j];
+        continue;
+      }
+    }
     if (bias != nullptr) {
       for (int64_t j = 0; j < cols; ++j) put(s[j] + bias[j], d + j);
     } else {
@@ -188,16 +197,34 @@ std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
   return std::unique_ptr<T[], AlignedFree>(p);
 }
 
+// This thread's packing buffers (packed B, packed A), grown when needed, 64-byte aligned: kept
+// between calls, because the small products (attention's, per head and block of queries) would
+// otherwise allocate and free them once each, and glibc's trimming of the freed memory (madvise,
+// brk) costs TLB shootdowns across the cores.
+struct PackBuffers {
+  std::unique_ptr<uint16_t[], AlignedFree> buf[2];
+  int64_t have[2] = {0, 0};
+  uint16_t* get(int slot, int64_t count) {
+    if (have[slot] < count) {
+      buf[slot].reset();
+      buf[slot] = aligned_buffer<uint16_t>(count);
+      have[slot] = count;
+    }
+    return buf[slot].get();
+  }
+};
+thread_local PackBuffers t_pack;
+
 template <bool Amx, typename Out>
 void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-               int64_t ldb, const float* bias, Out* c, int64_t ldc) {
+               int64_t ldb, const float* bias, Out* c, int64_t ldc, bool accumulate) {
   TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product (", m, " x ", k, " x ", n, ")");
   // Outer blocks of k (NOTE [AMX bf16 GEMM]): a column block of packed B covers one, so a long k
   // would otherwise shrink the column blocks and make A stream from memory once per 32 columns.
   const int64_t outer = (k + kOuterKc - 1) / kOuterKc;
   const int64_t kc_step = round_up((k + outer - 1) / outer, 32);
   const int64_t nc_step = std::clamp<int64_t>(kPackedBBytes / (kc_step * 2) / kBlock * kBlock, kBlock, round_up(n, kBlock));
-  auto packed_b = aligned_buffer<uint16_t>(nc_step * kc_step);
+  uint16_t* const packed_b = t_pack.get(0, nc_step * kc_step);
   // With several outer blocks, the sums of a column block wait between them in f32 [m][ncp].
   std::unique_ptr<float[], AlignedFree> partial;
   if (outer > 1) partial = aligned_buffer<float>(round_up(m, kBlock) * nc_step);
@@ -208,14 +235,14 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     for (int64_t ob = 0; ob < outer; ++ob) {
       const int64_t k0 = ob * kc_step, kc = std::min(kc_step, k - k0), kcp = round_up(kc, 32);
       const bool first = ob == 0, last = ob + 1 == outer;
-      uint16_t* pb = packed_b.get();
+      uint16_t* pb = packed_b;
       parallel_for(0, ncp / 16, 4, [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) pack_b_panel(trans_b, b, ldb, n, j0 + p * 16, k0, kc, kcp, pb + p * 16 * kcp);
       });
       // Items (row block, group of column blocks), row by row: A's rows are packed once per row
       // block a thread meets.
       parallel_for(0, row_blocks * groups, 1, [&](int64_t i0, int64_t i1) {
-        auto pa = aligned_buffer<uint16_t>(kBlock * kcp);
+        uint16_t* const pa = t_pack.get(1, kBlock * kcp);
         alignas(64) float local[kGroup * kBlock * kBlock];
         if constexpr (Amx) load_tile_config();
         int64_t packed_row = -1;
@@ -224,10 +251,10 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
           // A row-major with whole 32-row blocks and k steps is read where it is; otherwise its
           // rows are copied (transposed, zero-padded) once per row block a thread meets.
           const bool direct = !trans_a && kc == kcp && r0 + kBlock <= m;
-          const uint16_t* ap = direct ? a + r0 * lda + k0 : pa.get();
+          const uint16_t* ap = direct ? a + r0 * lda + k0 : pa;
           const int64_t a_ld = direct ? lda : kcp;
           if (!direct && rb != packed_row) {
-            pack_a(trans_a, a, lda, m, r0, k0, kc, kcp, pa.get());
+            pack_a(trans_a, a, lda, m, r0, k0, kc, kcp, pa);
             packed_row = rb;
           }
           const int64_t cb0 = g * kGroup, count = std::min(kGroup, col_blocks - cb0);
@@ -251,7 +278,7 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
             const int64_t c0 = (cb0 + cb) * kBlock;
             const int64_t rows = std::min(kBlock, m - r0), cols = std::min(kBlock, nc - c0);
             write_block(sums + cb * kBlock, ld, rows, cols, bias != nullptr ? bias + j0 + c0 : nullptr, c + r0 * ldc + j0 + c0,
-                        ldc);
+                        ldc, accumulate);
           }
         }
         if constexpr (Amx) release_tiles();
@@ -304,24 +331,24 @@ Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm kernel) {
 namespace {
 template <typename Out>
 void gemm_dispatch(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
-                   int64_t lda, const uint16_t* b, int64_t ldb, const float* bias, Out* c, int64_t ldc) {
+                   int64_t lda, const uint16_t* b, int64_t ldb, const float* bias, Out* c, int64_t ldc, bool accumulate) {
   if (kernel == Bf16Gemm::Amx) {
     TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16: this CPU or kernel does not allow AMX-BF16");
-    return gemm_impl<true>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    return gemm_impl<true>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate);
   }
   TRIDENT_CHECK(kernel == Bf16Gemm::Avx512Bf16 && avx512_bf16_available(), "gemm_bf16: no ",
                 kernel == Bf16Gemm::None ? "kernel chosen" : "AVX512-BF16 on this CPU");
-  gemm_impl<false>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+  gemm_impl<false>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate);
 }
 }  // namespace
 
 void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc) {
-  gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+  gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, false);
 }
 void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-               const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
-  gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+               const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc, bool accumulate) {
+  gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate);
 }
 
 #else  // no AMX or AVX512-BF16 kernels in this build
@@ -339,7 +366,7 @@ void gemm_bf16(Bf16Gemm, bool, bool, int64_t, int64_t, int64_t, const uint16_t*,
   TRIDENT_FAIL("gemm_bf16: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
 }
 void gemm_bf16(Bf16Gemm, bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
-               float*, int64_t) {
+               float*, int64_t, bool) {
   TRIDENT_FAIL("gemm_bf16: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
 }
 

@@ -61,8 +61,10 @@ Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm kernel);
 // dimension ldc; m, n, k >= 1.
 void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                const uint16_t* b, int64_t ldb, const float* bias, uint16_t* c, int64_t ldc);
-// The same, C in f32 (not rounded): for the tests, which bound the sums' error against f64.
+// The same, C in f32 (not rounded; added to C's values when accumulating): for sums that go on
+// in f32 (col2im, attention's key and value gradients over query blocks) and for the tests, which
+// bound the sums' error against f64.
 void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-               const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
+               const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc, bool accumulate = false);
 
 }  // namespace trident::cpu

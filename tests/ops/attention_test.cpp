@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "ops/cpu/bgemm_amx.h"
+
 using namespace trident;
 using namespace trident::testing;
 using autograd::TensorList;
@@ -144,12 +146,21 @@ TEST(Attention, DropoutMatchesTheReferenceAndReplays) {
 }
 
 TEST(Attention, HalfPrecisionComputesInF32) {
+  // Without a bf16 GEMM kernel (NOTE [bf16 attention on the CPU]; tests/ops/attention_bf16_test.cpp
+  // has the kernels), and for f16 always.
+  const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::None);
   Generator g(7);
   Tensor q = randn({2, 5, 8}, kF32, &g), k = randn({2, 5, 8}, kF32, &g), v = randn({2, 5, 8}, kF32, &g);
   Tensor out = scaled_dot_product_attention(q.to(kBF16), k.to(kBF16), v.to(kBF16));
   EXPECT_EQ(out.dtype(), kBF16);
   Tensor ref = scaled_dot_product_attention(q.to(kBF16).to(kF32), k.to(kBF16).to(kF32), v.to(kBF16).to(kF32)).to(kBF16);
   EXPECT_EQ(out.to_vector<float>(), ref.to_vector<float>());
+  cpu::set_bf16_gemm_kernel_for_testing(before);
+  Tensor out16 = scaled_dot_product_attention(q.to(DType::F16), k.to(DType::F16), v.to(DType::F16));
+  EXPECT_EQ(out16.dtype(), DType::F16);
+  Tensor ref16 =
+      scaled_dot_product_attention(q.to(DType::F16).to(kF32), k.to(DType::F16).to(kF32), v.to(DType::F16).to(kF32)).to(DType::F16);
+  EXPECT_EQ(out16.to_vector<float>(), ref16.to_vector<float>());
 }
 
 TEST(Attention, ErrorsNameTheShapes) {

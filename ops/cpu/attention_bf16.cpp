@@ -1,0 +1,232 @@
+// NOTE [bf16 attention on the CPU]: with a bf16 GEMM kernel (NOTE [AMX bf16 GEMM], NOTE
+// [AVX512-BF16 GEMM]), bf16 query, key and value are read as they are, in the blocks of the f32
+// kernels (64 query rows against all keys a row may see), and every product runs on gemm_bf16:
+// exact products of bf16 values, f32 sums. What is not a product stays in f32: the scores (scaled,
+// masked), their exponentials, the log-sum-exp (an f32 tensor, as on CUDA) and, in backward, dP,
+// Delta = rowsum(dO O) and dS = P (dP - Delta). Where a product needs its f32 operand as bf16, the
+// operand is rounded once, as flash attention does on GPUs: the exponentials E = e^(s - m) (after
+// dropout) for O = (E V) / l, the probabilities P for dV = P^T dO, and scale dS for dQ = scale dS
+// K and dK = scale dS^T Q. O is divided by the row's sum l in f32 and rounded once, dQ rounded
+// once from its f32 sums; dK and dV sum over the query blocks in f32 and are rounded at the end.
+// So a bf16 attention on the CPU differs from the f32 computation it replaces (operands widened,
+// f32 kernels, results rounded) by the rounding of E, P and dS, about 2^-9 of each: the
+// arithmetic of the CUDA tensor-core kernels (NOTE [Tensor-core attention]), and no f32 copies
+// of q, k, v and their gradients. Without a kernel
+// (TRIDENT_CPU_BF16_GEMM=off, no AVX512-BF16) and for f16, ops/attention.cpp widens to f32.
+// Every task's sums run in a fixed order: the results do not depend on the thread count.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/copy.h"
+#include "core/factory.h"
+#include "core/half.h"
+#include "ops/cpu/attention.h"
+#include "ops/cpu/attention_internal.h"
+#include "ops/cpu/bgemm_amx.h"
+
+namespace trident::cpu {
+using namespace attention_detail;
+namespace {
+
+const uint16_t* bits(const BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
+uint16_t* bits(BFloat16* p) { return reinterpret_cast<uint16_t*>(p); }
+
+Bf16Gemm kernel_for(const char* what) {
+  const Bf16Gemm kernel = bf16_gemm_kernel();
+  TRIDENT_CHECK(kernel != Bf16Gemm::None, what,
+                ": bf16 attention on the CPU needs a bf16 GEMM kernel (AMX or AVX512-BF16); none is in use here");
+  return kernel;
+}
+
+// Scores of query rows [i0, i1) of batch-head b against keys [0, kn), in f32: S = scale q k^T +
+// mask, -inf where masked or (causal) in the future.
+void block_scores(Bf16Gemm kernel, const Mat3<BFloat16>& q, const Mat3<BFloat16>& k, const MaskReader<float, BFloat16>& mask,
+                  const AttentionParams& p, int64_t b, int64_t i0, int64_t i1, int64_t kn, int64_t d, float* S) {
+  const int64_t rows = i1 - i0;
+  if (d > 0) {
+    gemm_bf16(kernel, false, true, rows, kn, d, bits(q.row(b, i0)), q.sr, bits(k.row(b, 0)), k.sr, nullptr, S, kn);
+  } else {
+    std::fill(S, S + rows * kn, 0.0f);
+  }
+  const float scale = static_cast<float>(p.scale);
+  for (int64_t r = i0; r < i1; ++r) {
+    float* s = S + (r - i0) * kn;
+    for (int64_t j = 0; j < kn; ++j) s[j] *= scale;
+    mask.apply(b, r, s, kn);
+    if (p.causal)
+      for (int64_t j = r + 1; j < kn; ++j) s[j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+}  // namespace
+
+Tensor attention_forward_bf16(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& maskt,
+                              const AttentionParams& p, Tensor& lse_t) {
+  const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention");
+  const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
+  Tensor out = empty({BH, Tq, Dv}, DType::BF16);
+  lse_t = empty({BH, Tq}, DType::F32);
+  if (out.numel() == 0 && lse_t.numel() == 0) return out;
+  const Mat3<BFloat16> q = mat3<BFloat16>(qt), k = mat3<BFloat16>(kt), v = mat3<BFloat16>(vt);
+  const MaskReader<float, BFloat16> mask(maskt);
+  BFloat16* o = out.data<BFloat16>();
+  float* lse = lse_t.data<float>();
+  const int64_t nblk = (Tq + kBlock - 1) / kBlock;
+  const float keep_scale = p.dropout_p > 0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
+  for_tasks(BH * nblk, [&](int64_t task) {
+    const int64_t b = task / nblk, i0 = (task % nblk) * kBlock, i1 = std::min(Tq, i0 + kBlock), rows = i1 - i0;
+    const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;  // causal: later keys are never seen
+    BFloat16* orows = o + (b * Tq + i0) * Dv;
+    if (kn == 0) {
+      std::fill(orows, orows + rows * Dv, BFloat16(0.0f));
+      std::fill(lse + b * Tq + i0, lse + b * Tq + i1, -std::numeric_limits<float>::infinity());
+      return;
+    }
+    float* const S = scratch<float>().get(0, rows * kn);
+    float* const O = scratch<float>().get(1, rows * Dv);
+    float* const mx = scratch<float>().get(2, rows);
+    float* const sum = scratch<float>().get(3, rows);
+    BFloat16* const E = scratch<BFloat16>().get(0, rows * kn);
+    block_scores(kernel, q, k, mask, p, b, i0, i1, kn, D, S);
+    attention_exp_rows(S, rows, kn, mx, sum);
+    // The exponentials e^(s - m) (dropped ones zero, kept ones scaled) rounded to bf16 for E V;
+    // each output row is then divided by its sum l (a row that sees no key: zeros) and rounded.
+    DropoutRow drop(p);
+    for (int64_t r = i0; r < i1; ++r) {
+      float* s = S + (r - i0) * kn;
+      const float m = mx[r - i0];
+      float& l = sum[r - i0];
+      if (m == -std::numeric_limits<float>::infinity()) {  // the row is zeros
+        lse[b * Tq + r] = m;
+        l = 0.0f;
+        continue;
+      }
+      lse[b * Tq + r] = m + std::log(l);
+      l = 1.0f / l;
+      if (p.dropout_p > 0) {
+        const uint64_t base = static_cast<uint64_t>((b * Tq + r) * Tk);
+        for (int64_t j = 0; j < kn; ++j) s[j] = drop.keep(base + static_cast<uint64_t>(j)) ? s[j] * keep_scale : 0.0f;
+      }
+    }
+    if (Dv == 0) return;
+    convert_f32_to_bf16(S, E, rows * kn);
+    gemm_bf16(kernel, false, false, rows, Dv, kn, bits(E), kn, bits(v.row(b, 0)), v.sr, nullptr, O, Dv);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = sum[r];
+      float* orow = O + r * Dv;
+      for (int64_t d = 0; d < Dv; ++d) orow[d] *= inv;
+    }
+    convert_f32_to_bf16(O, orows, rows * Dv);
+  });
+  return out;
+}
+
+AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+                                       const Tensor& maskt, const Tensor& out_t, const Tensor& lse_t, const AttentionParams& p,
+                                       bool want_dmask) {
+  const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention backward");
+  const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
+  TRIDENT_CHECK(lse_t.dtype() == DType::F32, "scaled_dot_product_attention backward: bf16 attention's lse must be f32, got ",
+                lse_t.dtype());
+  AttentionGrads g;
+  if (BH == 0 || Tq == 0 || Tk == 0) {
+    g.dq = zeros({BH, Tq, D}, DType::BF16);
+    g.dk = zeros({BH, Tk, D}, DType::BF16);
+    g.dv = zeros({BH, Tk, Dv}, DType::BF16);
+    if (want_dmask) g.dmask = zeros({BH, Tq, Tk}, DType::BF16);
+    return g;
+  }
+  // Every query block sees a key (kn >= 1), so every row of dQ is written, and dK and dV whole
+  // at the end; dmask's columns past a causal block's keys are not.
+  g.dq = D > 0 ? empty({BH, Tq, D}, DType::BF16) : zeros({BH, Tq, D}, DType::BF16);
+  g.dk = empty({BH, Tk, D}, DType::BF16);
+  g.dv = empty({BH, Tk, Dv}, DType::BF16);
+  if (want_dmask) g.dmask = zeros({BH, Tq, Tk}, DType::BF16);
+  const Tensor dout_c = dout_t.contiguous(), out_c = out_t.contiguous(), lse_c = lse_t.contiguous();
+  const Mat3<BFloat16> q = mat3<BFloat16>(qt), k = mat3<BFloat16>(kt), v = mat3<BFloat16>(vt);
+  const MaskReader<float, BFloat16> mask(maskt);
+  const BFloat16* dO = dout_c.data<BFloat16>();
+  const BFloat16* O = out_c.data<BFloat16>();
+  const float* lse = lse_c.data<float>();
+  BFloat16* dq = g.dq.data<BFloat16>();
+  BFloat16* dk = g.dk.data<BFloat16>();
+  BFloat16* dv = g.dv.data<BFloat16>();
+  BFloat16* dm = want_dmask ? g.dmask.data<BFloat16>() : nullptr;
+  const float keep_scale = p.dropout_p > 0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
+  const float scale = static_cast<float>(p.scale);
+  // One task per batch-head: dK and dV sum over all query blocks of that head, in f32.
+  for_tasks(BH, [&](int64_t b) {
+    float* const P = scratch<float>().get(0, kBlock * Tk);
+    float* const dP = scratch<float>().get(1, kBlock * Tk);
+    float* const Dvec = scratch<float>().get(2, kBlock);
+    float* const dk_sum = scratch<float>().zeros(3, Tk * D);
+    float* const dv_sum = scratch<float>().zeros(4, Tk * Dv);
+    BFloat16* const Pb = scratch<BFloat16>().get(0, kBlock * Tk);
+    DropoutRow drop(p);
+    for (int64_t i0 = 0; i0 < Tq; i0 += kBlock) {
+      const int64_t i1 = std::min(Tq, i0 + kBlock), rows = i1 - i0;
+      const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;
+      if (kn == 0) continue;
+      const BFloat16* dOb = dO + (b * Tq + i0) * Dv;
+      // Delta_r = dO_r . O_r  (= sum_j P_drop[r, j] dP_drop[r, j]).
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0;
+        const BFloat16* a = dOb + r * Dv;
+        const BFloat16* c = O + (b * Tq + i0 + r) * Dv;
+        for (int64_t d = 0; d < Dv; ++d) acc += static_cast<float>(a[d]) * static_cast<float>(c[d]);
+        Dvec[r] = acc;
+      }
+      // Probabilities again, from the saved log-sum-exp.
+      block_scores(kernel, q, k, mask, p, b, i0, i1, kn, D, P);
+      attention_exp_minus_rows(P, rows, kn, lse + b * Tq + i0);
+      // dP_drop = dO V^T.
+      if (Dv > 0) {
+        gemm_bf16(kernel, false, true, rows, kn, Dv, bits(dOb), Dv, bits(v.row(b, 0)), v.sr, nullptr, dP, kn);
+      } else {
+        std::fill(dP, dP + rows * kn, 0.0f);
+      }
+      // P_drop (rounded, for dV) and dP = dP_drop * keep / (1 - p), one pass over the keep mask.
+      if (p.dropout_p > 0) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint64_t base = static_cast<uint64_t>((b * Tq + i0 + r) * Tk);
+          const float* s = P + r * kn;
+          float* d = dP + r * kn;
+          BFloat16* pd = Pb + r * kn;
+          for (int64_t j = 0; j < kn; ++j) {
+            const bool keep = drop.keep(base + static_cast<uint64_t>(j));
+            d[j] = keep ? d[j] * keep_scale : 0.0f;
+            pd[j] = BFloat16(keep ? s[j] * keep_scale : 0.0f);
+          }
+        }
+      } else {
+        convert_f32_to_bf16(P, Pb, rows * kn);
+      }
+      // dV += P_drop^T dO.
+      if (Dv > 0)
+        gemm_bf16(kernel, true, false, kn, Dv, rows, bits(Pb), kn, bits(dOb), Dv, nullptr, dv_sum, Dv, true);
+      // dS = P * (dP - Delta), in P's place; the mask's gradient; then scale dS rounded.
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = P + r * kn;
+        const float* d = dP + r * kn;
+        const float delta = Dvec[r];
+        for (int64_t j = 0; j < kn; ++j) s[j] = s[j] * (d[j] - delta);
+        if (dm) convert_f32_to_bf16(s, dm + (b * Tq + i0 + r) * Tk, kn);
+        for (int64_t j = 0; j < kn; ++j) s[j] *= scale;
+      }
+      if (D == 0) continue;
+      convert_f32_to_bf16(P, Pb, rows * kn);
+      // dQ = scale dS K;  dK += scale dS^T Q.
+      gemm_bf16(kernel, false, false, rows, D, kn, bits(Pb), kn, bits(k.row(b, 0)), k.sr, nullptr,
+                bits(dq + (b * Tq + i0) * D), D);
+      gemm_bf16(kernel, true, false, kn, D, rows, bits(Pb), kn, bits(q.row(b, i0)), q.sr, nullptr, dk_sum, D,
+                true);
+    }
+    convert_f32_to_bf16(dk_sum, dk + b * Tk * D, Tk * D);
+    convert_f32_to_bf16(dv_sum, dv + b * Tk * Dv, Tk * Dv);
+  });
+  return g;
+}
+
+}  // namespace trident::cpu
