@@ -180,14 +180,7 @@ AttentionGrads backward_typed(const Tensor& dout_t, const Tensor& qt, const Tens
       const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;
       if (kn == 0) continue;
       const T* dOb = dO + (b * Tq + i0) * Dv;
-      // Dvec_r = dO_r . O_r  (= sum_j P_drop[r, j] dP_drop[r, j]).
-      for (int64_t r = 0; r < rows; ++r) {
-        T acc = 0;
-        const T* a = dOb + r * Dv;
-        const T* c = O + (b * Tq + i0 + r) * Dv;
-        for (int64_t d = 0; d < Dv; ++d) acc += a[d] * c[d];
-        Dvec[r] = acc;
-      }
+      row_dots(dOb, O + (b * Tq + i0) * Dv, rows, Dv, Dvec);
       // Probabilities again, from the saved log-sum-exp.
       block_scores(q, k, mask, p, b, i0, i1, kn, D, P);
       attention_exp_minus_rows(P, rows, kn, lse + b * Tq + i0);

@@ -170,14 +170,7 @@ AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, c
       const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;
       if (kn == 0) continue;
       const BFloat16* dOb = dO + (b * Tq + i0) * Dv;
-      // Delta_r = dO_r . O_r  (= sum_j P_drop[r, j] dP_drop[r, j]).
-      for (int64_t r = 0; r < rows; ++r) {
-        float acc = 0;
-        const BFloat16* a = dOb + r * Dv;
-        const BFloat16* c = O + (b * Tq + i0 + r) * Dv;
-        for (int64_t d = 0; d < Dv; ++d) acc += static_cast<float>(a[d]) * static_cast<float>(c[d]);
-        Dvec[r] = acc;
-      }
+      row_dots(dOb, O + (b * Tq + i0) * Dv, rows, Dv, Dvec);
       // Probabilities again, from the saved log-sum-exp.
       block_scores(kernel, q, k, mask, p, b, i0, i1, kn, D, P);
       attention_exp_minus_rows(P, rows, kn, lse + b * Tq + i0);

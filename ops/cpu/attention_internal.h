@@ -112,6 +112,19 @@ Scratch<T>& scratch() {
   return s;
 }
 
+// Delta_r = dO_r . O_r (= sum_j P_drop[r, j] dP_drop[r, j]) for `rows` contiguous rows of dv
+// values, summed in C.
+template <typename C, typename A>
+void row_dots(const A* dO, const A* O, int64_t rows, int64_t dv, C* delta) {
+  for (int64_t r = 0; r < rows; ++r) {
+    C acc = 0;
+    const A* a = dO + r * dv;
+    const A* c = O + r * dv;
+    for (int64_t d = 0; d < dv; ++d) acc += static_cast<C>(a[d]) * static_cast<C>(c[d]);
+    delta[r] = acc;
+  }
+}
+
 // Runs f(t) for every task: in parallel (each GEMM on its thread) when there are enough of
 // them, one after another (each GEMM split across the threads) otherwise (NOTE [Threads]).
 template <typename F>
