@@ -11,13 +11,12 @@
 // So a bf16 attention on the CPU differs from the f32 computation it replaces (operands widened,
 // f32 kernels, results rounded) by the rounding of E, P and dS, about 2^-9 of each: the
 // arithmetic of the CUDA tensor-core kernels (NOTE [Tensor-core attention]), and no f32 copies
-// of q, k, v and their gradients. Without a kernel
-// (TRIDENT_CPU_BF16_GEMM=off, no AVX512-BF16) and for f16, ops/attention.cpp widens to f32.
+// of q, k, v and their gradients. Without a kernel (TRIDENT_CPU_BF16_GEMM=off, or neither AMX
+// nor AVX512-BF16) and for f16, ops/attention.cpp widens to f32.
 // Every task's sums run in a fixed order: the results do not depend on the thread count.
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <vector>
 
 #include "core/copy.h"
 #include "core/factory.h"
@@ -33,10 +32,13 @@ namespace {
 const uint16_t* bits(const BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 uint16_t* bits(BFloat16* p) { return reinterpret_cast<uint16_t*>(p); }
 
-Bf16Gemm kernel_for(const char* what) {
+// The kernel the products run on; checks the mask's dtype (bool, or bf16 like the operands).
+Bf16Gemm kernel_for(const char* what, const Tensor& mask) {
   const Bf16Gemm kernel = bf16_gemm_kernel();
   TRIDENT_CHECK(kernel != Bf16Gemm::None, what,
                 ": bf16 attention on the CPU needs a bf16 GEMM kernel (AMX or AVX512-BF16); none is in use here");
+  TRIDENT_CHECK(!mask.defined() || mask.dtype() == DType::Bool || mask.dtype() == DType::BF16, what,
+                ": a bf16 attention's mask must be bool or bf16, got ", mask.dtype());
   return kernel;
 }
 
@@ -64,7 +66,7 @@ void block_scores(Bf16Gemm kernel, const Mat3<BFloat16>& q, const Mat3<BFloat16>
 
 Tensor attention_forward_bf16(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& maskt,
                               const AttentionParams& p, Tensor& lse_t) {
-  const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention");
+  const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention", maskt);
   const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
   Tensor out = empty({BH, Tq, Dv}, DType::BF16);
   lse_t = empty({BH, Tq}, DType::F32);
@@ -126,7 +128,7 @@ Tensor attention_forward_bf16(const Tensor& qt, const Tensor& kt, const Tensor& 
 AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, const Tensor& vt,
                                        const Tensor& maskt, const Tensor& out_t, const Tensor& lse_t, const AttentionParams& p,
                                        bool want_dmask) {
-  const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention backward");
+  const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention backward", maskt);
   const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
   TRIDENT_CHECK(lse_t.dtype() == DType::F32, "scaled_dot_product_attention backward: bf16 attention's lse must be f32, got ",
                 lse_t.dtype());

@@ -207,3 +207,16 @@ TEST(AttentionBf16, ScaledDotProductAttentionTakesTheKernelsForBf16) {
     EXPECT_EQ(auto_out.to_vector<float>(), auto_want.to_vector<float>());
   });
 }
+
+TEST(AttentionBf16, TheKernelsNameWhatTheyCannotTake) {
+  // An additive mask of another dtype (the op checks it first; the kernels do not misread it),
+  // and no bf16 GEMM kernel chosen.
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  const Tensor q = zeros({2, 4, 8}, kBF16);
+  Tensor lse;
+  expect_error([&] { cpu::attention_forward(q, q, q, zeros({2, 4, 4}, kF32), cpu::AttentionParams{}, lse); },
+               {"mask must be bool or bf16", "f32"});
+  const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::None);
+  expect_error([&] { cpu::attention_forward(q, q, q, Tensor(), cpu::AttentionParams{}, lse); }, {"needs a bf16 GEMM kernel"});
+  cpu::set_bf16_gemm_kernel_for_testing(before);
+}
