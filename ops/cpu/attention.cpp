@@ -186,21 +186,9 @@ AttentionGrads backward_typed(const Tensor& dout_t, const Tensor& qt, const Tens
       attention_exp_minus_rows(P, rows, kn, lse + b * Tq + i0);
       // dP_drop = dO V^T.
       gemm<T>(false, true, rows, kn, Dv, T(1), dOb, Dv, v.row(b, 0), v.sr, T(0), dP, kn);
-      if (p.dropout_p > 0) {
-        // One pass over the keep mask: dP = dP_drop * keep / (1 - p), and the dropped
-        // probabilities P_drop (for dV) beside them.
-        for (int64_t r = 0; r < rows; ++r) {
-          const uint64_t base = static_cast<uint64_t>((b * Tq + i0 + r) * Tk);
-          const T* s = P + r * kn;
-          T* d = dP + r * kn;
-          T* pd = Pd + r * kn;
-          for (int64_t j = 0; j < kn; ++j) {
-            const bool keep = drop.keep(base + static_cast<uint64_t>(j));
-            d[j] = keep ? d[j] * keep_scale : T(0);
-            pd[j] = keep ? s[j] * keep_scale : T(0);
-          }
-        }
-      }
+      // One pass over the keep mask: dP = dP_drop * keep / (1 - p), and the dropped
+      // probabilities P_drop (for dV) beside them.
+      if (p.dropout_p > 0) dropout_backward_rows(drop, b * Tq + i0, rows, kn, Tk, keep_scale, P, dP, Pd);
       // dV += P_drop^T dO.
       gemm<T>(true, false, kn, Dv, rows, T(1), p.dropout_p > 0 ? Pd : P, kn, dOb, Dv, T(1), dv + b * Tk * Dv,
               Dv);

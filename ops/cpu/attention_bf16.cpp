@@ -184,17 +184,7 @@ AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, c
       }
       // P_drop (rounded, for dV) and dP = dP_drop * keep / (1 - p), one pass over the keep mask.
       if (p.dropout_p > 0) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const uint64_t base = static_cast<uint64_t>((b * Tq + i0 + r) * Tk);
-          const float* s = P + r * kn;
-          float* d = dP + r * kn;
-          BFloat16* pd = Pb + r * kn;
-          for (int64_t j = 0; j < kn; ++j) {
-            const bool keep = drop.keep(base + static_cast<uint64_t>(j));
-            d[j] = keep ? d[j] * keep_scale : 0.0f;
-            pd[j] = BFloat16(keep ? s[j] * keep_scale : 0.0f);
-          }
-        }
+        dropout_backward_rows(drop, b * Tq + i0, rows, kn, Tk, keep_scale, P, dP, Pb);
       } else {
         convert_f32_to_bf16(P, Pb, rows * kn);
       }

@@ -112,6 +112,25 @@ Scratch<T>& scratch() {
   return s;
 }
 
+// Backward's pass over the dropout keep mask for the `rows` rows of a query block whose first
+// row is row r0 of the [BH * Tq] rows: dP = dP_drop * keep / (1 - p) in place, and the dropped
+// probabilities P_drop = P * keep / (1 - p) beside them, stored as Out.
+template <typename C, typename Out>
+void dropout_backward_rows(DropoutRow& drop, int64_t r0, int64_t rows, int64_t kn, int64_t Tk, C keep_scale, const C* P,
+                           C* dP, Out* Pd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t base = static_cast<uint64_t>((r0 + r) * Tk);
+    const C* s = P + r * kn;
+    C* d = dP + r * kn;
+    Out* pd = Pd + r * kn;
+    for (int64_t j = 0; j < kn; ++j) {
+      const bool keep = drop.keep(base + static_cast<uint64_t>(j));
+      d[j] = keep ? d[j] * keep_scale : C(0);
+      pd[j] = Out(keep ? s[j] * keep_scale : C(0));
+    }
+  }
+}
+
 // Delta_r = dO_r . O_r (= sum_j P_drop[r, j] dP_drop[r, j]) for `rows` contiguous rows of dv
 // values, summed in C.
 template <typename C, typename A>
