@@ -573,25 +573,22 @@ void backward_input_bf16(Bf16Gemm kernel, const BF* gy, const BF* w, BF* gx, con
   }
 }
 
-// gw = sum over the samples of gy col^T per group, in f32 (each chunk's product added to the
-// sums of the chunks before it), rounded once.
+// gw = sum over the samples of gy col^T per group, in f32 (each chunk's product added by the
+// GEMM to the sums of the chunks before it), rounded once.
 void backward_weight_bf16(Bf16Gemm kernel, const BF* gy, const BF* x, BF* gw, const Conv2dGeometry& g) {
   const GemmShapes s(g);
   const int64_t col_elems = g.groups * s.K * s.P, gw_elems = g.O * s.K;
   const int64_t chunk = bf16_samples_per_chunk(g, (col_elems + g.O * s.P) * 2);
   Tensor col_ws = workspace<BF>(chunk * col_elems), gy_ws = workspace<BF>(chunk * g.O * s.P);
-  Tensor acc_ws = workspace<float>(gw_elems), part_ws = workspace<float>(chunk < g.N ? gw_elems : 0);
+  Tensor acc_ws = workspace<float>(gw_elems);
   float* acc = acc_ws.data<float>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0), ld = nb * s.P;
     const BF* col = bf16_columns(x, n0, nb, g, s, col_ws.data<BF>());
     const BF* gyb = bf16_gradient_rows(gy, n0, nb, g, s, gy_ws.data<BF>());
-    float* dst = n0 == 0 ? acc : part_ws.data<float>();
     for (int64_t gi = 0; gi < g.groups; ++gi)
       gemm_bf16(kernel, false, true, s.Og, s.K, ld, bits(gyb + gi * s.Og * ld), ld, bits(col + gi * s.K * ld), ld, nullptr,
-                dst + gi * s.Og * s.K, s.K);
-    if (n0 > 0)
-      for (int64_t e = 0; e < gw_elems; ++e) acc[e] += dst[e];
+                acc + gi * s.Og * s.K, s.K, /*accumulate=*/n0 > 0);
   }
   convert_f32_to_bf16(acc, gw, gw_elems);
 }
