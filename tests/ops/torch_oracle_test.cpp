@@ -293,7 +293,8 @@ std::vector<Case> f32_cases() {
   return c;
 }
 
-// f16 and bf16 inputs compute in f32 and round once (NOTE [Accumulation]): "h16_" cases, against
+// f16 and bf16 inputs compute in f32 and round once (NOTE [Accumulation]; a bf16 attention on the
+// bf16 GEMM kernels also rounds its probabilities once, NOTE [bf16 attention on the CPU]): "h16_" cases, against
 // PyTorch in f64 from the same half-precision values, within 1e-2 normwise (a few units of bf16's
 // last place; f16's is 8x finer).
 std::vector<Case> half_cases() {
