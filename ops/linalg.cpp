@@ -99,12 +99,14 @@ void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor
 // its saved operand says it is wanted.
 TensorList linear_backward(const Tensor& g, const SavedTensor& sx, const SavedTensor& sw, bool has_b, const Shape& xs) {
   const int64_t out_f = g.size(-1);
-  const Tensor g2 = reshape(g, {-1, out_f});
+  int64_t rows = 1;  // counted, not inferred: reshape cannot infer -1 beside a 0 (no features)
+  for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
+  const Tensor g2 = reshape(g, {rows, out_f});
   TensorList r(3);
   if (sw.defined()) r[0] = reshape(matmul(g2, sw.unpack()), xs);
   if (sx.defined()) {
     const Tensor x = sx.unpack();
-    r[1] = matmul(transpose(g2, 0, 1), reshape(x, {-1, x.size(-1)}));
+    r[1] = matmul(transpose(g2, 0, 1), reshape(x, {rows, x.size(-1)}));
   }
   if (has_b) r[2] = sum(g2, {0});
   return r;

@@ -6,8 +6,10 @@
 #include "ops/common.h"
 #include "ops/compare.h"
 #include "ops/index.h"
+#include "ops/linalg.h"
 #include "ops/softmax.h"
 #include "ops/unary.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/loss.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -185,6 +187,140 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   return cross_entropy_into(logits, target, o, logits.dtype());
 }
 
+
+namespace {
+
+// linear_cross_entropy on the CPU kernels: hidden [n, C] contiguous, all of one dtype the kernels
+// take; the reduced loss in `out_dtype`.
+Tensor linear_cross_entropy_fused(const Tensor& hidden, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                                  const cpu::LinearCrossEntropyArgs& args, Reduction reduction, DType out_dtype) {
+  const Tensor h = hidden.detach().contiguous(), w = weight.detach().contiguous();
+  const Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  const Tensor t = target.contiguous();
+  cpu::LinearCrossEntropyForward f;
+  {
+    profiler::Scope scope("linear_cross_entropy_forward");
+    f = cpu::linear_cross_entropy_forward(h, w, b, t, args);
+  }
+  const double count = static_cast<double>(f.count);
+  Tensor out = reduce_class_loss(f.loss, f.loss_sum, count, reduction, target.sizes(), out_dtype);
+  if (autograd::any_requires_grad({hidden, weight, bias})) {
+    // Saved: the inputs (no copies) and two numbers per row; backward recomputes the logits.
+    autograd::record(
+        "LinearCrossEntropyBackward", {hidden, weight, bias}, out,
+        [sh = SavedTensor(hidden), sw = SavedTensor(weight), sb = SavedTensor(bias), st = SavedTensor(t), m = f.row_max,
+         l = f.row_logsum, args, scale = class_loss_scale(reduction, count), per_position = reduction == Reduction::None,
+         gh = hidden.requires_grad(), gw = weight.requires_grad(),
+         gb = bias.defined() && bias.requires_grad()](const TensorList& g) {
+          const Tensor hx = sh.unpack(), wx = sw.unpack(), bx = sb.defined() ? sb.unpack() : Tensor();
+          if (recording_backward()) {  // NOTE [Higher-order gradients]: the composition's formula, recorded
+            const int64_t V = args.vocab, Vp = wx.size(0);
+            const Tensor wv = narrow(wx, 0, 0, V), bv = bx.defined() ? narrow(bx, 0, 0, V) : Tensor();
+            Tensor logits = linear(hx, wv, bv);
+            if (is_reduced_float(logits.dtype())) logits = logits.to(DType::F32);
+            cpu::ClassLossArgs ca;
+            ca.n = hx.size(0);
+            ca.classes = V;
+            ca.ignore_index = args.ignore_index;
+            const Tensor gl = cross_entropy_grad_recorded(g[0].to(logits.dtype()), per_position, scale, logits, st.unpack(),
+                                                          Tensor(), ca)
+                                  .to(hx.dtype());
+            auto pad_rows = [&](const Tensor& x) {
+              if (Vp == V) return x;
+              Shape rest = x.sizes();
+              rest[0] = Vp - V;
+              return cat({x, zeros(rest, TensorOptions(x.dtype()).device(x.device()))}, 0);
+            };
+            return TensorList{gh ? matmul(gl, wv) : Tensor(), gw ? pad_rows(matmul(transpose(gl, 0, 1), hx)) : Tensor(),
+                              gb ? pad_rows(sum(gl, {0})) : Tensor()};
+          }
+          profiler::Scope scope("linear_cross_entropy_backward");
+          cpu::LinearCrossEntropyGrads r = cpu::linear_cross_entropy_backward(
+              g[0], scale, hx.contiguous(), wx.contiguous(), bx.defined() ? bx.contiguous() : Tensor(), st.unpack(), m, l,
+              args, gh, gw, gb);
+          return TensorList{r.hidden, r.weight, r.bias};
+        },
+        kDifferentiable);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const LinearCrossEntropyOptions& o) {
+  const char* op = "linear_cross_entropy";
+  check_floating_pair(op, hidden, "hidden", weight, "weight");
+  check_defined(op, target, "target");
+  check_same_device(op, hidden, target);
+  TRIDENT_CHECK(weight.dim() == 2, op, ": weight must be [classes, features], got shape ", weight.sizes());
+  TRIDENT_CHECK(hidden.dim() >= 1 && hidden.size(-1) == weight.size(1), op, ": hidden of shape ", hidden.sizes(),
+                " does not end in the ", weight.size(1), " features of weight of shape ", weight.sizes());
+  if (bias.defined()) {
+    check_same_device(op, hidden, bias);
+    TRIDENT_CHECK(bias.dtype() == hidden.dtype(), op, ": bias has dtype ", bias.dtype(), " but hidden has ", hidden.dtype());
+    TRIDENT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias of shape ", bias.sizes(),
+                  " does not match weight of shape ", weight.sizes());
+  }
+  const int64_t Vp = weight.size(0), C = weight.size(1);
+  const int64_t V = o.vocab_size < 0 ? Vp : o.vocab_size;
+  TRIDENT_CHECK(V >= 1 && V <= Vp, op, ": vocab_size ", o.vocab_size, " must be in [1, ", Vp,
+                "] for weight of shape ", weight.sizes(), " (or -1: every row)");
+  const Shape lead(hidden.sizes().begin(), hidden.sizes().end() - 1);
+  TRIDENT_CHECK(target.dtype() == DType::I64, op, ": target must be an i64 tensor of class indices, got ", target.dtype());
+  TRIDENT_CHECK(target.sizes() == lead, op, ": expected target of shape ", lead, " for hidden of shape ", hidden.sizes(),
+                ", got target of shape ", target.sizes());
+  int64_t n = 1;
+  for (const int64_t d : lead) n *= d;
+  const Tensor h2 = reshape(hidden, {n, C}), t1 = reshape(target, {n});
+  const Tensor wv = V == Vp ? weight : narrow(weight, 0, 0, V);
+  const Tensor bv = !bias.defined() || V == Vp ? bias : narrow(bias, 0, 0, V);
+  TRIDENT_CHECK(o.impl != LinearCrossEntropyImpl::Tiled || hidden.device().is_cpu(), op,
+                ": the tiled kernels are the CPU's; hidden is on ", hidden.device());
+  // The dtype the product runs in (autocast lowers f32 to its half type).
+  const DType product_dtype = autocast::is_enabled() && hidden.dtype() == DType::F32 ? autocast::dtype() : hidden.dtype();
+  const bool tiled =
+      o.impl == LinearCrossEntropyImpl::Tiled ||
+      (o.impl == LinearCrossEntropyImpl::Auto && hidden.device().is_cpu() &&
+       ((product_dtype == DType::BF16 && cpu::bf16_gemm_kernel() != cpu::Bf16Gemm::None) ||
+        !autograd::any_requires_grad({hidden, weight, bias})));
+  // The composition, with autocast's policies (as a model's unfused loss).
+  if (!tiled) {
+    CrossEntropyOptions ce;
+    ce.reduction = o.reduction;
+    ce.ignore_index = o.ignore_index;
+    const Tensor l = cross_entropy(linear(h2, wv, bv), t1, ce);
+    return o.reduction == Reduction::None ? reshape(l, lead) : l;
+  }
+  const int64_t bad = cpu::first_invalid_target(t1, V, o.ignore_index);
+  if (bad >= 0) {
+    TRIDENT_FAIL(op, ": target ", t1.contiguous().data<int64_t>()[bad], " at position ", position_str(bad, target.sizes()),
+                 " is out of range for ", V, " classes (expected a class index in [0, ", V, ") or ignore_index ",
+                 o.ignore_index, ")");
+  }
+  Tensor hc = h2, wc = weight, bc = bias;
+  DType out_dtype = hidden.dtype();
+  if (autocast::is_enabled()) {  // NOTE [Autocast]: a product; the loss in f32
+    autocast::Suspend off;
+    hc = autocast::lower(hc);
+    wc = autocast::lower(wc);
+    bc = autocast::lower(bc);
+    if (is_reduced_float(hc.dtype())) out_dtype = DType::F32;
+  }
+  // f16, and bf16 without a bf16 GEMM kernel: in f32 on widened copies (differentiable casts).
+  if (hc.dtype() == DType::F16 || (hc.dtype() == DType::BF16 && cpu::bf16_gemm_kernel() == cpu::Bf16Gemm::None)) {
+    hc = hc.to(DType::F32);
+    wc = wc.to(DType::F32);
+    if (bc.defined()) bc = bc.to(DType::F32);
+  }
+  cpu::LinearCrossEntropyArgs args;
+  args.vocab = V;
+  args.ignore_index = o.ignore_index;
+  const DType compute_out = is_reduced_float(out_dtype) && out_dtype != hc.dtype() ? hc.dtype() : out_dtype;
+  Tensor l = linear_cross_entropy_fused(hc, wc, bc, t1, args, o.reduction, compute_out);
+  if (l.dtype() != out_dtype) l = l.to(out_dtype);
+  return o.reduction == Reduction::None ? reshape(l, lead) : l;
+}
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {
   if (autocast::is_enabled()) {  // NOTE [Autocast]

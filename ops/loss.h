@@ -31,6 +31,23 @@
 //   shape; pos_weight (optional) broadcasts to it (typically [C] for [N, C] logits). Gradients
 //   flow to logits and target.
 //
+// linear_cross_entropy(hidden, weight, bias, target, options)
+//   = cross_entropy(linear(hidden, weight[:V], bias[:V]), target, {reduction, ignore_index}),
+//   the loss of a classifier (a language model's output layer) computed without its logits:
+//   hidden [..., C], weight [V', C] (a padded table: only its first V = options.vocab_size rows
+//   are classes; -1: all V'), bias [V'] or undefined, target i64 [...] (hidden's shape without
+//   C), each in [0, V) or ignore_index. Gradients reach hidden, weight and bias (zero in the rows
+//   past V). Same reductions, NaN for a Mean over no targets, and out-of-range targets named, as
+//   cross_entropy. Under autocast it is a product (hidden, weight and bias lowered to the half
+//   type) whose loss is f32.
+//   Tiled (options.impl; the CPU: NOTE [Linear cross-entropy] in ops/cpu/linear_cross_entropy.cpp),
+//   the logits exist one tile at a time: forward runs the product once and keeps each row's
+//   log-sum-exp, backward runs it again and forms the gradient tile by tile; nothing of size
+//   [N, V] is stored, and rows whose target is ignore_index are left out of the products. bf16
+//   inputs take the bf16 GEMM kernels (with none in use, and for f16, it computes in f32 on
+//   widened copies); the logits are f32 sums there, never rounded to bf16, so the loss differs
+//   from the composed bf16 one by that rounding.
+//
 // Class weights and pos_weight are constants: passing one that requires grad is an error (as
 // in PyTorch, which has no derivative for them). Dtypes must match the input's.
 #pragma once
@@ -59,6 +76,22 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction = Reduction::Mean, const Tensor& pos_weight = {});
+
+// How linear_cross_entropy computes: Tiled, the CPU kernels (NOTE [Linear cross-entropy]);
+// Composed, linear then cross_entropy; Auto, Tiled on the CPU where it is measured faster (bf16
+// on a bf16 GEMM kernel: GPT-2's head 1.15x forward + backward) or no gradient will be asked
+// (evaluation: the logits never stored), Composed otherwise (f32 and f64 training, where the tiles'
+// GEMMs plus the recomputed product cost more than the logits' memory traffic saved: 366 against
+// 301 ms for GPT-2's f32 head; and every device but the CPU). Tiled on another device is an error.
+enum class LinearCrossEntropyImpl { Auto, Tiled, Composed };
+struct LinearCrossEntropyOptions {
+  Reduction reduction = Reduction::Mean;
+  int64_t ignore_index = -100;
+  int64_t vocab_size = -1;  // classes: the first vocab_size rows of weight; -1: all of them
+  LinearCrossEntropyImpl impl = LinearCrossEntropyImpl::Auto;
+};
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const LinearCrossEntropyOptions& options = {});
 
 const char* reduction_name(Reduction r);
 

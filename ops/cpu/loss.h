@@ -37,6 +37,33 @@ Tensor cross_entropy_backward(const Tensor& g, double scale, const Tensor& logit
                               const Tensor& weight, const Tensor& row_max, const Tensor& row_logsum,
                               const ClassLossArgs& args);
 
+// NOTE [Linear cross-entropy] (ops/cpu/linear_cross_entropy.cpp): cross-entropy of
+// hidden [n, C] W[:vocab]^T (+ bias[:vocab]) against target [n], the logits never stored whole.
+// hidden, weight [V', C] and bias [V'] (or undefined) are contiguous, of one dtype: f32, f64, or
+// bf16 with a bf16 GEMM kernel in use; targets are checked (each in [0, vocab) or ignore_index).
+struct LinearCrossEntropyArgs {
+  int64_t vocab = 0;  // the classes: the first `vocab` rows of weight
+  int64_t ignore_index = -100;
+};
+struct LinearCrossEntropyForward {
+  Tensor loss;                 // [n], f32 (f64 for f64 inputs): each row's loss, 0 where ignored
+  Tensor row_max, row_logsum;  // [n]: m and log sum e^(x - m) of each row's logits, for backward
+  double loss_sum = 0;         // sum of `loss`, accumulated in f64
+  int64_t count = 0;           // rows not ignored
+};
+LinearCrossEntropyForward linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& bias,
+                                                       const Tensor& target, const LinearCrossEntropyArgs& args);
+// The gradients asked for, in the inputs' dtype (weight and bias of shape [V', ...], zero past
+// vocab), for the upstream gradient g[i] * scale of row i (g with n elements) or g[0] * scale (one).
+struct LinearCrossEntropyGrads {
+  Tensor hidden, weight, bias;
+};
+LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& g, double scale, const Tensor& hidden,
+                                                      const Tensor& weight, const Tensor& bias, const Tensor& target,
+                                                      const Tensor& row_max, const Tensor& row_logsum,
+                                                      const LinearCrossEntropyArgs& args, bool need_hidden, bool need_weight,
+                                                      bool need_bias);
+
 struct NllLossForward {
   Tensor loss;  // [n * inner]
   double loss_sum = 0, total_weight = 0;
