@@ -8,6 +8,9 @@
 //   bench_gpt2_train [threads] [steps] hvp   ->  {"grad_ms": ..., "hvp_ms": ..., "threads": ...}
 //   bench_gpt2_train [threads] [steps] bf16   ->  as the first, the forward under autocast bf16
 // (NOTE [Autocast]; its products on AMX where the CPU has it, NOTE [AMX bf16 GEMM]).
+//   bench_gpt2_train [threads] [steps] bf16-logits, fp32-logits   ->  as bf16 and fp32 with the
+// loss on materialized logits (GPT2Config::loss_without_logits off), to compare with the default
+// (NOTE [Loss without logits]).
 //
 // The same model's gradient (forward + backward, no optimizer) and a Hessian-vector product over
 // every parameter (forward, a create_graph backward, the dot with v, a second backward; NOTE
@@ -86,13 +89,15 @@ int main(int argc, char** argv) {
   c.padded_vocab_size = 0;
   c.n_positions = T;
   c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  const std::string mode = argc > 3 ? argv[3] : "";
+  c.loss_without_logits = mode.find("-logits") == std::string::npos;
   Generator g(1);
   GPT2LMHeadModel model(c, &g);
   nn::optim::AdamW opt(model.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   Generator data(2);
   const Tensor x = randint(0, V, {B, T}, DType::I64, &data), y = randint(0, V, {B, T}, DType::I64, &data);
-  if (argc > 3 && std::string(argv[3]) == "hvp") return hvp_bench(model, x, y, steps, &data);
-  const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
+  if (mode == "hvp") return hvp_bench(model, x, y, steps, &data);
+  const bool bf16 = mode.rfind("bf16", 0) == 0;
   const bench::StepTiming t = bench::time_training_steps(steps, bf16, opt, [&] { return model.forward(x, y).loss; });
   const double med = t.median_ms;
   std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"last_loss\": %.4f}\n",

@@ -80,14 +80,21 @@ class GPT2EmbeddingLayer : public Layer {
   int64_t n_positions_;
 };
 
+// NOTE [Loss without logits]: whether the head hands the loss its hidden states (ln_f's output)
+// rather than logits: a batch with targets, where the config and the factory allow it.
+bool loss_takes_hidden(const GPT2Config& c, const Batch& batch) {
+  return c.loss_without_logits && batch.has("targets") && c.factory().tied_cross_entropy_fused();
+}
+
 class GPT2HeadLayer : public Layer {
  public:
   GPT2HeadLayer(std::shared_ptr<GPT2Model> t, const GPT2Config& c) : Layer("GPT2Head"), t_(std::move(t)), config_(c) {
     register_module("ln_f", t_->ln_f);
     register_module("wte", t_->wte);  // tied: the output layer is the token embedding table
   }
-  Activations forward(const Activations& x, const Batch&) override {
+  Activations forward(const Activations& x, const Batch& batch) override {
     TRIDENT_CHECK(x.size() == 1, "GPT-2 head: expected one activation (hidden states), got ", x.size());
+    if (loss_takes_hidden(config_, batch)) return {t_->ln_f->forward(x[0])};
     return {logits(*t_, config_, x[0])};
   }
   static Tensor logits(const GPT2Model& t, const GPT2Config& c, const Tensor& h) {
@@ -288,7 +295,7 @@ LMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& targets
   batch.set("input_ids", input_ids).set("targets", targets);
   const Activations out = layers_.run(batch);
   LMOutput r;
-  r.logits = out[0];
+  if (!loss_takes_hidden(config_, batch)) r.logits = out[0];
   if (targets.defined()) r.loss = loss(out, batch);
   return r;
 }
@@ -302,15 +309,20 @@ std::vector<double> GPT2LMHeadModel::loss_counts(const Batch& batch) const {
 }
 
 Tensor GPT2LMHeadModel::loss(const Activations& outputs, const Batch& batch, const std::vector<double>& counts) const {
-  TRIDENT_CHECK(outputs.size() == 1, "GPT-2 loss: expected the head's logits, got ", outputs.size(), " activations");
-  const Tensor& logits = outputs[0];
+  TRIDENT_CHECK(outputs.size() == 1, "GPT-2 loss: expected the head's output, got ", outputs.size(), " activations");
+  const Tensor& out = outputs[0];  // logits, or the final hidden states (NOTE [Loss without logits])
   const Tensor& targets = batch.at("targets");
-  TRIDENT_CHECK(logits.dim() == 3 && targets.sizes() == Shape(logits.sizes().begin(), logits.sizes().end() - 1),
-                "GPT-2 loss: targets of shape ", targets.sizes(), " do not match logits of shape ", logits.sizes());
+  const bool hidden = loss_takes_hidden(config_, batch);
+  TRIDENT_CHECK(out.dim() == 3 && targets.sizes() == Shape(out.sizes().begin(), out.sizes().end() - 1),
+                "GPT-2 loss: targets of shape ", targets.sizes(), " do not match ", hidden ? "hidden states" : "logits",
+                " of shape ", out.sizes());
   const std::vector<double> n = counts.empty() ? loss_counts(batch) : counts;
   TRIDENT_CHECK(n.size() == 1, "GPT-2 loss: expected 1 target count, got ", n.size());
-  const Tensor total = config_.factory().vocab_cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}),
-                                                             -100, Reduction::Sum);
+  const LayerFactory& f = config_.factory();
+  const Tensor flat = reshape(out, {out.size(0) * out.size(1), out.size(2)}), t = reshape(targets, {-1});
+  const Tensor total = hidden ? f.tied_cross_entropy(flat, transformer->wte_weight(), Tensor(), config_.vocab_size, t, -100,
+                                                     Reduction::Sum)
+                              : f.vocab_cross_entropy(flat, t, -100, Reduction::Sum);
   return div(total, n[0]);
 }
 

@@ -23,7 +23,9 @@
 // skips a position). Logits [B, T, vocab_size] (padded rows sliced off).
 //
 // Layer list (NOTE [Layer list]): "embedding" (wte + wpe + dropout), "h.0" ... "h.{L-1}",
-// "head" (ln_f + the tied output layer). Batch tensors: "input_ids", "targets" (loss only).
+// "head" (ln_f + the tied output layer; with targets, ln_f only, the output layer then being part of
+// the loss: NOTE [Loss without logits] in gpt2_config.h). Batch tensors: "input_ids", "targets"
+// (loss only).
 // Under a sequence-parallel factory (NOTE [Sequence parallelism]) the hidden states between the
 // layers are this rank's T / tp positions; T must divide by tp in forward(). forward_cached takes
 // any number of new tokens (NOTE [Sequence-parallel decoding] in gpt2.cpp), so generation runs
@@ -95,7 +97,9 @@ class GPT2Model : public nn::Module {
 };
 
 struct LMOutput {
-  Tensor logits;  // [B, T, vocab_size]
+  // [B, T, vocab_size]; undefined when the loss was computed without them (targets given and
+  // config.loss_without_logits, NOTE [Loss without logits]): forward(input_ids) gives them.
+  Tensor logits;
   Tensor loss;    // 0-dim mean cross-entropy over the counted targets; undefined without targets
 };
 
@@ -107,7 +111,8 @@ class GPT2LMHeadModel : public LayeredModel {
   // the list (kAllLayers builds whole).
   GPT2LMHeadModel(const GPT2Config& config, Generator* init_gen, const LayerSelection& keep);
 
-  // Logits, and the loss when targets are given; runs the whole layer list.
+  // Logits, and the loss when targets are given (then without the logits where the config and
+  // the factory allow: NOTE [Loss without logits]); runs the whole layer list.
   LMOutput forward(const Tensor& input_ids, const Tensor& targets = {});
   // Logits of the new positions [B, T, vocab_size] given a cache holding the previous ones
   // (inference: under NoGradGuard). Advances cache.length by T. last_position_only: the logits

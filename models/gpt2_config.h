@@ -46,6 +46,12 @@ struct GPT2Config {
   std::shared_ptr<const LayerFactory> layers;
   // Dropout draws from it (null: the default generator).
   Generator* dropout_generator = nullptr;
+  // NOTE [Loss without logits]: given targets, the head hands the loss its final hidden states and
+  // the loss runs the tied output layer inside the cross-entropy (LayerFactory::
+  // tied_cross_entropy, linear_cross_entropy), so the [B, T, V] logits need not exist; forward()
+  // with targets then returns the loss and no logits. Only where the factory can
+  // (tied_cross_entropy_fused(): the serial one); false: logits always, the loss on them.
+  bool loss_without_logits = true;
 
   int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   int64_t head_dim() const { return n_embd / n_head; }

@@ -75,6 +75,18 @@ Tensor LayerFactory::vocab_cross_entropy(const Tensor& logits, const Tensor& tar
   return cross_entropy(logits, targets, o);
 }
 
+Tensor LayerFactory::tied_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& bias, int64_t vocab_size,
+                                        const Tensor& targets, int64_t ignore_index, Reduction reduction) const {
+  // On a GPU the composition with tied_logits' padded product (its rows aligned for the GEMM).
+  if (!tied_cross_entropy_fused() || hidden.device().is_cuda())
+    return vocab_cross_entropy(tied_logits(hidden, weight, bias, vocab_size), targets, ignore_index, reduction);
+  LinearCrossEntropyOptions o;
+  o.reduction = reduction;
+  o.ignore_index = ignore_index;
+  o.vocab_size = vocab_size;
+  return linear_cross_entropy(hidden, weight, bias, targets, o);
+}
+
 std::shared_ptr<nn::LayerNorm> LayerFactory::residual_layer_norm(int64_t features, double eps, DType dtype) const {
   return std::make_shared<nn::LayerNorm>(Shape{features}, eps, true, dtype);
 }

@@ -110,6 +110,15 @@ class LayerFactory {
   // reduced as asked.
   virtual Tensor vocab_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                      Reduction reduction) const;
+  // NOTE [Loss without logits]: vocab_cross_entropy(tied_logits(hidden, weight, bias, vocab_size),
+  // targets, ...) in one op, hidden [N, C], targets [N]; the serial factory's is
+  // linear_cross_entropy (its logits exist one tile at a time on the CPU, where that is faster).
+  // A model hands the loss its hidden states instead of logits only where
+  // tied_cross_entropy_fused() says this does better than the composition (not under tensor
+  // parallelism, whose vocabulary-parallel loss already never gathers the logits).
+  virtual bool tied_cross_entropy_fused() const { return true; }
+  virtual Tensor tied_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& bias, int64_t vocab_size,
+                                    const Tensor& targets, int64_t ignore_index, Reduction reduction) const;
   // The logits over the whole vocabulary (the serial ones already are).
   virtual Tensor full_logits(const Tensor& logits) const { return logits; }
 

@@ -53,6 +53,8 @@ class TensorParallelLayers : public models::LayerFactory {
   Tensor vocab_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Reduction reduction) const override;
   Tensor full_logits(const Tensor& logits) const override;
+  // The vocabulary-parallel loss reads this rank's logits slice: no logits-free form here.
+  bool tied_cross_entropy_fused() const override { return false; }
   Generator* dropout_generator(models::DropoutSite site, Generator* serial) const override;
   Tensor enter_split_region(const Tensor& x) const override;
   Tensor scatter_sequence(const Tensor& x) const override;

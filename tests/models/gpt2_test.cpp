@@ -327,9 +327,11 @@ TEST(GPT2, PaddedVocabularyGivesTheUnpaddedModel) {
   b.load_state_dict(sd);
   const Tensor x = tokens(2, 6, 61, 22), y = tokens(2, 6, 61, 23);
   const LMOutput oa = a.forward(x, y), ob = b.forward(x, y);
-  EXPECT_EQ(oa.logits.sizes(), (Shape{2, 6, 61}));
+  EXPECT_FALSE(oa.logits.defined());  // NOTE [Loss without logits]
+  const Tensor la = a.forward(x).logits, lb = b.forward(x).logits;
+  EXPECT_EQ(la.sizes(), (Shape{2, 6, 61}));
   // A GEMM over 64 or 61 output columns may block its sums differently: last-bit differences.
-  EXPECT_TRUE(all_close(oa.logits, ob.logits, 1e-6, 1e-7));
+  EXPECT_TRUE(all_close(la, lb, 1e-6, 1e-7));
   EXPECT_TRUE(all_close(oa.loss, ob.loss, 1e-6, 1e-7));
 }
 
@@ -339,7 +341,12 @@ TEST(GPT2, BadInputGivesClearErrors) {
   GPT2LMHeadModel m(c, &g);
   expect_error([&] { m.forward(tokens(1, 17, 61, 1)); }, {"17 positions exceed the context n_positions = 16"});
   expect_error([&] { m.forward(zeros({2, 3})); }, {"input_ids must be [B, T] of i64 or i32", "f32"});
-  expect_error([&] { m.forward(tokens(2, 3, 61, 1), tokens(2, 4, 61, 1)); }, {"targets of shape [2, 4]", "[2, 3, 61]"});
+  expect_error([&] { m.forward(tokens(2, 3, 61, 1), tokens(2, 4, 61, 1)); }, {"targets of shape [2, 4]", "hidden states of shape [2, 3, 16]"});
+  GPT2Config with_logits = c;
+  with_logits.loss_without_logits = false;
+  Generator g2(24);
+  GPT2LMHeadModel ml(with_logits, &g2);
+  expect_error([&] { ml.forward(tokens(2, 3, 61, 1), tokens(2, 4, 61, 1)); }, {"targets of shape [2, 4]", "logits of shape [2, 3, 61]"});
   expect_error([&] { m.forward(tokens(2, 3, 61, 1), tokens(2, 3, 99, 1)); }, {"out of range for 61 classes"});
   GPT2Config bad = c;
   bad.n_head = 3;

@@ -111,12 +111,17 @@ TEST(ModelsAgainstPyTorch, GPT2LogitsLossAndEveryGradientInF64) {
   std::vector<int64_t> t = randint(0, 61, {2, 16}, DType::I64, &d).to_vector<int64_t>();
   t[3] = t[20] = -100;  // ignored positions
   const Tensor targets = from_vector<int64_t>(t, {2, 16});
-  const LMOutput out = m.forward(ids, targets);
+  const LMOutput out = m.forward(ids, targets);  // the loss without logits (NOTE [Loss without logits])
   out.loss.backward();
+  Tensor logits;
+  {
+    NoGradGuard no_grad;
+    logits = m.forward(ids).logits;  // no dropout: the same forward
+  }
   compare_with_torch("gpt2", m,
                      {{"in.input_ids", ids},
                       {"in.targets", targets},
-                      {"out.logits", out.logits},
+                      {"out.logits", logits},
                       {"out.loss", reshape(out.loss, {1})},
                       {"cfg.n_layer", scalar_row(2)},
                       {"cfg.n_head", scalar_row(2)},
