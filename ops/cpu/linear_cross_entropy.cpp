@@ -23,6 +23,7 @@
 // the same order whatever the thread count.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -76,7 +77,9 @@ struct TileRows {
   A* m = nullptr;
   double* s = nullptr;
   A* xt = nullptr;
-  // backward: saved max and log-sum per row, upstream gradient per row
+  // backward: saved max and log-sum per row, upstream gradient per row; the gradient rounded to
+  // bf16 into `half` (rows of `cols`) when set
+  BFloat16* half = nullptr;
   const A* saved_m = nullptr;
   const A* saved_logs = nullptr;
   const A* g = nullptr;
@@ -119,6 +122,9 @@ inline void backward_row_range(const TileRows<A>& p, int64_t b, int64_t e) {
     }
     const int64_t tc = p.t[r] - p.v0;
     if (tc >= 0 && tc < n) l[tc] -= g;
+    if constexpr (std::is_same_v<A, float>) {
+      if (p.half != nullptr) convert_f32_to_bf16(l, p.half + r * n, n);  // while the row is in L1
+    }
   }
 }
 
@@ -129,16 +135,26 @@ TRIDENT_CPU_KERNEL(lce_backward_rows_f32, (const TileRows<float>& p, int64_t b, 
 
 template <typename A>
 void forward_rows(const TileRows<A>& p, int64_t rows) {
-  parallel_for(0, rows, rows_grain(p.cols), [&](int64_t b, int64_t e) {
-    if constexpr (std::is_same_v<A, float>) TRIDENT_CPU_PICK(lce_forward_rows_f32)(p, b, e);
-    else forward_row_range(p, b, e);
-  });
+  if constexpr (std::is_same_v<A, float>) TRIDENT_CPU_PICK(lce_forward_rows_f32)(p, 0, rows);
+  else forward_row_range(p, 0, rows);
 }
 template <typename A>
 void backward_rows(const TileRows<A>& p, int64_t rows) {
-  parallel_for(0, rows, rows_grain(p.cols), [&](int64_t b, int64_t e) {
-    if constexpr (std::is_same_v<A, float>) TRIDENT_CPU_PICK(lce_backward_rows_f32)(p, b, e);
-    else backward_row_range(p, b, e);
+  if constexpr (std::is_same_v<A, float>) TRIDENT_CPU_PICK(lce_backward_rows_f32)(p, 0, rows);
+  else backward_row_range(p, 0, rows);
+}
+
+// The class tiles of a row block go to kLanes lanes (tile c to lane c % kLanes), each lane's tiles
+// in order on one thread, the lanes shared among the threads: a tile's product, row pass and
+// gradient products run on one thread, in its cache, with no barrier between them. What the
+// lanes sum (the row's exponentials in forward, d hidden in backward) each lane keeps apart, and
+// the lanes are added in lane order: the same numbers whatever the thread count.
+constexpr int64_t kLanes = 8;
+
+template <typename F>
+void for_lanes(int64_t tiles, const F& f) {
+  parallel_for(0, std::min(kLanes, tiles), 1, [&](int64_t b, int64_t e) {
+    for (int64_t lane = b; lane < e; ++lane) f(lane);
   });
 }
 
@@ -210,33 +226,44 @@ LinearCrossEntropyForward forward_impl(Bf16Gemm kernel, const Tensor& hidden, co
   A* saved_m = f.row_max.data<A>();
   A* saved_logs = f.row_logsum.data<A>();
   const int64_t rb = row_block(k.nv);
-  std::vector<A> tile(static_cast<size_t>(std::max<int64_t>(rb, 1) * std::min(V, kClassBlock)));
-  std::vector<A> m(static_cast<size_t>(rb)), xt(static_cast<size_t>(rb));
-  std::vector<double> s(static_cast<size_t>(rb));
+  const int64_t tiles = (V + kClassBlock - 1) / kClassBlock, lanes = std::min(kLanes, tiles);
+  const size_t lane_rows = static_cast<size_t>(lanes * rb);
+  // Per lane and row: the running max and sum of exponentials over the lane's tiles.
+  std::vector<A> m(lane_rows), xt(static_cast<size_t>(rb));
+  std::vector<double> s(lane_rows);
   for (int64_t r0 = 0; r0 < k.nv; r0 += rb) {
     const int64_t nr = std::min(rb, k.nv - r0);
     std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
     std::fill(s.begin(), s.end(), 0.0);
-    for (int64_t v0 = 0; v0 < V; v0 += kClassBlock) {
-      const int64_t nc = std::min(kClassBlock, V - v0);
-      product<T>(kernel, false, true, nr, nc, C, k.x + r0 * C, C, w + v0 * C, C, tile.data(), nc, false);
-      TileRows<A> p;
-      p.l = tile.data();
-      p.cols = nc;
-      p.v0 = v0;
-      p.bias = bv.empty() ? nullptr : bv.data() + v0;
-      p.t = k.t + r0;
-      p.m = m.data();
-      p.s = s.data();
-      p.xt = xt.data();
-      forward_rows(p, nr);
-    }
+    for_lanes(tiles, [&](int64_t lane) {
+      std::vector<A> tile(static_cast<size_t>(nr * std::min(V, kClassBlock)));
+      for (int64_t c = lane; c < tiles; c += kLanes) {
+        const int64_t v0 = c * kClassBlock, nc = std::min(kClassBlock, V - v0);
+        product<T>(kernel, false, true, nr, nc, C, k.x + r0 * C, C, w + v0 * C, C, tile.data(), nc, false);
+        TileRows<A> p;
+        p.l = tile.data();
+        p.cols = nc;
+        p.v0 = v0;
+        p.bias = bv.empty() ? nullptr : bv.data() + v0;
+        p.t = k.t + r0;
+        p.m = m.data() + lane * rb;
+        p.s = s.data() + lane * rb;
+        p.xt = xt.data();  // one tile holds a row's target: one lane writes it
+        forward_rows(p, nr);
+      }
+    });
     for (int64_t i = 0; i < nr; ++i) {
+      A mx = -std::numeric_limits<A>::infinity();
+      for (int64_t l = 0; l < lanes; ++l) mx = std::max(mx, m[static_cast<size_t>(l * rb + i)]);
+      double sum = 0;
+      for (int64_t l = 0; l < lanes; ++l)
+        sum += s[static_cast<size_t>(l * rb + i)] *
+               std::exp(static_cast<double>(m[static_cast<size_t>(l * rb + i)]) - static_cast<double>(mx));
       const int64_t row = k.rows[static_cast<size_t>(r0 + i)];
-      const A logs = static_cast<A>(std::log(s[static_cast<size_t>(i)]));
-      saved_m[row] = m[static_cast<size_t>(i)];
+      const A logs = static_cast<A>(std::log(sum));
+      saved_m[row] = mx;
       saved_logs[row] = logs;
-      loss[row] = (m[static_cast<size_t>(i)] - xt[static_cast<size_t>(i)]) + logs;
+      loss[row] = (mx - xt[static_cast<size_t>(i)]) + logs;
     }
   }
   for (int64_t i = 0; i < n; ++i) f.loss_sum += static_cast<double>(loss[i]);
@@ -268,51 +295,85 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
     logs[static_cast<size_t>(i)] = row_logsum.data<A>()[row];
   }
   LinearCrossEntropyGrads out;
-  // d hidden of the compact rows and d W in the accumulation type (for f32 and f64 the outputs).
-  Tensor dx = zeros({k.nv, C}, acc);
-  Tensor dw = need_weight ? zeros({Vp, C}, acc) : Tensor();
-  std::vector<A> db(need_bias ? static_cast<size_t>(V) : 0, A(0));
   const int64_t rb = row_block(k.nv);
-  const int64_t tile_size = std::max<int64_t>(rb, 1) * std::min(V, kClassBlock);
-  std::vector<A> tile(static_cast<size_t>(tile_size));
-  std::vector<T> tile_half(kHalf ? static_cast<size_t>(tile_size) : 0);
+  // d hidden of the compact rows in the accumulation type (the first tile of a row block writes
+  // it); d W in the accumulation type too (f32 and f64: the output itself), except bf16 with one
+  // row block, whose products write each tile's rows of d W once, rounded: no f32 copy of it.
+  // Rows past V, and everything when every row is ignored, are zero.
+  const bool dw_direct = kHalf && k.nv <= rb;
+  Tensor dx = empty({k.nv, C}, acc);
+  Tensor dw;
+  if (need_weight) {
+    const DType dw_dtype = kHalf && !dw_direct ? acc : dt;
+    dw = k.nv == 0 ? zeros({Vp, C}, dw_dtype) : empty({Vp, C}, dw_dtype);
+    if (k.nv > 0 && Vp > V) {
+      char* base = static_cast<char*>(dw.data_ptr());
+      const size_t elem = dw_dtype == acc ? sizeof(A) : sizeof(T);
+      std::memset(base + static_cast<size_t>(V * C) * elem, 0, static_cast<size_t>((Vp - V) * C) * elem);
+    }
+  }
+  std::vector<A> db(need_bias ? static_cast<size_t>(V) : 0, A(0));
+  const int64_t tiles = (V + kClassBlock - 1) / kClassBlock, lanes = std::min(kLanes, tiles);
+  // Each lane's sum of d hidden over its tiles, [lanes, rb, C].
+  std::vector<A> dx_lanes(need_hidden ? static_cast<size_t>(lanes * rb * C) : 0);
   for (int64_t r0 = 0; r0 < k.nv; r0 += rb) {
     const int64_t nr = std::min(rb, k.nv - r0);
     const T* xr = k.x + r0 * C;
-    for (int64_t v0 = 0; v0 < V; v0 += kClassBlock) {
-      const int64_t nc = std::min(kClassBlock, V - v0);
-      product<T>(kernel, false, true, nr, nc, C, xr, C, w + v0 * C, C, tile.data(), nc, false);
-      TileRows<A> p;
-      p.l = tile.data();
-      p.cols = nc;
-      p.v0 = v0;
-      p.bias = bv.empty() ? nullptr : bv.data() + v0;
-      p.t = k.t + r0;
-      p.saved_m = m.data() + r0;
-      p.saved_logs = logs.data() + r0;
-      p.g = g.data() + r0;
-      backward_rows(p, nr);
-      const T* dl;
-      if constexpr (kHalf) {
-        parallel_for(0, nr, rows_grain(nc, 8192), [&](int64_t b, int64_t e) {
-          convert_f32_to_bf16(tile.data() + b * nc, tile_half.data() + b * nc, (e - b) * nc);
-        });
-        dl = tile_half.data();
-      } else {
-        dl = tile.data();
-      }
-      if (need_bias) {  // column sums of the gradient as the products read it
-        parallel_for(0, nc, 64, [&](int64_t b, int64_t e) {
+    for_lanes(tiles, [&](int64_t lane) {
+      const size_t tile_size = static_cast<size_t>(nr * std::min(V, kClassBlock));
+      std::vector<A> tile(tile_size);
+      std::vector<T> tile_half(kHalf ? tile_size : 0);
+      A* dxl = need_hidden ? dx_lanes.data() + lane * rb * C : nullptr;
+      for (int64_t c = lane; c < tiles; c += kLanes) {
+        const int64_t v0 = c * kClassBlock, nc = std::min(kClassBlock, V - v0);
+        product<T>(kernel, false, true, nr, nc, C, xr, C, w + v0 * C, C, tile.data(), nc, false);
+        TileRows<A> p;
+        p.l = tile.data();
+        p.cols = nc;
+        p.v0 = v0;
+        p.bias = bv.empty() ? nullptr : bv.data() + v0;
+        p.t = k.t + r0;
+        p.saved_m = m.data() + r0;
+        p.saved_logs = logs.data() + r0;
+        p.g = g.data() + r0;
+        const T* dl;
+        if constexpr (kHalf) {
+          p.half = tile_half.data();
+          dl = tile_half.data();
+        } else {
+          dl = tile.data();
+        }
+        backward_rows(p, nr);
+        if (need_bias) {  // column sums of the gradient as the products read it
           for (int64_t r = 0; r < nr; ++r)
-            for (int64_t c = b; c < e; ++c) db[static_cast<size_t>(v0 + c)] += static_cast<A>(dl[r * nc + c]);
-        });
+            for (int64_t j = 0; j < nc; ++j) db[static_cast<size_t>(v0 + j)] += static_cast<A>(dl[r * nc + j]);
+        }
+        if (need_hidden) product<T>(kernel, false, false, nr, C, nc, dl, nc, w + v0 * C, C, dxl, C, c != lane);
+        if (need_weight && dw_direct) {
+          if constexpr (kHalf) {
+            if (C > 0)
+              gemm_bf16(kernel, true, false, nc, C, nr, reinterpret_cast<const uint16_t*>(dl), nc,
+                        reinterpret_cast<const uint16_t*>(xr), C, nullptr,
+                        reinterpret_cast<uint16_t*>(dw.data<BFloat16>() + v0 * C), C);
+          }
+        } else if (need_weight) {
+          product<T>(kernel, true, false, nc, C, nr, dl, nc, xr, C, dw.data<A>() + v0 * C, C, r0 > 0);
+        }
       }
-      if (need_hidden) product<T>(kernel, false, false, nr, C, nc, dl, nc, w + v0 * C, C, dx.data<A>() + r0 * C, C, v0 > 0);
-      if (need_weight) product<T>(kernel, true, false, nc, C, nr, dl, nc, xr, C, dw.data<A>() + v0 * C, C, r0 > 0);
+    });
+    if (need_hidden) {  // the lanes' sums, in lane order
+      A* d = dx.data<A>() + r0 * C;
+      parallel_for(0, nr * C, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          A v = dx_lanes[static_cast<size_t>(i)];
+          for (int64_t l = 1; l < lanes; ++l) v += dx_lanes[static_cast<size_t>(l * rb * C + i)];
+          d[i] = v;
+        }
+      });
     }
   }
   if (need_hidden) {
-    out.hidden = zeros({n, C}, dt);
+    out.hidden = k.nv < n ? zeros({n, C}, dt) : empty({n, C}, dt);
     T* dh = out.hidden.data<T>();
     const A* src = dx.data<A>();
     parallel_for(0, k.nv, rows_grain(C, 8192), [&](int64_t b, int64_t e) {
@@ -324,7 +385,7 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
     });
   }
   if (need_weight) {
-    if constexpr (kHalf) {
+    if (kHalf && !dw_direct) {
       out.weight = empty({Vp, C}, dt);
       const float* src = dw.data<float>();
       BFloat16* d = out.weight.data<BFloat16>();
