@@ -33,6 +33,7 @@
 #include "nn/optim/adam.h"
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/sgd.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "nn/normalization.h"
 #include "nn/optim/clip_grad.h"
 #include "parallel/tensor_parallel/checkpoint.h"
@@ -215,6 +216,7 @@ models::MemoryOptions memory_options(const std::string& precision, const std::st
   models::MemoryOptions m;
   if (precision != "fp32") m.activation_bytes = 2;  // the products' outputs; master weights stay f32
   m.cuda = device.rfind("cuda", 0) == 0;
+  m.logits_tiled = !m.cuda && precision == "bf16" && cpu::bf16_gemm_kernel() != cpu::Bf16Gemm::None;
   return m;
 }
 

@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
   const bool bf16 = mode.rfind("bf16", 0) == 0;
   const bench::StepTiming t = bench::time_training_steps(steps, bf16, opt, [&] { return model.forward(x, y).loss; });
   const double med = t.median_ms;
-  std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"last_loss\": %.4f}\n",
+  std::printf("{\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"threads\": %d, \"parameters\": %lld, \"last_loss\": %.4f, "
+              "\"peak_step_mib\": %.1f}\n",
               static_cast<double>(B * T) / (med / 1e3), med, get_num_threads(), static_cast<long long>(model.num_parameters()),
-              t.last_loss);
+              t.last_loss, static_cast<double>(t.peak_step_bytes) / (1 << 20));
   return 0;
 }

@@ -142,7 +142,8 @@ MemoryEstimate GPT2Config::estimate_memory(int64_t batch, int64_t seq_len, const
   e.parameters = n * o.param_bytes;
   e.gradients = n * o.grad_bytes;
   e.optimizer = n * o.optimizer_slots * o.optimizer_bytes;
-  const int64_t per_token = n_layer * (17 * C + n_head + 4) + 2 * C + 2 * V;
+  const int64_t logits = o.logits_tiled && loss_without_logits ? 0 : 2 * V;  // the logits and their gradient
+  const int64_t per_token = n_layer * (17 * C + n_head + 4) + 2 * C + logits;
   e.activations = tokens * per_token * o.activation_bytes;
   return e;
 }

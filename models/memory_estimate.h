@@ -18,6 +18,9 @@ struct MemoryOptions {
   // contiguous copy of the real columns; on the CPU the product takes only the real rows
   // (LayerFactory::tied_logits), so neither exists.
   bool cuda = false;
+  // The loss runs the output layer in tiles (linear_cross_entropy on the CPU in bf16, NOTE [Loss
+  // without logits]): neither the logits nor their gradient exist.
+  bool logits_tiled = false;
 };
 
 struct MemoryEstimate {

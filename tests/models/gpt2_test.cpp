@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "ops/cpu/bgemm_amx.h"
+
 using namespace trident;
 using namespace trident::models;
 using namespace trident::testing;
@@ -316,6 +318,68 @@ TEST(GPT2, MicroBatchLossesAddUpToTheBatchLoss) {
   expect_error([&] { batch.split(3); }, {"3 micro-batches", "batch of 4"});
 }
 
+// NOTE [Loss without logits]: the loss on the head's hidden states through linear_cross_entropy
+// equals the loss on the logits, for f64 training (composed), evaluation (tiled: f64 sums in
+// another order) and bf16 training under autocast (tiled on the bf16 GEMM kernels: f32 logits
+// never rounded to bf16, so within bf16's rounding of the composed loss), over a padded
+// vocabulary of two class tiles; with targets the layer list ends in hidden states.
+TEST(GPT2, LossWithoutLogitsEqualsTheLossOnLogits) {
+  GPT2Config c = small_gpt2_config();
+  c.vocab_size = 700;
+  c.padded_vocab_size = 704;
+  c.dtype = DType::F64;
+  GPT2Config with_logits = c;
+  with_logits.loss_without_logits = false;
+  Generator g1(40), g2(40);
+  GPT2LMHeadModel a(c, &g1), b(with_logits, &g2);
+  std::vector<int64_t> t = tokens(2, 12, 700, 42).to_vector<int64_t>();
+  t[5] = -100;
+  const Tensor x = tokens(2, 12, 700, 41), y = from_vector<int64_t>(t, {2, 12});
+  Batch batch;
+  batch.set("input_ids", x).set("targets", y);
+  EXPECT_EQ(a.layers().run(batch)[0].sizes(), (Shape{2, 12, 16}));
+  EXPECT_EQ(b.layers().run(batch)[0].sizes(), (Shape{2, 12, 700}));
+  {
+    const LMOutput oa = a.forward(x, y), ob = b.forward(x, y);
+    EXPECT_FALSE(oa.logits.defined());
+    EXPECT_TRUE(all_close(oa.loss, ob.loss, 1e-13, 0));
+    const TensorList ga = autograd::grad({oa.loss}, a.parameters()), gb = autograd::grad({ob.loss}, b.parameters());
+    for (size_t i = 0; i < ga.size(); ++i) EXPECT_LE(relative_error(ga[i], gb[i]), 1e-12) << "parameter " << i;
+  }
+  {
+    NoGradGuard no_grad;
+    EXPECT_TRUE(all_close(a.forward(x, y).loss, b.forward(x, y).loss, 1e-13, 0));
+  }
+  if (cpu::bf16_gemm_kernel() == cpu::Bf16Gemm::None) return;
+  // bf16: both against the f64 model on the same (f32-rounded) weights. The logits-free loss is
+  // at least as accurate as the composed one (its logits are not rounded): its gradients within
+  // the composed ones' error of f64 (plus bf16's 2^-8), its loss within 2^-8.
+  a.to(DType::F32);
+  b.to(DType::F32);
+  Generator g3(40);
+  GPT2LMHeadModel r(c, &g3);  // f64, holding a's f32-rounded weights: the reference
+  {
+    NoGradGuard no_grad;
+    const TensorList pa = a.parameters(), pr = r.parameters();
+    for (size_t i = 0; i < pa.size(); ++i) copy_(pr[i], pa[i]);
+  }
+  const LMOutput ref = r.forward(x, y);
+  const TensorList g64 = autograd::grad({ref.loss}, r.parameters());
+  Tensor la, lb;
+  {
+    autocast::Guard bf16(DType::BF16);
+    la = a.forward(x, y).loss;
+    lb = b.forward(x, y).loss;
+  }
+  EXPECT_EQ(la.dtype(), DType::F32);
+  EXPECT_NEAR(la.item<double>(), ref.loss.item<double>(), ref.loss.item<double>() / 256);
+  const TensorList ga = autograd::grad({la}, a.parameters()), gb = autograd::grad({lb}, b.parameters());
+  for (size_t i = 0; i < ga.size(); ++i) {
+    const double ea = relative_error(ga[i], g64[i]), eb = relative_error(gb[i], g64[i]);
+    EXPECT_LE(ea, eb + 1.0 / 256) << "parameter " << i << ": " << ea << " against the composed " << eb;
+  }
+}
+
 TEST(GPT2, PaddedVocabularyGivesTheUnpaddedModel) {
   // The same weights with and without padding: same logits and loss.
   GPT2Config padded = small_gpt2_config(), plain = small_gpt2_config();
@@ -391,4 +455,8 @@ TEST(GPT2, MemoryEstimateMatchesTheMeasuredPeak) {
   MemoryOptions on_gpu;
   on_gpu.cuda = true;
   EXPECT_EQ(c.estimate_memory(B, T, on_gpu).activations - e.activations, B * T * 2 * 512 * 4);
+  // Tiled (bf16 on the CPU, NOTE [Loss without logits]): no logits and no logits' gradient.
+  MemoryOptions tiled;
+  tiled.logits_tiled = true;
+  EXPECT_EQ(e.activations - c.estimate_memory(B, T, tiled).activations, B * T * 2 * 500 * 4);
 }
