@@ -147,6 +147,16 @@ void BM_softmax(benchmark::State& state) {
   Tensor x = param({4096, 1024}, 1, 3.0);
   run(state, {&x}, Bwd, [&] { return softmax(x, -1); });
 }
+// GPT-2 tiny's output layer and loss in bf16 (1024 tokens, width 256, vocabulary 50304): one op
+// whose logits exist one tile at a time (NOTE [Linear cross-entropy]); the twin is PyTorch's
+// composition, F.cross_entropy(F.linear(x, w), t).
+template <bool Bwd>
+void BM_linear_cross_entropy_bf16(benchmark::State& state) {
+  Tensor x = param({1024, 256}, 1).to(kBF16), w = param({50304, 256}, 2, 0.02).to(kBF16);
+  Generator g(4);
+  const Tensor target = randint(0, 50304, {1024}, DType::I64, &g);
+  run(state, {&x, &w}, Bwd, [&] { return linear_cross_entropy(x, w, Tensor(), target); });
+}
 template <bool Bwd>
 void BM_cross_entropy(benchmark::State& state) {  // GPT-2's padded vocabulary
   Tensor logits = param({256, 50304}, 1, 2.0);
@@ -205,6 +215,8 @@ BENCHMARK_TEMPLATE(BM_layer_norm, false)->Name("layer_norm/fwd/4096x768")->UseRe
 BENCHMARK_TEMPLATE(BM_layer_norm, true)->Name("layer_norm/fwdbwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, false)->Name("softmax/fwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, true)->Name("softmax/fwdbwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_linear_cross_entropy_bf16, false)->Name("linear_cross_entropy_bf16/fwd/1024x256->50304")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_linear_cross_entropy_bf16, true)->Name("linear_cross_entropy_bf16/fwdbwd/1024x256->50304")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_cross_entropy, false)->Name("cross_entropy/fwd/256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_cross_entropy, true)->Name("cross_entropy/fwdbwd/256x50304")->UseRealTime()->Unit(benchmark::kMillisecond);
 

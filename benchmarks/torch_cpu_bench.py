@@ -143,6 +143,10 @@ def cases():
         logits = param((256, 50304), 1, 2.0)
         target = torch.randint(0, 50257, (256,), generator=torch.Generator().manual_seed(4))
         yield f"cross_entropy/{tag}/256x50304", case([logits], bwd, lambda l=logits, t=target: F.cross_entropy(l, t))
+        hx, hw = param((1024, 256), 1).bfloat16().detach(), param((50304, 256), 2, 0.02).bfloat16().detach()
+        ht = torch.randint(0, 50304, (1024,), generator=torch.Generator().manual_seed(4))
+        yield f"linear_cross_entropy_bf16/{tag}/1024x256->50304", case(
+            [hx, hw], bwd, lambda x=hx, w=hw, t=ht: F.cross_entropy(F.linear(x, w), t))
 
 
 def main():
