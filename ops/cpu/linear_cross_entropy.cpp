@@ -139,6 +139,21 @@ inline void backward_row_range(const TileRows<A>& p, int64_t b, int64_t e) {
 TRIDENT_CPU_KERNEL(lce_forward_rows_f32, (const TileRows<float>& p, int64_t b, int64_t e), { forward_row_range(p, b, e); })
 TRIDENT_CPU_KERNEL(lce_backward_rows_f32, (const TileRows<float>& p, int64_t b, int64_t e), { backward_row_range(p, b, e); })
 
+// The logits of `nr` rows x (without the bias) against classes [v0, v0 + nc) into `tile`, and the
+// tile's row-pass parameters that forward and backward share.
+template <typename T, typename A = Acc<T>>
+TileRows<A> tile_logits(Bf16Gemm kernel, const T* x, int64_t nr, int64_t C, const T* w, int64_t v0, int64_t nc,
+                        const std::vector<A>& bias, const int64_t* t, A* tile) {
+  product<T>(kernel, false, true, nr, nc, C, x, C, w + v0 * C, C, tile, nc, false);
+  TileRows<A> p;
+  p.l = tile;
+  p.cols = nc;
+  p.v0 = v0;
+  p.bias = bias.empty() ? nullptr : bias.data() + v0;
+  p.t = t;
+  return p;
+}
+
 template <typename A>
 void forward_rows(const TileRows<A>& p, int64_t rows) {
   if constexpr (std::is_same_v<A, float>) TRIDENT_CPU_PICK(lce_forward_rows_f32)(p, 0, rows);
@@ -245,13 +260,7 @@ LinearCrossEntropyForward forward_impl(Bf16Gemm kernel, const Tensor& hidden, co
       std::vector<A> tile(static_cast<size_t>(nr * std::min(V, kClassBlock)));
       for (int64_t c = lane; c < tiles; c += kLanes) {
         const int64_t v0 = c * kClassBlock, nc = std::min(kClassBlock, V - v0);
-        product<T>(kernel, false, true, nr, nc, C, k.x + r0 * C, C, w + v0 * C, C, tile.data(), nc, false);
-        TileRows<A> p;
-        p.l = tile.data();
-        p.cols = nc;
-        p.v0 = v0;
-        p.bias = bv.empty() ? nullptr : bv.data() + v0;
-        p.t = k.t + r0;
+        TileRows<A> p = tile_logits<T>(kernel, k.x + r0 * C, nr, C, w, v0, nc, bv, k.t + r0, tile.data());
         p.m = m.data() + lane * rb;
         p.s = s.data() + lane * rb;
         p.xt = xt.data();  // one tile holds a row's target: one lane writes it
@@ -332,13 +341,7 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
       A* dxl = need_hidden ? dx_lanes.data() + lane * rb * C : nullptr;
       for (int64_t c = lane; c < tiles; c += kLanes) {
         const int64_t v0 = c * kClassBlock, nc = std::min(kClassBlock, V - v0);
-        product<T>(kernel, false, true, nr, nc, C, xr, C, w + v0 * C, C, tile.data(), nc, false);
-        TileRows<A> p;
-        p.l = tile.data();
-        p.cols = nc;
-        p.v0 = v0;
-        p.bias = bv.empty() ? nullptr : bv.data() + v0;
-        p.t = k.t + r0;
+        TileRows<A> p = tile_logits<T>(kernel, xr, nr, C, w, v0, nc, bv, k.t + r0, tile.data());
         p.saved_m = m.data() + r0;
         p.saved_logs = logs.data() + r0;
         p.g = g.data() + r0;
