@@ -261,21 +261,37 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
           // The group's sums: in `local` with one outer block, else in `partial`.
           float* sums = outer > 1 ? partial.get() + r0 * nc_step + cb0 * kBlock : local;
           const int64_t ld = outer > 1 ? nc_step : count * kBlock;
+          // An f32 C without bias, one outer block, a whole 32 x 32 block: the tiles sum into C
+          // itself (starting from C's values when accumulating), no copy through `local`.
+          const auto c_direct = [&](int64_t c0) {
+            if constexpr (std::is_same_v<Out, float>) return outer == 1 && bias == nullptr && r0 + kBlock <= m && c0 + kBlock <= nc;
+            return false;
+          };
           for (int64_t s0 = 0; s0 < kcp; s0 += kKc) {
             const int64_t s1 = std::min(kcp, s0 + kKc);
             for (int64_t cb = 0; cb < count; ++cb) {
               const int64_t c0 = (cb0 + cb) * kBlock;
+              const bool to_c = c_direct(c0);
+              float* acc = sums + cb * kBlock;
+              int64_t acc_ld = ld;
+              if constexpr (std::is_same_v<Out, float>) {
+                if (to_c) {
+                  acc = c + r0 * ldc + j0 + c0;
+                  acc_ld = ldc;
+                }
+              }
+              const bool load = s0 > 0 || !first || (to_c && accumulate);
               if constexpr (Amx) {
-                block_product(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, sums + cb * kBlock, ld, s0 > 0 || !first);
+                block_product(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, acc, acc_ld, load);
               } else {
-                block_product_dp(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, sums + cb * kBlock, ld,
-                                 s0 > 0 || !first);
+                block_product_dp(ap, a_ld, pb + c0 * kcp, pb + (c0 + 16) * kcp, s0, s1, acc, acc_ld, load);
               }
             }
           }
           if (!last) continue;
           for (int64_t cb = 0; cb < count; ++cb) {
             const int64_t c0 = (cb0 + cb) * kBlock;
+            if (c_direct(c0)) continue;
             const int64_t rows = std::min(kBlock, m - r0), cols = std::min(kBlock, nc - c0);
             write_block(sums + cb * kBlock, ld, rows, cols, bias != nullptr ? bias + j0 + c0 : nullptr, c + r0 * ldc + j0 + c0,
                         ldc, accumulate);
