@@ -22,11 +22,11 @@
 // AVX512-BF16, never the conversion) and row passes on one thread. Every sum runs in the same order
 // whatever the thread count.
 // Measured (GPT-2 tiny's head, [1024, 256] x [50304, 256], 2 threads of the AMX Xeon, against
-// linear + cross_entropy, docs/performance.md): bf16 forward 29.3-29.6 against 37.2-37.5 ms,
-// forward + backward 98.9-100.7 against 94.6-100.3 (the recomputed product costs what the logits'
-// memory traffic saved); f32 forward 83-84 against 87-92, forward + backward 332-345 against
-// 285-286 (the f32 GEMM is compute-bound: the fourth product costs more than any traffic). Hence
-// LinearCrossEntropyImpl::Auto in ops/loss.h.
+// linear + cross_entropy, docs/performance.md): bf16 forward 24.3-26.6 against 32.7-34.6 ms,
+// forward + backward 82.8-87.2 against 85.1-90.0 (the recomputed product costs about what the
+// logits' memory traffic saved); f32 forward 83-84 against 87-92, forward + backward 332-345
+// against 285-286 (the f32 GEMM is compute-bound: the fourth product costs more than any
+// traffic). Hence LinearCrossEntropyImpl::Auto in ops/loss.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
