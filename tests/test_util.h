@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/isa.h"
 #include "trident.h"
 
@@ -92,6 +93,17 @@ inline void with_and_without_avx512(const std::function<void(bool)>& f) {
   }
   cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
 }
+
+// The bf16 GEMM kernels this CPU and build can run (NOTE [AMX bf16 GEMM], NOTE [AVX512-BF16
+// GEMM]), and why a test that needs one skips when there is none.
+inline std::vector<cpu::Bf16Gemm> bf16_kernels() {
+  std::vector<cpu::Bf16Gemm> k;
+  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
+  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
+  return k;
+}
+inline constexpr const char* kNoBf16Kernel =
+    "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
 
 // |a - b| <= atol + rtol * |b| element-wise; the message names the first failing element.
 inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-6, double atol = 1e-8) {

@@ -17,7 +17,6 @@ using namespace trident::testing;
 
 namespace {
 
-constexpr const char* kNoKernel = "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
 // lse is f32 (as on CUDA) from f32 sums of at most 128 exact products and an f32 logarithm.
 constexpr double kLseTolerance = 1e-6;
 // dQ, dK and dmask by relative error: dS = P (dP - Delta) carries the rounding of O (through
@@ -25,13 +24,6 @@ constexpr double kLseTolerance = 1e-6;
 // cancellation in dP - Delta (measured on these cases: 2.2e-3 to 3.8e-3; the CUDA suite allows
 // bf16 3e-2).
 constexpr double kGradTolerance = 1.0 / 128;
-
-std::vector<cpu::Bf16Gemm> bf16_kernels() {
-  std::vector<cpu::Bf16Gemm> k;
-  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
-  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
-  return k;
-}
 
 // The results that are one rounding of an f32 sum of terms which were themselves rounded to bf16
 // once (O = sum_j P_j V_j, dV = sum_r P_rj dO_r, P rounded): each element within 2^-8 (twice
@@ -131,7 +123,7 @@ std::vector<std::vector<float>> kernel_results(const AttentionCase& c, uint64_t 
 }  // namespace
 
 TEST(AttentionBf16, MatchesTheF64KernelsOnTheSameValues) {
-  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   const int threads_before = get_num_threads();
   on_every_kernel([&](cpu::Bf16Gemm) {
     for (int threads : {1, 3}) {
@@ -147,7 +139,7 @@ TEST(AttentionBf16, MatchesTheF64KernelsOnTheSameValues) {
 }
 
 TEST(AttentionBf16, DoesNotDependOnTheThreads) {
-  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   const int threads_before = get_num_threads();
   on_every_kernel([&](cpu::Bf16Gemm) {
     uint64_t seed = 9200;
@@ -169,7 +161,7 @@ TEST(AttentionBf16, ScaledDotProductAttentionTakesTheKernelsForBf16) {
   // bf16 leaves through the op and autograd: the kernels' own results, bit for bit (so no f32
   // copies in between), a bf16 additive mask's gradient included; and under autocast, f32 inputs
   // come out as the kernels' bf16 output.
-  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   on_every_kernel([&](cpu::Bf16Gemm) {
     Generator g(9300);
     const Tensor q = randn({2, 3, 70, 64}, kF32, &g).to(kBF16), k = randn({2, 3, 90, 64}, kF32, &g).to(kBF16),
@@ -211,7 +203,7 @@ TEST(AttentionBf16, ScaledDotProductAttentionTakesTheKernelsForBf16) {
 TEST(AttentionBf16, TheKernelsNameWhatTheyCannotTake) {
   // An additive mask of another dtype (the op checks it first; the kernels do not misread it),
   // and no bf16 GEMM kernel chosen.
-  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   const Tensor q = zeros({2, 4, 8}, kBF16);
   Tensor lse;
   expect_error([&] { cpu::attention_forward(q, q, q, zeros({2, 4, 4}, kF32), cpu::AttentionParams{}, lse); },

@@ -16,15 +16,6 @@ using namespace trident::testing;
 
 namespace {
 
-constexpr const char* kNoKernel = "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
-
-// The bf16 GEMM kernels this CPU runs.
-std::vector<cpu::Bf16Gemm> kernels() {
-  std::vector<cpu::Bf16Gemm> k;
-  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
-  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
-  return k;
-}
 const char* name(cpu::Bf16Gemm k) { return k == cpu::Bf16Gemm::Amx ? "AMX" : k == cpu::Bf16Gemm::Avx512Bf16 ? "AVX512-BF16" : "none"; }
 
 std::vector<uint16_t> random_bf16(int64_t count, Generator* g) {
@@ -94,8 +85,8 @@ void expect_matches_f64(cpu::Bf16Gemm kernel, const std::vector<Case>& cases, ui
 }  // namespace
 
 TEST(Bf16Gemm, MatchesF64OnEveryLayoutAndEdge) {
-  if (kernels().empty()) GTEST_SKIP() << kNoKernel;
-  for (const cpu::Bf16Gemm kernel : kernels()) {
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
+  for (const cpu::Bf16Gemm kernel : bf16_kernels()) {
     SCOPED_TRACE(name(kernel));
     // Tails in every dimension (16-row halves, 32-wide blocks, 32-long k steps, pairs of k), one
     // and several column blocks (k = 300, padded to 320: 1,632 columns per block of packed B, so
@@ -111,10 +102,10 @@ TEST(Bf16Gemm, MatchesF64OnEveryLayoutAndEdge) {
 }
 
 TEST(Bf16Gemm, DoesNotDependOnTheThreads) {
-  if (kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   const int threads = get_num_threads();
   Generator g(82);
-  for (const cpu::Bf16Gemm kernel : kernels()) {
+  for (const cpu::Bf16Gemm kernel : bf16_kernels()) {
     for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 200, 500}, {40, 700, 129}, {33, 33, 5000}}) {
       SCOPED_TRACE(::testing::Message() << name(kernel) << " " << m << "x" << n << "x" << k);
       const std::vector<uint16_t> a = random_bf16(m * k, &g), b = random_bf16(n * k, &g);
@@ -136,7 +127,7 @@ TEST(Bf16Gemm, DoesNotDependOnTheThreads) {
 // rounding to bf16 (half a unit in the last place, at most 2^-8 of the value) plus the f32 sums'
 // bound, and on AMX exactly what the GEMM gives.
 TEST(Bf16Gemm, MatmulAndLinearAgreeWithTheF32Path) {
-  if (kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   Generator g(83);
   const auto bf = [&](Shape s) { return randn(std::move(s), kF32, &g).to(kBF16); };
   cpu::Bf16Gemm kernel = cpu::Bf16Gemm::None;
@@ -156,7 +147,7 @@ TEST(Bf16Gemm, MatmulAndLinearAgreeWithTheF32Path) {
         ++bad, ADD_FAILURE() << name(kernel) << " " << what << " element " << i << ": " << v[i] << ", f32 path " << r[i];
     }
   };
-  for (const cpu::Bf16Gemm k : kernels()) {
+  for (const cpu::Bf16Gemm k : bf16_kernels()) {
   kernel = k;
   const Tensor a = bf({70, 96}), b = bf({96, 50}), a3 = bf({3, 40, 96}), b3 = bf({3, 96, 20});
   const auto absm = [](const Tensor& x, const Tensor& y) { return matmul(abs(x.to(kF32)), abs(y.to(kF32))); };
@@ -177,7 +168,7 @@ TEST(Bf16Gemm, MatmulAndLinearAgreeWithTheF32Path) {
 // roundings of y, of its gradient 2y and of the product's result: within 2^-7 of the sums of
 // the absolute terms.
 TEST(Bf16Gemm, AutocastLinearTrainsThroughIt) {
-  if (cpu::bf16_gemm_kernel() == cpu::Bf16Gemm::None) GTEST_SKIP() << kNoKernel;
+  if (cpu::bf16_gemm_kernel() == cpu::Bf16Gemm::None) GTEST_SKIP() << kNoBf16Kernel;
   Generator g(84);
   const Tensor x = randn({64, 128}, kF32, &g);
   const Tensor w = mul(randn({96, 128}, kF32, &g), 0.1).set_requires_grad(), b = randn({96}, kF32, &g).set_requires_grad();

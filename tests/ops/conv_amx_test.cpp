@@ -28,13 +28,6 @@ namespace {
   return ::testing::AssertionSuccess();
 }
 
-std::vector<cpu::Bf16Gemm> bf16_kernels() {
-  std::vector<cpu::Bf16Gemm> k;
-  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
-  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
-  return k;
-}
-
 // bf16 forward and the three gradients on the chosen kernel against the f64 definition on the
 // same bf16 values: each within the bound of f32 sums of exact products, rounded once.
 void check_bf16_against_reference(const ConvCase& c, uint64_t seed) {
@@ -86,7 +79,7 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernels) {
   // NOTE [bf16 convolutions]: bf16 convolutions (autocast's on the CPU) on the AMX or
   // AVX512-BF16 GEMM kernels, every pass, on 1 and 3 threads, and with every image its own chunk.
   const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
-  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  if (kernels.empty()) GTEST_SKIP() << kNoBf16Kernel;
   for (const cpu::Bf16Gemm k : kernels) {
     SCOPED_TRACE(k == cpu::Bf16Gemm::Amx ? "AMX" : "AVX512-BF16");
     const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
@@ -100,7 +93,7 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernels) {
 
 TEST(Conv2d, Bf16OnTheBf16GemmKernelsDoesNotDependOnTheThreads) {
   const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
-  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  if (kernels.empty()) GTEST_SKIP() << kNoBf16Kernel;
   const int threads_before = get_num_threads();
   for (const cpu::Bf16Gemm k : kernels) {
     const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
@@ -129,7 +122,7 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernelsKeepsNaNWhereItReaches) {
   // One NaN input pixel: exactly the outputs whose window covers it are NaN, in every channel,
   // and the rounding to bf16 keeps them NaN; likewise one NaN in gy for the input gradient.
   const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
-  if (kernels.empty()) GTEST_SKIP() << "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
+  if (kernels.empty()) GTEST_SKIP() << kNoBf16Kernel;
   for (const cpu::Bf16Gemm k : kernels) {
     const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
     Generator gen(8400);

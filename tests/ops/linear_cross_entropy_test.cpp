@@ -106,14 +106,6 @@ void expect_close(const Results& got, const Results& ref, double loss_tol, doubl
   }
 }
 
-std::vector<cpu::Bf16Gemm> bf16_kernels() {
-  std::vector<cpu::Bf16Gemm> k;
-  if (cpu::amx_bf16_available()) k.push_back(cpu::Bf16Gemm::Amx);
-  if (cpu::avx512_bf16_available()) k.push_back(cpu::Bf16Gemm::Avx512Bf16);
-  return k;
-}
-constexpr const char* kNoKernel = "this CPU, kernel or build has neither AMX-BF16 nor AVX512-BF16 (NOTE [AMX bf16 GEMM])";
-
 // bf16 against f64 on the same bf16 values: the logits are f32 sums of exact products (never
 // rounded), so the loss carries only its own final rounding to bf16 (2^-9); each gradient
 // element is an f32 sum of terms of the logits' gradient, itself rounded to bf16 once, and is
@@ -179,7 +171,7 @@ TEST(LinearCrossEntropy, PassesGradcheck) {
 }
 
 TEST(LinearCrossEntropy, Bf16OnTheBf16GemmKernels) {
-  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   for (const cpu::Bf16Gemm kernel : bf16_kernels()) {
     SCOPED_TRACE(kernel == cpu::Bf16Gemm::Amx ? "AMX" : "AVX512-BF16");
     const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(kernel);
@@ -224,7 +216,7 @@ TEST(LinearCrossEntropy, DoesNotDependOnTheThreads) {
 }
 
 TEST(LinearCrossEntropy, AutocastLowersTheProductAndReturnsAnF32Loss) {
-  if (bf16_kernels().empty()) GTEST_SKIP() << kNoKernel;
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
   const LceCase& c = kCases[1];
   const Inputs in = draw(c, 800);
   const Tensor h = in.hidden.to(kF32).detach().set_requires_grad(true), w = in.weight.to(kF32).detach().set_requires_grad(true);
