@@ -95,9 +95,17 @@ void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor
   }
 }
 
+// Whether w [out, in] is the transpose of a contiguous [in, out] matrix (Hugging Face's Conv1D
+// layout, as GPT-2 passes it): its gradient is then computed in that layout (NOTE [Casts keep
+// the layout]).
+bool transposed_layout(const Tensor& w) {
+  return w.dim() == 2 && w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
+}
+
 // The gradients of x W^T + b from the gradient g of its output: [dx, dW, db], each only where
-// its saved operand says it is wanted.
-TensorList linear_backward(const Tensor& g, const SavedTensor& sx, const SavedTensor& sw, bool has_b, const Shape& xs) {
+// its saved operand says it is wanted; dW laid out as W when `w_transposed` (transposed_layout).
+TensorList linear_backward(const Tensor& g, const SavedTensor& sx, const SavedTensor& sw, bool has_b, const Shape& xs,
+                           bool w_transposed) {
   const int64_t out_f = g.size(-1);
   int64_t rows = 1;  // counted, not inferred: reshape cannot infer -1 beside a 0 (no features)
   for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
@@ -106,7 +114,8 @@ TensorList linear_backward(const Tensor& g, const SavedTensor& sx, const SavedTe
   if (sw.defined()) r[0] = reshape(matmul(g2, sw.unpack()), xs);
   if (sx.defined()) {
     const Tensor x = sx.unpack();
-    r[1] = matmul(transpose(g2, 0, 1), reshape(x, {rows, x.size(-1)}));
+    const Tensor x2 = reshape(x, {rows, x.size(-1)});
+    r[1] = w_transposed ? transpose(matmul(transpose(x2, 0, 1), g2), 0, 1) : matmul(transpose(g2, 0, 1), x2);
   }
   if (has_b) r[2] = sum(g2, {0});
   return r;
@@ -125,7 +134,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     const bool gx = x.requires_grad(), gw = w.requires_grad();
     autograd::record("LinearBackward", {x, w, b}, out,
                      [sx = gw ? SavedTensor(x) : SavedTensor(), sw = gx ? SavedTensor(w) : SavedTensor(), has_b = b.defined(),
-                      xs = x.sizes()](const TensorList& g) { return linear_backward(g[0], sx, sw, has_b, xs); },
+                      xs = x.sizes(), wt = transposed_layout(w)](const TensorList& g) {
+                       return linear_backward(g[0], sx, sw, has_b, xs, wt);
+                     },
                      kDifferentiable);
   }
   return out;
@@ -157,15 +168,15 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, GeluApprox
     // pre-activation from them (NOTE [Higher-order gradients]).
     autograd::record("LinearGeluBackward", {x, w, b}, out,
                      [sx = SavedTensor(x), sw = SavedTensor(w), sb = SavedTensor(b), gx, gw, xs = x.sizes(), op, approximate,
-                      pre](const TensorList& g) {
+                      pre, wt = transposed_layout(w)](const TensorList& g) {
                        const SavedTensor none;
                        if (recording_backward()) {
                          const Tensor p = linear(sx.unpack(), sw.unpack(), sb.unpack());
                          return linear_backward(mul(g[0], gelu_derivative(p, approximate)), gw ? sx : none, gx ? sw : none,
-                                                sb.defined(), xs);
+                                                sb.defined(), xs, wt);
                        }
                        return linear_backward(TRIDENT_KERNEL(unary_backward)(op, g[0], pre), gw ? sx : none, gx ? sw : none,
-                                              sb.defined(), xs);
+                                              sb.defined(), xs, wt);
                      }, kDifferentiable);
   }
   return out;

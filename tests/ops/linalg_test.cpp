@@ -168,6 +168,66 @@ TEST(LinearGradcheck, InputWeightAndBias) {
   EXPECT_TRUE(grad_ok(gradcheck([](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {xt, wt, b})));
 }
 
+// A weight passed transposed (Hugging Face's [in, out] Conv1D layout, as GPT-2 passes it) gets
+// its gradient computed in that layout (NOTE [Casts keep the layout]): the gradient reaching the
+// [in, out] leaf is contiguous as it arrives (no transposing copy before it is accumulated), with
+// the values of the contiguous weight's gradient, in f32, f64 and bf16 (autocast casts the
+// transposed weight keeping its layout).
+TEST(Linear, TransposedWeightsGetTheirGradientInTheirLayout) {
+  Generator g(41);
+  // Whether every gradient the leaf received arrived contiguous.
+  const auto arrives_contiguous = [](Tensor& leaf) {
+    auto all = std::make_shared<bool>(true);
+    leaf.register_hook([all](const Tensor& grad) {
+      *all = *all && grad.is_contiguous();
+      return Tensor();
+    });
+    return all;
+  };
+  for (DType dt : {kF32, kF64}) {
+    const Tensor x = randn({2, 5, 8}, dt, &g), dy = randn({2, 5, 6}, dt, &g);
+    const Tensor w_in_out = randn({8, 6}, dt, &g);
+    Tensor a = w_in_out.clone().set_requires_grad();
+    Tensor b = transpose(w_in_out, 0, 1).contiguous().set_requires_grad();  // the same weight, [out, in]
+    const auto a_contiguous = arrives_contiguous(a);
+    sum(mul(linear(x, transpose(a, 0, 1)), dy)).backward();
+    EXPECT_TRUE(*a_contiguous);
+    sum(mul(linear(x, b), dy)).backward();
+    ASSERT_TRUE(a.grad().defined());
+    EXPECT_TRUE(a.grad().is_contiguous());
+    EXPECT_EQ(a.grad().sizes(), (Shape{8, 6}));
+    EXPECT_TRUE(all_close(a.grad(), transpose(b.grad(), 0, 1), dt == kF64 ? 1e-12 : 1e-5, 1e-6));
+    for (GeluApproximation ap : {GeluApproximation::None, GeluApproximation::Tanh}) {
+      Tensor c = w_in_out.clone().set_requires_grad();
+      const auto c_contiguous = arrives_contiguous(c);
+      sum(mul(linear_gelu(x, transpose(c, 0, 1), Tensor(), ap), dy)).backward();
+      EXPECT_TRUE(*c_contiguous);
+      Tensor d = transpose(w_in_out, 0, 1).contiguous().set_requires_grad();
+      sum(mul(gelu(linear(x, d), ap), dy)).backward();
+      EXPECT_TRUE(c.grad().is_contiguous());
+      EXPECT_TRUE(all_close(c.grad(), transpose(d.grad(), 0, 1), dt == kF64 ? 1e-12 : 1e-5, 1e-6));
+    }
+  }
+  // Under autocast bf16: an f32 [in, out] leaf, its cast kept transposed, the gradient cast back.
+  const Tensor x = randn({16, 32}, kF32, &g), dy = randn({16, 24}, kF32, &g);
+  const Tensor w_in_out = randn({32, 24}, kF32, &g);
+  Tensor a = w_in_out.clone().set_requires_grad();
+  Tensor b = transpose(w_in_out, 0, 1).contiguous().set_requires_grad();
+  const auto a_contiguous = arrives_contiguous(a);
+  {
+    autocast::Guard guard(kBF16);
+    Tensor ya = linear(x, transpose(a, 0, 1)), yb = linear(x, b);
+    EXPECT_EQ(ya.to_vector<float>(), yb.to_vector<float>());
+    sum(mul(ya.to(kF32), dy)).backward();
+    sum(mul(yb.to(kF32), dy)).backward();
+  }
+  EXPECT_TRUE(*a_contiguous);
+  EXPECT_EQ(a.grad().dtype(), kF32);
+  // The same exact products summed in f32 (perhaps in another order), each rounded to bf16 once:
+  // at most one bf16 rounding (2^-7 relative) apart.
+  EXPECT_TRUE(all_close(a.grad(), transpose(b.grad(), 0, 1), 1.0 / 128, 1e-5));
+}
+
 // linear_gelu is gelu(linear(...)) as one op: on the CPU the same kernels, so the same bits.
 TEST(LinearGelu, EqualsGeluOfLinear) {
   Generator g(40);
