@@ -215,16 +215,27 @@ struct PackBuffers {
 };
 thread_local PackBuffers t_pack;
 
-template <bool Amx, typename Out>
-void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-               int64_t ldb, const float* bias, Out* c, int64_t ldc, bool accumulate) {
-  TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product (", m, " x ", k, " x ", n, ")");
-  // Outer blocks of k (NOTE [AMX bf16 GEMM]): a column block of packed B covers one, so a long k
-  // would otherwise shrink the column blocks and make A stream from memory once per 32 columns.
+// The blocks of k and of B's columns one call packs B by (NOTE [AMX bf16 GEMM]): outer blocks of
+// k of kc_step (a column block of packed B covers one, so a long k would otherwise shrink the
+// column blocks and make A stream from memory once per 32 columns), column blocks of nc_step.
+struct BBlocks {
+  int64_t outer, kc_step, nc_step;
+};
+BBlocks b_blocks(int64_t n, int64_t k) {
   const int64_t outer = (k + kOuterKc - 1) / kOuterKc;
   const int64_t kc_step = round_up((k + outer - 1) / outer, 32);
-  const int64_t nc_step = std::clamp<int64_t>(kPackedBBytes / (kc_step * 2) / kBlock * kBlock, kBlock, round_up(n, kBlock));
-  uint16_t* const packed_b = t_pack.get(0, nc_step * kc_step);
+  return {outer, kc_step, std::clamp<int64_t>(kPackedBBytes / (kc_step * 2) / kBlock * kBlock, kBlock, round_up(n, kBlock))};
+}
+
+// `prepacked`: B already packed (PackedBf16B), one block of k and of columns.
+template <bool Amx, typename Out>
+void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, const float* bias, Out* c, int64_t ldc, bool accumulate, const uint16_t* prepacked = nullptr) {
+  TRIDENT_CHECK(m > 0 && n > 0 && k > 0, "gemm_bf16: empty product (", m, " x ", k, " x ", n, ")");
+  const auto [outer, kc_step, nc_step] = b_blocks(n, k);
+  TRIDENT_ASSERT(prepacked == nullptr || (outer == 1 && nc_step >= n), "gemm_bf16: a packed B of ", k, " x ", n,
+                 " is not one block");
+  uint16_t* const packed_b = prepacked != nullptr ? nullptr : t_pack.get(0, nc_step * kc_step);
   // With several outer blocks, the sums of a column block wait between them in f32 [m][ncp].
   std::unique_ptr<float[], AlignedFree> partial;
   if (outer > 1) partial = aligned_buffer<float>(round_up(m, kBlock) * nc_step);
@@ -235,10 +246,14 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     for (int64_t ob = 0; ob < outer; ++ob) {
       const int64_t k0 = ob * kc_step, kc = std::min(kc_step, k - k0), kcp = round_up(kc, 32);
       const bool first = ob == 0, last = ob + 1 == outer;
-      uint16_t* pb = packed_b;
-      parallel_for(0, ncp / 16, 4, [&](int64_t p0, int64_t p1) {
-        for (int64_t p = p0; p < p1; ++p) pack_b_panel(trans_b, b, ldb, n, j0 + p * 16, k0, kc, kcp, pb + p * 16 * kcp);
-      });
+      const uint16_t* pb = prepacked;
+      if (pb == nullptr) {
+        uint16_t* dst = packed_b;
+        parallel_for(0, ncp / 16, 4, [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p) pack_b_panel(trans_b, b, ldb, n, j0 + p * 16, k0, kc, kcp, dst + p * 16 * kcp);
+        });
+        pb = dst;
+      }
       // Items (row block, group of column blocks), row by row: A's rows are packed once per row
       // block a thread meets.
       parallel_for(0, row_blocks * groups, 1, [&](int64_t i0, int64_t i1) {
@@ -367,6 +382,52 @@ void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n
   gemm_dispatch(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate);
 }
 
+bool bf16_b_packs_whole(int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0) return false;
+  const BBlocks bl = b_blocks(n, k);
+  return bl.outer == 1 && bl.nc_step >= n;
+}
+
+void PackedBf16B::Free::operator()(uint16_t* p) const { std::free(p); }
+
+void PackedBf16B::pack(bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb) {
+  TRIDENT_CHECK(bf16_b_packs_whole(n, k), "PackedBf16B: B of ", k, " x ", n, " does not pack as one block");
+  TRIDENT_CHECK(avx512_bf16_available() || amx_bf16_available(), "PackedBf16B: no bf16 GEMM kernel on this CPU");
+  const int64_t kcp = round_up(k, 32), ncp = round_up(n, kBlock);
+  if (capacity_ < ncp * kcp) {
+    data_.reset();
+    data_.reset(aligned_buffer<uint16_t>(ncp * kcp).release());
+    capacity_ = ncp * kcp;
+  }
+  for (int64_t p = 0; p < ncp / 16; ++p) pack_b_panel(trans_b, b, ldb, n, p * 16, 0, k, kcp, data_.get() + p * 16 * kcp);
+  n_ = n;
+  k_ = k;
+}
+
+namespace {
+template <typename Out>
+void gemm_packed_dispatch(Bf16Gemm kernel, bool trans_a, int64_t m, const uint16_t* a, int64_t lda, const PackedBf16B& b, Out* c,
+                          int64_t ldc, bool accumulate) {
+  TRIDENT_CHECK(b.data() != nullptr, "gemm_bf16_packed: B was not packed");
+  if (kernel == Bf16Gemm::Amx) {
+    TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16: this CPU or kernel does not allow AMX-BF16");
+    return gemm_impl<true>(trans_a, false, m, b.n(), b.k(), a, lda, nullptr, 0, nullptr, c, ldc, accumulate, b.data());
+  }
+  TRIDENT_CHECK(kernel == Bf16Gemm::Avx512Bf16 && avx512_bf16_available(), "gemm_bf16: no ",
+                kernel == Bf16Gemm::None ? "kernel chosen" : "AVX512-BF16 on this CPU");
+  gemm_impl<false>(trans_a, false, m, b.n(), b.k(), a, lda, nullptr, 0, nullptr, c, ldc, accumulate, b.data());
+}
+}  // namespace
+
+void gemm_bf16_packed(Bf16Gemm kernel, bool trans_a, int64_t m, const uint16_t* a, int64_t lda, const PackedBf16B& b,
+                      uint16_t* c, int64_t ldc) {
+  gemm_packed_dispatch(kernel, trans_a, m, a, lda, b, c, ldc, false);
+}
+void gemm_bf16_packed(Bf16Gemm kernel, bool trans_a, int64_t m, const uint16_t* a, int64_t lda, const PackedBf16B& b, float* c,
+                      int64_t ldc, bool accumulate) {
+  gemm_packed_dispatch(kernel, trans_a, m, a, lda, b, c, ldc, accumulate);
+}
+
 #else  // no AMX or AVX512-BF16 kernels in this build
 
 bool amx_bf16_available() { return false; }
@@ -384,6 +445,17 @@ void gemm_bf16(Bf16Gemm, bool, bool, int64_t, int64_t, int64_t, const uint16_t*,
 void gemm_bf16(Bf16Gemm, bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, const float*,
                float*, int64_t, bool) {
   TRIDENT_FAIL("gemm_bf16: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
+}
+bool bf16_b_packs_whole(int64_t, int64_t) { return false; }
+void PackedBf16B::Free::operator()(uint16_t* p) const { std::free(p); }
+void PackedBf16B::pack(bool, int64_t, int64_t, const uint16_t*, int64_t) {
+  TRIDENT_FAIL("PackedBf16B: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
+}
+void gemm_bf16_packed(Bf16Gemm, bool, int64_t, const uint16_t*, int64_t, const PackedBf16B&, uint16_t*, int64_t) {
+  TRIDENT_FAIL("gemm_bf16_packed: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
+}
+void gemm_bf16_packed(Bf16Gemm, bool, int64_t, const uint16_t*, int64_t, const PackedBf16B&, float*, int64_t, bool) {
+  TRIDENT_FAIL("gemm_bf16_packed: this build has no bf16 GEMM kernels (x86-64 Linux with GCC or Clang only)");
 }
 
 #endif

@@ -23,6 +23,9 @@
 // each column block and take (row block, four column blocks) items; every element's sum runs
 // in the same order whatever the thread count.
 //
+// A B used by several products can be packed once (PackedBf16B below) when one call would pack it
+// as a single block; the products then skip the packing.
+//
 // The tiles need the kernel's permission (Linux arch_prctl(ARCH_REQ_XCOMP_PERM)), asked for once;
 // without AMX-BF16 in the CPU, the permission, or x86-64 Linux with GCC or Clang, the old path
 // runs (both operands converted to f32). TRIDENT_CPU_BF16_GEMM chooses for the whole process:
@@ -40,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace trident::cpu {
 
@@ -68,5 +72,35 @@ void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n
 // bound the sums' error against f64.
 void gemm_bf16(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                const uint16_t* b, int64_t ldb, const float* bias, float* c, int64_t ldc, bool accumulate = false);
+
+// B packed once for several products that share it: the layout gemm_bf16 packs B into per call
+// (NOTE [AMX bf16 GEMM]), kept. For a B that one call packs as a single block (k <= 2048 and the
+// packed B within 1 MiB: bf16_b_packs_whole); GPT-2's tiled loss (NOTE [Linear cross-entropy])
+// packs each tile of the table once for all its row chunks, and the hidden states once for all
+// tiles.
+class PackedBf16B {
+ public:
+  // op(B) [k, n]: B [k, n] read with ldb, or when trans_b B [n, k]; packed on the calling thread.
+  // The buffer is kept and reused by the next pack.
+  void pack(bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  const uint16_t* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(uint16_t* p) const;
+  };
+  std::unique_ptr<uint16_t[], Free> data_;
+  int64_t n_ = 0, k_ = 0, capacity_ = 0;
+};
+// Whether op(B) [k, n] packs as one block (PackedBf16B takes it).
+bool bf16_b_packs_whole(int64_t n, int64_t k);
+// C[m, n] = op(A) B with B packed (as gemm_bf16; m >= 1), single-threaded when called inside a
+// parallel region, as the products of gemm_bf16 are.
+void gemm_bf16_packed(Bf16Gemm kernel, bool trans_a, int64_t m, const uint16_t* a, int64_t lda, const PackedBf16B& b,
+                      uint16_t* c, int64_t ldc);
+void gemm_bf16_packed(Bf16Gemm kernel, bool trans_a, int64_t m, const uint16_t* a, int64_t lda, const PackedBf16B& b, float* c,
+                      int64_t ldc, bool accumulate = false);
 
 }  // namespace trident::cpu

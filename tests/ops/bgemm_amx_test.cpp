@@ -122,6 +122,50 @@ TEST(Bf16Gemm, DoesNotDependOnTheThreads) {
   }
 }
 
+// A B packed once (PackedBf16B) gives the products gemm_bf16 gives, bit for bit (the same packing
+// and sums): both transposes of B at packing, both of A, f32 C written and accumulated, bf16 C,
+// tails in every dimension; the pack reused for a second B of another shape; B that do not pack
+// as one block are refused, and so are products before any pack.
+TEST(Bf16Gemm, PackedBGivesTheSameProducts) {
+  if (bf16_kernels().empty()) GTEST_SKIP() << kNoBf16Kernel;
+  Generator g(86);
+  for (const cpu::Bf16Gemm kernel : bf16_kernels()) {
+    cpu::PackedBf16B packed;
+    for (const Case& cs : std::vector<Case>{{1, 1, 1}, {17, 33, 31}, {128, 512, 256}, {70, 256, 1024}, {5, 40, 2048}}) {
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        SCOPED_TRACE(::testing::Message() << name(kernel) << " " << cs.m << "x" << cs.n << "x" << cs.k << " ta " << ta << " tb " << tb);
+        ASSERT_TRUE(cpu::bf16_b_packs_whole(cs.n, cs.k));
+        const int64_t lda = (ta ? cs.m : cs.k) + 3, ldb = (tb ? cs.k : cs.n) + 5, ldc = cs.n + 7;
+        const std::vector<uint16_t> a = random_bf16((ta ? cs.k : cs.m) * lda, &g), b = random_bf16((tb ? cs.n : cs.k) * ldb, &g);
+        packed.pack(tb, cs.n, cs.k, b.data(), ldb);
+        EXPECT_EQ(packed.n(), cs.n);
+        EXPECT_EQ(packed.k(), cs.k);
+        std::vector<float> want(static_cast<size_t>(cs.m * ldc), 0.5f), got = want;
+        std::vector<uint16_t> want16(static_cast<size_t>(cs.m * ldc), 0x7fc1), got16 = want16;
+        cpu::gemm_bf16(kernel, ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, nullptr, want.data(), ldc);
+        cpu::gemm_bf16_packed(kernel, ta, cs.m, a.data(), lda, packed, got.data(), ldc);
+        EXPECT_EQ(got, want);
+        cpu::gemm_bf16(kernel, ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, nullptr, want.data(), ldc, true);
+        cpu::gemm_bf16_packed(kernel, ta, cs.m, a.data(), lda, packed, got.data(), ldc, true);
+        EXPECT_EQ(got, want);
+        cpu::gemm_bf16(kernel, ta, tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, nullptr, want16.data(), ldc);
+        cpu::gemm_bf16_packed(kernel, ta, cs.m, a.data(), lda, packed, got16.data(), ldc);
+        EXPECT_EQ(got16, want16);
+      }
+    }
+    // k beyond one block of k, or more columns than one block of packed B holds at this k.
+    EXPECT_FALSE(cpu::bf16_b_packs_whole(64, 2049));
+    EXPECT_FALSE(cpu::bf16_b_packs_whole(768, 1024));
+    EXPECT_FALSE(cpu::bf16_b_packs_whole(0, 16));
+    const std::vector<uint16_t> b = random_bf16(768 * 1024, &g);
+    expect_error([&] { packed.pack(false, 768, 1024, b.data(), 768); }, {"PackedBf16B", "1024 x 768", "one block"});
+    cpu::PackedBf16B empty;
+    float c = 0;
+    expect_error([&] { cpu::gemm_bf16_packed(kernel, false, 1, b.data(), 1, empty, &c, 1); }, {"gemm_bf16_packed", "not packed"});
+  }
+}
+
 // The ops: bf16 matmul (2-D, batched, folded batches, broadcast) and linear (with and without
 // bias, 3-D input) on AMX against the f32 path on the same bf16 values: each element within one
 // rounding to bf16 (half a unit in the last place, at most 2^-8 of the value) plus the f32 sums'
