@@ -215,7 +215,9 @@ Tensor linear_cross_entropy_fused(const Tensor& hidden, const Tensor& weight, co
           const Tensor hx = sh.unpack(), wx = sw.unpack(), bx = sb.defined() ? sb.unpack() : Tensor();
           if (recording_backward()) {  // NOTE [Higher-order gradients]: the composition's formula, recorded
             const int64_t V = args.vocab, Vp = wx.size(0);
-            const Tensor wv = narrow(wx, 0, 0, V), bv = bx.defined() ? narrow(bx, 0, 0, V) : Tensor();
+            // An f32 table with bf16 hidden states (autocast) is rounded by a differentiable cast.
+            const Tensor wv = narrow(wx, 0, 0, V).to(hx.dtype());
+            const Tensor bv = bx.defined() ? narrow(bx, 0, 0, V).to(hx.dtype()) : Tensor();
             Tensor logits = linear(hx, wv, bv);
             if (is_reduced_float(logits.dtype())) logits = logits.to(DType::F32);
             cpu::ClassLossArgs ca;
@@ -231,8 +233,9 @@ Tensor linear_cross_entropy_fused(const Tensor& hidden, const Tensor& weight, co
               rest[0] = Vp - V;
               return cat({x, zeros(rest, TensorOptions(x.dtype()).device(x.device()))}, 0);
             };
-            return TensorList{gh ? matmul(gl, wv) : Tensor(), gw ? pad_rows(matmul(transpose(gl, 0, 1), hx)) : Tensor(),
-                              gb ? pad_rows(sum(gl, {0})) : Tensor()};
+            return TensorList{gh ? matmul(gl, wv) : Tensor(),
+                              gw ? pad_rows(matmul(transpose(gl, 0, 1), hx)).to(wx.dtype()) : Tensor(),
+                              gb ? pad_rows(sum(gl, {0})).to(bx.dtype()) : Tensor()};
           }
           profiler::Scope scope("linear_cross_entropy_backward");
           cpu::LinearCrossEntropyGrads r = cpu::linear_cross_entropy_backward(
@@ -303,8 +306,15 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
   if (autocast::is_enabled()) {  // NOTE [Autocast]: a product; the loss in f32
     autocast::Suspend off;
     hc = autocast::lower(hc);
-    wc = autocast::lower(wc);
-    bc = autocast::lower(bc);
+    // An f32 table (and bias) of a bf16 product on a bf16 GEMM kernel stays f32: the kernels
+    // round each tile as they read it and give its gradient as the f32 sums (NOTE [Linear
+    // cross-entropy]): no bf16 copy of the table, no cast of its gradient back.
+    const bool keep_f32 = hc.dtype() == DType::BF16 && cpu::bf16_gemm_kernel() != cpu::Bf16Gemm::None &&
+                          wc.dtype() == DType::F32 && (!bc.defined() || bc.dtype() == DType::F32);
+    if (!keep_f32) {
+      wc = autocast::lower(wc);
+      bc = autocast::lower(bc);
+    }
     if (is_reduced_float(hc.dtype())) out_dtype = DType::F32;
   }
   // f16, and bf16 without a bf16 GEMM kernel: in f32 on widened copies (differentiable casts).

@@ -21,12 +21,16 @@
 // below), each tile's products (single-threaded GEMMs; the bf16 ones on gemm_bf16, AMX or
 // AVX512-BF16, never the conversion) and row passes on one thread. Every sum runs in the same order
 // whatever the thread count.
+// bf16 takes a tile's rows in chunks of 128 (TileProducts below): a chunk's f32 logits (256 KiB)
+// stay in L2 from the product to the row pass, the tile's W_c^T and W_c are packed once for all
+// chunks and the row block's hidden states once for every tile's d W product (PackedBf16B).
 // Measured (GPT-2 tiny's head, [1024, 256] x [50304, 256], 2 threads of the AMX Xeon, against
 // linear + cross_entropy, docs/performance.md): bf16 forward 24.3-26.6 against 32.7-34.6 ms,
 // forward + backward 82.8-87.2 against 85.1-90.0 (the recomputed product costs about what the
-// logits' memory traffic saved); f32 forward 83-84 against 87-92, forward + backward 332-345
-// against 285-286 (the f32 GEMM is compute-bound: the fourth product costs more than any
-// traffic). Hence LinearCrossEntropyImpl::Auto in ops/loss.h.
+// logits' memory traffic saved); with the chunks, alternating with the whole tiles, forward
+// 20.3-23.2 against 25.9-26.2, forward + backward 74.7-84.1 against 89.3-90.6. f32 forward 83-84
+// against 87-92, forward + backward 332-345 against 285-286 (the f32 GEMM is compute-bound: the
+// fourth product costs more than any traffic). Hence LinearCrossEntropyImpl::Auto in ops/loss.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -139,14 +143,70 @@ inline void backward_row_range(const TileRows<A>& p, int64_t b, int64_t e) {
 TRIDENT_CPU_KERNEL(lce_forward_rows_f32, (const TileRows<float>& p, int64_t b, int64_t e), { forward_row_range(p, b, e); })
 TRIDENT_CPU_KERNEL(lce_backward_rows_f32, (const TileRows<float>& p, int64_t b, int64_t e), { backward_row_range(p, b, e); })
 
-// The logits of `nr` rows x (without the bias) against classes [v0, v0 + nc) into `tile`, and the
-// tile's row-pass parameters that forward and backward share.
-template <typename T, typename A = Acc<T>>
-TileRows<A> tile_logits(Bf16Gemm kernel, const T* x, int64_t nr, int64_t C, const T* w, int64_t v0, int64_t nc,
-                        const std::vector<A>& bias, const int64_t* t, A* tile) {
-  product<T>(kernel, false, true, nr, nc, C, x, C, w + v0 * C, C, tile, nc, false);
+// One lane's products with the current tile of the table, W_c = W[v0, v0 + nc): the logits of
+// row chunks (x W_c^T) and the input gradient's (dL W_c). bf16 on a bf16 GEMM kernel packs W_c^T
+// and W_c once per tile for all the chunks (PackedBf16B), and takes the rows in chunks of
+// kChunkRows, whose f32 logits stay in L2 between the product and the row pass (a whole
+// [1024, 512] tile is the whole 2 MiB L2 of the AMX Xeon: its logits went out to L3 and back;
+// 64 and 128 rows measured alike, 256 slower); the other types run product() on whole tiles.
+constexpr int64_t kChunkRows = 128;
+
+template <typename T>
+struct TileProducts {
+  using A = Acc<T>;
+  Bf16Gemm kernel = Bf16Gemm::None;
+  int64_t C = 0;
+  bool packed = false;  // bf16 with W_c^T and W_c packed
+  PackedBf16B wt, wn;
+  const T* wc = nullptr;
+  int64_t nc = 0;
+
+  // bf16 hidden states with an f32 table: each tile rounded to bf16 here as it is read.
+  const float* w32 = nullptr;
+  std::vector<T> rounded;
+
+  TileProducts(Bf16Gemm k, int64_t features, const float* table32) : kernel(k), C(features), w32(table32) {}
+  int64_t chunk(int64_t rows) const {
+    if constexpr (std::is_same_v<T, BFloat16>) return std::min(rows, kChunkRows);
+    return rows;
+  }
+  void begin_tile(const T* w, int64_t v0, int64_t classes, bool input_gradient) {
+    nc = classes;
+    if (w32 == nullptr) wc = w + v0 * C;
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (w32 != nullptr) {
+        rounded.resize(static_cast<size_t>(nc * C));
+        convert_f32_to_bf16(w32 + v0 * C, rounded.data(), nc * C);
+        wc = rounded.data();
+      }
+      packed = bf16_b_packs_whole(nc, C) && (!input_gradient || bf16_b_packs_whole(C, nc));
+      if (packed) {
+        wt.pack(true, nc, C, reinterpret_cast<const uint16_t*>(wc), C);
+        if (input_gradient) wn.pack(false, C, nc, reinterpret_cast<const uint16_t*>(wc), C);
+      }
+    }
+  }
+  // out [rows, nc] = x [rows, C] W_c^T
+  void logits(const T* x, int64_t rows, A* out) {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (packed) return gemm_bf16_packed(kernel, false, rows, reinterpret_cast<const uint16_t*>(x), C, wt, out, nc);
+    }
+    product<T>(kernel, false, true, rows, nc, C, x, C, wc, C, out, nc, false);
+  }
+  // dx [rows, C] (+)= dl [rows, nc] W_c
+  void input_gradient(const T* dl, int64_t rows, A* dx, bool accumulate) {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (packed) return gemm_bf16_packed(kernel, false, rows, reinterpret_cast<const uint16_t*>(dl), nc, wn, dx, C, accumulate);
+    }
+    product<T>(kernel, false, false, rows, C, nc, dl, nc, wc, C, dx, C, accumulate);
+  }
+};
+
+// The row-pass parameters of `rows` rows of a tile (classes [v0, v0 + nc)), their logits in l.
+template <typename A>
+TileRows<A> tile_rows(A* l, int64_t v0, int64_t nc, const std::vector<A>& bias, const int64_t* t) {
   TileRows<A> p;
-  p.l = tile;
+  p.l = l;
   p.cols = nc;
   p.v0 = v0;
   p.bias = bias.empty() ? nullptr : bias.data() + v0;
@@ -223,10 +283,27 @@ template <typename T>
 std::vector<Acc<T>> bias_in_acc(const Tensor& bias, int64_t V) {
   std::vector<Acc<T>> b;
   if (!bias.defined()) return b;
-  const T* p = bias.data<T>();
   b.resize(static_cast<size_t>(V));
-  for (int64_t i = 0; i < V; ++i) b[static_cast<size_t>(i)] = static_cast<Acc<T>>(p[i]);
+  const auto read = [&](const T* p) {
+    for (int64_t i = 0; i < V; ++i) b[static_cast<size_t>(i)] = static_cast<Acc<T>>(p[i]);
+  };
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (bias.dtype() == DType::F32) {  // autocast's f32 bias, rounded as the table is
+      const float* p = bias.data<float>();
+      for (int64_t i = 0; i < V; ++i) b[static_cast<size_t>(i)] = static_cast<float>(BFloat16(p[i]));
+      return b;
+    }
+  }
+  read(bias.data<T>());
   return b;
+}
+
+// bf16 hidden states with an f32 table (and bias): the table's f32 values, else null (the table
+// is T).
+template <typename T>
+const float* mixed_table(const Tensor& weight) {
+  if constexpr (std::is_same_v<T, BFloat16>) return weight.dtype() == DType::F32 ? weight.data<float>() : nullptr;
+  return nullptr;
 }
 
 template <typename T>
@@ -234,7 +311,8 @@ LinearCrossEntropyForward forward_impl(Bf16Gemm kernel, const Tensor& hidden, co
                                        const Tensor& target, const LinearCrossEntropyArgs& args) {
   using A = Acc<T>;
   const int64_t n = hidden.size(0), C = hidden.size(1), V = args.vocab;
-  const T* w = weight.data<T>();
+  const float* w32 = mixed_table<T>(weight);
+  const T* w = w32 != nullptr ? nullptr : weight.data<T>();
   const Compact<T> k = compact_rows(hidden.data<T>(), target.data<int64_t>(), n, C, args.ignore_index);
   const std::vector<A> bv = bias_in_acc<T>(bias, V);
   const DType acc = std::is_same_v<A, double> ? DType::F64 : DType::F32;
@@ -257,14 +335,21 @@ LinearCrossEntropyForward forward_impl(Bf16Gemm kernel, const Tensor& hidden, co
     std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
     std::fill(s.begin(), s.end(), 0.0);
     for_lanes(tiles, [&](int64_t lane) {
-      std::vector<A> tile(static_cast<size_t>(nr * std::min(V, kClassBlock)));
+      TileProducts<T> tp(kernel, C, w32);
+      const int64_t chunk = tp.chunk(nr);
+      std::vector<A> tile(static_cast<size_t>(chunk * std::min(V, kClassBlock)));
       for (int64_t c = lane; c < tiles; c += kLanes) {
         const int64_t v0 = c * kClassBlock, nc = std::min(kClassBlock, V - v0);
-        TileRows<A> p = tile_logits<T>(kernel, k.x + r0 * C, nr, C, w, v0, nc, bv, k.t + r0, tile.data());
-        p.m = m.data() + lane * rb;
-        p.s = s.data() + lane * rb;
-        p.xt = xt.data();  // one tile holds a row's target: one lane writes it
-        forward_rows(p, nr);
+        tp.begin_tile(w, v0, nc, false);
+        for (int64_t i0 = 0; i0 < nr; i0 += chunk) {
+          const int64_t rows = std::min(chunk, nr - i0);
+          tp.logits(k.x + (r0 + i0) * C, rows, tile.data());
+          TileRows<A> p = tile_rows(tile.data(), v0, nc, bv, k.t + r0 + i0);
+          p.m = m.data() + lane * rb + i0;
+          p.s = s.data() + lane * rb + i0;
+          p.xt = xt.data() + i0;  // one tile holds a row's target: one lane writes it
+          forward_rows(p, rows);
+        }
       }
     });
     for (int64_t i = 0; i < nr; ++i) {
@@ -295,7 +380,9 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
   const int64_t n = hidden.size(0), C = hidden.size(1), V = args.vocab, Vp = weight.size(0);
   const DType dt = hidden.dtype();
   const DType acc = std::is_same_v<A, double> ? DType::F64 : DType::F32;
-  const T* w = weight.data<T>();
+  const float* w32 = mixed_table<T>(weight);
+  const bool mixed = w32 != nullptr;  // f32 weight and bias gradients, from the f32 sums
+  const T* w = mixed ? nullptr : weight.data<T>();
   const Compact<T> k = compact_rows(hidden.data<T>(), target.data<int64_t>(), n, C, args.ignore_index);
   const std::vector<A> bv = bias_in_acc<T>(bias, V);
   // The upstream gradient per compact row, times the reduction's scale.
@@ -313,13 +400,13 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
   const int64_t rb = row_block(k.nv);
   // d hidden of the compact rows in the accumulation type (the first tile of a row block writes
   // it); d W in the accumulation type too (f32 and f64: the output itself), except bf16 with one
-  // row block, whose products write each tile's rows of d W once, rounded: no f32 copy of it.
-  // Rows past V, and everything when every row is ignored, are zero.
+  // row block, whose products write each tile's rows of d W once (rounded, or in f32 for an f32
+  // table): no f32 copy of it. Rows past V, and everything when every row is ignored, are zero.
   const bool dw_direct = kHalf && k.nv <= rb;
   Tensor dx = empty({k.nv, C}, acc);
   Tensor dw;
   if (need_weight) {
-    const DType dw_dtype = kHalf && !dw_direct ? acc : dt;
+    const DType dw_dtype = (kHalf && !dw_direct) || mixed ? acc : dt;
     dw = k.nv == 0 ? zeros({Vp, C}, dw_dtype) : empty({Vp, C}, dw_dtype);
     if (k.nv > 0 && Vp > V) {
       char* base = static_cast<char*>(dw.data_ptr());
@@ -334,39 +421,57 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
   for (int64_t r0 = 0; r0 < k.nv; r0 += rb) {
     const int64_t nr = std::min(rb, k.nv - r0);
     const T* xr = k.x + r0 * C;
+    // bf16: the row block's hidden states packed once as B of every tile's d W product.
+    PackedBf16B x_packed;
+    const bool x_is_packed = kHalf && need_weight && dw_direct && bf16_b_packs_whole(C, nr);
+    if (x_is_packed) x_packed.pack(false, C, nr, reinterpret_cast<const uint16_t*>(xr), C);
     for_lanes(tiles, [&](int64_t lane) {
-      const size_t tile_size = static_cast<size_t>(nr * std::min(V, kClassBlock));
-      std::vector<A> tile(tile_size);
-      std::vector<T> tile_half(kHalf ? tile_size : 0);
+      TileProducts<T> tp(kernel, C, w32);
+      const int64_t chunk = tp.chunk(nr), width = std::min(V, kClassBlock);
+      // The f32 logits of a chunk; for bf16 the gradient of the whole tile, rounded (d W's
+      // product reads all its rows).
+      std::vector<A> tile(static_cast<size_t>(chunk * width));
+      std::vector<T> tile_half(kHalf ? static_cast<size_t>(nr * width) : 0);
       A* dxl = need_hidden ? dx_lanes.data() + lane * rb * C : nullptr;
       for (int64_t c = lane; c < tiles; c += kLanes) {
         const int64_t v0 = c * kClassBlock, nc = std::min(kClassBlock, V - v0);
-        TileRows<A> p = tile_logits<T>(kernel, xr, nr, C, w, v0, nc, bv, k.t + r0, tile.data());
-        p.saved_m = m.data() + r0;
-        p.saved_logs = logs.data() + r0;
-        p.g = g.data() + r0;
-        const T* dl;
-        if constexpr (kHalf) {
-          p.half = tile_half.data();
-          dl = tile_half.data();
-        } else {
-          dl = tile.data();
-        }
-        backward_rows(p, nr);
-        if (need_bias) {  // column sums of the gradient as the products read it
-          for (int64_t r = 0; r < nr; ++r)
-            for (int64_t j = 0; j < nc; ++j) db[static_cast<size_t>(v0 + j)] += static_cast<A>(dl[r * nc + j]);
-        }
-        if (need_hidden) product<T>(kernel, false, false, nr, C, nc, dl, nc, w + v0 * C, C, dxl, C, c != lane);
-        if (need_weight && dw_direct) {
+        tp.begin_tile(w, v0, nc, need_hidden);
+        for (int64_t i0 = 0; i0 < nr; i0 += chunk) {
+          const int64_t rows = std::min(chunk, nr - i0);
+          tp.logits(xr + i0 * C, rows, tile.data());
+          TileRows<A> p = tile_rows(tile.data(), v0, nc, bv, k.t + r0 + i0);
+          p.saved_m = m.data() + r0 + i0;
+          p.saved_logs = logs.data() + r0 + i0;
+          p.g = g.data() + r0 + i0;
+          const T* dl;
           if constexpr (kHalf) {
-            if (C > 0)
-              gemm_bf16(kernel, true, false, nc, C, nr, reinterpret_cast<const uint16_t*>(dl), nc,
-                        reinterpret_cast<const uint16_t*>(xr), C, nullptr,
-                        reinterpret_cast<uint16_t*>(dw.data<BFloat16>() + v0 * C), C);
+            p.half = tile_half.data() + i0 * nc;
+            dl = p.half;
+          } else {
+            dl = tile.data();
           }
-        } else if (need_weight) {
-          product<T>(kernel, true, false, nc, C, nr, dl, nc, xr, C, dw.data<A>() + v0 * C, C, r0 > 0);
+          backward_rows(p, rows);
+          if (need_bias) {  // column sums of the gradient as the products read it
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t j = 0; j < nc; ++j) db[static_cast<size_t>(v0 + j)] += static_cast<A>(dl[r * nc + j]);
+          }
+          if (need_hidden) tp.input_gradient(dl, rows, dxl + i0 * C, c != lane);
+          if (need_weight && !kHalf)  // f32 and f64 take whole tiles as one chunk
+            product<T>(kernel, true, false, nc, C, rows, dl, nc, xr + i0 * C, C, dw.data<A>() + v0 * C, C, r0 > 0 || i0 > 0);
+        }
+        if constexpr (kHalf) {
+          const uint16_t* dl = reinterpret_cast<const uint16_t*>(tile_half.data());
+          const auto write_dw = [&](auto* out) {  // the tile's rows of d W, rounded or f32
+            if (x_is_packed) return gemm_bf16_packed(kernel, true, nc, dl, nc, x_packed, out + v0 * C, C);
+            if (C > 0)
+              gemm_bf16(kernel, true, false, nc, C, nr, dl, nc, reinterpret_cast<const uint16_t*>(xr), C, nullptr, out + v0 * C, C);
+          };
+          if (need_weight && dw_direct) {
+            if (mixed) write_dw(dw.data<float>());
+            else write_dw(reinterpret_cast<uint16_t*>(dw.data<BFloat16>()));
+          } else if (need_weight) {
+            product<T>(kernel, true, false, nc, C, nr, tile_half.data(), nc, xr, C, dw.data<A>() + v0 * C, C, r0 > 0);
+          }
         }
       }
     });
@@ -394,7 +499,7 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
     });
   }
   if (need_weight) {
-    if (kHalf && !dw_direct) {
+    if (kHalf && !dw_direct && !mixed) {
       out.weight = empty({Vp, C}, dt);
       const float* src = dw.data<float>();
       BFloat16* d = out.weight.data<BFloat16>();
@@ -404,11 +509,23 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
     }
   }
   if (need_bias) {
-    out.bias = zeros({Vp}, dt);
-    T* d = out.bias.data<T>();
-    for (int64_t i = 0; i < V; ++i) d[i] = static_cast<T>(db[static_cast<size_t>(i)]);
+    out.bias = zeros({Vp}, bias.dtype());
+    const auto write = [&](auto* d) {
+      for (int64_t i = 0; i < V; ++i) d[i] = static_cast<std::remove_pointer_t<decltype(d)>>(db[static_cast<size_t>(i)]);
+    };
+    if (bias.dtype() == DType::F32) write(out.bias.data<float>());
+    else write(out.bias.data<T>());
   }
   return out;
+}
+
+// The dtypes the kernels take (ops/cpu/loss.h): one dtype, or bf16 hidden states with an f32
+// weight and bias.
+void check_dtypes(const char* op, const Tensor& hidden, const Tensor& weight, const Tensor& bias) {
+  const DType h = hidden.dtype(), w = weight.dtype();
+  const bool mixed = h == DType::BF16 && w == DType::F32;
+  TRIDENT_CHECK(w == h || mixed, op, ": hidden is ", h, " but weight is ", w, " (expected one dtype, or bf16 with f32)");
+  TRIDENT_CHECK(!bias.defined() || bias.dtype() == w, op, ": bias is ", bias.dtype(), " but weight is ", w);
 }
 
 Bf16Gemm kernel_for(DType dt) {
@@ -423,6 +540,7 @@ Bf16Gemm kernel_for(DType dt) {
 
 LinearCrossEntropyForward linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& bias,
                                                        const Tensor& target, const LinearCrossEntropyArgs& args) {
+  check_dtypes("linear_cross_entropy", hidden, weight, bias);
   const Bf16Gemm kernel = kernel_for(hidden.dtype());
   switch (hidden.dtype()) {
     case DType::F32: return forward_impl<float>(kernel, hidden, weight, bias, target, args);
@@ -437,6 +555,7 @@ LinearCrossEntropyGrads linear_cross_entropy_backward(const Tensor& g, double sc
                                                       const Tensor& row_max, const Tensor& row_logsum,
                                                       const LinearCrossEntropyArgs& args, bool need_hidden, bool need_weight,
                                                       bool need_bias) {
+  check_dtypes("linear_cross_entropy_backward", hidden, weight, bias);
   const Bf16Gemm kernel = kernel_for(hidden.dtype());
   switch (hidden.dtype()) {
     case DType::F32:

@@ -40,7 +40,10 @@ Tensor cross_entropy_backward(const Tensor& g, double scale, const Tensor& logit
 // NOTE [Linear cross-entropy] (ops/cpu/linear_cross_entropy.cpp): cross-entropy of
 // hidden [n, C] W[:vocab]^T (+ bias[:vocab]) against target [n], the logits never stored whole.
 // hidden, weight [V', C] and bias [V'] (or undefined) are contiguous, of one dtype: f32, f64, or
-// bf16 with a bf16 GEMM kernel in use; targets are checked (each in [0, vocab) or ignore_index).
+// bf16 with a bf16 GEMM kernel in use; or bf16 hidden with an f32 weight and bias (autocast's
+// product of f32 parameters: the weight's tiles and the bias rounded to bf16 as they are read,
+// their gradients the f32 sums, not rounded). Targets are checked (each in
+// [0, vocab) or ignore_index).
 struct LinearCrossEntropyArgs {
   int64_t vocab = 0;  // the classes: the first `vocab` rows of weight
   int64_t ignore_index = -100;
@@ -53,8 +56,9 @@ struct LinearCrossEntropyForward {
 };
 LinearCrossEntropyForward linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& bias,
                                                        const Tensor& target, const LinearCrossEntropyArgs& args);
-// The gradients asked for, in the inputs' dtype (weight and bias of shape [V', ...], zero past
-// vocab), for the upstream gradient g[i] * scale of row i (g with n elements) or g[0] * scale (one).
+// The gradients asked for, each in its input's dtype (weight and bias of shape [V', ...], zero
+// past vocab), for the upstream gradient g[i] * scale of row i (g with n elements) or g[0] * scale
+// (one).
 struct LinearCrossEntropyGrads {
   Tensor hidden, weight, bias;
 };
