@@ -46,6 +46,12 @@ std::shared_ptr<nn::Dropout> hidden_dropout(const BertConfig& c) {
 }
 
 // The pooler and both heads, over modules registered in the model (NOTE [Layer list]).
+// NOTE [Loss without logits] for the masked-LM head: whether the heads hand the loss the
+// transformed hidden states of the masked positions rather than their logits.
+bool mlm_loss_takes_hidden(const BertConfig& c, const Batch& batch) {
+  return c.loss_without_logits && batch.has("mlm_labels") && c.factory().tied_cross_entropy_fused();
+}
+
 class BertHeadsLayer : public Layer {
  public:
   BertHeadsLayer(std::shared_ptr<BertModel> bert, std::shared_ptr<BertPreTrainingHeads> cls, const BertConfig& c)
@@ -68,8 +74,10 @@ class BertHeadsLayer : public Layer {
       selected = index_select(reshape(h, {-1, h.size(2)}), 0, masked_positions(labels));
     }
     const Tensor t = cls_->predictions->transform->forward(selected);
-    const Tensor mlm = config_.factory().tied_logits(t, bert_->embeddings->word_embeddings_weight(), cls_->predictions->bias,
-                                                     config_.vocab_size);
+    const Tensor mlm = mlm_loss_takes_hidden(config_, batch)
+                           ? t
+                           : config_.factory().tied_logits(t, bert_->embeddings->word_embeddings_weight(),
+                                                           cls_->predictions->bias, config_.vocab_size);
     const Tensor nsp = cls_->seq_relationship->forward(bert_->pooler->forward(h));
     return {mlm, nsp};
   }
@@ -344,7 +352,7 @@ std::vector<int64_t> bert_layer_parameters(const BertConfig& config) {
 BertPreTrainingOutput BertForPreTraining::forward(const Batch& batch) {
   const Activations out = layers_.run(batch);
   BertPreTrainingOutput r;
-  r.mlm_logits = out[0];
+  if (!mlm_loss_takes_hidden(config_, batch)) r.mlm_logits = out[0];
   r.nsp_logits = out[1];
   if (batch.has("mlm_labels") || batch.has("next_sentence_label")) {
     std::tie(r.mlm_loss, r.nsp_loss) = loss_terms(out, batch);
@@ -369,11 +377,18 @@ std::pair<Tensor, Tensor> BertForPreTraining::loss_terms(const Activations& outp
   Tensor mlm, nsp;
   const Tensor labels = batch.get("mlm_labels");
   if (labels.defined()) {
-    const Tensor& logits = outputs[0];
-    TRIDENT_CHECK(logits.dim() == 2, "BERT loss: MLM logits of shape ", logits.sizes(),
-                  " are not [masked positions, V]: were they computed from a batch with mlm_labels?");
+    const Tensor& out = outputs[0];  // logits, or the transformed hidden states (NOTE [Loss without logits])
+    const bool hidden = mlm_loss_takes_hidden(config_, batch);
+    TRIDENT_CHECK(out.dim() == 2, "BERT loss: MLM ", hidden ? "hidden states" : "logits", " of shape ", out.sizes(),
+                  " are not [masked positions, ", hidden ? "hidden_size" : "V",
+                  "]: were they computed from a batch with mlm_labels?");
     const Tensor targets = index_select(reshape(labels, {-1}), 0, masked_positions(labels));
-    mlm = div(f.vocab_cross_entropy(logits, targets, -100, Reduction::Sum), n[0]);
+    TRIDENT_CHECK(targets.size(0) == out.size(0), "BERT loss: ", targets.size(0), " masked positions in mlm_labels but ",
+                  out.size(0), " rows of MLM ", hidden ? "hidden states" : "logits");
+    const Tensor total = hidden ? f.tied_cross_entropy(out, bert->embeddings->word_embeddings_weight(), cls->predictions->bias,
+                                                       config_.vocab_size, targets, -100, Reduction::Sum)
+                                : f.vocab_cross_entropy(out, targets, -100, Reduction::Sum);
+    mlm = div(total, n[0]);
   }
   const Tensor next = batch.get("next_sentence_label");
   if (next.defined()) {

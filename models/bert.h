@@ -171,7 +171,9 @@ class BertPreTrainingHeads : public nn::Module {
 };
 
 struct BertPreTrainingOutput {
-  Tensor mlm_logits;  // [M, V] at the masked positions with mlm_labels, else [B, T, V]
+  // [B, T, V] without mlm_labels; with them undefined (NOTE [Loss without logits],
+  // BertConfig::loss_without_logits), or [M, V] at the masked positions when that is off.
+  Tensor mlm_logits;
   Tensor nsp_logits;  // [B, 2]
   Tensor loss;        // mlm_loss + nsp_loss (the terms present); undefined without labels
   Tensor mlm_loss, nsp_loss;

@@ -41,6 +41,11 @@ struct BertConfig {
   // ---- not in the JSON (as GPT2Config) ----
   std::shared_ptr<const LayerFactory> layers;
   Generator* dropout_generator = nullptr;
+  // NOTE [Loss without logits] (gpt2_config.h) for the masked-LM head: given mlm_labels, the head
+  // hands the loss the transformed hidden states of the masked positions and the loss runs the
+  // tied decoder (word embeddings, output bias) inside the cross-entropy; forward() with
+  // mlm_labels then returns no mlm_logits. Only where the factory can (the serial one).
+  bool loss_without_logits = true;
 
   int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }

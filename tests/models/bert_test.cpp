@@ -2,6 +2,9 @@
 // overfitting one batch with both heads, the attention mask, the layer list in stages.
 #include "models_test_util.h"
 
+#include "ops/autocast.h"
+#include "ops/cpu/bgemm_amx.h"
+
 #include <cmath>
 
 using namespace trident;
@@ -125,7 +128,8 @@ TEST(Bert, OverfitsOneBatchWithBothHeads) {
   o.weight_decay = 0.0;
   nn::optim::AdamW opt({{m.parameters(), o}});
   const BertPreTrainingOutput first = m.forward(batch);
-  EXPECT_EQ(first.mlm_logits.sizes(), (Shape{16, 37})) << "the MLM head runs on the 16 masked positions only";
+  EXPECT_FALSE(first.mlm_logits.defined()) << "NOTE [Loss without logits]";
+  EXPECT_EQ(m.layers().run(batch)[0].sizes(), (Shape{16, 16})) << "the MLM head runs on the 16 masked positions only";
   EXPECT_EQ(first.nsp_logits.sizes(), (Shape{4, 2}));
   EXPECT_NEAR(first.mlm_loss.item<double>(), std::log(37.0), 0.5);
   EXPECT_NEAR(first.nsp_loss.item<double>(), std::log(2.0), 0.3);
@@ -140,9 +144,73 @@ TEST(Bert, OverfitsOneBatchWithBothHeads) {
   EXPECT_LT(last.nsp_loss.item<double>(), 0.1 * first.nsp_loss.item<double>());
 }
 
+// NOTE [Loss without logits] for the masked-LM head: the loss and every gradient equal those of
+// the loss on the masked positions' logits, in f64 (training composes, evaluation tiles), with a
+// padded table (the padded rows of the tied table and of the output bias get zero gradient); in
+// bf16 under autocast both within bf16's error of the f64 model on the same weights.
+TEST(Bert, MlmLossWithoutLogitsEqualsTheLossOnLogits) {
+  BertConfig c = small_bert_config();
+  c.dtype = DType::F64;
+  BertConfig with_logits = c;
+  with_logits.loss_without_logits = false;
+  Generator g1(40), g2(40);
+  BertForPreTraining a(c, &g1), b(with_logits, &g2);
+  const Tensor x = ids(2, 12, 37, 41);
+  const Batch batch{{"input_ids", x},
+                    {"mlm_labels", mlm_labels(ids(2, 12, 37, 42), 1)},
+                    {"next_sentence_label", from_vector<int64_t>({1, 0}, {2})}};
+  EXPECT_EQ(a.layers().run(batch)[0].sizes(), (Shape{8, 16}));
+  EXPECT_EQ(b.layers().run(batch)[0].sizes(), (Shape{8, 37}));
+  {
+    const BertPreTrainingOutput oa = a.forward(batch), ob = b.forward(batch);
+    EXPECT_FALSE(oa.mlm_logits.defined());
+    EXPECT_TRUE(all_close(oa.mlm_loss, ob.mlm_loss, 1e-13, 0));
+    EXPECT_TRUE(all_close(oa.loss, ob.loss, 1e-13, 0));
+    const TensorList ga = autograd::grad({oa.loss}, a.parameters()), gb = autograd::grad({ob.loss}, b.parameters());
+    for (size_t i = 0; i < ga.size(); ++i) EXPECT_LE(relative_error(ga[i], gb[i]), 1e-12) << "parameter " << i;
+  }
+  {
+    NoGradGuard no_grad;
+    EXPECT_TRUE(all_close(a.forward(batch).mlm_loss, b.forward(batch).mlm_loss, 1e-13, 0));
+  }
+  if (cpu::bf16_gemm_kernel() == cpu::Bf16Gemm::None) return;
+  a.to(DType::F32);
+  b.to(DType::F32);
+  Generator g3(40);
+  BertForPreTraining r(c, &g3);  // f64, holding a's f32-rounded weights: the reference
+  {
+    NoGradGuard no_grad;
+    const TensorList pa = a.parameters(), pr = r.parameters();
+    for (size_t i = 0; i < pa.size(); ++i) copy_(pr[i], pa[i]);
+  }
+  const BertPreTrainingOutput ref = r.forward(batch);
+  const TensorList g64 = autograd::grad({ref.loss}, r.parameters());
+  Tensor la, lb;
+  {
+    autocast::Guard bf16(DType::BF16);
+    la = a.forward(batch).loss;
+    lb = b.forward(batch).loss;
+  }
+  EXPECT_EQ(la.dtype(), DType::F32);
+  EXPECT_NEAR(la.item<double>(), ref.loss.item<double>(), ref.loss.item<double>() / 128);
+  const TensorList ga = autograd::grad({la}, a.parameters()), gb = autograd::grad({lb}, b.parameters());
+  int compared = 0;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    // The key projections' biases have zero gradient in exact arithmetic (softmax ignores a shift
+    // shared by a row's scores): their f64 gradients are rounding noise, no reference.
+    if (norm(g64[i], 2.0).item<double>() < 1e-12) continue;
+    const double ea = relative_error(ga[i], g64[i]), eb = relative_error(gb[i], g64[i]);
+    EXPECT_LE(ea, eb + 1.0 / 256) << "parameter " << i << ": " << ea << " against the composed " << eb;
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(ga.size()) - 2);  // all but the two layers' key biases
+}
+
 TEST(Bert, PaddingKeysChangeNothingAndMaskedLogitsAreTheFullOnes) {
   Generator g(9);
-  BertForPreTraining m(small_bert_config(), &g);
+  BertConfig c = small_bert_config();
+  c.loss_without_logits = false;  // the logits at the labelled positions
+  BertForPreTraining m(c, &g);
   Tensor a = ids(2, 8, 37, 10);
   std::vector<int64_t> av = a.to_vector<int64_t>(), bv = av, maskv(16, 1);
   for (int64_t t = 5; t < 8; ++t) {  // the second sequence ends at 5: different padding tokens

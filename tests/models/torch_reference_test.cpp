@@ -155,9 +155,19 @@ TEST(ModelsAgainstPyTorch, BertBothHeadsLossAndEveryGradientInF64) {
                     {"attention_mask", from_vector<int64_t>(mask, {2, 12})},
                     {"mlm_labels", from_vector<int64_t>(labels, {2, 12})},
                     {"next_sentence_label", from_vector<int64_t>({1, 0}, {2})}};
-  const BertPreTrainingOutput out = m.forward(batch);
+  const BertPreTrainingOutput out = m.forward(batch);  // the MLM loss without logits (NOTE [Loss without logits])
   out.loss.backward();
-  nn::StateDict extra{{"out.mlm_logits", out.mlm_logits},
+  Tensor mlm_logits;  // at the masked positions, from a forward without labels (no dropout: the same forward)
+  {
+    NoGradGuard no_grad;
+    const Tensor everywhere = m.forward(Batch{{"input_ids", batch.at("input_ids")},
+                                              {"token_type_ids", batch.at("token_type_ids")},
+                                              {"attention_mask", batch.at("attention_mask")}})
+                                  .mlm_logits;
+    mlm_logits = index_select(reshape(everywhere, {-1, everywhere.size(-1)}), 0, masked_positions(batch.at("mlm_labels")));
+  }
+  EXPECT_FALSE(out.mlm_logits.defined());
+  nn::StateDict extra{{"out.mlm_logits", mlm_logits},
                       {"out.nsp_logits", out.nsp_logits},
                       {"out.loss", reshape(out.loss, {1})},
                       {"cfg.n_layer", scalar_row(2)},
