@@ -23,11 +23,14 @@ using namespace ops_detail;
 
 namespace {
 
-// x [..., T, D] as [BH, T, D] with unit inner stride: a view when the leading dims fold.
+// x [..., T, D] as [BH, T, D] with unit inner stride: a view when the leading dims fold. On the
+// CPU a [B, H, T, D] view whose B and H do not fold (heads between the positions: NOTE [Attention
+// in the heads' layout] in ops/cpu/attention_internal.h) stays as it is, 4-D.
 Tensor as_bhtd(const Tensor& x, int64_t bh) {
   const Shape target{bh, x.size(-2), x.size(-1)};
   if (x.stride(-1) == 1 || x.size(-1) <= 1) {
     if (auto st = view_strides(x.sizes(), x.strides(), target)) return x.as_strided(target, *st, x.storage_offset());
+    if (x.dim() == 4 && x.device().is_cpu()) return x;
   }
   const Tensor c = x.contiguous();
   return c.as_strided(target, contiguous_strides(target), c.storage_offset());
@@ -161,7 +164,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Shape out_shape = lead;
   out_shape.push_back(Tq);
   out_shape.push_back(v.size(-1));
-  Tensor out = out3.as_strided(out_shape, contiguous_strides(out_shape), 0);
+  // [B, H, Tq, Dv] in the heads' layout for such a query, else [BH, Tq, Dv] contiguous.
+  Tensor out = out3.dim() == 4 ? out3 : out3.as_strided(out_shape, contiguous_strides(out_shape), 0);
 
   const bool mask_grad = mask.defined() && mask.requires_grad();
   if (autograd::any_requires_grad({q, k, v, mask})) {
@@ -176,7 +180,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                        if (recording_backward())
                          return attention_grads_recorded(g[0], sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(), smg.unpack(),
                                                          mask_grad, p, score_shape);
-                       const Tensor go = reshape(g[0], {sq.unpack().size(0), so.unpack().size(1), so.unpack().size(2)});
+                       const Tensor go = as_bhtd(g[0], shape_numel(Shape(qs.begin(), qs.end() - 2)));
                        cpu::AttentionGrads r = TRIDENT_KERNEL(attention_backward)(
                            go, sq.unpack(), sk.unpack(), sv.unpack(), sm.unpack(), so.unpack(), sl.unpack(), p, mask_grad);
                        TensorList out(4);

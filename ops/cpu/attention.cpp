@@ -99,23 +99,24 @@ void block_scores(const Mat3<T>& q, const Mat3<T>& k, const MaskReader<T>& mask,
 template <typename T>
 Tensor forward_typed(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& maskt, const AttentionParams& p,
                      Tensor& lse_t) {
-  const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
-  Tensor out = empty({BH, Tq, Dv}, qt.dtype());
+  const int64_t BH = batch_heads(qt), Tq = qt.size(-2), Tk = kt.size(-2), D = qt.size(-1), Dv = vt.size(-1);
+  Tensor out = result_like(qt, Tq, Dv, qt.dtype(), false);
   lse_t = empty({BH, Tq}, qt.dtype());
   if (out.numel() == 0 && lse_t.numel() == 0) return out;
-  const Mat3<T> q = mat3<T>(qt), k = mat3<T>(kt), v = mat3<T>(vt);
+  const Mat3<T> q = mat3<T>(qt), k = mat3<T>(kt), v = mat3<T>(vt), o = mat3<T>(out);
   const MaskReader<T> mask(maskt);
-  T* o = out.data<T>();
   T* lse = lse_t.data<T>();
   const int64_t nblk = (Tq + kBlock - 1) / kBlock;
   const T keep_scale = p.dropout_p > 0 ? static_cast<T>(1.0 / (1.0 - p.dropout_p)) : T(1);
   for_tasks(BH * nblk, [&](int64_t task) {
     const int64_t b = task / nblk, i0 = (task % nblk) * kBlock, i1 = std::min(Tq, i0 + kBlock);
     const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;  // causal: later keys are never seen
-    T* orows = o + (b * Tq + i0) * Dv;
+    T* orows = o.row(b, i0);
     if (kn == 0) {
-      std::fill(orows, orows + (i1 - i0) * Dv, T(0));
-      for (int64_t r = i0; r < i1; ++r) lse[b * Tq + r] = -std::numeric_limits<T>::infinity();
+      for (int64_t r = i0; r < i1; ++r) {
+        std::fill(o.row(b, r), o.row(b, r) + Dv, T(0));
+        lse[b * Tq + r] = -std::numeric_limits<T>::infinity();
+      }
       return;
     }
     T* const S = scratch<T>().get(0, (i1 - i0) * kn);
@@ -140,7 +141,7 @@ Tensor forward_typed(const Tensor& qt, const Tensor& kt, const Tensor& vt, const
         for (int64_t j = 0; j < kn; ++j) s[j] *= inv;
       }
     }
-    gemm<T>(false, false, i1 - i0, Dv, kn, T(1), S, kn, v.row(b, 0), v.sr, T(0), orows, Dv);
+    gemm<T>(false, false, i1 - i0, Dv, kn, T(1), S, kn, v.row(b, 0), v.sr, T(0), orows, o.sr);
   });
   return out;
 }
@@ -149,22 +150,18 @@ template <typename T>
 AttentionGrads backward_typed(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, const Tensor& vt,
                               const Tensor& maskt, const Tensor& out_t, const Tensor& lse_t, const AttentionParams& p,
                               bool want_dmask) {
-  const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
+  const int64_t BH = batch_heads(qt), Tq = qt.size(-2), Tk = kt.size(-2), D = qt.size(-1), Dv = vt.size(-1);
   AttentionGrads g;
-  g.dq = zeros({BH, Tq, D}, qt.dtype());
-  g.dk = zeros({BH, Tk, D}, qt.dtype());
-  g.dv = zeros({BH, Tk, Dv}, qt.dtype());
+  g.dq = result_like(qt, Tq, D, qt.dtype(), true);
+  g.dk = result_like(kt, Tk, D, qt.dtype(), true);
+  g.dv = result_like(vt, Tk, Dv, qt.dtype(), true);
   if (want_dmask) g.dmask = zeros({BH, Tq, Tk}, qt.dtype());
   if (BH == 0 || Tq == 0 || Tk == 0) return g;
-  const Tensor dout_c = dout_t.contiguous();
+  const Tensor dout_c = unit_inner(dout_t), out_c = unit_inner(out_t), lse_c = lse_t.contiguous();
   const Mat3<T> q = mat3<T>(qt), k = mat3<T>(kt), v = mat3<T>(vt);
+  const Mat3<T> dO = mat3<T>(dout_c), O = mat3<T>(out_c), dq = mat3<T>(g.dq), dk = mat3<T>(g.dk), dv = mat3<T>(g.dv);
   const MaskReader<T> mask(maskt);
-  const T* dO = dout_c.data<T>();
-  const T* O = out_t.data<T>();
-  const T* lse = lse_t.data<T>();
-  T* dq = g.dq.data<T>();
-  T* dk = g.dk.data<T>();
-  T* dv = g.dv.data<T>();
+  const T* lse = lse_c.data<T>();
   T* dm = want_dmask ? g.dmask.data<T>() : nullptr;
   const T keep_scale = p.dropout_p > 0 ? static_cast<T>(1.0 / (1.0 - p.dropout_p)) : T(1);
   const T scale = static_cast<T>(p.scale);
@@ -179,19 +176,18 @@ AttentionGrads backward_typed(const Tensor& dout_t, const Tensor& qt, const Tens
       const int64_t i1 = std::min(Tq, i0 + kBlock), rows = i1 - i0;
       const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;
       if (kn == 0) continue;
-      const T* dOb = dO + (b * Tq + i0) * Dv;
-      row_dots(dOb, O + (b * Tq + i0) * Dv, rows, Dv, Dvec);
+      const T* dOb = dO.row(b, i0);
+      row_dots(dOb, dO.sr, O.row(b, i0), O.sr, rows, Dv, Dvec);
       // Probabilities again, from the saved log-sum-exp.
       block_scores(q, k, mask, p, b, i0, i1, kn, D, P);
       attention_exp_minus_rows(P, rows, kn, lse + b * Tq + i0);
       // dP_drop = dO V^T.
-      gemm<T>(false, true, rows, kn, Dv, T(1), dOb, Dv, v.row(b, 0), v.sr, T(0), dP, kn);
+      gemm<T>(false, true, rows, kn, Dv, T(1), dOb, dO.sr, v.row(b, 0), v.sr, T(0), dP, kn);
       // One pass over the keep mask: dP = dP_drop * keep / (1 - p), and the dropped
       // probabilities P_drop (for dV) beside them.
       if (p.dropout_p > 0) dropout_backward_rows(drop, b * Tq + i0, rows, kn, Tk, keep_scale, P, dP, Pd);
       // dV += P_drop^T dO.
-      gemm<T>(true, false, kn, Dv, rows, T(1), p.dropout_p > 0 ? Pd : P, kn, dOb, Dv, T(1), dv + b * Tk * Dv,
-              Dv);
+      gemm<T>(true, false, kn, Dv, rows, T(1), p.dropout_p > 0 ? Pd : P, kn, dOb, dO.sr, T(1), dv.row(b, 0), dv.sr);
       // dS = P * (dP - Dvec), in P's place.
       for (int64_t r = 0; r < rows; ++r) {
         T* s = P + r * kn;
@@ -201,8 +197,8 @@ AttentionGrads backward_typed(const Tensor& dout_t, const Tensor& qt, const Tens
         if (dm) std::copy(s, s + kn, dm + (b * Tq + i0 + r) * Tk);
       }
       // dQ = scale dS K;  dK += scale dS^T Q.
-      gemm<T>(false, false, rows, D, kn, scale, P, kn, k.row(b, 0), k.sr, T(0), dq + (b * Tq + i0) * D, D);
-      gemm<T>(true, false, kn, D, rows, scale, P, kn, q.row(b, i0), q.sr, T(1), dk + b * Tk * D, D);
+      gemm<T>(false, false, rows, D, kn, scale, P, kn, k.row(b, 0), k.sr, T(0), dq.row(b, i0), dq.sr);
+      gemm<T>(true, false, kn, D, rows, scale, P, kn, q.row(b, i0), q.sr, T(1), dk.row(b, 0), dk.sr);
     }
   });
   return g;

@@ -67,22 +67,20 @@ void block_scores(Bf16Gemm kernel, const Mat3<BFloat16>& q, const Mat3<BFloat16>
 Tensor attention_forward_bf16(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& maskt,
                               const AttentionParams& p, Tensor& lse_t) {
   const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention", maskt);
-  const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
-  Tensor out = empty({BH, Tq, Dv}, DType::BF16);
+  const int64_t BH = batch_heads(qt), Tq = qt.size(-2), Tk = kt.size(-2), D = qt.size(-1), Dv = vt.size(-1);
+  Tensor out = result_like(qt, Tq, Dv, DType::BF16, false);
   lse_t = empty({BH, Tq}, DType::F32);
   if (out.numel() == 0 && lse_t.numel() == 0) return out;
-  const Mat3<BFloat16> q = mat3<BFloat16>(qt), k = mat3<BFloat16>(kt), v = mat3<BFloat16>(vt);
+  const Mat3<BFloat16> q = mat3<BFloat16>(qt), k = mat3<BFloat16>(kt), v = mat3<BFloat16>(vt), o = mat3<BFloat16>(out);
   const MaskReader<float, BFloat16> mask(maskt);
-  BFloat16* o = out.data<BFloat16>();
   float* lse = lse_t.data<float>();
   const int64_t nblk = (Tq + kBlock - 1) / kBlock;
   const float keep_scale = p.dropout_p > 0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
   for_tasks(BH * nblk, [&](int64_t task) {
     const int64_t b = task / nblk, i0 = (task % nblk) * kBlock, i1 = std::min(Tq, i0 + kBlock), rows = i1 - i0;
     const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;  // causal: later keys are never seen
-    BFloat16* orows = o + (b * Tq + i0) * Dv;
     if (kn == 0) {
-      std::fill(orows, orows + rows * Dv, BFloat16(0.0f));
+      for (int64_t r = i0; r < i1; ++r) std::fill(o.row(b, r), o.row(b, r) + Dv, BFloat16(0.0f));
       std::fill(lse + b * Tq + i0, lse + b * Tq + i1, -std::numeric_limits<float>::infinity());
       return;
     }
@@ -120,7 +118,7 @@ Tensor attention_forward_bf16(const Tensor& qt, const Tensor& kt, const Tensor& 
       float* orow = O + r * Dv;
       for (int64_t d = 0; d < Dv; ++d) orow[d] *= inv;
     }
-    convert_f32_to_bf16(O, orows, rows * Dv);
+    for (int64_t r = 0; r < rows; ++r) convert_f32_to_bf16(O + r * Dv, o.row(b, i0 + r), Dv);
   });
   return out;
 }
@@ -129,32 +127,29 @@ AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, c
                                        const Tensor& maskt, const Tensor& out_t, const Tensor& lse_t, const AttentionParams& p,
                                        bool want_dmask) {
   const Bf16Gemm kernel = kernel_for("scaled_dot_product_attention backward", maskt);
-  const int64_t BH = qt.size(0), Tq = qt.size(1), Tk = kt.size(1), D = qt.size(2), Dv = vt.size(2);
+  const int64_t BH = batch_heads(qt), Tq = qt.size(-2), Tk = kt.size(-2), D = qt.size(-1), Dv = vt.size(-1);
   TRIDENT_CHECK(lse_t.dtype() == DType::F32, "scaled_dot_product_attention backward: bf16 attention's lse must be f32, got ",
                 lse_t.dtype());
   AttentionGrads g;
   if (BH == 0 || Tq == 0 || Tk == 0) {
-    g.dq = zeros({BH, Tq, D}, DType::BF16);
-    g.dk = zeros({BH, Tk, D}, DType::BF16);
-    g.dv = zeros({BH, Tk, Dv}, DType::BF16);
+    g.dq = result_like(qt, Tq, D, DType::BF16, true);
+    g.dk = result_like(kt, Tk, D, DType::BF16, true);
+    g.dv = result_like(vt, Tk, Dv, DType::BF16, true);
     if (want_dmask) g.dmask = zeros({BH, Tq, Tk}, DType::BF16);
     return g;
   }
   // Every query block sees a key (kn >= 1), so every row of dQ is written, and dK and dV whole
   // at the end; dmask's columns past a causal block's keys are not.
-  g.dq = D > 0 ? empty({BH, Tq, D}, DType::BF16) : zeros({BH, Tq, D}, DType::BF16);
-  g.dk = empty({BH, Tk, D}, DType::BF16);
-  g.dv = empty({BH, Tk, Dv}, DType::BF16);
+  g.dq = result_like(qt, Tq, D, DType::BF16, D == 0);
+  g.dk = result_like(kt, Tk, D, DType::BF16, false);
+  g.dv = result_like(vt, Tk, Dv, DType::BF16, false);
   if (want_dmask) g.dmask = zeros({BH, Tq, Tk}, DType::BF16);
-  const Tensor dout_c = dout_t.contiguous(), out_c = out_t.contiguous(), lse_c = lse_t.contiguous();
+  const Tensor dout_c = unit_inner(dout_t), out_c = unit_inner(out_t), lse_c = lse_t.contiguous();
   const Mat3<BFloat16> q = mat3<BFloat16>(qt), k = mat3<BFloat16>(kt), v = mat3<BFloat16>(vt);
+  const Mat3<BFloat16> dO = mat3<BFloat16>(dout_c), O = mat3<BFloat16>(out_c);
+  const Mat3<BFloat16> dq = mat3<BFloat16>(g.dq), dk = mat3<BFloat16>(g.dk), dv = mat3<BFloat16>(g.dv);
   const MaskReader<float, BFloat16> mask(maskt);
-  const BFloat16* dO = dout_c.data<BFloat16>();
-  const BFloat16* O = out_c.data<BFloat16>();
   const float* lse = lse_c.data<float>();
-  BFloat16* dq = g.dq.data<BFloat16>();
-  BFloat16* dk = g.dk.data<BFloat16>();
-  BFloat16* dv = g.dv.data<BFloat16>();
   BFloat16* dm = want_dmask ? g.dmask.data<BFloat16>() : nullptr;
   const float keep_scale = p.dropout_p > 0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
   const float scale = static_cast<float>(p.scale);
@@ -171,14 +166,14 @@ AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, c
       const int64_t i1 = std::min(Tq, i0 + kBlock), rows = i1 - i0;
       const int64_t kn = p.causal ? std::min(Tk, i1) : Tk;
       if (kn == 0) continue;
-      const BFloat16* dOb = dO + (b * Tq + i0) * Dv;
-      row_dots(dOb, O + (b * Tq + i0) * Dv, rows, Dv, Dvec);
+      const BFloat16* dOb = dO.row(b, i0);
+      row_dots(dOb, dO.sr, O.row(b, i0), O.sr, rows, Dv, Dvec);
       // Probabilities again, from the saved log-sum-exp.
       block_scores(kernel, q, k, mask, p, b, i0, i1, kn, D, P);
       attention_exp_minus_rows(P, rows, kn, lse + b * Tq + i0);
       // dP_drop = dO V^T.
       if (Dv > 0) {
-        gemm_bf16(kernel, false, true, rows, kn, Dv, bits(dOb), Dv, bits(v.row(b, 0)), v.sr, nullptr, dP, kn);
+        gemm_bf16(kernel, false, true, rows, kn, Dv, bits(dOb), dO.sr, bits(v.row(b, 0)), v.sr, nullptr, dP, kn);
       } else {
         std::fill(dP, dP + rows * kn, 0.0f);
       }
@@ -190,7 +185,7 @@ AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, c
       }
       // dV += P_drop^T dO.
       if (Dv > 0)
-        gemm_bf16(kernel, true, false, kn, Dv, rows, bits(Pb), kn, bits(dOb), Dv, nullptr, dv_sum, Dv, true);
+        gemm_bf16(kernel, true, false, kn, Dv, rows, bits(Pb), kn, bits(dOb), dO.sr, nullptr, dv_sum, Dv, true);
       // dS = P * (dP - Delta), in P's place; the mask's gradient; then scale dS rounded.
       for (int64_t r = 0; r < rows; ++r) {
         float* s = P + r * kn;
@@ -203,13 +198,14 @@ AttentionGrads attention_backward_bf16(const Tensor& dout_t, const Tensor& qt, c
       if (D == 0) continue;
       convert_f32_to_bf16(P, Pb, rows * kn);
       // dQ = scale dS K;  dK += scale dS^T Q.
-      gemm_bf16(kernel, false, false, rows, D, kn, bits(Pb), kn, bits(k.row(b, 0)), k.sr, nullptr,
-                bits(dq + (b * Tq + i0) * D), D);
+      gemm_bf16(kernel, false, false, rows, D, kn, bits(Pb), kn, bits(k.row(b, 0)), k.sr, nullptr, bits(dq.row(b, i0)), dq.sr);
       gemm_bf16(kernel, true, false, kn, D, rows, bits(Pb), kn, bits(q.row(b, i0)), q.sr, nullptr, dk_sum, D,
                 true);
     }
-    convert_f32_to_bf16(dk_sum, dk + b * Tk * D, Tk * D);
-    convert_f32_to_bf16(dv_sum, dv + b * Tk * Dv, Tk * Dv);
+    for (int64_t r = 0; r < Tk; ++r) {
+      convert_f32_to_bf16(dk_sum + r * D, dk.row(b, r), D);
+      convert_f32_to_bf16(dv_sum + r * Dv, dv.row(b, r), Dv);
+    }
   });
   return g;
 }

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/profiler.h"
 #include "ops/cpu/bgemm_amx.h"
 
 using namespace trident;
@@ -127,6 +128,73 @@ TEST(Attention, NonContiguousHeadsSplitFromOneTensor) {
   ASSERT_FALSE(q.is_contiguous());
   EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v),
                         scaled_dot_product_attention(contiguous(q), contiguous(k), contiguous(v)), 1e-12, 1e-14));
+}
+
+// NOTE [Attention in the heads' layout]: q, k and v split from one [B, T, 3 H D] projection as
+// GPT-2 splits them ([B, H, T, D] views whose B and H do not fold) go to the kernels as they are;
+// the output comes back in the heads' layout, so the merge reshape(transpose(out, 1, 2)) is a
+// view, and the gradients of q, k and v likewise; the values are those of contiguous copies bit
+// for bit (the same products and sums), with causal, key-padding, additive and dropout masks,
+// in f64 and (with a bf16 GEMM kernel) bf16. No copy_ runs in the forward, the merge or the
+// backward to q, k and v.
+TEST(Attention, HeadsLayoutInAndOutWithoutCopies) {
+  const int64_t B = 2, T = 70, H = 3, D = 8;
+  std::vector<DType> dtypes{kF64};
+  if (!bf16_kernels().empty()) dtypes.push_back(kBF16);
+  for (const DType dt : dtypes) {
+    for (int variant = 0; variant < 4; ++variant) {  // plain, causal, key padding (bool), additive + dropout
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " variant " << variant);
+      Generator g(60 + variant);
+      const Tensor x = randn({B, T, 3 * H * D}, kF32, &g).to(dt);
+      const std::vector<Tensor> parts = split(x, H * D, 2);
+      auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, H, D}), 1, 2); };
+      const Tensor q = heads(parts[0]).detach().set_requires_grad(), k = heads(parts[1]).detach().set_requires_grad(),
+                   v = heads(parts[2]).detach().set_requires_grad();
+      ASSERT_FALSE(q.is_contiguous());
+      const Tensor qc = q.detach().contiguous().set_requires_grad(), kc = k.detach().contiguous().set_requires_grad(),
+                   vc = v.detach().contiguous().set_requires_grad();
+      AttentionOptions o;
+      o.is_causal = variant == 1;
+      if (variant == 2) {
+        std::vector<uint8_t> keep(static_cast<size_t>(B * T), 1);
+        for (int64_t j = 60; j < T; ++j) keep[static_cast<size_t>(T + j)] = 0;  // the second sequence ends at 60
+        o.attn_mask = reshape(from_vector<uint8_t>(keep, {B, T}).to(DType::Bool), {B, 1, 1, T});
+      }
+      Generator dg(70);
+      if (variant == 3) {
+        o.attn_mask = randn({T, T}, kF32, &g).to(dt);
+        o.dropout_p = 0.2;
+        o.generator = &dg;
+      }
+      const Tensor gy = randn({B, T, H * D}, kF32, &g).to(dt);
+      const PhiloxState before = dg.state();
+      profiler::start();
+      const Tensor out = scaled_dot_product_attention(q, k, v, o);
+      const Tensor y = reshape(transpose(out, 1, 2), {B, T, H * D});
+      const TensorList gr = autograd::grad({y}, {q, k, v}, {gy});
+      const profiler::Report report = profiler::stop();
+      for (const profiler::OpTime& op : report.ops) EXPECT_NE(op.name, "copy_") << op.calls << " copies";
+      EXPECT_TRUE(transpose(out, 1, 2).is_contiguous());
+      for (const Tensor& d : gr) EXPECT_TRUE(transpose(d, 1, 2).is_contiguous());
+      dg.set_state(before);
+      const Tensor out_c = scaled_dot_product_attention(qc, kc, vc, o);
+      const TensorList gc = autograd::grad({reshape(transpose(out_c, 1, 2), {B, T, H * D})}, {qc, kc, vc}, {gy});
+      EXPECT_EQ(out.to_vector<double>(), out_c.to_vector<double>());
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(gr[i].to_vector<double>(), gc[i].to_vector<double>()) << "gradient " << i;
+    }
+  }
+  // f64 gradcheck through the split views (dq, dk, dv in the heads' layout on their way back).
+  Tensor xl = rand_leaf({2, 5, 3 * 2 * 3}, 57);
+  EXPECT_TRUE(grad_ok(gradcheck(
+      [](const TensorList& in) {
+        const std::vector<Tensor> parts = split(in[0], 6, 2);
+        auto heads = [](const Tensor& t) { return transpose(view(t, {2, 5, 2, 3}), 1, 2); };
+        AttentionOptions o;
+        o.is_causal = true;
+        return reshape(transpose(scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), o), 1, 2),
+                       {2, 5, 6});
+      },
+      {xl})));
 }
 
 TEST(Attention, DropoutMatchesTheReferenceAndReplays) {
