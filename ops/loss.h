@@ -39,7 +39,9 @@
 //   C), each in [0, V) or ignore_index. Gradients reach hidden, weight and bias (zero in the rows
 //   past V). Same reductions, NaN for a Mean over no targets, and out-of-range targets named, as
 //   cross_entropy. Under autocast it is a product (hidden, weight and bias lowered to the half
-//   type) whose loss is f32.
+//   type) whose loss is f32; on the CPU's bf16 kernels an f32 weight and bias are not copied to
+//   bf16 but rounded tile by tile as they are read, and their gradients are the f32 sums (what
+//   the lowered op's bf16 gradients round).
 //   Tiled (options.impl; the CPU: NOTE [Linear cross-entropy] in ops/cpu/linear_cross_entropy.cpp),
 //   the logits exist one tile at a time: forward runs the product once and keeps each row's
 //   log-sum-exp, backward runs it again and forms the gradient tile by tile; nothing of size

@@ -24,6 +24,9 @@
 // bf16 takes a tile's rows in chunks of 128 (TileProducts below): a chunk's f32 logits (256 KiB)
 // stay in L2 from the product to the row pass, the tile's W_c^T and W_c are packed once for all
 // chunks and the row block's hidden states once for every tile's d W product (PackedBf16B).
+// bf16 hidden states may come with an f32 table and bias (autocast's f32 parameters): each tile
+// is rounded to bf16 as a lane reads it, and d W and d b are written in f32, the sums unrounded,
+// so no bf16 copy of a 50304-row table exists and its gradient needs no cast back.
 // Measured (GPT-2 tiny's head, [1024, 256] x [50304, 256], 2 threads of the AMX Xeon, against
 // linear + cross_entropy, docs/performance.md): bf16 forward 24.3-26.6 against 32.7-34.6 ms,
 // forward + backward 82.8-87.2 against 85.1-90.0 (the recomputed product costs about what the
