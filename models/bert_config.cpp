@@ -153,7 +153,8 @@ MemoryEstimate BertConfig::estimate_memory(int64_t batch, int64_t seq_len, int64
   e.gradients = n * o.grad_bytes;
   e.optimizer = n * o.optimizer_slots * o.optimizer_bytes;
   const int64_t per_token = num_hidden_layers * (10 * H + 2 * I + num_attention_heads + 4) + 3 * H;
-  const int64_t per_prediction = 3 * H + 2 * V;
+  const int64_t logits = o.logits_tiled && loss_without_logits ? 0 : 2 * V;  // the logits and their gradient
+  const int64_t per_prediction = 3 * H + logits;
   e.activations = (batch * seq_len * per_token + batch * predictions * per_prediction) * o.activation_bytes;
   return e;
 }

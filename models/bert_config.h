@@ -75,7 +75,8 @@ struct BertConfig {
   // attention output and its [B, T, H] copy, the attention sum before and after its LayerNorm,
   // the intermediate output and its GELU, the output sum; log-sum-exp; LayerNorm statistics),
   // plus 3 H for the embeddings; per masked position 3 H + 2 V (transform, GELU, LayerNorm; the
-  // logits and their gradient). See GPT2Config::estimate_memory for the conventions.
+  // logits and their gradient, which do not exist when options.logits_tiled and
+  // loss_without_logits). See GPT2Config::estimate_memory for the conventions.
   MemoryEstimate estimate_memory(int64_t batch, int64_t seq_len, int64_t predictions, const MemoryOptions& options = {}) const;
 };
 

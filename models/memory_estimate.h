@@ -19,7 +19,8 @@ struct MemoryOptions {
   // (LayerFactory::tied_logits), so neither exists.
   bool cuda = false;
   // The loss runs the output layer in tiles (linear_cross_entropy on the CPU in bf16, NOTE [Loss
-  // without logits]): neither the logits nor their gradient exist.
+  // without logits]: GPT-2's and BERT's masked-LM loss): neither the logits nor their gradient
+  // exist.
   bool logits_tiled = false;
 };
 

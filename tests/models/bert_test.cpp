@@ -206,6 +206,20 @@ TEST(Bert, MlmLossWithoutLogitsEqualsTheLossOnLogits) {
   EXPECT_EQ(compared, static_cast<int>(ga.size()) - 2);  // all but the two layers' key biases
 }
 
+// The memory estimate's masked positions: their logits and the logits' gradient (2 V each),
+// absent when the loss runs tiled (bf16 on the CPU, NOTE [Loss without logits]) unless the
+// config asks for logits.
+TEST(Bert, MemoryEstimateDropsTheTiledLogits) {
+  BertConfig c = small_bert_config();
+  MemoryOptions tiled;
+  tiled.logits_tiled = true;
+  const MemoryEstimate e = c.estimate_memory(4, 12, 3), t = c.estimate_memory(4, 12, 3, tiled);
+  EXPECT_EQ(e.activations - t.activations, 4 * 3 * 2 * 37 * 4);
+  EXPECT_EQ(e.parameters, t.parameters);
+  c.loss_without_logits = false;
+  EXPECT_EQ(c.estimate_memory(4, 12, 3, tiled).activations, e.activations);
+}
+
 TEST(Bert, PaddingKeysChangeNothingAndMaskedLogitsAreTheFullOnes) {
   Generator g(9);
   BertConfig c = small_bert_config();
