@@ -178,11 +178,7 @@ TEST(Bert, MlmLossWithoutLogitsEqualsTheLossOnLogits) {
   b.to(DType::F32);
   Generator g3(40);
   BertForPreTraining r(c, &g3);  // f64, holding a's f32-rounded weights: the reference
-  {
-    NoGradGuard no_grad;
-    const TensorList pa = a.parameters(), pr = r.parameters();
-    for (size_t i = 0; i < pa.size(); ++i) copy_(pr[i], pa[i]);
-  }
+  copy_parameters(a, r);
   const BertPreTrainingOutput ref = r.forward(batch);
   const TensorList g64 = autograd::grad({ref.loss}, r.parameters());
   Tensor la, lb;

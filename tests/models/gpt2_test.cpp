@@ -358,11 +358,7 @@ TEST(GPT2, LossWithoutLogitsEqualsTheLossOnLogits) {
   b.to(DType::F32);
   Generator g3(40);
   GPT2LMHeadModel r(c, &g3);  // f64, holding a's f32-rounded weights: the reference
-  {
-    NoGradGuard no_grad;
-    const TensorList pa = a.parameters(), pr = r.parameters();
-    for (size_t i = 0; i < pa.size(); ++i) copy_(pr[i], pa[i]);
-  }
+  copy_parameters(a, r);
   const LMOutput ref = r.forward(x, y);
   const TensorList g64 = autograd::grad({ref.loss}, r.parameters());
   Tensor la, lb;

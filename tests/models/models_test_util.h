@@ -13,6 +13,7 @@
 #include "models/bert_config.h"
 #include "models/gpt2_config.h"
 #include "models/layer_list.h"
+#include "nn/module.h"
 #include "parallel/pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -29,6 +30,15 @@ inline models::GPT2Config small_gpt2_config(double dropout = 0.0) {
   c.n_positions = 16;
   c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
   return c;
+}
+
+// Copies every parameter of `from` into the same one of `to` (a model of the same architecture),
+// converting the dtype: e.g. an f32 model's weights into an f64 reference of it.
+inline void copy_parameters(const nn::Module& from, nn::Module& to) {
+  NoGradGuard no_grad;
+  const std::vector<Tensor> pf = from.parameters(), pt = to.parameters();
+  TRIDENT_CHECK(pf.size() == pt.size(), "copy_parameters: ", pf.size(), " parameters into ", pt.size());
+  for (size_t i = 0; i < pf.size(); ++i) copy_(pt[i], pf[i]);
 }
 
 // A BERT for the CPU tests: 2 layers, 2 heads, width 16, intermediate 32, vocabulary 37 padded
