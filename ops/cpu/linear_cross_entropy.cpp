@@ -159,7 +159,8 @@ struct TileProducts {
   using A = Acc<T>;
   Bf16Gemm kernel = Bf16Gemm::None;
   int64_t C = 0;
-  bool packed = false;  // bf16 with W_c^T and W_c packed
+  bool chunked = false;  // bf16 whose tiles of W pack: rows in chunks of kChunkRows
+  bool packed = false;   // this tile's W_c^T and W_c packed
   PackedBf16B wt, wn;
   const T* wc = nullptr;
   int64_t nc = 0;
@@ -168,11 +169,13 @@ struct TileProducts {
   const float* w32 = nullptr;
   std::vector<T> rounded;
 
-  TileProducts(Bf16Gemm k, int64_t features, const float* table32) : kernel(k), C(features), w32(table32) {}
-  int64_t chunk(int64_t rows) const {
-    if constexpr (std::is_same_v<T, BFloat16>) return std::min(rows, kChunkRows);
-    return rows;
+  // `width`: the classes of a full tile. Chunks only where each tile's W packs (features up to
+  // 1024: GPT-2 tiny to 355M); wider, a product per chunk would pack W_c again each time, so
+  // whole tiles, one product each, as the other types.
+  TileProducts(Bf16Gemm k, int64_t features, int64_t width, const float* table32) : kernel(k), C(features), w32(table32) {
+    if constexpr (std::is_same_v<T, BFloat16>) chunked = bf16_b_packs_whole(width, C) && bf16_b_packs_whole(C, width);
   }
+  int64_t chunk(int64_t rows) const { return chunked ? std::min(rows, kChunkRows) : rows; }
   void begin_tile(const T* w, int64_t v0, int64_t classes, bool input_gradient) {
     nc = classes;
     if (w32 == nullptr) wc = w + v0 * C;
@@ -338,7 +341,7 @@ LinearCrossEntropyForward forward_impl(Bf16Gemm kernel, const Tensor& hidden, co
     std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
     std::fill(s.begin(), s.end(), 0.0);
     for_lanes(tiles, [&](int64_t lane) {
-      TileProducts<T> tp(kernel, C, w32);
+      TileProducts<T> tp(kernel, C, std::min(V, kClassBlock), w32);
       const int64_t chunk = tp.chunk(nr);
       std::vector<A> tile(static_cast<size_t>(chunk * std::min(V, kClassBlock)));
       for (int64_t c = lane; c < tiles; c += kLanes) {
@@ -429,8 +432,9 @@ LinearCrossEntropyGrads backward_impl(Bf16Gemm kernel, const Tensor& g_in, doubl
     const bool x_is_packed = kHalf && need_weight && dw_direct && bf16_b_packs_whole(C, nr);
     if (x_is_packed) x_packed.pack(false, C, nr, reinterpret_cast<const uint16_t*>(xr), C);
     for_lanes(tiles, [&](int64_t lane) {
-      TileProducts<T> tp(kernel, C, w32);
-      const int64_t chunk = tp.chunk(nr), width = std::min(V, kClassBlock);
+      const int64_t width = std::min(V, kClassBlock);
+      TileProducts<T> tp(kernel, C, width, w32);
+      const int64_t chunk = tp.chunk(nr);
       // The f32 logits of a chunk; for bf16 the gradient of the whole tile, rounded (d W's
       // product reads all its rows).
       std::vector<A> tile(static_cast<size_t>(chunk * width));
