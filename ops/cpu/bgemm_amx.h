@@ -92,7 +92,8 @@ class PackedBf16B {
     void operator()(uint16_t* p) const;
   };
   std::unique_ptr<uint16_t[], Free> data_;
-  int64_t n_ = 0, k_ = 0, capacity_ = 0;
+  int64_t n_ = 0, k_ = 0;
+  [[maybe_unused]] int64_t capacity_ = 0;  // elements data_ holds (unused in a build without the kernels)
 };
 // Whether op(B) [k, n] packs as one block (PackedBf16B takes it).
 bool bf16_b_packs_whole(int64_t n, int64_t k);
