@@ -1,5 +1,7 @@
 #include "models/bert.h"
 
+#include <typeinfo>
+
 #include "autograd/grad_mode.h"
 #include "core/copy.h"
 #include "core/factory.h"
@@ -8,6 +10,7 @@
 #include "ops/attention.h"
 #include "ops/compare.h"
 #include "ops/index.h"
+#include "ops/linalg.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
@@ -185,6 +188,28 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c, Generator* gen)
   value = register_module("value", f.linear(in_region(dense_spec(c, "attention.self.value", H, H, LinearKind::Column, gen))));
 }
 
+// NOTE [Fused projections]: with the serial layers, query, key and value run as one product over
+// their weights stacked [3 width, H] (and biases), its output split into three views: one GEMM
+// three times as wide instead of three (and under autocast one cast of the input instead of
+// three), and in backward one product for the input's gradient instead of three and a sum.
+// The parameters stay the three Hugging Face ones; the stacking's gradient hands each its rows.
+// Each output element is the same dot product. Other factories (tensor parallelism) run the
+// three modules.
+std::vector<Tensor> BertSelfAttention::fused_projections(const Tensor& x) const {
+  const auto* q = dynamic_cast<const DenseLayer*>(query.get());
+  const auto* k = dynamic_cast<const DenseLayer*>(key.get());
+  const auto* v = dynamic_cast<const DenseLayer*>(value.get());
+  if (q == nullptr || k == nullptr || v == nullptr || typeid(*query) != typeid(DenseLayer) ||
+      typeid(*key) != typeid(DenseLayer) || typeid(*value) != typeid(DenseLayer))
+    return {};
+  if (q->layout != WeightLayout::OutIn || k->layout != WeightLayout::OutIn || v->layout != WeightLayout::OutIn) return {};
+  const bool biased = q->bias.defined();
+  if (k->bias.defined() != biased || v->bias.defined() != biased) return {};
+  const Tensor w = cat({q->weight, k->weight, v->weight}, 0);
+  const Tensor b = biased ? cat({q->bias, k->bias, v->bias}, 0) : Tensor();
+  return split(linear(x, w, b), q->out_features, x.dim() - 1);
+}
+
 Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   TRIDENT_CHECK(x.dim() == 3, "BERT attention: expected input [B, T, H], got shape ", x.sizes());
   // One entry into the split region for the three projections (LinearSpec::input_in_region);
@@ -196,7 +221,17 @@ Tensor BertSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   ao.attn_mask = mask;
   ao.dropout_p = is_training() ? dropout_p : 0.0;
   ao.generator = generator;
-  const Tensor y = scaled_dot_product_attention(heads(query->forward(xr)), heads(key->forward(xr)), heads(value->forward(xr)), ao);
+  Tensor q, k, v;
+  if (const auto qkv = fused_projections(xr); !qkv.empty()) {
+    q = qkv[0];
+    k = qkv[1];
+    v = qkv[2];
+  } else {
+    q = query->forward(xr);
+    k = key->forward(xr);
+    v = value->forward(xr);
+  }
+  const Tensor y = scaled_dot_product_attention(heads(q), heads(k), heads(v), ao);
   return reshape(transpose(y, 1, 2), {B, T, width});
 }
 

@@ -74,6 +74,9 @@ class BertSelfAttention : public nn::Module {
   double dropout_p;
   Generator* generator;
   std::shared_ptr<nn::UnaryModule> query, key, value;
+  // query, key and value of x as one product (NOTE [Fused projections] in bert.cpp); empty when
+  // the layers are not the serial ones.
+  std::vector<Tensor> fused_projections(const Tensor& x) const;
 
  private:
   std::shared_ptr<const LayerFactory> factory_;  // the config's layer factory
