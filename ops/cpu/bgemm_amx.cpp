@@ -362,14 +362,15 @@ Bf16Gemm set_bf16_gemm_kernel_for_testing(Bf16Gemm kernel) {
 namespace {
 template <typename Out>
 void gemm_dispatch(Bf16Gemm kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
-                   int64_t lda, const uint16_t* b, int64_t ldb, const float* bias, Out* c, int64_t ldc, bool accumulate) {
+                   int64_t lda, const uint16_t* b, int64_t ldb, const float* bias, Out* c, int64_t ldc, bool accumulate,
+                   const uint16_t* prepacked = nullptr) {
   if (kernel == Bf16Gemm::Amx) {
     TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16: this CPU or kernel does not allow AMX-BF16");
-    return gemm_impl<true>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate);
+    return gemm_impl<true>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate, prepacked);
   }
   TRIDENT_CHECK(kernel == Bf16Gemm::Avx512Bf16 && avx512_bf16_available(), "gemm_bf16: no ",
                 kernel == Bf16Gemm::None ? "kernel chosen" : "AVX512-BF16 on this CPU");
-  gemm_impl<false>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate);
+  gemm_impl<false>(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, accumulate, prepacked);
 }
 }  // namespace
 
@@ -409,13 +410,7 @@ template <typename Out>
 void gemm_packed_dispatch(Bf16Gemm kernel, bool trans_a, int64_t m, const uint16_t* a, int64_t lda, const PackedBf16B& b, Out* c,
                           int64_t ldc, bool accumulate) {
   TRIDENT_CHECK(b.data() != nullptr, "gemm_bf16_packed: B was not packed");
-  if (kernel == Bf16Gemm::Amx) {
-    TRIDENT_CHECK(amx_bf16_available(), "gemm_bf16: this CPU or kernel does not allow AMX-BF16");
-    return gemm_impl<true>(trans_a, false, m, b.n(), b.k(), a, lda, nullptr, 0, nullptr, c, ldc, accumulate, b.data());
-  }
-  TRIDENT_CHECK(kernel == Bf16Gemm::Avx512Bf16 && avx512_bf16_available(), "gemm_bf16: no ",
-                kernel == Bf16Gemm::None ? "kernel chosen" : "AVX512-BF16 on this CPU");
-  gemm_impl<false>(trans_a, false, m, b.n(), b.k(), a, lda, nullptr, 0, nullptr, c, ldc, accumulate, b.data());
+  gemm_dispatch(kernel, trans_a, false, m, b.n(), b.k(), a, lda, nullptr, 0, nullptr, c, ldc, accumulate, b.data());
 }
 }  // namespace
 
