@@ -14,6 +14,8 @@
 #include "models/gpt2_config.h"
 #include "models/layer_list.h"
 #include "nn/module.h"
+#include "autograd/engine.h"
+#include "ops/autocast.h"
 #include "parallel/pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -39,6 +41,38 @@ inline void copy_parameters(const nn::Module& from, nn::Module& to) {
   const std::vector<Tensor> pf = from.parameters(), pt = to.parameters();
   TRIDENT_CHECK(pf.size() == pt.size(), "copy_parameters: ", pf.size(), " parameters into ", pt.size());
   for (size_t i = 0; i < pf.size(); ++i) copy_(pt[i], pf[i]);
+}
+
+// NOTE [Loss without logits] in bf16: `a` (the loss without logits) and `b` (the loss on logits),
+// f32 models holding the same weights, against `r`, an f64 model of the same architecture given
+// a's weights (copy_parameters). `loss(model)` runs one forward and returns its loss. Under
+// autocast bf16, a's loss is f32 and within `loss_tol` (relative) of r's, and each of a's
+// gradients is within b's error of r's plus 2^-8: the logits-free loss is at least as accurate
+// as the composed one. Parameters whose f64 gradient is below 1e-12 (zero in exact arithmetic:
+// rounding noise, no reference) are skipped; returns how many were compared.
+template <typename Model>
+int expect_bf16_loss_without_logits_as_accurate(Model& a, Model& b, Model& r, const std::function<Tensor(Model&)>& loss,
+                                                double loss_tol) {
+  copy_parameters(a, r);
+  const Tensor ref = loss(r);
+  const autograd::TensorList g64 = autograd::grad({ref}, r.parameters());
+  Tensor la, lb;
+  {
+    autocast::Guard bf16(DType::BF16);
+    la = loss(a);
+    lb = loss(b);
+  }
+  EXPECT_EQ(la.dtype(), DType::F32);
+  EXPECT_NEAR(la.item<double>(), ref.item<double>(), ref.item<double>() * loss_tol);
+  const autograd::TensorList ga = autograd::grad({la}, a.parameters()), gb = autograd::grad({lb}, b.parameters());
+  int compared = 0;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    if (norm(g64[i], 2.0).item<double>() < 1e-12) continue;
+    const double ea = relative_error(ga[i], g64[i]), eb = relative_error(gb[i], g64[i]);
+    EXPECT_LE(ea, eb + 1.0 / 256) << "parameter " << i << ": " << ea << " against the composed " << eb;
+    ++compared;
+  }
+  return compared;
 }
 
 // A BERT for the CPU tests: 2 layers, 2 heads, width 16, intermediate 32, vocabulary 37 padded
