@@ -196,12 +196,11 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c, Generator* gen)
 // Each output element is the same dot product. Other factories (tensor parallelism) run the
 // three modules.
 std::vector<Tensor> BertSelfAttention::fused_projections(const Tensor& x) const {
-  const auto* q = dynamic_cast<const DenseLayer*>(query.get());
-  const auto* k = dynamic_cast<const DenseLayer*>(key.get());
-  const auto* v = dynamic_cast<const DenseLayer*>(value.get());
-  if (q == nullptr || k == nullptr || v == nullptr || typeid(*query) != typeid(DenseLayer) ||
-      typeid(*key) != typeid(DenseLayer) || typeid(*value) != typeid(DenseLayer))
+  if (typeid(*query) != typeid(DenseLayer) || typeid(*key) != typeid(DenseLayer) || typeid(*value) != typeid(DenseLayer))
     return {};
+  const auto* q = static_cast<const DenseLayer*>(query.get());
+  const auto* k = static_cast<const DenseLayer*>(key.get());
+  const auto* v = static_cast<const DenseLayer*>(value.get());
   if (q->layout != WeightLayout::OutIn || k->layout != WeightLayout::OutIn || v->layout != WeightLayout::OutIn) return {};
   const bool biased = q->bias.defined();
   if (k->bias.defined() != biased || v->bias.defined() != biased) return {};

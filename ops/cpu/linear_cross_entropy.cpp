@@ -290,9 +290,6 @@ std::vector<Acc<T>> bias_in_acc(const Tensor& bias, int64_t V) {
   std::vector<Acc<T>> b;
   if (!bias.defined()) return b;
   b.resize(static_cast<size_t>(V));
-  const auto read = [&](const T* p) {
-    for (int64_t i = 0; i < V; ++i) b[static_cast<size_t>(i)] = static_cast<Acc<T>>(p[i]);
-  };
   if constexpr (std::is_same_v<T, BFloat16>) {
     if (bias.dtype() == DType::F32) {  // autocast's f32 bias, rounded as the table is
       const float* p = bias.data<float>();
@@ -300,7 +297,8 @@ std::vector<Acc<T>> bias_in_acc(const Tensor& bias, int64_t V) {
       return b;
     }
   }
-  read(bias.data<T>());
+  const T* p = bias.data<T>();
+  for (int64_t i = 0; i < V; ++i) b[static_cast<size_t>(i)] = static_cast<Acc<T>>(p[i]);
   return b;
 }
 
