@@ -2,6 +2,7 @@
 
 #include "nn/basic.h"
 #include "ops/arith.h"
+#include "ops/autocast.h"
 #include "ops/index.h"
 #include "ops/pool.h"
 #include "ops/unary.h"
@@ -36,7 +37,7 @@ ConvBn::ConvBn(LayerBuilder& b, Chw in, int64_t out_channels, Int2 kernel, Int2 
 
 Tensor ConvBn::forward(const Tensor& x) {
   check_built(conv.get(), "ConvBn");
-  return bn->forward(conv->forward(pre_relu ? relu(x) : x));
+  return bn->forward(conv->forward(pre_relu ? autocast::lower_relu(x) : x));
 }
 
 std::string ConvBn::extra_repr() const { return pre_relu ? "relu" : ""; }
@@ -58,7 +59,8 @@ FactorizedReduction::FactorizedReduction(LayerBuilder& b, Chw in, int64_t out_ch
 
 Tensor FactorizedReduction::forward(const Tensor& x) {
   check_built(path1_conv.get(), "FactorizedReduction");
-  Tensor h = pre_relu ? relu(x) : x;
+  // Lowered once for both convolutions under autocast (each would cast its own input).
+  Tensor h = pre_relu ? autocast::lower_relu(x) : (autocast::is_enabled() ? autocast::lower(x) : x);
   // Path 2 sees x shifted up and left by one pixel, zero-filled at the bottom and right, so
   // the stride-2 samples of the two paths interleave.
   Tensor shifted = pad(h, {-1, 1, -1, 1});
@@ -127,7 +129,7 @@ Tensor SeparableConv::forward(const Tensor& x) {
   Tensor h = x;
   for (const auto& block : blocks) {
     check_built(block->depthwise.get(), "SeparableConv");
-    h = block->bn->forward(block->pointwise->forward(block->depthwise->forward(relu(h))));
+    h = block->bn->forward(block->pointwise->forward(block->depthwise->forward(autocast::lower_relu(h))));
   }
   return h;
 }

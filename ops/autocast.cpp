@@ -1,6 +1,7 @@
 #include "ops/autocast.h"
 
 #include "autograd/grad_mode.h"
+#include "ops/unary.h"
 
 namespace trident::autocast {
 namespace {
@@ -34,6 +35,7 @@ Suspend::Suspend() : prev_(is_enabled()) { AutocastMode::set({false, dtype()}); 
 Suspend::~Suspend() { AutocastMode::set({prev_, dtype()}); }
 
 Tensor lower(const Tensor& t) { return t.defined() && t.dtype() == DType::F32 ? t.to(dtype()) : t; }
+Tensor lower_relu(const Tensor& t) { return is_enabled() && t.defined() && t.dtype() == DType::F32 ? relu(t, dtype()) : relu(t); }
 Tensor widen(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
 
 std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b) {

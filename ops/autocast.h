@@ -53,6 +53,10 @@ class Suspend {
 
 // f32 -> the autocast dtype (other dtypes and undefined tensors pass through).
 Tensor lower(const Tensor& t);
+// relu(t) for a consumer that lowers it (a convolution or a matrix product right after it): under
+// autocast an f32 t gives relu(t, dtype()), the values of lower(relu(t)) in one pass and without
+// the f32 relu output (ops/unary.h); otherwise relu(t).
+Tensor lower_relu(const Tensor& t);
 // f16/bf16 -> f32 (others pass through).
 Tensor widen(const Tensor& t);
 // Under autocast, two floating tensors of different dtypes cast to the wider one (f64 > f32 >

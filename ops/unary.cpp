@@ -68,6 +68,24 @@ Tensor unary_op(cpu::UnaryOp op, const char* backward_name, const Tensor& x) {
 }  // namespace
 
 Tensor relu(const Tensor& x) { return unary_op(cpu::UnaryOp::Relu, "ReluBackward", x); }
+Tensor relu(const Tensor& x, DType dtype) {
+  if (x.defined() && dtype == x.dtype()) return relu(x);
+  check_defined("relu", x);
+  check_device("relu", x);
+  check_floating("relu", x);
+  TRIDENT_CHECK(is_floating(dtype), "relu: the output dtype must be a floating dtype, got ", dtype, " (input ", x.dtype(),
+                " of shape ", x.sizes(), ")");
+  // NOTE [Relu into a narrower dtype] in ops/cpu/unary.h.
+  Tensor out = TRIDENT_KERNEL(relu_to)(x.detach(), dtype);
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("ReluBackward", {x}, out, [in = x.dtype(), s = SavedTensor(out)](const TensorList& g) {
+      const Tensor y = s.unpack();
+      if (recording_backward()) return TensorList{mul(g[0].to(in), gt(y.detach(), 0.0).to(in))};
+      return TensorList{TRIDENT_KERNEL(relu_to_backward)(g[0], y, in)};
+    }, kDifferentiable);
+  }
+  return out;
+}
 Tensor tanh(const Tensor& x) { return unary_op(cpu::UnaryOp::Tanh, "TanhBackward", x); }
 Tensor sigmoid(const Tensor& x) { return unary_op(cpu::UnaryOp::Sigmoid, "SigmoidBackward", x); }
 Tensor abs(const Tensor& x) { return unary_op(cpu::UnaryOp::Abs, "AbsBackward", x); }

@@ -22,6 +22,10 @@
 namespace trident {
 
 Tensor relu(const Tensor& x);
+// relu(x).to(dtype) in one pass (floating dtypes; NOTE [Relu into a narrower dtype] in
+// ops/cpu/unary.h): for a relu whose consumer computes in half precision, as
+// autocast::lower_relu uses it. Its gradient comes back in x's dtype. dtype == x.dtype() is relu(x).
+Tensor relu(const Tensor& x, DType dtype);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor abs(const Tensor& x);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/copy.h"
 #include "core/factory.h"
 #include "ops/cpu/isa.h"
 #include "ops/cpu/loops.h"
@@ -27,6 +28,23 @@ TRIDENT_CPU_KERNEL_TEMPLATE(template <typename Op>, map2_kernel,
                             (const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n, Op op), {
                               for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
                             })
+
+// NOTE [Relu into a narrower dtype] (ops/cpu/unary.h), f32 -> bf16 in one vectorized pass: a relu
+// output is never NaN, so the rounding is f32_to_bf16_bits' ties-to-even add without its NaN
+// branch, and the compiler vectorizes it (16 lanes in the AVX-512 version). The f32 relu and
+// then the general conversion, through a buffer, took longer than an f32 relu alone.
+TRIDENT_CPU_KERNEL(relu_bf16_kernel, (const float* __restrict x, uint16_t* __restrict y, int64_t n), {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = detail::f32_bits(math::Relu{}(x[i]));
+    y[i] = static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  }
+})
+// Its gradient: g where y > 0 (y's bits as an integer: a relu output is +0 or positive), widened.
+TRIDENT_CPU_KERNEL(relu_bf16_backward_kernel,
+                   (const uint16_t* __restrict g, const uint16_t* __restrict y, float* __restrict gx, int64_t n), {
+                     for (int64_t i = 0; i < n; ++i)
+                       gx[i] = y[i] != 0 ? detail::f32_from_bits(static_cast<uint32_t>(g[i]) << 16) : 0.0f;
+                   })
 
 template <typename Op>
 inline void map1_f32(const float* x, float* y, int64_t n, Op op) {
@@ -221,6 +239,74 @@ Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& saved) {
     case UnaryOp::GeluTanh: return map_binary(g, saved, name, math::GeluTanhBackward{});
   }
   TRIDENT_FAIL("unary_backward: no kernel for op ", static_cast<int>(op));
+}
+
+Tensor relu_to(const Tensor& x, DType dtype) {
+  Tensor out = empty(x.sizes(), dtype);
+  if (x.dtype() == DType::F32 && dtype == DType::BF16) {  // NOTE [Relu into a narrower dtype]
+    const StridedLoop<2> loop(out.sizes(), {out.strides(), x.strides()});
+    BFloat16* o = out.data<BFloat16>();
+    const float* xp = x.data<float>();
+    loop.run([&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+      if (st[0] == 1 && st[1] == 1)
+        return TRIDENT_CPU_PICK(relu_bf16_kernel)(xp + off[1], reinterpret_cast<uint16_t*>(o + off[0]), n);
+      float in[kBuf], res[kBuf];
+      for (int64_t b = 0; b < n; b += kBuf) {
+        const int64_t len = std::min(kBuf, n - b);
+        const float* src = xp + off[1] + b * st[1];
+        if (st[1] != 1) {
+          for (int64_t i = 0; i < len; ++i) in[i] = src[i * st[1]];
+          src = in;
+        }
+        map1_f32(src, res, len, math::Relu{});
+        if (st[0] == 1) {
+          convert_f32_to_bf16(res, o + off[0] + b, len);
+        } else {
+          for (int64_t i = 0; i < len; ++i) o[off[0] + (b + i) * st[0]] = BFloat16(res[i]);
+        }
+      }
+    });
+    return out;
+  }
+  TRIDENT_DISPATCH_FLOATING(x.dtype(), "relu", [&] {
+    using In = scalar_t;
+    TRIDENT_DISPATCH_FLOATING(dtype, "relu", [&] { unary_loop<In, scalar_t>(out, x, math::Relu{}); });
+  });
+  return out;
+}
+
+Tensor relu_to_backward(const Tensor& g_in, const Tensor& y, DType dtype) {
+  const Tensor g = g_in.dtype() == y.dtype() ? g_in : g_in.to(y.dtype());
+  Tensor out = empty(y.sizes(), dtype);
+  if (y.dtype() == DType::BF16 && dtype == DType::F32) {
+    const StridedLoop<3> loop(out.sizes(), {out.strides(), broadcast_strides(g.sizes(), g.strides(), out.sizes()), y.strides()});
+    float* o = out.data<float>();
+    const BFloat16* gp = g.data<BFloat16>();
+    const BFloat16* yp = y.data<BFloat16>();
+    loop.run([&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+      if (st[0] == 1 && st[1] == 1 && st[2] == 1)
+        return TRIDENT_CPU_PICK(relu_bf16_backward_kernel)(reinterpret_cast<const uint16_t*>(gp + off[1]),
+                                                           reinterpret_cast<const uint16_t*>(yp + off[2]), o + off[0], n);
+      float in_g[kBuf], in_y[kBuf], res[kBuf];
+      for (int64_t b = 0; b < n; b += kBuf) {
+        const int64_t len = std::min(kBuf, n - b);
+        for (int64_t i = 0; i < len; ++i) {  // exact widenings
+          in_g[i] = static_cast<float>(gp[off[1] + (b + i) * st[1]]);
+          in_y[i] = static_cast<float>(yp[off[2] + (b + i) * st[2]]);
+        }
+        float* dst = st[0] == 1 ? o + off[0] + b : res;
+        map2_f32(in_g, in_y, dst, len, math::ReluBackward{});
+        if (st[0] != 1)
+          for (int64_t i = 0; i < len; ++i) o[off[0] + (b + i) * st[0]] = res[i];
+      }
+    });
+    return out;
+  }
+  TRIDENT_DISPATCH_FLOATING(y.dtype(), "relu_backward", [&] {
+    using In = scalar_t;
+    TRIDENT_DISPATCH_FLOATING(dtype, "relu_backward", [&] { binary_loop<In, scalar_t>(out, g, y, math::ReluBackward{}); });
+  });
+  return out;
 }
 
 Tensor pow(const Tensor& x, double p) {

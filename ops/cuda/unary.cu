@@ -69,6 +69,18 @@ struct UnaryBackwardF {
   __device__ T operator()(T g, T s) const { return static_cast<T>(backward(op, static_cast<float>(g), static_cast<float>(s))); }
 };
 
+// NOTE [Relu into a narrower dtype] (ops/cpu/unary.h): In -> Out in one pass, and its gradient.
+template <typename Out, typename In>
+struct ReluToF {
+  __device__ Out operator()(In x) const { return static_cast<Out>(math::Relu{}(static_cast<float>(x))); }
+};
+template <typename Out, typename G>
+struct ReluToBackwardF {
+  __device__ Out operator()(G g, G y) const {
+    return static_cast<Out>(math::ReluBackward{}(static_cast<float>(g), static_cast<float>(y)));
+  }
+};
+
 template <typename T>
 struct PowF {
   math::PowKind kind;
@@ -164,6 +176,26 @@ Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& saved) {
     case UnaryOp::GeluTanh: return map2<Fixed<UnaryOp::GeluTanh>::B>("gelu", g, saved);
     default: return map2<UnaryBackwardF>(unary_op_name(op), g, saved, op);
   }
+}
+
+Tensor relu_to(const Tensor& x, DType dtype) {
+  Tensor out = empty_on(x.sizes(), dtype, x.device());
+  TRIDENT_DISPATCH_CUDA_FLOATING(x.dtype(), "relu", [&] {
+    using In = scalar_t;
+    TRIDENT_DISPATCH_CUDA_FLOATING(dtype, "relu", [&] { elementwise<scalar_t, In>(out, {x}, ReluToF<scalar_t, In>{}); });
+  });
+  return out;
+}
+
+Tensor relu_to_backward(const Tensor& g_in, const Tensor& y, DType dtype) {
+  const Tensor g = g_in.dtype() == y.dtype() ? g_in : g_in.to(y.dtype());
+  Tensor out = empty_on(y.sizes(), dtype, y.device());
+  TRIDENT_DISPATCH_CUDA_FLOATING(y.dtype(), "relu_backward", [&] {
+    using G = scalar_t;
+    TRIDENT_DISPATCH_CUDA_FLOATING(dtype, "relu_backward",
+                                   [&] { elementwise<scalar_t, G, G>(out, {g, y}, ReluToBackwardF<scalar_t, G>{}); });
+  });
+  return out;
 }
 
 Tensor pow(const Tensor& x, double p) { return map1<PowF>("pow", x, math::pow_kind(p), static_cast<float>(p)); }

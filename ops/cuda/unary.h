@@ -10,6 +10,8 @@ namespace trident::cuda {
 using cpu::UnaryOp;
 Tensor unary(UnaryOp op, const Tensor& x);
 Tensor unary_backward(UnaryOp op, const Tensor& g, const Tensor& saved);
+Tensor relu_to(const Tensor& x, DType dtype);
+Tensor relu_to_backward(const Tensor& g, const Tensor& y, DType dtype);
 Tensor pow(const Tensor& x, double p);
 Tensor pow_backward(const Tensor& g, const Tensor& x, double p);
 Tensor clamp(const Tensor& x, double lo, double hi);

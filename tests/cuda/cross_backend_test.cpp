@@ -338,6 +338,28 @@ TEST_P(CrossBackend, EveryOpMatchesTheCpuInF64) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CrossBackend, ::testing::Values(DType::F32, DType::F16, DType::BF16),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
 
+// NOTE [Relu into a narrower dtype]: the CUDA kernels round as the CPU's do, so the values and the
+// gradients are the CPU's bit for bit, for every pair of dtypes the GPU has.
+class CrossBackendReluTo : public trident::testing::PoisonedCuda<> {};
+
+TEST_F(CrossBackendReluTo, MatchesTheCpuBitForBit) {
+  Generator gen(21);
+  for (const DType in : {kF32, kF16, kBF16}) {
+    for (const DType out : {kF32, kF16, kBF16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(in) << " -> " << dtype_name(out));
+      const Tensor x = mul(randn({67, 129}, kF32, &gen), 4.0).to(in), gy = randn({67, 129}, kF32, &gen).to(out);
+      Tensor xc = x.detach().set_requires_grad(), xd = x.to(kGPU).detach().set_requires_grad();
+      const Tensor yc = relu(xc, out), yd = relu(xd, out);
+      ASSERT_EQ(yd.dtype(), out);
+      EXPECT_EQ(yd.to(kCPU).to(kF32).to_vector<float>(), yc.to(kF32).to_vector<float>());
+      yc.backward(gy);
+      yd.backward(gy.to(kGPU));
+      ASSERT_EQ(xd.grad().dtype(), in);
+      EXPECT_EQ(xd.grad().to(kCPU).to(kF32).to_vector<float>(), xc.grad().to(kF32).to_vector<float>());
+    }
+  }
+}
+
 TEST(CrossBackendErrors, AnOpWithoutACudaKernelNamesTheOpAndTheDevice) {
   TRIDENT_REQUIRE_CUDA();
   const Tensor x = ones({2, 3}, TensorOptions(kF32).device(kGPU));

@@ -87,6 +87,37 @@ TEST(Autocast, BatchNormReadsBf16InputsAsTheirF32Values) {
   }
 }
 
+// autocast::lower_relu before a convolution: the conv's output and every gradient bit for bit
+// those of relu then the conv's own cast, with no f32 relu output.
+TEST(Autocast, LowerReluFeedsAConvolutionAsTheCastWould) {
+  Generator g(4);
+  const Tensor x0 = randn({2, 6, 9, 11}, kF32, &g), w0 = randn({5, 6, 3, 3}, kF32, &g), gy = randn({2, 5, 9, 11}, kF32, &g);
+  Tensor results[2][3];
+  for (int route = 0; route < 2; ++route) {  // 0: lower_relu; 1: relu, then conv2d's cast
+    Tensor x = x0.clone().set_requires_grad(), w = w0.clone().set_requires_grad();
+    Tensor y;
+    {
+      autocast::Guard ac(kBF16);
+      const Tensor h = route == 0 ? autocast::lower_relu(x) : relu(x);
+      EXPECT_EQ(h.dtype(), route == 0 ? kBF16 : kF32);
+      y = conv2d(h, w, Tensor(), {1, 1}, {1, 1});
+    }
+    EXPECT_EQ(y.dtype(), kBF16);
+    y.backward(gy.to(kBF16));
+    EXPECT_EQ(x.grad().dtype(), kF32);
+    results[route][0] = y.to(kF32);
+    results[route][1] = x.grad();
+    results[route][2] = w.grad();
+  }
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(results[0][k].to_vector<float>(), results[1][k].to_vector<float>()) << "result " << k;
+  // Outside autocast, and for f64 inside it, it is relu.
+  EXPECT_EQ(autocast::lower_relu(x0).dtype(), kF32);
+  EXPECT_EQ(autocast::lower_relu(x0).to_vector<float>(), relu(x0).to_vector<float>());
+  autocast::Guard ac(kBF16);
+  EXPECT_EQ(autocast::lower_relu(x0.to(kF64)).dtype(), kF64);
+  EXPECT_EQ(autocast::lower_relu(x0).dtype(), kBF16);
+}
+
 TEST(Autocast, MixedDtypesPromoteOnlyUnderAutocast) {
   Tensor a = ones({2}, kF32), b = ones({2}, kBF16), c = ones({2}, kF16);
   EXPECT_THROW(add(a, b), Error);

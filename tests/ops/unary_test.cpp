@@ -1,6 +1,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/cpu/isa.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -418,6 +419,71 @@ TEST(Unary, F32GradientsAreF32) {
   EXPECT_EQ(x.grad().sizes(), (Shape{3}));
 }
 
+// NOTE [Relu into a narrower dtype]: relu(x, dtype) is relu(x).to(dtype) bit for bit, and its
+// gradient that of the two ops, in every layout and for the dtype pairs autocast meets.
+TEST(Unary, ReluIntoANarrowerDtypeIsReluThenTheCast) {
+  Generator gen(11);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor base = mul(randn({37, 53}, kF32, &gen), 4.0);
+  // Zeros, signed zeros, infinities, NaN, a bf16 tie and subnormals among the values.
+  const std::vector<float> special{0.0f, -0.0f, inf, -inf, nan, 1.00390625f, 1e-39f, -1e-39f, 3e38f};
+  for (size_t i = 0; i < special.size(); ++i) base.data<float>()[i * 97] = special[i];
+  const Tensor gy_base = randn({53, 37}, kF32, &gen);
+  // Both versions of the f32 -> bf16 kernels (NOTE [AVX-512 kernels]) where the CPU has both.
+  for (const bool avx512 : {true, false}) {
+    const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+    for (const DType dt : {kBF16, kF16}) {
+      for (const bool transposed : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (transposed ? " transposed" : " contiguous")
+                                          << (avx512 ? "" : ", AVX-512 off"));
+        const Tensor x0 = transposed ? transpose(base, 0, 1) : transpose(base, 0, 1).contiguous();
+        ASSERT_EQ(x0.is_contiguous(), !transposed);
+        const Tensor gy = gy_base.to(dt);
+        Tensor fused_x = x0.detach().set_requires_grad(), two_x = x0.detach().set_requires_grad();
+        const Tensor fused = relu(fused_x, dt), two = relu(two_x).to(dt);
+        EXPECT_EQ(fused.dtype(), dt);
+        EXPECT_EQ(fused.sizes(), x0.sizes());
+        EXPECT_EQ(fused.to(kF32).to_vector<float>(), two.to(kF32).to_vector<float>());
+        fused.backward(gy);
+        two.backward(gy);
+        EXPECT_EQ(fused_x.grad().dtype(), kF32);
+        // The two ops' gradient where the output is not a rounded-away positive x (f16 rounds
+        // 1e-39 to 0, see below); bf16 keeps every value here, so there it is the same throughout.
+        const std::vector<float> want = mul(two_x.grad(), gt(fused.to(kF32), 0.0).to(kF32)).to_vector<float>();
+        EXPECT_EQ(fused_x.grad().to_vector<float>(), want);
+        if (dt == kBF16) {
+          EXPECT_EQ(fused_x.grad().to_vector<float>(), two_x.grad().to_vector<float>());
+        }
+        // The create_graph backward gives the same gradient, recorded (a function of gy).
+        Tensor cg_x = x0.detach().set_requires_grad(), cg_gy = gy.detach().set_requires_grad();
+        const Tensor cg = autograd::grad({relu(cg_x, dt)}, {cg_x}, {cg_gy}, false, false, /*create_graph=*/true)[0];
+        EXPECT_TRUE(cg.requires_grad());
+        EXPECT_EQ(cg.to_vector<float>(), want);
+      }
+    }
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
+  }
+  // f64 -> f32 and a widening bf16 -> f32; the input's own dtype is relu itself.
+  const Tensor x64 = mul(randn({9, 11}, kF64, &gen), 3.0);
+  EXPECT_EQ(relu(x64, kF32).to_vector<float>(), relu(x64).to(kF32).to_vector<float>());
+  const Tensor xb = x64.to(kBF16);
+  EXPECT_EQ(relu(xb, kF32).to_vector<float>(), relu(xb).to(kF32).to_vector<float>());
+  EXPECT_EQ(relu(x64, kF64).to_vector<double>(), relu(x64).to_vector<double>());
+  Tensor l64 = x64.detach().set_requires_grad(), r64 = x64.detach().set_requires_grad();
+  const Tensor g32 = randn({9, 11}, kF32, &gen);
+  relu(l64, kF32).backward(g32);
+  relu(r64).to(kF32).backward(g32);
+  EXPECT_EQ(l64.grad().dtype(), kF64);
+  EXPECT_EQ(l64.grad().to_vector<double>(), r64.grad().to_vector<double>());
+  // The documented difference: a positive x that rounds to a bf16 zero gets the fused function's
+  // own gradient, 0 (the f32 relu's gradient would pass g).
+  Tensor tiny = from_vector<float>({1e-45f, 2.0f}).set_requires_grad();
+  const Tensor yt = relu(tiny, kBF16);
+  EXPECT_EQ(yt.to(kF32).to_vector<float>(), (std::vector<float>{0.0f, 2.0f}));
+  yt.backward(ones({2}, kBF16));
+  EXPECT_EQ(tiny.grad().to_vector<float>(), (std::vector<float>{0.0f, 1.0f}));
+}
+
 // ---- errors ----
 
 TEST(Unary, ErrorsNameTheOpAndTheProblem) {
@@ -441,6 +507,10 @@ TEST(Unary, ErrorsNameTheOpAndTheProblem) {
             std::string::npos);
   EXPECT_NE(message_of([] { abs(from_vector<bool>({true})); }).find("abs: not defined for bool"), std::string::npos);
   EXPECT_NE(message_of([] { pow(from_vector<int64_t>({2}), 2.0); }).find("pow: expected a floating-point tensor"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { relu(zeros({2, 3}), kI64); }).find("relu: the output dtype must be a floating dtype, got i64 (input f32 of shape [2, 3])"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { relu(from_vector<int64_t>({1}), kBF16); }).find("relu: expected a floating-point tensor, got i64"),
             std::string::npos);
   EXPECT_NE(message_of([] { log(Tensor()); }).find("log: input is an undefined tensor"), std::string::npos);
 }
