@@ -36,7 +36,8 @@ class ConvBn : public nn::UnaryModule {
 // The reference's factorized_reduction at stride 2: halves the height and width without
 // dropping the odd pixels. [relu ->] one 1x1 stride-2 conv of x and one of x shifted by a
 // pixel (zero-padded at the bottom and right), each to out_channels / 2, concatenated, batch
-// norm. Children "path1_conv", "path2_conv", "bn". out_channels must be even.
+// norm. Children "path1_conv", "path2_conv" (given the shifted map's stride-2 samples, so a
+// stride-1 conv: NOTE [Factorized reduction's second path]), "bn". out_channels must be even.
 class FactorizedReduction : public nn::UnaryModule {
  public:
   FactorizedReduction(LayerBuilder& b, Chw in, int64_t out_channels, bool pre_relu);

@@ -284,6 +284,31 @@ TEST(AmoebaNet, OverfitsASingleBatch) {
   EXPECT_EQ(pred, labels.to_vector<int64_t>());
 }
 
+// NOTE [Factorized reduction's second path]: the module (path 2 a stride-1 conv of the shifted
+// map's stride-2 samples) computes the reference's formula, a 1x1 stride-2 conv of the map
+// shifted by a pixel and zero-padded, in f64 for even and odd sizes, outputs and gradients.
+TEST(AmoebaNet, FactorizedReductionIsTheShiftedStride2Formula) {
+  for (const auto& [h, w] : {std::pair<int64_t, int64_t>{8, 10}, {7, 9}, {6, 5}}) {
+    for (const bool pre_relu : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << h << "x" << w << (pre_relu ? " relu" : ""));
+      Generator gen(9);
+      amoebanet::LayerBuilder b({true, kF64, 1e-3, 0.1, &gen});
+      auto fr = std::make_shared<amoebanet::FactorizedReduction>(b, Chw{6, h, w}, 8, pre_relu);
+      const Tensor x0 = randn({3, 6, h, w}, kF64, &gen), gy = randn({3, 8, (h + 1) / 2, (w + 1) / 2}, kF64, &gen);
+      Tensor xa = x0.clone().set_requires_grad(), xb = x0.clone().set_requires_grad();
+      const Tensor ya = fr->forward(xa);
+      const TensorList ga = autograd::grad({ya}, {xa, fr->path1_conv->weight, fr->path2_conv->weight}, {gy});
+      const Tensor hb = pre_relu ? relu(xb) : xb;
+      const Tensor yb = fr->bn->forward(cat({conv2d(hb, fr->path1_conv->weight, Tensor(), {2, 2}),
+                                             conv2d(pad(hb, {-1, 1, -1, 1}), fr->path2_conv->weight, Tensor(), {2, 2})},
+                                            1));
+      const TensorList gb = autograd::grad({yb}, {xb, fr->path1_conv->weight, fr->path2_conv->weight}, {gy});
+      EXPECT_TRUE(all_close(ya, yb, 1e-12, 1e-12));
+      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(ga[i], gb[i], 1e-12, 1e-12)) << "gradient " << i;
+    }
+  }
+}
+
 // Under bf16 autocast the relus in front of convolutions write bf16 directly
 // (autocast::lower_relu, NOTE [Relu into a narrower dtype]): no f32 relu runs but the
 // classifier's, and the step stays within bf16's accuracy of the f32 step.

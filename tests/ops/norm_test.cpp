@@ -261,6 +261,49 @@ TEST(BatchNorm, F32LargeFeatureMapsAgainstLoops) {
                         1e-5, 2e-5));
 }
 
+// NOTE [Batch norm gradients of channel slices]: a gradient that is a channel slice of a larger
+// tensor (cat's backward) is read in place; every result is that of its contiguous copy, bit for
+// bit, in f64, f32 and with a bf16 input; and other layouts (a transposed gradient) still work.
+TEST(BatchNorm, GradientsOfChannelSlicesGiveTheContiguousResults) {
+  for (const DType dt : {kF64, kF32, kBF16}) {
+    for (const bool training : {true, false}) {
+      for (const int64_t n : {int64_t{1}, int64_t{3}}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " training " << training << " n " << n);
+        Generator gen(31);
+        const DType pd = dt == kBF16 ? kF32 : dt;
+        const Tensor x0 = randn({n, 4, 5, 7}, pd, &gen).to(dt), w0 = randn({4}, pd, &gen), b0 = randn({4}, pd, &gen);
+        const Tensor big = randn({n, 9, 5, 7}, pd, &gen);
+        std::vector<std::vector<double>> results[3];
+        int64_t allocations[3] = {0, 0, 0};
+        for (int route = 0; route < 3; ++route) {  // 0: the slice; 1: its contiguous copy; 2: transposed
+          Tensor x = x0.clone().set_requires_grad(), w = w0.clone().set_requires_grad(), b = b0.clone().set_requires_grad();
+          const Tensor rm = zeros({4}, pd), rv = ones({4}, pd);
+          Tensor y;
+          {
+            autocast::Guard ac(kBF16, dt == kBF16);  // a bf16 input: autocast's batch norm (f32 out)
+            y = batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5);
+          }
+          Tensor gy = narrow(big, 1, 3, 4);
+          if (route == 0 && n > 1) {  // one image's slice is contiguous
+            ASSERT_FALSE(gy.is_contiguous());
+          }
+          if (route == 1) gy = gy.contiguous();
+          if (route == 2) gy = transpose(transpose(gy, 2, 3).contiguous(), 2, 3);
+          const int64_t before = memory_stats(Device::cpu()).total_allocations;
+          y.backward(gy);
+          allocations[route] = memory_stats(Device::cpu()).total_allocations - before;
+          for (const Tensor& t : {x.grad(), w.grad(), b.grad()}) results[route].push_back(t.to(kF64).to_vector<double>());
+        }
+        for (int k = 0; k < 3; ++k) {
+          EXPECT_EQ(results[0][static_cast<size_t>(k)], results[1][static_cast<size_t>(k)]) << "slice, gradient " << k;
+          EXPECT_EQ(results[2][static_cast<size_t>(k)], results[1][static_cast<size_t>(k)]) << "transposed, gradient " << k;
+        }
+        EXPECT_EQ(allocations[0], allocations[1]) << "the slice is read in place, not copied";
+      }
+    }
+  }
+}
+
 TEST(BatchNormGradcheck, TrainingAndEval) {
   const Tensor rm = from_vector<double>({0.3, -0.2, 0.1}), rv = from_vector<double>({1.5, 0.7, 2.0});
   for (bool training : {true, false}) {
