@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ops/cpu/dropout.h"
+#include "ops/cpu/unary.h"
 #include "simt/simt_test_util.h"
 #include "test_util.h"
 
@@ -54,6 +55,26 @@ TEST(SimtElementwise, BinaryCompareWhereAndUnaryMatchTheCpu) {
     EXPECT_LE(relative_error(gelu_out, gelu(h.to(kF64), GeluApproximation::Tanh)), tolerance(kBF16, false)) << "gelu tanh";
     run_elementwise<BFloat16, BFloat16>(exp_out, {h}, cu::UnaryF<BFloat16>{cu::UnaryOp::Exp}, order_of(o));
     EXPECT_TRUE(same_bits(exp_out, exp(h))) << "exp";
+  }
+}
+
+// NOTE [Relu into a narrower dtype]: f32 -> bf16 and f32 -> f16 (the vectorized loop, with a
+// tail) and bf16 -> f32 on a transposed input (the strided loop), forward and backward, bit for
+// bit the CPU's.
+TEST(SimtElementwise, ReluIntoANarrowerDtypeMatchesTheCpu) {
+  Generator g(3);
+  for (int o = 0; o < 2; ++o) {
+    const Tensor x = mul(randn({1001}, kF32, &g), 3.0), gy16 = randn({1001}, kF32, &g).to(kBF16);
+    const Tensor y16 = nans({1001}, kBF16), yh = nans({1001}, kF16), gx = nans({1001}, kF32);
+    run_elementwise<BFloat16, float>(y16, {x}, cu::ReluToF<BFloat16, float>{}, order_of(o));
+    EXPECT_TRUE(same_bits(y16, relu(x, kBF16))) << "f32 -> bf16";
+    run_elementwise<Half, float>(yh, {x}, cu::ReluToF<Half, float>{}, order_of(o));
+    EXPECT_TRUE(same_bits(yh, relu(x, kF16))) << "f32 -> f16";
+    run_elementwise<float, BFloat16, BFloat16>(gx, {gy16, y16}, cu::ReluToBackwardF<float, BFloat16>{}, order_of(o));
+    EXPECT_TRUE(same_bits(gx, cpu::relu_to_backward(gy16, y16, kF32))) << "bf16 gradient -> f32";
+    const Tensor xt = transpose(randn({30, 7}, kF64, &g).to(kBF16), 0, 1), wide = nans({7, 30}, kF32);
+    run_elementwise<float, BFloat16>(wide, {xt}, cu::ReluToF<float, BFloat16>{}, order_of(o));
+    EXPECT_TRUE(same_bits(wide, relu(xt, kF32))) << "bf16 -> f32, transposed";
   }
 }
 
