@@ -136,6 +136,15 @@ void BM_conv_bf16(benchmark::State& state) {
   run(state, leaves, Bwd, [&] { return conv2d(x, w, b, {s.stride, s.stride}, {s.ph, s.pw}, {1, 1}, s.groups); });
 }
 
+// ---- pooling ----
+// AmoebaNet's max pools: 3x3 stride 1 padding 1 (normal cells) and 3x3 stride 2 padding 1
+// (reduction cells) on a batch of 32 feature maps of 64 channels at 30 x 30.
+template <int Stride, bool Bwd>
+void BM_max_pool(benchmark::State& state) {
+  Tensor x = param({32, 64, 30, 30}, 1);
+  run(state, {&x}, Bwd, [&] { return max_pool2d(x, {3, 3}, Int2{Stride, Stride}, {1, 1}); });
+}
+
 // ---- normalization, softmax, loss ----
 template <bool Bwd>
 void BM_layer_norm(benchmark::State& state) {
@@ -213,6 +222,10 @@ BENCHMARK_TEMPLATE(BM_conv_bf16, 13, true)->Name("conv2d1x1_bf16/fwdbwd/8x256x28
 
 BENCHMARK_TEMPLATE(BM_layer_norm, false)->Name("layer_norm/fwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_layer_norm, true)->Name("layer_norm/fwdbwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_max_pool, 1, false)->Name("max_pool3x3/fwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_max_pool, 1, true)->Name("max_pool3x3/fwdbwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_max_pool, 2, false)->Name("max_pool3x3s2/fwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_max_pool, 2, true)->Name("max_pool3x3s2/fwdbwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, false)->Name("softmax/fwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, true)->Name("softmax/fwdbwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_linear_cross_entropy_bf16, false)->Name("linear_cross_entropy_bf16/fwd/1024x256->50304")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -138,6 +138,9 @@ def cases():
         tag = "fwdbwd" if bwd else "fwd"
         x, w, b = param((4096, 768), 1), param((768,), 2), param((768,), 3)
         yield f"layer_norm/{tag}/4096x768", case([x, w, b], bwd, lambda x=x, w=w, b=b: F.layer_norm(x, (768,), w, b))
+        for stride, name in ((1, "max_pool3x3"), (2, "max_pool3x3s2")):
+            x = param((32, 64, 30, 30), 1)
+            yield f"{name}/{tag}/32x64x30x30", case([x], bwd, lambda x=x, s=stride: F.max_pool2d(x, 3, s, 1))
         x = param((4096, 1024), 1, 3.0)
         yield f"softmax/{tag}/4096x1024", case([x], bwd, lambda x=x: torch.softmax(x, -1))
         logits = param((256, 50304), 1, 2.0)
