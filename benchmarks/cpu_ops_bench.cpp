@@ -112,6 +112,7 @@ constexpr ConvSpec kConvSpecs[] = {
     {1, 256, 14, 14, 256, 7, 7, 1, 3, 3, 256, false},  // 11: depthwise 7x7, batch 1
     {32, 128, 30, 30, 64, 1, 1, 1, 0, 0, 1, false},    // 12: a small AmoebaNet's 1x1
     {8, 256, 28, 28, 256, 1, 1, 1, 0, 0, 1, false},    // 13: a wider 1x1
+    {32, 64, 15, 15, 64, 3, 3, 1, 1, 1, 64, false},    // 14: a small AmoebaNet-B's separable 3x3, depthwise half
 };
 template <int Spec, bool Bwd>
 void BM_conv(benchmark::State& state) {
@@ -217,6 +218,10 @@ BENCHMARK_TEMPLATE(BM_conv_bf16, 1, false)->Name("conv2d3x3_bf16/fwd/8x256x14x14
 BENCHMARK_TEMPLATE(BM_conv_bf16, 1, true)->Name("conv2d3x3_bf16/fwdbwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 4, true)->Name("conv2d3x3s2_bf16/fwdbwd/8x64x56x56->128")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 5, true)->Name("conv2d1x7_bf16/fwdbwd/8x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 7, true)->Name("depthwise5x5_bf16/fwdbwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 8, true)->Name("depthwise3x3_bf16/fwdbwd/32x64x56x56")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 14, true)->Name("depthwise3x3/fwdbwd/32x64x15x15")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 14, true)->Name("depthwise3x3_bf16/fwdbwd/32x64x15x15")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 12, true)->Name("conv2d1x1_bf16/fwdbwd/32x128x30x30->64")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 13, true)->Name("conv2d1x1_bf16/fwdbwd/8x256x28x28->256")->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -67,6 +67,7 @@ CONV_SPECS = [
     ("conv2d7x1", "8x128x28x28->128", (8, 128, 28, 28), 128, (7, 1), 1, (3, 0), 1, False, False),
     ("depthwise5x5", "8x128x28x28", (8, 128, 28, 28), 128, (5, 5), 1, (2, 2), 128, False, True),
     ("depthwise3x3", "32x64x56x56", (32, 64, 56, 56), 64, (3, 3), 1, (1, 1), 64, False, True),
+    ("depthwise3x3", "32x64x15x15", (32, 64, 15, 15), 64, (3, 3), 1, (1, 1), 64, False, "bwd only"),
     ("depthwise3x3s2", "8x128x56x56", (8, 128, 56, 56), 128, (3, 3), 2, (1, 1), 128, False, False),
     ("depthwise5x5s2", "8x128x56x56", (8, 128, 56, 56), 128, (5, 5), 2, (2, 2), 128, False, False),
     ("depthwise7x7", "1x256x14x14", (1, 256, 14, 14), 256, (7, 7), 1, (3, 3), 256, False, True),
@@ -81,6 +82,9 @@ CONV_BF16 = [
     ("conv2d1x7", "8x128x28x28->128", ("fwdbwd",)),
     ("conv2d1x1", "32x128x30x30->64", ("fwdbwd",)),
     ("conv2d1x1", "8x256x28x28->256", ("fwdbwd",)),
+    ("depthwise5x5", "8x128x28x28", ("fwdbwd",)),
+    ("depthwise3x3", "32x64x56x56", ("fwdbwd",)),
+    ("depthwise3x3", "32x64x15x15", ("fwdbwd",)),
 ]
 
 

@@ -15,5 +15,9 @@ void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeomet
 // gw [O, 1, kH, kW] (overwritten), summed over the batch.
 template <typename T>
 void depthwise_backward_weight(const T* gy, const T* x, T* gw, const Conv2dGeometry& g);
+// The same sums in f64 before any rounding, continued from `sums` [O kH kW]: the batch in chunks
+// (NOTE [bf16 depthwise convolutions] in ops/cpu/conv.cpp) gives, chunk after chunk, the very
+// sums (the same additions in the same order) of one call over the whole batch.
+void depthwise_backward_weight_sums(const float* gy, const float* x, double* sums, const Conv2dGeometry& g);
 
 }  // namespace trident::cpu

@@ -896,6 +896,76 @@ TEST(Conv2d, KnownValues) {
   EXPECT_EQ(conv2d(x, w, Tensor(), {1, 1}, {0, 0}, {2, 2}).to_vector<float>(), (std::vector<float>{20}));
 }
 
+// NOTE [bf16 depthwise convolutions]: bf16 depthwise passes run the f32 kernels on chunks of
+// images; every output and gradient is bit for bit what converting to f32 first gives (the same
+// f32 arithmetic, rounded once), for the register kernels (strides 1, 2 and 3, kernels up to
+// 7x7, rows narrower than a vector and with tails, a channel multiplier), the dilated and
+// larger kernels' flat path, with and without bias, and both kernel widths.
+TEST(Conv2d, Bf16DepthwiseIsTheF32DepthwiseRoundedOnce) {
+  struct Case {
+    Shape x;
+    int64_t mult, k;
+    Int2 stride, padding, dilation;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{2, 5, 30, 30}, 1, 3, {1, 1}, {1, 1}, {1, 1}, false},  // AmoebaNet-B's separable 3x3
+      {{2, 4, 15, 15}, 1, 5, {1, 1}, {2, 2}, {1, 1}, true},   // 5x5, rows of 15
+      {{3, 3, 17, 35}, 2, 3, {2, 2}, {1, 1}, {1, 1}, true},   // stride 2, a multiplier, tails
+      {{2, 4, 13, 11}, 1, 7, {3, 2}, {3, 3}, {1, 1}, false},  // 7x7, strides 3 x 2
+      {{2, 3, 9, 10}, 1, 5, {1, 1}, {4, 4}, {2, 2}, true},    // dilated: the flat path
+      {{1, 2, 12, 12}, 1, 9, {1, 1}, {4, 4}, {1, 1}, false},  // 9 taps a row: the flat path
+  };
+  Generator gen(77);
+  for (const bool avx512 : {true, false}) {
+    const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "x " << shape_str(c.x) << " k " << c.k << " stride " << c.stride[0] << "x"
+                                        << c.stride[1] << (avx512 ? "" : ", AVX-512 off"));
+      const int64_t C = c.x[1], O = C * c.mult;
+      const Tensor x = mul(randn(c.x, kF32, &gen), 2.0).to(kBF16), w = randn({O, 1, c.k, c.k}, kF32, &gen).to(kBF16);
+      const Tensor b = c.bias ? randn({O}, kF32, &gen).to(kBF16) : Tensor();
+      std::vector<std::vector<float>> got, want;
+      for (int route = 0; route < 2; ++route) {  // 0: bf16 as it is; 1: converted to f32 first
+        Tensor xl = (route == 0 ? x : x.to(kF32)).detach().set_requires_grad();
+        Tensor wl = (route == 0 ? w : w.to(kF32)).detach().set_requires_grad();
+        Tensor bl = c.bias ? (route == 0 ? b : b.to(kF32)).detach().set_requires_grad() : Tensor();
+        const Tensor y = conv2d(xl, wl, bl, c.stride, c.padding, c.dilation, C);
+        EXPECT_EQ(y.dtype(), route == 0 ? kBF16 : kF32);
+        Generator gg(5);
+        const Tensor gy = randn(y.sizes(), kF32, &gg).to(kBF16);
+        y.backward(route == 0 ? gy : gy.to(kF32));
+        auto& out = route == 0 ? got : want;
+        for (const Tensor& t : {y, xl.grad(), wl.grad()}) out.push_back(t.to(kBF16).to(kF32).to_vector<float>());
+        if (c.bias) out.push_back(bl.grad().to(kBF16).to(kF32).to_vector<float>());
+      }
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "result " << i;
+    }
+    cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
+  }
+  // A batch large enough to go in chunks (19 MB of f32 planes): the same bits, and no f32 copy of
+  // the whole input or output (9.6 MB each) on the way; what a pass holds beyond its result is one
+  // chunk's f32 planes (at most 4 MB).
+  const Tensor x = randn({24, 32, 56, 56}, kF32, &gen).to(kBF16), w = randn({32, 1, 3, 3}, kF32, &gen).to(kBF16);
+  const Tensor gy = randn({24, 32, 56, 56}, kF32, &gen).to(kBF16);
+  Tensor xl = x.detach().set_requires_grad(), wl = w.detach().set_requires_grad();
+  reset_peak_memory_stats(Device::cpu());
+  const int64_t before = memory_stats(Device::cpu()).current_bytes;
+  const Tensor y = conv2d(xl, wl, Tensor(), {1, 1}, {1, 1}, {1, 1}, 32);
+  const int64_t bound = static_cast<int64_t>(y.nbytes()) + (int64_t{5} << 20);
+  EXPECT_LT(memory_stats(Device::cpu()).peak_bytes - before, bound) << "forward";
+  reset_peak_memory_stats(Device::cpu());
+  const int64_t before_backward = memory_stats(Device::cpu()).current_bytes;
+  y.backward(gy);
+  EXPECT_LT(memory_stats(Device::cpu()).peak_bytes - before_backward, bound) << "backward";
+  Tensor xf = x.to(kF32).set_requires_grad(), wf = w.to(kF32).set_requires_grad();
+  const Tensor yf = conv2d(xf, wf, Tensor(), {1, 1}, {1, 1}, {1, 1}, 32);
+  yf.backward(gy.to(kF32));
+  EXPECT_EQ(y.to(kF32).to_vector<float>(), yf.to(kBF16).to(kF32).to_vector<float>());
+  EXPECT_EQ(xl.grad().to(kF32).to_vector<float>(), xf.grad().to(kBF16).to(kF32).to_vector<float>());
+  EXPECT_EQ(wl.grad().to(kF32).to_vector<float>(), wf.grad().to(kBF16).to(kF32).to_vector<float>());
+}
+
 TEST(Conv2d, UnbatchedNonContiguousHalfAndEmptyInputs) {
   Generator gen(4000);
   const Tensor x = randn({2, 4, 6, 5}, kF64, &gen), w = randn({6, 2, 3, 3}, kF64, &gen), b = randn({6}, kF64, &gen);
