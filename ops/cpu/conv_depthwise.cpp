@@ -560,6 +560,71 @@ void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeomet
   });
 }
 
+// NOTE [Depthwise weight-gradient blocks]: the f32 weight gradient of one plane, every tap at
+// once: with gy at pitch Wq (zero-padded to whole vectors) and the input's phase planes, tap t's
+// sum is sum_j gy[j] x[off_t + j], so each loaded vector of gy serves a group of up to 16 taps
+// whose accumulators stay in registers, and each tap's lanes are summed once per plane. Nine
+// separate dot products of a 15 x 15 plane (each with its own loads of gy and its own reduction)
+// were 38% of a depthwise 3x3 forward + backward on 32x64x15x15 (perf), slower than PyTorch's.
+template <int NT, typename Vec>
+inline void tap_sums_group(const float* g, const float* src, const int64_t* off, int64_t n, float* out) {
+  constexpr int L = kLanes<Vec>;
+  Vec acc[NT];
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) acc[t] = vsplat<Vec>(0.0f);
+  for (int64_t j = 0; j < n; j += L) {
+    const Vec gv = vload<Vec>(g + j);
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) acc[t] += gv * vload<Vec>(src + off[t] + j);
+  }
+  for (int t = 0; t < NT; ++t) {
+    alignas(sizeof(Vec)) float lanes[L];
+    std::memcpy(lanes, &acc[t], sizeof(Vec));
+    float sum = 0.0f;
+    for (int l = 0; l < L; ++l) sum += lanes[l];
+    out[t] = sum;
+  }
+}
+
+template <typename Vec>
+inline void plane_tap_sums(const float* g, const float* src, const int64_t* off, int64_t taps, int64_t n, float* out) {
+  for (int64_t t0 = 0; t0 < taps; t0 += 16) {
+    const int64_t k = std::min<int64_t>(16, taps - t0);
+    const int64_t* o = off + t0;
+    float* r = out + t0;
+    switch (k) {
+      case 1: tap_sums_group<1, Vec>(g, src, o, n, r); break;
+      case 2: tap_sums_group<2, Vec>(g, src, o, n, r); break;
+      case 3: tap_sums_group<3, Vec>(g, src, o, n, r); break;
+      case 4: tap_sums_group<4, Vec>(g, src, o, n, r); break;
+      case 5: tap_sums_group<5, Vec>(g, src, o, n, r); break;
+      case 6: tap_sums_group<6, Vec>(g, src, o, n, r); break;
+      case 7: tap_sums_group<7, Vec>(g, src, o, n, r); break;
+      case 8: tap_sums_group<8, Vec>(g, src, o, n, r); break;
+      case 9: tap_sums_group<9, Vec>(g, src, o, n, r); break;
+      case 10: tap_sums_group<10, Vec>(g, src, o, n, r); break;
+      case 11: tap_sums_group<11, Vec>(g, src, o, n, r); break;
+      case 12: tap_sums_group<12, Vec>(g, src, o, n, r); break;
+      case 13: tap_sums_group<13, Vec>(g, src, o, n, r); break;
+      case 14: tap_sums_group<14, Vec>(g, src, o, n, r); break;
+      case 15: tap_sums_group<15, Vec>(g, src, o, n, r); break;
+      default: tap_sums_group<16, Vec>(g, src, o, n, r); break;
+    }
+  }
+}
+
+// n: a multiple of 16 (the pitched gy zero-padded, the phase planes with 16 floats of slack).
+TRIDENT_CPU_CLONES void plane_tap_sums_f32(const float* g, const float* src, const int64_t* off, int64_t taps, int64_t n,
+                                           float* out) {
+  plane_tap_sums<v8f>(g, src, off, taps, n, out);
+}
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+__attribute__((TRIDENT_TARGET_V4, flatten)) void plane_tap_sums_f32_avx512(const float* g, const float* src, const int64_t* off,
+                                                                         int64_t taps, int64_t n, float* out) {
+  plane_tap_sums<v16f>(g, src, off, taps, n, out);
+}
+#endif
+
 // Each tap's sum over one plane is a dot product in T; the planes' sums are added in acc_t
 // (f64 for f32), so long batches do not drift (NOTE [Conv2d algorithms]). Channel c's mult kH kW
 // sums start from seed(c, acc) and end in sink(c, acc).
@@ -569,9 +634,17 @@ void depthwise_weight_sums(const T* gy, const T* x, const Conv2dGeometry& g, con
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
   const PhaseLayout L(g);
   // Threads take input channels c (and with them output channels c mult .. c mult + mult - 1).
+  // f32: every tap of a plane at once (NOTE [Depthwise weight-gradient blocks]), over the flat
+  // outputs rounded up to whole vectors; the taps' offsets in the phase planes, in tap order.
+  constexpr bool blocks = std::is_same_v<T, float>;
+  const int64_t padded = blocks ? (L.flat + 15) / 16 * 16 : L.flat;
+  std::vector<int64_t> tap_off(static_cast<size_t>(khw));
+  for (const PhaseLayout::Group& gr : L.groups)
+    for (size_t i = 0; i < gr.kw.size(); ++i) tap_off[static_cast<size_t>(gr.kh * g.kW + gr.kw[i])] = gr.phase * L.plane + gr.off[i];
   parallel_for(0, g.C, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.N * mult * P * khw)), [&](int64_t c0, int64_t c1) {
-    PhasePlanes<T> pl(g, L, L.flat);
+    PhasePlanes<T> pl(g, L, padded, blocks ? 16 : 0);
     std::vector<A> acc(static_cast<size_t>(mult * khw));
+    std::vector<float> plane_sums(blocks ? static_cast<size_t>(khw) : 0);
     for (int64_t c = c0; c < c1; ++c) {
       seed(c, acc.data());
       for (int64_t n = 0; n < g.N; ++n) {
@@ -585,9 +658,21 @@ void depthwise_weight_sums(const T* gy, const T* x, const Conv2dGeometry& g, con
             if (oh + 1 < g.OH) std::fill_n(gyp + oh * L.Wq + g.OW, L.Wq - g.OW, T(0));
           }
           A* a = acc.data() + j * khw;
-          for (const PhaseLayout::Group& gr : L.groups)
-            for (size_t i = 0; i < gr.kw.size(); ++i)
-              a[gr.kh * g.kW + gr.kw[i]] += static_cast<A>(dot(gyp, pl.phased.data() + gr.phase * L.plane + gr.off[i], L.flat));
+          if constexpr (blocks) {
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+            if (cpu_avx512_kernels()) {
+              plane_tap_sums_f32_avx512(gyp, pl.phased.data(), tap_off.data(), khw, padded, plane_sums.data());
+            } else {
+              plane_tap_sums_f32(gyp, pl.phased.data(), tap_off.data(), khw, padded, plane_sums.data());
+            }
+#else
+            plane_tap_sums_f32(gyp, pl.phased.data(), tap_off.data(), khw, padded, plane_sums.data());
+#endif
+            for (int64_t t = 0; t < khw; ++t) a[t] += static_cast<A>(plane_sums[static_cast<size_t>(t)]);
+          } else {
+            for (int64_t t = 0; t < khw; ++t)
+              a[t] += static_cast<A>(dot(gyp, pl.phased.data() + tap_off[static_cast<size_t>(t)], L.flat));
+          }
         }
       }
       sink(c, acc.data());

@@ -812,8 +812,10 @@ TEST(Conv2d, DepthwiseF32RegisterBlocksMatchNestedLoops) {
   // take the flat kernel. Widths below, at and above a block, heights not a multiple of the
   // rows, heights of 7 and 14 rows (7-row blocks), strides 1 and 2 (phases with different row
   // counts), every kernel height 1..7, 9, channel multipliers, batch 1, with and without bias.
-  // check_against_reference checks f32 against the dot-product bound and f64 (the old
-  // per-kernel-row passes) and all gradients.
+  // The weight gradient sums up to 16 taps a pass over a plane (NOTE [Depthwise weight-gradient
+  // blocks]): 7x7 and 9x9 take several passes, one tap alone the last. check_against_reference
+  // checks f32 against the dot-product bound and f64 (the old per-kernel-row passes) and all
+  // gradients.
   const std::vector<ConvCase> cases = {
       {{2, 3, 28, 28}, {3, 1, 5, 5}, {{1, 1}, {2, 2}, {1, 1}, 3}, false},   // 28 = 16 + 12: the shifted block
       {{1, 2, 13, 21}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 2}, true},    // 21 columns, 13 rows
