@@ -70,6 +70,20 @@ Tensor apply_linear(const std::shared_ptr<const LinearPair>& m, const Tensor& x,
   return out;
 }
 
+// The create_graph backward of max pooling from its i64 indices: the adjoint of gathering each
+// window's maximum (planes [N C, H W], indices into H W), recorded.
+Tensor max_pool2d_backward_recorded(const Tensor& g, const Tensor& idx, const Shape& in, const cpu::Pool2dGeometry& geo) {
+  const int64_t hw = in[in.size() - 2] * in[in.size() - 1], ohw = geo.OH * geo.OW;
+  const int64_t planes = ohw == 0 ? 0 : idx.numel() / ohw;
+  auto m = std::make_shared<const LinearPair>(LinearPair{
+      [idx, planes, hw, ohw, os = idx.sizes()](const Tensor& a) {
+        return reshape(gather(reshape(a, {planes, hw}), 1, reshape(idx, {planes, ohw})), os);
+      },
+      [idx, in, geo](const Tensor& gy) { return TRIDENT_KERNEL(max_pool2d_backward)(gy, idx, in, geo); },
+      "MaxPool2dGatherBackward", "MaxPool2dBackwardBackward"});
+  return apply_linear(m, g, /*adjoint=*/true);
+}
+
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
@@ -79,19 +93,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, 
   if (autograd::any_requires_grad({x})) {
     autograd::record("MaxPool2dBackward", {x}, out,
                      [geo, in = x.sizes(), si = SavedTensor(indices)](const TensorList& g) {
-                       if (recording_backward()) {
-                         // The adjoint of gathering each window's maximum: planes [N C, H W], indices into H W.
-                         const Tensor idx = si.unpack();
-                         const int64_t hw = in[in.size() - 2] * in[in.size() - 1], ohw = geo.OH * geo.OW;
-                         const int64_t planes = ohw == 0 ? 0 : idx.numel() / ohw;
-                         auto m = std::make_shared<const LinearPair>(LinearPair{
-                             [idx, planes, hw, ohw, os = idx.sizes()](const Tensor& a) {
-                               return reshape(gather(reshape(a, {planes, hw}), 1, reshape(idx, {planes, ohw})), os);
-                             },
-                             [idx, in, geo](const Tensor& gy) { return TRIDENT_KERNEL(max_pool2d_backward)(gy, idx, in, geo); },
-                             "MaxPool2dGatherBackward", "MaxPool2dBackwardBackward"});
-                         return TensorList{apply_linear(m, g[0], /*adjoint=*/true)};
-                       }
+                       if (recording_backward()) return TensorList{max_pool2d_backward_recorded(g[0], si.unpack(), in, geo)};
                        return TensorList{TRIDENT_KERNEL(max_pool2d_backward)(g[0], si.unpack(), in, geo)};
                      }, kDifferentiable);
   }
@@ -99,8 +101,26 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, 
 }
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, Int2 dilation, bool ceil_mode) {
-  return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+  const cpu::Pool2dGeometry geo = pool_geometry("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
+  if (!x.device().is_cpu() || !cpu::max_pool2d_taps_apply(geo))
+    return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+  // NOTE [Max pooling by taps] (ops/cpu/pool.cpp): no one sees the indices, so the backward keeps
+  // byte tap numbers instead.
+  auto [out, taps] = [&] {
+    profiler::Scope scope("max_pool2d_forward");
+    return cpu::max_pool2d_forward_taps(x.detach(), geo);
+  }();
+  if (autograd::any_requires_grad({x})) {
+    autograd::record("MaxPool2dBackward", {x}, out, [geo, in = x.sizes(), st = SavedTensor(taps)](const TensorList& g) {
+      if (recording_backward())
+        return TensorList{max_pool2d_backward_recorded(g[0], cpu::max_pool2d_taps_to_indices(st.unpack(), geo), in, geo)};
+      profiler::Scope scope("max_pool2d_backward");
+      return TensorList{cpu::max_pool2d_backward_taps(g[0], st.unpack(), in, geo)};
+    }, kDifferentiable);
+  }
+  return out;
 }
+
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, bool ceil_mode,
                   bool count_include_pad) {

@@ -22,6 +22,14 @@ std::pair<Tensor, Tensor> max_pool2d_forward(const Tensor& x, const Pool2dGeomet
 // gx (of input_sizes) with gy[j] added at indices[j] of each plane.
 Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& input_sizes, const Pool2dGeometry& g);
 
+// NOTE [Max pooling by taps] (ops/cpu/pool.cpp): the values and each output's winning tap
+// kh kW + kw as u8 (255: a window with no input element), for windows of fewer than 255 taps
+// (max_pool2d_taps_apply); the gradient from them; and the i64 indices they stand for.
+bool max_pool2d_taps_apply(const Pool2dGeometry& g);
+std::pair<Tensor, Tensor> max_pool2d_forward_taps(const Tensor& x, const Pool2dGeometry& g);
+Tensor max_pool2d_backward_taps(const Tensor& gy, const Tensor& taps, const Shape& input_sizes, const Pool2dGeometry& g);
+Tensor max_pool2d_taps_to_indices(const Tensor& taps, const Pool2dGeometry& g);
+
 Tensor avg_pool2d_forward(const Tensor& x, const Pool2dGeometry& g);
 Tensor avg_pool2d_backward(const Tensor& gy, const Shape& input_sizes, const Pool2dGeometry& g);
 

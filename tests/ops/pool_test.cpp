@@ -2,6 +2,9 @@
 #include <limits>
 #include <string>
 
+#include "ops/cpu/isa.h"
+#include "ops/cpu/pool.h"
+#include "ops/math/pool.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -162,9 +165,17 @@ TEST(MaxPool2d, MatchesNestedLoopsIncludingCeilModePaddingAndDilation) {
     EXPECT_EQ(out.to_vector<double>(), ref.out);  // a maximum is exact
     EXPECT_EQ(idx.to_vector<int64_t>(), ref.idx);
     EXPECT_EQ(idx.dtype(), kI64);
-    // f32 picks the same elements.
-    EXPECT_EQ(max_pool2d(x.to(kF32), p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode).to_vector<double>(),
-              out.to(kF32).to_vector<double>());
+    // f32 (NOTE [Max pooling in registers], both vector widths where the CPU has AVX-512) picks
+    // the same elements.
+    for (const bool avx512 : {true, false}) {
+      const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+      auto [out32, idx32] = max_pool2d_with_indices(x.to(kF32), p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode);
+      EXPECT_EQ(out32.to_vector<double>(), out.to(kF32).to_vector<double>());
+      EXPECT_EQ(idx32.to_vector<int64_t>(), ref.idx);
+      EXPECT_EQ(max_pool2d(x.to(kF32), p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode).to_vector<double>(),
+                out.to(kF32).to_vector<double>());
+      cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
+    }
     ++checked;
   }
   EXPECT_GT(checked, 150);
@@ -228,10 +239,81 @@ TEST(MaxPool2d, NaNWinsAndTiesGoToTheFirstMaximum) {
   auto [t, ti] = max_pool2d_with_indices(from_vector<double>({1, 5, 5, 2}, {1, 1, 2, 2}), {2, 2});
   EXPECT_EQ(t.item<double>(), 5.0);
   EXPECT_EQ(ti.item<int64_t>(), 1);
+  // The same in f32, a vector of outputs at a time (NOTE [Max pooling in registers]): NaN and ties
+  // in every lane of a 3 x 40 map.
+  std::vector<float> row(120, 0.0f);
+  for (size_t i = 0; i < 40; i += 3) row[i] = std::numeric_limits<float>::quiet_NaN();
+  auto [fv, fi] = max_pool2d_with_indices(from_vector<float>(row, {1, 1, 3, 40}), {3, 3}, Int2{1, 1}, {1, 1});
+  auto [dv, di] = max_pool2d_with_indices(from_vector<float>(row, {1, 1, 3, 40}).to(kF64), {3, 3}, Int2{1, 1}, {1, 1});
+  EXPECT_EQ(fi.to_vector<int64_t>(), di.to_vector<int64_t>());
   // The gradient of a tie goes to the first maximum only.
   Tensor x = from_vector<double>({1, 5, 5, 2}, {1, 1, 2, 2}).set_requires_grad();
   sum(max_pool2d(x, {2, 2})).backward();
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 1, 0, 0}));
+}
+
+// NOTE [Max pooling by taps]: max_pool2d keeps byte tap numbers for its backward, which must
+// stand for the i64 indices of max_pool2d_with_indices exactly: over the whole grid of kernels,
+// strides, paddings, dilations and ceil mode, with windows of -inf (their first element, or none),
+// NaN and ties, the taps map to the kernel's indices, and values, gradients and the create_graph
+// backward are those of the indices route, bit for bit; f32 and bf16 too; a window of 256 taps
+// keeps the indices.
+TEST(MaxPool2d, TapsStandForTheIndices) {
+  const int64_t N = 2, C = 2, H = 7, W = 6;
+  Generator g(44);
+  Tensor x0 = ladder({N, C, H, W}, 5);
+  std::vector<double> v = x0.to_vector<double>();
+  const double ninf = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < 9; ++i) v[static_cast<size_t>(i)] = ninf;  // a corner of -inf windows
+  v[20] = std::numeric_limits<double>::quiet_NaN();
+  v[30] = v[31];  // a tie
+  x0 = from_vector<double>(v, {N, C, H, W});
+  int checked = 0;
+  for (const PoolParams& p : max_pool_grid()) {
+    if (!valid(p, H, W)) continue;
+    SCOPED_TRACE(describe(p));
+    cpu::Pool2dGeometry geo;
+    geo.H = H, geo.W = W, geo.kH = p.kernel[0], geo.kW = p.kernel[1], geo.sh = p.stride[0], geo.sw = p.stride[1];
+    geo.ph = p.padding[0], geo.pw = p.padding[1], geo.dh = p.dilation[0], geo.dw = p.dilation[1];
+    geo.OH = math::pool_output_size(H, geo.kH, geo.ph, geo.sh, geo.dh, p.ceil_mode);
+    geo.OW = math::pool_output_size(W, geo.kW, geo.pw, geo.sw, geo.dw, p.ceil_mode);
+    const auto [vi, idx] = cpu::max_pool2d_forward(x0, geo);
+    const auto [vt, taps] = cpu::max_pool2d_forward_taps(x0, geo);
+    EXPECT_EQ(taps.dtype(), kU8);
+    EXPECT_EQ(cpu::max_pool2d_taps_to_indices(taps, geo).to_vector<int64_t>(), idx.to_vector<int64_t>());
+    for (const DType dt : {kF64, kF32, kBF16}) {
+      const Tensor xd = x0.to(dt);
+      const Tensor gy = randn({N, C, geo.OH, geo.OW}, kF64, &g).to(dt);
+      Tensor a = xd.clone().set_requires_grad(), b = xd.clone().set_requires_grad();
+      const Tensor ya = max_pool2d(a, p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode);
+      const Tensor yb = max_pool2d_with_indices(b, p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode).first;
+      const std::vector<double> va = ya.to(kF64).to_vector<double>(), vb = yb.to(kF64).to_vector<double>();
+      for (size_t i = 0; i < va.size(); ++i)
+        ASSERT_TRUE(va[i] == vb[i] || (std::isnan(va[i]) && std::isnan(vb[i]))) << dtype_name(dt) << " output " << i;
+      ya.backward(gy);
+      yb.backward(gy);
+      EXPECT_EQ(a.grad().to(kF64).to_vector<double>(), b.grad().to(kF64).to_vector<double>()) << dtype_name(dt);
+    }
+    // create_graph: the recorded backward through the taps' indices, and its own gradient.
+    Tensor a = x0.clone().set_requires_grad(), b = x0.clone().set_requires_grad();
+    Tensor gya = randn({N, C, geo.OH, geo.OW}, kF64, &g).set_requires_grad(), gyb = gya.detach().clone().set_requires_grad();
+    const Tensor ga = autograd::grad({max_pool2d(a, p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode)}, {a}, {gya},
+                                     false, false, /*create_graph=*/true)[0];
+    const Tensor gb = autograd::grad({max_pool2d_with_indices(b, p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode).first},
+                                     {b}, {gyb}, false, false, /*create_graph=*/true)[0];
+    EXPECT_EQ(ga.to_vector<double>(), gb.to_vector<double>());
+    const Tensor w = randn(ga.sizes(), kF64, &g);
+    sum(mul(ga, w)).backward();
+    sum(mul(gb, w)).backward();
+    EXPECT_EQ(gya.grad().to_vector<double>(), gyb.grad().to_vector<double>());
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
+  // 16 x 16 = 256 taps do not fit a byte: the indices route, the same gradient.
+  Tensor big = randn({1, 1, 16, 16}, kF64, &g).set_requires_grad();
+  sum(max_pool2d(big, {16, 16})).backward();
+  EXPECT_FALSE(cpu::max_pool2d_taps_apply(cpu::Pool2dGeometry{16, 16, 1, 1, 16, 16, 16, 16, 0, 0, 1, 1}));
+  EXPECT_EQ(sum(big.grad()).item<double>(), 1.0);
 }
 
 TEST(MaxPool2dGradcheck, WindowsWithoutTies) {
