@@ -179,7 +179,8 @@ void max_pool_forward_typed(const T* x, T* y, int64_t* ind, uint8_t* taps, int64
   constexpr int32_t kNone = std::numeric_limits<int32_t>::min();
   std::vector<int32_t> tap_in(static_cast<size_t>(khw));
   for (int64_t t = 0; t < khw; ++t)
-    tap_in[static_cast<size_t>(t)] = Taps ? static_cast<int32_t>(t) : static_cast<int32_t>((t / g.kW) * g.dh * g.W + (t % g.kW) * g.dw);
+    tap_in[static_cast<size_t>(t)] =
+        static_cast<int32_t>(Taps ? t : (t / g.kW) * g.dh * g.W + (t % g.kW) * g.dw);
   std::vector<int64_t> iw0(static_cast<size_t>(g.OW));
   for (int64_t ow = 0; ow < g.OW; ++ow) iw0[static_cast<size_t>(ow)] = first_valid(ow * g.sw - g.pw, g.kW, g.dw, g.W);
   const T lowest = -std::numeric_limits<T>::infinity();
@@ -558,16 +559,27 @@ std::pair<Tensor, Tensor> max_pool2d_forward_taps(const Tensor& input, const Poo
   return {y, taps};
 }
 
-Tensor max_pool2d_backward_taps(const Tensor& grad_out, const Tensor& taps, const Shape& input_sizes, const Pool2dGeometry& g) {
+namespace {
+// gx of input_sizes from gy and where (i64 indices or u8 taps) through kernel(gy, where, gx,
+// planes) in f32 or f64; f16/bf16 through f32 (exact: each gradient element is one gy element or 0).
+template <typename W, typename Kernel>
+Tensor max_pool_backward_from(const Tensor& grad_out, const Tensor& where, const Shape& input_sizes, const Kernel& kernel) {
   const DType dt = grad_out.dtype();
-  if (is_reduced_float(dt)) return max_pool2d_backward_taps(upcast(grad_out), taps, input_sizes, g).to(dt);
-  const Tensor gy = grad_out.contiguous(), t = taps.contiguous();
+  if (is_reduced_float(dt)) return max_pool_backward_from<W>(upcast(grad_out), where, input_sizes, kernel).to(dt);
+  const Tensor gy = grad_out.contiguous(), w = where.contiguous();
   Tensor gx = empty(input_sizes, dt);
   if (gx.numel() == 0) return gx;
-  TRIDENT_DISPATCH_F32_F64(dt, "max_pool2d_backward", [&] {
-    max_pool_backward_taps_typed(gy.data<scalar_t>(), t.data<uint8_t>(), gx.data<scalar_t>(), planes_of(input_sizes), g);
-  });
+  TRIDENT_DISPATCH_F32_F64(dt, "max_pool2d_backward",
+                           [&] { kernel(gy.data<scalar_t>(), w.data<W>(), gx.data<scalar_t>(), planes_of(input_sizes)); });
   return gx;
+}
+}  // namespace
+
+Tensor max_pool2d_backward_taps(const Tensor& grad_out, const Tensor& taps, const Shape& input_sizes, const Pool2dGeometry& g) {
+  return max_pool_backward_from<uint8_t>(grad_out, taps, input_sizes,
+                                         [&g](const auto* gy, const uint8_t* t, auto* gx, int64_t planes) {
+                                           max_pool_backward_taps_typed(gy, t, gx, planes, g);
+                                         });
 }
 
 Tensor max_pool2d_taps_to_indices(const Tensor& taps, const Pool2dGeometry& g) {
@@ -587,15 +599,10 @@ Tensor max_pool2d_taps_to_indices(const Tensor& taps, const Pool2dGeometry& g) {
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& input_sizes, const Pool2dGeometry& g) {
-  const DType dt = grad_out.dtype();
-  if (is_reduced_float(dt)) return max_pool2d_backward(upcast(grad_out), indices, input_sizes, g).to(dt);
-  const Tensor gy = grad_out.contiguous(), ind = indices.contiguous();
-  Tensor gx = empty(input_sizes, dt);
-  if (gx.numel() == 0) return gx;
-  TRIDENT_DISPATCH_F32_F64(dt, "max_pool2d_backward", [&] {
-    max_pool_backward_typed(gy.data<scalar_t>(), ind.data<int64_t>(), gx.data<scalar_t>(), planes_of(input_sizes), g);
-  });
-  return gx;
+  return max_pool_backward_from<int64_t>(grad_out, indices, input_sizes,
+                                         [&g](const auto* gy, const int64_t* ind, auto* gx, int64_t planes) {
+                                           max_pool_backward_typed(gy, ind, gx, planes, g);
+                                         });
 }
 
 Tensor avg_pool2d_forward(const Tensor& input, const Pool2dGeometry& g) {
