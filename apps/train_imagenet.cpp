@@ -222,7 +222,8 @@ void print_dry_run(const AmoebaNetConfig& c, const apps::TrainOptions& o) {
               6 * static_cast<double>(plan.multiply_adds) / 1e9);
   const DType act = o.precision == "fp32" ? kF32 : apps::autocast_dtype(o.precision);
   // Optimizer slots: SGD's momentum; AdamW's two moments; RMSProp's square average and momentum.
-  const AmoebaNetMemory mem = amoebanet_memory(c, o.optimizer == "sgd" || (o.optimizer == "rmsprop" && o.momentum == 0) ? 1 : 2, act);
+  const AmoebaNetMemory mem =
+      amoebanet_memory(c, o.optimizer == "sgd" || (o.optimizer == "rmsprop" && o.momentum == 0) ? 1 : 2, act, o.device == "cpu");
   std::printf("training memory estimate (%s, %s):\n%s\n", o.optimizer.c_str(), o.precision.c_str(), mem.str(o.batch).c_str());
 }
 

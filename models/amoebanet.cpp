@@ -166,7 +166,7 @@ AmoebaNetPlan amoebanet_plan(const AmoebaNetConfig& config) {
   return plan;
 }
 
-AmoebaNetMemory amoebanet_memory(const AmoebaNetConfig& config, int optimizer_slots, DType activation_dtype) {
+AmoebaNetMemory amoebanet_memory(const AmoebaNetConfig& config, int optimizer_slots, DType activation_dtype, bool on_cpu) {
   TRIDENT_CHECK(optimizer_slots >= 0, "amoebanet_memory: optimizer_slots must be >= 0, got ", optimizer_slots);
   const AmoebaNetPlan plan = amoebanet_plan(config);
   const auto param_size = static_cast<int64_t>(itemsize(config.dtype));
@@ -176,7 +176,7 @@ AmoebaNetMemory amoebanet_memory(const AmoebaNetConfig& config, int optimizer_sl
   m.optimizer_bytes = optimizer_slots * m.parameter_bytes;
   for (const AmoebaLayerInfo& l : plan.layers)
     m.activation_bytes_per_image +=
-        l.activation_elements * static_cast<int64_t>(itemsize(activation_dtype)) + l.index_elements * 8;
+        l.activation_elements * static_cast<int64_t>(itemsize(activation_dtype)) + l.index_elements * (on_cpu ? 1 : 8);
   return m;
 }
 

@@ -86,7 +86,7 @@ struct AmoebaLayerInfo {
   int64_t parameters = 0;
   // Per image, what autograd keeps for backward (NOTE [AmoebaNet activation memory]):
   int64_t activation_elements = 0;  // in the activation dtype
-  int64_t index_elements = 0;       // i64 argmax indices of max pooling
+  int64_t index_elements = 0;       // max pooling's argmaxes (a byte each on the CPU, i64 on a GPU)
   // NOTE [AmoebaNet multiply-adds]: per image, in the forward (the auxiliary head's in
   // training only, as it runs).
   int64_t multiply_adds = 0;
@@ -119,8 +119,10 @@ struct AmoebaNetMemory {
   // A few lines: each part in MiB/GiB, and the total for `batch`.
   std::string str(int64_t batch) const;
 };
+// On the CPU max pooling keeps a byte per output for its backward, on a GPU an i64 index
+// (NOTE [Max pooling by taps] in ops/cpu/pool.cpp).
 AmoebaNetMemory amoebanet_memory(const AmoebaNetConfig& config, int optimizer_slots = 2,
-                                 DType activation_dtype = DType::F32);
+                                 DType activation_dtype = DType::F32, bool on_cpu = true);
 
 class AmoebaNet : public nn::Module {
  public:

@@ -13,7 +13,8 @@
 // NOTE [AmoebaNet activation memory]: alongside parameters the builder tallies, per image,
 // the activation elements Trident's autograd keeps from forward to backward, following what
 // each op saves: relu keeps its output (which is also the next conv's input), conv its input,
-// batch norm its input, max pooling its argmax indices (i64), linear its input; additions,
+// batch norm its input, max pooling its argmaxes (byte taps on the CPU, i64 indices on a GPU:
+// NOTE [Max pooling by taps]), linear its input; additions,
 // concatenations, average pooling, dropout (its mask is regenerated) and the mean keep
 // nothing. Modules call keep() for each tensor so kept, where they know whether it is new.
 //
