@@ -196,8 +196,10 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c, Generator* gen)
 // Each output element is the same dot product. Other factories (tensor parallelism) run the
 // three modules.
 std::vector<Tensor> BertSelfAttention::fused_projections(const Tensor& x) const {
-  if (typeid(*query) != typeid(DenseLayer) || typeid(*key) != typeid(DenseLayer) || typeid(*value) != typeid(DenseLayer))
-    return {};
+  // The modules by reference first: typeid of *shared_ptr is an expression with side effects (Clang's
+  // -Wpotentially-evaluated-expression).
+  const nn::UnaryModule &qm = *query, &km = *key, &vm = *value;
+  if (typeid(qm) != typeid(DenseLayer) || typeid(km) != typeid(DenseLayer) || typeid(vm) != typeid(DenseLayer)) return {};
   const auto* q = static_cast<const DenseLayer*>(query.get());
   const auto* k = static_cast<const DenseLayer*>(key.get());
   const auto* v = static_cast<const DenseLayer*>(value.get());
