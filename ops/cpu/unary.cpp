@@ -269,11 +269,7 @@ Tensor relu_to(const Tensor& x, DType dtype) {
           src = in;
         }
         map1_f32(src, res, len, math::Relu{});
-        if (st[0] == 1) {
-          convert_f32_to_bf16(res, o + off[0] + b, len);
-        } else {
-          for (int64_t i = 0; i < len; ++i) o[off[0] + (b + i) * st[0]] = BFloat16(res[i]);
-        }
+        store_rounded(res, o + off[0] + b * st[0], st[0], len);
       }
     });
     return out;
