@@ -93,8 +93,8 @@ namespace trident::cpu {
 // - with AMX and one group, the direct kernels of ops/cpu/conv_amx.cpp (NOTE [AMX direct
 //   convolution]): no im2col matrix; the input planes, laid out once per pass as the tiles read
 //   them, are loaded at each tap's offset (stride-phase planes for strided convolutions); the
-//   input gradient of a stride-1 convolution is the same kernel on gy;
-// - otherwise (groups, strided input gradients, the VDPBF16PS kernel): im2col in bf16 (a
+//   input gradient is the same kernel on gy (a strided one by phases of gx);
+// - otherwise (groups, the VDPBF16PS kernel): im2col in bf16 (a
 //   pointwise convolution's input of one sample is its own column matrix, several are gathered
 //   side by side) and gemm_bf16 into f32 sums, in chunks of images within the copy budget; the
 //   input gradient's col2im adds in f32; the weight gradient adds each chunk's product in f32.
@@ -647,8 +647,6 @@ void backward_bias(const T* gy, T* gb, int64_t N, int64_t O, int64_t P) {
 // bf16 GEMM kernels (NOTE [bf16 convolutions]).
 Tensor upcast(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
 
-// The kernel a pass of dtype dt runs on: a bf16 GEMM kernel for bf16 passes with something to
-// compute that are not depthwise, else None (f32 after the conversion).
 // Whether a bf16 pass takes the depthwise kernels in chunks (NOTE [bf16 depthwise convolutions]).
 bool bf16_depthwise(DType dt, const Conv2dGeometry& g) {
   return dt == DType::BF16 && g.depthwise() && g.N > 0 && g.C > 0 && g.OH > 0 && g.OW > 0;
@@ -678,6 +676,8 @@ void for_depthwise_chunks(const Conv2dGeometry& g, const F& fn) {
   }
 }
 
+// The kernel a pass of dtype dt runs on: a bf16 GEMM kernel for bf16 passes with something to
+// compute that are not depthwise, else None (f32 after the conversion).
 Bf16Gemm bf16_conv_kernel(DType dt, const Conv2dGeometry& g) {
   if (dt != DType::BF16 || g.depthwise() || g.N == 0 || g.O == 0 || g.in_per_group() == 0 || g.OH <= 0 || g.OW <= 0)
     return Bf16Gemm::None;
@@ -750,7 +750,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor gy = grad_out.contiguous(), w = weight.contiguous();
     Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
-    if (amx_conv_backward_input_applies(g)) {
+    if (amx_conv_applies(g)) {
       amx_conv_backward_input(gy.data<BF>(), w.data<BF>(), gx.data<BF>(), g);
     } else {
       backward_input_bf16(kernel, gy.data<BF>(), w.data<BF>(), gx.data<BF>(), g);

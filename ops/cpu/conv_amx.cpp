@@ -14,9 +14,6 @@
 namespace trident::cpu {
 
 bool amx_conv_applies(const Conv2dGeometry& g) { return g.groups == 1 && bf16_gemm_kernel() == Bf16Gemm::Amx; }
-bool amx_conv_backward_input_applies(const Conv2dGeometry& g) {
-  return amx_conv_applies(g) && g.sh == 1 && g.sw == 1 && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw;
-}
 
 #ifdef TRIDENT_HAVE_AMX
 namespace {
@@ -59,6 +56,38 @@ struct Plan {
   int64_t input_row(int64_t ph, int64_t i) const { return i * sh + ph / sw - pt; }
   int64_t input_col(int64_t ph, int64_t j) const { return j * sw + ph % sw - pl; }
 };
+
+// One tap of a pass: the weights' tile a[weight], read against phase plane `phase` at pixel
+// q + offset for computed pixel q.
+struct Tap {
+  int64_t weight, phase, offset;
+};
+// Where a pass's computed pixel (i, j) (i < Hout, j < Wout) goes: pixel (i row_step + row_off,
+// j col_step + col_off) of the destination planes, H x W, when it lies inside them; rows
+// [i_lo, i_hi) and columns [j_lo, j_hi) do.
+struct Output {
+  int64_t H, W, row_step, row_off, col_step, col_off, i_lo, i_hi, j_lo, j_hi;
+  Output(const Plan& p, int64_t h, int64_t w, int64_t rs, int64_t ro, int64_t cs, int64_t co)
+      : H(h), W(w), row_step(rs), row_off(ro), col_step(cs), col_off(co) {
+    i_lo = ro >= 0 ? 0 : (-ro + rs - 1) / rs;
+    i_hi = ro >= H ? 0 : std::min(p.Hout, (H - ro - 1) / rs + 1);
+    j_lo = co >= 0 ? 0 : (-co + cs - 1) / cs;
+    j_hi = co >= W ? 0 : std::min(p.Wout, (W - co - 1) / cs + 1);
+  }
+};
+// A convolution of the laid-out input: its taps and where its output goes. The forward pass and
+// a stride-1 input gradient are one pass of every tap; a strided input gradient is one pass per
+// phase of gx (NOTE [AMX direct convolution]).
+struct Pass {
+  std::vector<Tap> taps;
+  Output out;
+};
+// Every tap of p, tap t reading a[t], written to planes of the computed size.
+Pass every_tap(const Plan& p) {
+  Pass pass{{}, Output(p, p.Hout, p.Wout, 1, 0, 1, 0)};
+  for (int64_t t = 0; t < p.taps; ++t) pass.taps.push_back({t, p.phase(t), p.offset(t)});
+  return pass;
+}
 
 // Images per chunk when each takes `per_image` bytes of laid-out copies.
 int64_t images_per_chunk(int64_t N, int64_t per_image) {
@@ -142,14 +171,15 @@ Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool 
   return a;
 }
 
-// The sums of output rows [m0, m0 + 32) and computed pixels [q0, q0 + 32) of one image, over every
-// tap and input channel, into out [32][32] (row: output channel).
-TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const uint16_t* xq, int64_t m0, int64_t q0, float* out) {
+// The sums of output rows [m0, m0 + 32) and computed pixels [q0, q0 + 32) of one image, over the
+// taps and every input channel, into out [32][32] (row: output channel).
+TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const std::vector<Tap>& taps, const uint16_t* xq, int64_t m0,
+                              int64_t q0, float* out) {
   const int64_t a_stride = p.in_p * 2, b_stride = p.pitch * 4;
   zero_block();
-  for (int64_t t = 0; t < p.taps; ++t) {
-    const uint16_t* at = a + (t * p.out_p + m0) * p.in_p;
-    const uint16_t* bt = xq + (p.phase(t) * (p.in_p / 2) * p.pitch + q0 + p.offset(t)) * 2;
+  for (const Tap& t : taps) {
+    const uint16_t* at = a + (t.weight * p.out_p + m0) * p.in_p;
+    const uint16_t* bt = xq + (t.phase * (p.in_p / 2) * p.pitch + q0 + t.offset) * 2;
     for (int64_t k = 0; k < p.in_p; k += 32) {
       const uint16_t* b = bt + (k / 2) * p.pitch * 2;
       block_step(at + k, at + 16 * p.in_p + k, a_stride, b, b + 32, b_stride);
@@ -170,56 +200,90 @@ TRIDENT_AMX inline __m256i round_to_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, nan_bits));
 }
 
-// A block's sums (+ bias) rounded once into the output planes dst [out][Hout][Wout] of its image:
-// the pixels of each padded row that are outputs (ow < Wout), in runs of up to 16 lanes.
-TRIDENT_AMX void write_block(const float* blk, const Plan& p, int64_t m0, int64_t q0, const float* bias, BFloat16* dst) {
-  const int64_t qend = std::min(q0 + 32, p.Hout * p.Wp);
+// A block's sums (+ bias) rounded once into the output planes dst [out][o.H][o.W] of its image:
+// the computed pixels that land in them (Output), in runs of up to 16 lanes. Column step 2 (a
+// stride-2 input gradient's phase) stores each run's values in every other lane of a masked
+// store, which leaves the lanes between, the other phase's pixels, untouched.
+TRIDENT_AMX void write_block(const float* blk, const Plan& p, const Output& o, int64_t m0, int64_t q0, const float* bias,
+                             BFloat16* dst) {
+  // The runs of up to 16 of the block's pixels that land in a row of the planes, the same for
+  // each of its 32 channels: 32 pixels span at most 17 rows (Wp >= 2), one run each but one.
+  struct Run {
+    int64_t src, dst;     // the run's first pixel in the block, its destination in a plane
+    __mmask16 lanes;      // the run's values
+    __mmask32 every_other;  // column step 2: 16-bit lanes 0, 2, ... of the run's values
+  };
+  Run runs[32];
+  int nruns = 0;
+  const int64_t qend = std::min(q0 + 32, p.Hout * p.Wp), step = o.col_step;
+  for (int64_t q = q0; q < qend;) {
+    const int64_t i = q / p.Wp, row_start = i * p.Wp, row_end = std::min(qend, row_start + p.Wp);
+    const int64_t j0 = std::max(q - row_start, o.j_lo), j1 = std::min(row_end - row_start, o.j_hi);
+    q = row_end;
+    if (i < o.i_lo || i >= o.i_hi) continue;
+    for (int64_t j = j0; j < j1; j += 16) {
+      const int64_t count = std::min<int64_t>(16, j1 - j);
+      runs[nruns++] = {row_start + j - q0, (i * o.row_step + o.row_off) * o.W + j * step + o.col_off, first_lanes(count),
+                       static_cast<__mmask32>(0x55555555u & ((uint32_t{1} << (2 * count - 1)) - 1u))};
+    }
+  }
+  const int64_t plane_size = o.H * o.W;
   for (int64_t r = 0; r < 32 && m0 + r < p.out; ++r) {
     const float* s = blk + r * 32;
     const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[m0 + r] : 0.0f);
-    auto* plane = reinterpret_cast<uint16_t*>(dst + (m0 + r) * p.Hout * p.Wout);
-    for (int64_t q = q0; q < qend;) {
-      const int64_t oh = q / p.Wp, ow = q % p.Wp, row_end = std::min(qend, (oh + 1) * p.Wp);
-      const int64_t valid = std::min(row_end, oh * p.Wp + p.Wout) - q;
-      for (int64_t i = 0; i < valid; i += 16) {
-        const __mmask16 m = first_lanes(valid - i);
-        const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + (q - q0) + i), b);
-        _mm256_mask_storeu_epi16(plane + oh * p.Wout + ow + i, m, round_to_bf16(v));
+    uint16_t* plane = reinterpret_cast<uint16_t*>(dst) + (m0 + r) * plane_size;
+    for (int k = 0; k < nruns; ++k) {
+      const Run& run = runs[k];
+      const __m256i h = round_to_bf16(_mm512_add_ps(_mm512_maskz_loadu_ps(run.lanes, s + run.src), b));
+      if (step == 1) {
+        _mm256_mask_storeu_epi16(plane + run.dst, run.lanes, h);
+      } else if (step == 2) {  // value k in the low half of 32-bit lane k: 16-bit lane 2k
+        _mm512_mask_storeu_epi16(plane + run.dst, run.every_other, _mm512_cvtepu16_epi32(h));
+      } else {
+        alignas(32) uint16_t v[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(v), h);
+        for (int64_t l = 0; l < 16 && ((run.lanes >> l) & 1) != 0; ++l) plane[run.dst + l * step] = v[l];
       }
-      q = row_end;
     }
   }
 }
 
-// Items [i0, i1) of a chunk: (image, block of 32 pixels, block of 32 output channels), the
-// channel blocks innermost so that a block of the input stays in cache for all of them.
-TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const uint16_t* xq, const float* bias, BFloat16* dst,
-                              int64_t i0, int64_t i1) {
+// Items [i0, i1) of a chunk: (image, block of 32 pixels, pass, block of 32 output channels), the
+// passes and channel blocks innermost so that a block of the input stays in cache for all of
+// them. A block none of whose rows lands in the destination is skipped.
+TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vector<Pass>& passes, const uint16_t* xq,
+                              const float* bias, BFloat16* dst, int64_t i0, int64_t i1) {
   load_tile_config();
   alignas(64) float blk[32 * 32];
-  const int64_t mb = p.out_p / 32, qb = p.Qout / 32;
+  const int64_t mb = p.out_p / 32, qb = p.Qout / 32, np = static_cast<int64_t>(passes.size());
+  const Output& o0 = passes.front().out;  // every pass writes planes of the same size
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t n = i / (qb * mb), q0 = (i / mb) % qb * 32, m0 = i % mb * 32;
-    direct_block(a, p, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
-    write_block(blk, p, m0, q0, bias, dst + n * p.out * p.Hout * p.Wout);
+    const int64_t n = i / (qb * np * mb), q0 = (i / (np * mb)) % qb * 32, m0 = i % mb * 32;
+    const Pass& pass = passes[static_cast<size_t>((i / mb) % np)];
+    if (q0 / p.Wp >= pass.out.i_hi || (q0 + 31) / p.Wp < pass.out.i_lo) continue;
+    direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
+    write_block(blk, p, pass.out, m0, q0, bias, dst + n * p.out * o0.H * o0.W);
   }
   release_tiles();
 }
 
-// dst [N][out][Hout][Wout] = the convolution of src [N][in][Hin][Win] by the packed weights a.
-void direct_conv(const Plan& p, int64_t N, const uint16_t* src, const Tensor& a, const float* bias, BFloat16* dst) {
+// dst [N][out][H][W] (the passes' Output planes) = the passes' convolutions of src
+// [N][in][Hin][Win] by the packed weights a.
+void direct_conv(const Plan& p, const std::vector<Pass>& passes, int64_t N, const uint16_t* src, const Tensor& a,
+                 const float* bias, BFloat16* dst) {
   const int64_t image_elems = p.phases * (p.in_p / 2) * p.pitch * 2;
   const int64_t chunk = images_per_chunk(N, image_elems * static_cast<int64_t>(sizeof(uint16_t)));
   Tensor xq_t = empty({chunk * image_elems}, DType::BF16);
   uint16_t* xq = bits(xq_t);
   const uint16_t* ap = static_cast<const uint16_t*>(a.data_ptr());
-  const int64_t items_per_image = (p.Qout / 32) * (p.out_p / 32);
+  const int64_t items_per_image = (p.Qout / 32) * static_cast<int64_t>(passes.size()) * (p.out_p / 32);
+  const int64_t dst_image = p.out * passes.front().out.H * passes.front().out.W;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
     const uint16_t* s = src + n0 * p.in * p.Hin * p.Win;
     parallel_for(0, nb * p.phases * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
-    BFloat16* d = dst + n0 * p.out * p.Hout * p.Wout;
-    parallel_for(0, nb * items_per_image, 1, [&](int64_t i0, int64_t i1) { direct_items(ap, p, xq, bias, d, i0, i1); });
+    BFloat16* d = dst + n0 * dst_image;
+    parallel_for(0, nb * items_per_image, 1, [&](int64_t i0, int64_t i1) { direct_items(ap, p, passes, xq, bias, d, i0, i1); });
   }
 }
 
@@ -326,14 +390,48 @@ void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias
     b.resize(static_cast<size_t>(g.O));
     for (int64_t o = 0; o < g.O; ++o) b[static_cast<size_t>(o)] = static_cast<float>(bias[o]);
   }
-  direct_conv(p, g.N, bits(x), a, bias != nullptr ? b.data() : nullptr, y);
+  direct_conv(p, {every_tap(p)}, g.N, bits(x), a, bias != nullptr ? b.data() : nullptr, y);
 }
 
 void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx, const Conv2dGeometry& g) {
-  const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1);
-  TRIDENT_CHECK(p.pt >= 0 && p.pl >= 0 && p.Hout == g.H && p.Wout == g.W, "amx_conv_backward_input: geometry it does not take");
-  const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, true, p.out_p, p.in_p);
-  direct_conv(p, g.N, bits(gy), a, nullptr, gx);
+  const int64_t taps = g.kH * g.kW;
+  if (g.sh == 1 && g.sw == 1 && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw) {
+    // gy zero-padded by (k - 1) d - p, every tap, the computed grid gx's own.
+    const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1);
+    TRIDENT_CHECK(p.Hout == g.H && p.Wout == g.W, "amx_conv_backward_input: output size mismatch");
+    direct_conv(p, {every_tap(p)}, g.N, bits(gy), pack_weights(bits(w), g.O, g.C, taps, true, p.out_p, p.in_p), nullptr, gx);
+    return;
+  }
+  // By phases of gx (NOTE [AMX direct convolution]): padded row P = ih + ph = i sh + a takes the
+  // taps kh with kh dh = u sh + a, from gy row i - u. gy is zero-padded by U = max u (V = max v)
+  // on each side and read, for computed pixel (i, j), at (i + U - u, j + V - v): a stride-1
+  // convolution of kernel (U + 1) x (V + 1) of which phase (a, b) has only its own taps.
+  const int64_t U = (g.kH - 1) * g.dh / g.sh, V = (g.kW - 1) * g.dw / g.sw;
+  Conv2dGeometry gp = g;
+  gp.kH = U + 1;
+  gp.kW = V + 1;
+  gp.dh = gp.dw = 1;
+  const Plan p(g.O, g.C, g.OH, g.OW, gp, U, V, 1, 1);
+  std::vector<Pass> passes;
+  std::vector<bool> row_done(static_cast<size_t>(g.H), false), col_done(static_cast<size_t>(g.W), false);
+  for (int64_t a = 0; a < g.sh; ++a) {
+    for (int64_t b = 0; b < g.sw; ++b) {
+      Pass pass{{}, Output(p, g.H, g.W, g.sh, a - g.ph, g.sw, b - g.pw)};
+      for (int64_t kh = 0; kh < g.kH; ++kh)
+        for (int64_t kw = 0; kw < g.kW; ++kw)
+          if (kh * g.dh % g.sh == a && kw * g.dw % g.sw == b)
+            pass.taps.push_back({taps - 1 - (kh * g.kW + kw), 0, (U - kh * g.dh / g.sh) * p.Wp + V - kw * g.dw / g.sw});
+      if (pass.taps.empty()) continue;
+      for (int64_t i = pass.out.i_lo; i < pass.out.i_hi; ++i) row_done[static_cast<size_t>(i * g.sh + a - g.ph)] = true;
+      for (int64_t j = pass.out.j_lo; j < pass.out.j_hi; ++j) col_done[static_cast<size_t>(j * g.sw + b - g.pw)] = true;
+      passes.push_back(std::move(pass));
+    }
+  }
+  // A pixel no pass writes (no tap of its phase, or past what any gy reaches) has gradient 0.
+  if (passes.empty() || std::count(row_done.begin(), row_done.end(), false) > 0 || std::count(col_done.begin(), col_done.end(), false) > 0)
+    std::memset(static_cast<void*>(gx), 0, static_cast<size_t>(g.N * g.C * g.H * g.W) * sizeof(BFloat16));
+  if (passes.empty()) return;
+  direct_conv(p, passes, g.N, bits(gy), pack_weights(bits(w), g.O, g.C, taps, true, p.out_p, p.in_p), nullptr, gx);
 }
 
 void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* gw, const Conv2dGeometry& g) {

@@ -13,19 +13,25 @@
 // weights' tiles [taps][O][C] against the input's tiles at each tap's offset, over all taps and
 // channels, and is rounded once into the NCHW output (+ the bias). The input gradient of a
 // stride-1 convolution is the same kind of convolution of gy, zero-padded by (k - 1) d - p, with
-// the weights transposed and turned by 180 degrees (so it needs p <= (k - 1) d, true of every
-// "same" or "valid" padding); a strided convolution's input gradient takes im2col. The weight
+// the weights transposed and turned by 180 degrees (when p <= (k - 1) d, true of every "same" or
+// "valid" padding). A strided convolution's input gradient (or one padded further) goes by phases
+// of gx: padded input row P = i sh + a receives gy row i - u from every tap kh with
+// kh dh = u sh + a, so phase a of gx is a stride-1 convolution of gy, zero-padded by
+// U = (kH - 1) dh / sh, over the taps of that phase alone at offsets U - u (likewise for
+// columns); each phase's pass writes its rows and columns of gx (column step 2 by masked stores
+// to every other element), a pixel no tap reaches is zero, and the taps add up to the forward
+// pass's: 3x3 stride 2 runs 4 + 2 + 2 + 1 taps. The weight
 // gradient sums, per tap and over every image and pixel, the input's (phase) planes at the tap's
 // offset (A: 16 channels x 32 pixels, plain planes) against gy with pairs of pixels interleaved
 // ([pixels/2][O][2], zero on the dropped columns): 32 x 32 blocks of (input channels, output
 // channels) per tap. Channels are padded to multiples of 32 with zeros; images go in chunks whose
 // laid-out copies fit the convolutions' copy budget (conv_copy_budget_bytes). Every sum is in
-// f32 in a fixed order, whatever the threads. Grouped convolutions, the input gradients above
-// and the AVX512-BF16 kernel take im2col + the bf16 GEMM (NOTE [bf16 convolutions] in
-// ops/cpu/conv.cpp).
+// f32 in a fixed order, whatever the threads. Grouped convolutions and the AVX512-BF16 kernel take
+// im2col + the bf16 GEMM (NOTE [bf16 convolutions] in ops/cpu/conv.cpp).
 //
-// Padding, and the dropped columns, enter the sums as zeros: an infinite weight (forward) or
-// input (weight gradient) there makes NaN as it does in every im2col + GEMM convolution.
+// Padding, and the dropped columns, enter the sums as zeros: an infinite weight (forward or
+// input gradient) or input (weight gradient) there makes NaN as it does in every im2col + GEMM
+// convolution's forward pass.
 #pragma once
 
 #include "core/half.h"
@@ -33,11 +39,9 @@
 
 namespace trident::cpu {
 
-// Whether the direct kernels take this bf16 convolution's forward pass and weight gradient
-// (AMX chosen, NOTE [AMX bf16 GEMM]; one group) and its input gradient (as well, stride 1 and
-// padding at most (k - 1) dilation in each dimension).
+// Whether the direct kernels take this bf16 convolution's passes (AMX chosen, NOTE [AMX bf16
+// GEMM]; one group).
 bool amx_conv_applies(const Conv2dGeometry& g);
-bool amx_conv_backward_input_applies(const Conv2dGeometry& g);
 
 // Contiguous NCHW bf16 tensors; bias may be null.
 void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g);

@@ -72,6 +72,13 @@ const std::vector<ConvCase> kBf16Cases = {
     {{2, 16, 13, 14}, {24, 16, 3, 3}, {{3, 2}, {1, 2}, {2, 1}, 1}, true},    // stride 3 x 2 with dilation: every phase
     {{2, 16, 13, 17}, {24, 16, 3, 3}, {{2, 3}, {1, 2}, {3, 2}, 1}, false},   // and 2 x 3, taps out of phase order
     {{2, 8, 17, 9}, {8, 8, 7, 1}, {{2, 1}, {3, 0}, {1, 1}, 1}, false},      // 7x1 stride 2 along the kernel
+    // The input gradient by phases of gx (NOTE [AMX direct convolution]): AmoebaNet's reduction
+    // 3x3 stride 2 across two blocks of channels; stride 1 padded past the kernel's reach; rows
+    // and columns no tap reaches (zero); a 1x1 stride 2 with odd sizes.
+    {{2, 40, 14, 15}, {36, 40, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
+    {{2, 16, 7, 9}, {24, 16, 3, 3}, {{1, 1}, {3, 2}, {1, 1}, 1}, false},
+    {{2, 16, 8, 9}, {24, 16, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
+    {{1, 16, 9, 11}, {16, 16, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
 };
 }  // namespace
 
@@ -150,6 +157,21 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernelsKeepsNaNWhereItReaches) {
             const bool reached = n == 0 && h <= 1 && ww >= 4;
             EXPECT_EQ(std::isnan(gx[static_cast<size_t>(((n * 16 + c) * 7 + h) * 6 + ww)]), reached) << n << " " << c << " " << h << " " << ww;
           }
+    // Stride 2: one NaN in gy reaches exactly the gx pixels of its window's taps (output (2, 1)
+    // reads rows 3-5 and columns 1-3 with padding 1), each phase's pass reading only its own taps.
+    Tensor x2 = randn({1, 16, 8, 7}, kF32, &gen).to(kBF16).set_requires_grad();
+    Tensor w2 = randn({20, 16, 3, 3}, kF32, &gen).to(kBF16);
+    Tensor out2 = conv2d(x2, w2, Tensor(), {2, 2}, {1, 1});
+    std::vector<float> g2(static_cast<size_t>(out2.numel()), 1.0f);
+    g2[static_cast<size_t>((3 * 4 + 2) * 4 + 1)] = std::nanf("");  // channel 3, (2, 1)
+    out2.backward(from_vector<float>(g2, out2.sizes()).to(kBF16));
+    const std::vector<float> gx2 = x2.grad().to_vector<float>();
+    for (int64_t c = 0; c < 16; ++c)
+      for (int64_t h = 0; h < 8; ++h)
+        for (int64_t ww = 0; ww < 7; ++ww) {
+          const bool reached = h >= 3 && h <= 5 && ww >= 1 && ww <= 3;
+          EXPECT_EQ(std::isnan(gx2[static_cast<size_t>((c * 8 + h) * 7 + ww)]), reached) << c << " " << h << " " << ww;
+        }
     cpu::set_bf16_gemm_kernel_for_testing(before);
   }
 }
