@@ -95,6 +95,23 @@ int64_t images_per_chunk(int64_t N, int64_t per_image) {
 }
 
 uint16_t* bits(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
+
+// The columns j of a stride-2 phase plane's row that hold input pixels w = 2 j + first of a row of
+// Win: [j_lo, j_hi) within [0, Wp).
+struct EveryOther {
+  int64_t first, j_lo, j_hi;
+  EveryOther(int64_t first_, int64_t Win, int64_t Wp) : first(first_) {
+    j_lo = first >= 0 ? 0 : (1 - first) / 2;
+    j_hi = first >= Win ? 0 : std::min(Wp, (Win - 1 - first) / 2 + 1);
+  }
+};
+// Input pixels 2 (j + l) + first of a row, l < 16 where `lanes` says, in the low halves of the
+// 32-bit lanes (the high halves zero): the low halves of 32 pixels loaded from 2 j + first.
+TRIDENT_AMX inline __m512i every_other(const uint16_t* row, const EveryOther& e, int64_t j, __mmask16 lanes) {
+  const int64_t count = std::min<int64_t>(16, e.j_hi - j);
+  const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint32_t{1} << (2 * count - 1)) - 1u), row + 2 * j + e.first);
+  return _mm512_maskz_and_epi32(lanes, v, _mm512_set1_epi32(0xffff));
+}
 const uint16_t* bits(const BFloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
 // Input planes [images][in][Hin][Win] -> [images][phases][in_p / 2][pitch][2]: channel pairs
@@ -117,6 +134,16 @@ TRIDENT_AMX void pack_pairs(const uint16_t* src, const Plan& p, int64_t i0, int6
         for (int64_t w = 0; w < p.Win; w += 16) {
           const __mmask16 m = first_lanes(p.Win - w);
           _mm512_mask_storeu_epi32(row + (w + p.pl) * 2, m, interleave_rows(s + h * p.Win + w, plane, m, has_hi));
+        }
+        continue;
+      }
+      if (p.sw == 2) {  // every other pixel of the row, 16 at a time, the pair's two in a lane
+        const EveryOther e(p.input_col(ph, 0), p.Win, p.Wp);
+        for (int64_t j = e.j_lo; j < e.j_hi; j += 16) {
+          const __mmask16 m = first_lanes(e.j_hi - j);
+          __m512i v = every_other(s + h * p.Win, e, j, m);
+          if (has_hi) v = _mm512_or_si512(v, _mm512_slli_epi32(every_other(s + plane + h * p.Win, e, j, m), 16));
+          _mm512_mask_storeu_epi32(row + j * 2, m, v);
         }
         continue;
       }
@@ -291,7 +318,7 @@ void direct_conv(const Plan& p, const std::vector<Pass>& passes, int64_t N, cons
 
 // Input planes [images][C][H][W] -> plain phase planes [images][phases][in_p][pitch], zero
 // elsewhere; items (image, phase, channel) [i0, i1).
-void pack_planes(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
+TRIDENT_AMX void pack_planes(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uint16_t* dst) {
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t n = i / (p.phases * p.in_p), ph = i / p.in_p % p.phases, c = i % p.in_p;
     uint16_t* d = dst + i * p.pitch;
@@ -303,6 +330,14 @@ void pack_planes(const uint16_t* src, const Plan& p, int64_t i0, int64_t i1, uin
       if (h < 0 || h >= p.Hin) continue;
       if (p.sw == 1) {
         std::memcpy(d + r * p.Wp + p.pl, s + h * p.Win, static_cast<size_t>(p.Win) * sizeof(uint16_t));
+        continue;
+      }
+      if (p.sw == 2) {
+        const EveryOther e(p.input_col(ph, 0), p.Win, p.Wp);
+        for (int64_t j = e.j_lo; j < e.j_hi; j += 16) {
+          const __mmask16 m = first_lanes(e.j_hi - j);
+          _mm256_mask_storeu_epi16(d + r * p.Wp + j, m, _mm512_cvtepi32_epi16(every_other(s + h * p.Win, e, j, m)));
+        }
         continue;
       }
       for (int64_t j = 0; j < p.Wp; ++j) {
