@@ -73,6 +73,8 @@ CONV_SPECS = [
     ("depthwise7x7", "1x256x14x14", (1, 256, 14, 14), 256, (7, 7), 1, (3, 3), 256, False, True),
     ("conv2d1x1", "32x128x30x30->64", (32, 128, 30, 30), 64, (1, 1), 1, (0, 0), 1, False, "bwd only"),
     ("conv2d1x1", "8x256x28x28->256", (8, 256, 28, 28), 256, (1, 1), 1, (0, 0), 1, False, "bwd only"),
+    ("conv2d1x7", "32x8x30x30->8", (32, 8, 30, 30), 8, (1, 7), 1, (0, 3), 1, False, "bwd only"),
+    ("conv2d1x1", "32x32x30x30->32", (32, 32, 30, 30), 32, (1, 1), 1, (0, 0), 1, False, "bwd only"),
 ]
 # The bf16 rows (BM_conv_bf16): op, shape, spec of CONV_SPECS above by its op and shape, passes.
 CONV_BF16 = [
@@ -85,6 +87,8 @@ CONV_BF16 = [
     ("depthwise5x5", "8x128x28x28", ("fwdbwd",)),
     ("depthwise3x3", "32x64x56x56", ("fwdbwd",)),
     ("depthwise3x3", "32x64x15x15", ("fwdbwd",)),
+    ("conv2d1x7", "32x8x30x30->8", ("fwdbwd",)),
+    ("conv2d1x1", "32x32x30x30->32", ("fwdbwd",)),
 ]
 
 

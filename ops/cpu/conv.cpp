@@ -16,6 +16,7 @@
 #include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_depthwise.h"
 #include "ops/cpu/conv_direct.h"
+#include "ops/cpu/conv_narrow.h"
 #include "ops/cpu/conv_winograd.h"
 #include "ops/cpu/isa.h"
 
@@ -800,7 +801,9 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor gy = grad_out.contiguous(), x = input.contiguous();
     Tensor gw = empty({g.O, g.in_per_group(), g.kH, g.kW}, dt);
-    if (amx_conv_applies(g)) {
+    if (narrow_backward_weight_applies(g, true)) {
+      narrow_backward_weight(gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
+    } else if (amx_conv_applies(g)) {
       amx_conv_backward_weight(gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
     } else {
       backward_weight_bf16(kernel, gy.data<BF>(), x.data<BF>(), gw.data<BF>(), g);
@@ -827,6 +830,9 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
       std::fill_n(gwp, gw.numel(), scalar_t(0));
     } else if (g.depthwise()) {
       depthwise_backward_weight(gy.data<scalar_t>(), x.data<scalar_t>(), gwp, g);
+    } else if (std::is_same_v<scalar_t, float> && narrow_backward_weight_applies(g, false)) {
+      narrow_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
+                             reinterpret_cast<float*>(gwp), g);
     } else if (std::is_same_v<scalar_t, float> && winograd_forward_applies(g)) {
       winograd_backward_weight(reinterpret_cast<const float*>(gy.data<scalar_t>()), reinterpret_cast<const float*>(x.data<scalar_t>()),
                                reinterpret_cast<float*>(gwp), g);

@@ -7,6 +7,7 @@
 #include "ops/conv_reference.h"
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/conv.h"
+#include "ops/cpu/conv_narrow.h"
 #include "test_util.h"
 
 using namespace trident;
@@ -96,6 +97,42 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernels) {
     cpu::set_conv_copy_budget_bytes_for_testing(0);
     cpu::set_bf16_gemm_kernel_for_testing(before);
   }
+}
+
+TEST(Conv2d, Bf16NarrowWeightGradientIsTheF32OneRoundedOnce) {
+  // NOTE [Narrow weight gradients]: a bf16 weight gradient on the narrow kernel (taken before the
+  // bf16 GEMM kernels) widens its operands exactly, so it is bit for bit the f32 narrow kernel's
+  // result on the widened tensors, rounded to bf16; and within the f64 reference's bound.
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (kernels.empty()) GTEST_SKIP() << kNoBf16Kernel;
+  const std::vector<ConvCase> cases = {
+      {{2, 8, 30, 30}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},  // AmoebaNet-D(6, 32)'s 1x7
+      {{2, 3, 70, 61}, {5, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},  // three bands, tails of both blocks
+      {{3, 8, 9, 10}, {8, 8, 1, 1}, {}, false},                            // pointwise
+  };
+  const int mode = cpu::set_narrow_backward_weight_for_testing(-1);
+  for (const cpu::Bf16Gemm k : kernels) {
+    SCOPED_TRACE(k == cpu::Bf16Gemm::Amx ? "AMX" : "AVX512-BF16");
+    const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(k);
+    uint64_t seed = 8500;
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(describe(c.p, c.x, c.w));
+      Generator gen(seed++);
+      const Tensor x = randn(c.x, kF64, &gen).to(kBF16), w = randn(c.w, kF64, &gen).to(kBF16);
+      const ConvReference shape = reference_conv2d(x.to(kF64), w.to(kF64), Tensor(), c.p);
+      const Tensor gy = randn(shape.out.sizes(), kF64, &gen).to(kBF16);
+      const cpu::Conv2dGeometry geo = geometry_of(c.x, c.w, c.p);
+      EXPECT_TRUE(cpu::narrow_backward_weight_applies(geo, true));
+      const Tensor gw = cpu::conv2d_backward_weight(gy, x, geo);
+      ASSERT_EQ(gw.dtype(), kBF16);
+      EXPECT_EQ(gw.to_vector<float>(), cpu::conv2d_backward_weight(gy.to(kF32), x.to(kF32), geo).to(kBF16).to_vector<float>());
+      const ConvReference ref = reference_conv2d(x.to(kF64), w.to(kF64), Tensor(), c.p, gy.to(kF64));
+      const ConvReference mags = reference_conv2d(abs_of(x.to(kF64)), abs_of(w.to(kF64)), Tensor(), c.p, abs_of(gy.to(kF64)));
+      EXPECT_TRUE(within_bf16_rounding(gw, ref.gw, mags.gw, static_cast<double>(gy.numel() / c.w[0])));
+    }
+    cpu::set_bf16_gemm_kernel_for_testing(before);
+  }
+  cpu::set_narrow_backward_weight_for_testing(mode);
 }
 
 TEST(Conv2d, Bf16OnTheBf16GemmKernelsDoesNotDependOnTheThreads) {

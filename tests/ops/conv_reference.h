@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cpu/conv.h"
 #include "test_util.h"
 
 namespace trident::testing::conv_ref {
@@ -14,6 +15,17 @@ struct ConvParams {
   Int2 stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
 };
+
+// The kernels' geometry of a case.
+inline cpu::Conv2dGeometry geometry_of(const Shape& x, const Shape& w, const ConvParams& p) {
+  cpu::Conv2dGeometry g;
+  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3], g.O = w[0], g.kH = w[2], g.kW = w[3];
+  g.sh = p.stride[0], g.sw = p.stride[1], g.ph = p.padding[0], g.pw = p.padding[1], g.dh = p.dilation[0], g.dw = p.dilation[1];
+  g.groups = p.groups;
+  g.OH = (g.H + 2 * g.ph - g.dh * (g.kH - 1) - 1) / g.sh + 1;
+  g.OW = (g.W + 2 * g.pw - g.dw * (g.kW - 1) - 1) / g.sw + 1;
+  return g;
+}
 
 inline std::string describe(const ConvParams& p, const Shape& x, const Shape& w) {
   return detail::str("input ", x, " weight ", w, " stride ", Shape{p.stride[0], p.stride[1]}, " padding ",

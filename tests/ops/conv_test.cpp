@@ -5,6 +5,7 @@
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/conv_blocked.h"
 #include "ops/cpu/conv_direct.h"
+#include "ops/cpu/conv_narrow.h"
 #include "ops/cpu/conv_simd.h"
 #include "ops/cpu/conv_winograd.h"
 #include "ops/cpu/isa.h"
@@ -23,16 +24,6 @@ namespace {
 // AVX2 machines' choice, whatever the machine, so that the blocked kernels and F(2, 7) are tested
 // everywhere; Conv2d.GemmRouteOfAvx512MachinesMatchesNestedLoops runs the other.
 const int kBlockedOnEveryMachine = cpu::set_conv_blocked_preference_for_testing(1);
-
-cpu::Conv2dGeometry geometry_of(const Shape& x, const Shape& w, const ConvParams& p) {
-  cpu::Conv2dGeometry g;
-  g.N = x[0], g.C = x[1], g.H = x[2], g.W = x[3], g.O = w[0], g.kH = w[2], g.kW = w[3];
-  g.sh = p.stride[0], g.sw = p.stride[1], g.ph = p.padding[0], g.pw = p.padding[1], g.dh = p.dilation[0], g.dw = p.dilation[1];
-  g.groups = p.groups;
-  g.OH = (g.H + 2 * g.ph - g.dh * (g.kH - 1) - 1) / g.sh + 1;
-  g.OW = (g.W + 2 * g.pw - g.dw * (g.kW - 1) - 1) / g.sw + 1;
-  return g;
-}
 
 // The error bound of Winograd F(4x4, 3x3) (NOTE [Conv2d Winograd] in ops/cpu/conv_winograd.cpp),
 // computed here from the operands with the transform matrices written out again: for output
@@ -320,13 +311,20 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
   EXPECT_EQ(out32.dtype(), kF32);
   out32.backward(gy32);
   const int64_t ph = c.p.padding[0], pw = c.p.padding[1], groups = c.p.groups;
+  // NOTE [Narrow weight gradients]: few channels take the narrow kernel's plain sums.
+  const bool narrow = cpu::narrow_backward_weight_applies(geo, false);
+  if (narrow) {
+    EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 narrow d weight)";
+  }
   if (cpu::winograd_forward_applies(geo)) {
     EXPECT_TRUE(within_rounding(out32, ref32.out, winograd_magnitude(xd, wd, bd, ph, pw, groups), static_cast<double>(c.w[1] + 24),
                                 kU32))
         << what << " (f32 Winograd)";
     const double tiles = static_cast<double>(c.x[0] * ((geo.OH + 3) / 4) * ((geo.OW + 3) / 4));
-    EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd_weight_magnitude(xd, gyd, ph, pw, groups), tiles + 24, kU32))
-        << what << " (f32 Winograd d weight)";
+    if (!narrow) {
+      EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd_weight_magnitude(xd, gyd, ph, pw, groups), tiles + 24, kU32))
+          << what << " (f32 Winograd d weight)";
+    }
   } else {
     if (cpu::winograd7_forward_applies(geo)) {
       EXPECT_TRUE(within_rounding(out32, ref32.out, winograd7_magnitude(xd, wd, bd, ph, pw, groups),
@@ -334,11 +332,15 @@ void check_against_reference(const ConvCase& c, uint64_t seed) {
           << what << " (f32 Winograd F(2,7))";
       const bool vertical = c.w[2] == 7;
       const double pairs = static_cast<double>(c.x[0] * ((vertical ? geo.OH : geo.OW) + 1) / 2 * (vertical ? geo.OW : geo.OH));
-      EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd7_weight_magnitude(xd, gyd, c.w, ph, pw, groups), pairs + 24, kU32))
-          << what << " (f32 Winograd F(2,7) d weight)";
+      if (!narrow) {
+        EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, winograd7_weight_magnitude(xd, gyd, c.w, ph, pw, groups), pairs + 24, kU32))
+            << what << " (f32 Winograd F(2,7) d weight)";
+      }
     } else {
       EXPECT_TRUE(within_rounding(out32, ref32.out, ref32.magnitude, terms, kU32)) << what << " (f32)";
-      EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 d weight)";
+      if (!narrow) {
+        EXPECT_TRUE(within_rounding(w32l.grad(), ref32.gw, mags32.gw, per_weight, kU32)) << what << " (f32 d weight)";
+      }
     }
   }
   if (cpu::winograd_backward_input_applies(geo)) {
@@ -884,6 +886,57 @@ TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {
   cpu::set_conv_copy_budget_bytes_for_testing(1);
   on_one_and_three_threads(cases, 7500, check_against_reference);
   cpu::set_conv_copy_budget_bytes_for_testing(0);
+}
+
+TEST(Conv2d, NarrowWeightGradientMatchesNestedLoops) {
+  // NOTE [Narrow weight gradients]: the kernel forced on for every stride-1 convolution of one
+  // group (and off again), through check_against_reference on 1 and 3 threads (f64 reference,
+  // f32 within the plain bound of N OH OW terms), both vector widths, with the items' partial
+  // sums one item at a time; then bit for bit the same on 1 and 3 threads.
+  const std::vector<ConvCase> cases = {
+      {{3, 5, 9, 30}, {7, 5, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},   // 1x7: 7 outputs, 35 pairs (blocks' tails)
+      {{2, 8, 30, 7}, {8, 8, 7, 1}, {{1, 1}, {3, 0}, {1, 1}, 1}, true},    // 7x1
+      {{2, 3, 70, 61}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},   // three bands of rows per image
+      {{2, 4, 40, 60}, {6, 4, 3, 5}, {{1, 1}, {2, 4}, {2, 2}, 1}, false},  // dilated, padded, two bands
+      {{2, 6, 11, 13}, {5, 6, 3, 2}, {{1, 1}, {4, 3}, {1, 1}, 1}, false},  // padding past the kernel's reach
+      {{1, 9, 5, 6}, {3, 9, 1, 1}, {}, true},                              // pointwise
+      {{2, 2, 6, 5}, {2, 2, 5, 4}, {}, false},                             // the kernel as tall as the input
+  };
+  const int mode = cpu::set_narrow_backward_weight_for_testing(1);
+  for (const ConvCase& c : cases) EXPECT_TRUE(cpu::narrow_backward_weight_applies(geometry_of(c.x, c.w, c.p), false));
+  on_one_and_three_threads(cases, 8700, check_against_reference);
+  const bool avx512 = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
+  on_one_and_three_threads(cases, 8750, check_against_reference);
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
+  cpu::set_conv_copy_budget_bytes_for_testing(1);
+  on_one_and_three_threads(cases, 8800, check_against_reference);
+  cpu::set_conv_copy_budget_bytes_for_testing(0);
+  const int threads = get_num_threads();
+  uint64_t seed = 8850;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(describe(c.p, c.x, c.w));
+    Generator gen(seed++);
+    const Tensor x = randn(c.x, kF32, &gen), w = randn(c.w, kF32, &gen);
+    const cpu::Conv2dGeometry geo = geometry_of(c.x, c.w, c.p);
+    const Tensor gy = randn({geo.N, geo.O, geo.OH, geo.OW}, kF32, &gen);
+    set_num_threads(1);
+    const std::vector<float> one = cpu::conv2d_backward_weight(gy, x, geo).to_vector<float>();
+    set_num_threads(3);
+    EXPECT_EQ(cpu::conv2d_backward_weight(gy, x, geo).to_vector<float>(), one);
+  }
+  set_num_threads(threads);
+  cpu::set_narrow_backward_weight_for_testing(0);
+  for (const ConvCase& c : cases) EXPECT_FALSE(cpu::narrow_backward_weight_applies(geometry_of(c.x, c.w, c.p), false));
+  on_one_and_three_threads(cases, 8900, check_against_reference);
+  cpu::set_narrow_backward_weight_for_testing(mode);
+  // The rule: f32 with taps and few channels, not pointwise or wide; bf16 (on a bf16 GEMM kernel)
+  // with fewer channels still, pointwise too.
+  EXPECT_TRUE(cpu::narrow_backward_weight_applies(geometry_of({32, 8, 30, 30}, {8, 8, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}), false));
+  EXPECT_FALSE(cpu::narrow_backward_weight_applies(geometry_of({32, 32, 8, 8}, {32, 32, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}), false));
+  EXPECT_FALSE(cpu::narrow_backward_weight_applies(geometry_of({32, 8, 30, 30}, {8, 8, 1, 1}, {}), false));
+  EXPECT_TRUE(cpu::narrow_backward_weight_applies(geometry_of({32, 8, 30, 30}, {8, 8, 1, 1}, {}), true));
+  EXPECT_FALSE(cpu::narrow_backward_weight_applies(geometry_of({32, 16, 15, 15}, {16, 16, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}), true));
+  EXPECT_FALSE(cpu::narrow_backward_weight_applies(geometry_of({32, 8, 30, 30}, {8, 8, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}), false));
 }
 
 TEST(Conv2d, KnownValues) {
