@@ -115,6 +115,8 @@ constexpr ConvSpec kConvSpecs[] = {
     {32, 64, 15, 15, 64, 3, 3, 1, 1, 1, 64, false},    // 14: a small AmoebaNet-B's separable 3x3, depthwise half
     {32, 8, 30, 30, 8, 1, 7, 1, 0, 3, 1, false},       // 15: AmoebaNet-D(6, 32)'s 1x7, 8 channels
     {32, 32, 30, 30, 32, 1, 1, 1, 0, 0, 1, false},     // 16: and its 32-channel 1x1
+    {32, 128, 30, 30, 32, 1, 1, 2, 0, 0, 1, false},    // 17: a small AmoebaNet's factorized reduction, path 1
+    {8, 256, 56, 56, 512, 1, 1, 2, 0, 0, 1, false},    // 18: ResNet-50's downsampling shortcut
 };
 template <int Spec, bool Bwd>
 void BM_conv(benchmark::State& state) {
@@ -230,6 +232,10 @@ BENCHMARK_TEMPLATE(BM_conv, 15, true)->Name("conv2d1x7/fwdbwd/32x8x30x30->8")->U
 BENCHMARK_TEMPLATE(BM_conv_bf16, 15, true)->Name("conv2d1x7_bf16/fwdbwd/32x8x30x30->8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 16, true)->Name("conv2d1x1/fwdbwd/32x32x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 16, true)->Name("conv2d1x1_bf16/fwdbwd/32x32x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 17, true)->Name("conv2d1x1s2/fwdbwd/32x128x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 17, true)->Name("conv2d1x1s2_bf16/fwdbwd/32x128x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 18, true)->Name("conv2d1x1s2/fwdbwd/8x256x56x56->512")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 18, true)->Name("conv2d1x1s2_bf16/fwdbwd/8x256x56x56->512")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(BM_layer_norm, false)->Name("layer_norm/fwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_layer_norm, true)->Name("layer_norm/fwdbwd/4096x768")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -75,6 +75,8 @@ CONV_SPECS = [
     ("conv2d1x1", "8x256x28x28->256", (8, 256, 28, 28), 256, (1, 1), 1, (0, 0), 1, False, "bwd only"),
     ("conv2d1x7", "32x8x30x30->8", (32, 8, 30, 30), 8, (1, 7), 1, (0, 3), 1, False, "bwd only"),
     ("conv2d1x1", "32x32x30x30->32", (32, 32, 30, 30), 32, (1, 1), 1, (0, 0), 1, False, "bwd only"),
+    ("conv2d1x1s2", "32x128x30x30->32", (32, 128, 30, 30), 32, (1, 1), 2, (0, 0), 1, False, "bwd only"),
+    ("conv2d1x1s2", "8x256x56x56->512", (8, 256, 56, 56), 512, (1, 1), 2, (0, 0), 1, False, "bwd only"),
 ]
 # The bf16 rows (BM_conv_bf16): op, shape, spec of CONV_SPECS above by its op and shape, passes.
 CONV_BF16 = [
@@ -89,6 +91,8 @@ CONV_BF16 = [
     ("depthwise3x3", "32x64x15x15", ("fwdbwd",)),
     ("conv2d1x7", "32x8x30x30->8", ("fwdbwd",)),
     ("conv2d1x1", "32x32x30x30->32", ("fwdbwd",)),
+    ("conv2d1x1s2", "32x128x30x30->32", ("fwdbwd",)),
+    ("conv2d1x1s2", "8x256x56x56->512", ("fwdbwd",)),
 ]
 
 

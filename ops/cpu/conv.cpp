@@ -677,6 +677,26 @@ void for_depthwise_chunks(const Conv2dGeometry& g, const F& fn) {
   }
 }
 
+// NOTE [Strided pointwise convolutions]: a 1x1 convolution with a stride and no padding (ResNet's
+// downsampling shortcuts, AmoebaNet's factorized reductions) reads only the pixels (i sh, j sw):
+// it is the pointwise convolution of those pixels, gathered once into a contiguous tensor of
+// OH x OW planes, and its input gradient is that pointwise convolution's, scattered back among
+// zeros. The pointwise passes are GEMMs on the planes as they lie (no im2col); the strided
+// kernels' own routes gathered or scattered per pass: on 8x256x56x56 -> 512 stride 2 in f32
+// the direct kernel, im2col + GEMM and col2im took 11.6, 18.8 and 15.2 ms for the forward pass,
+// weight and input gradients, 46.7 ms against PyTorch's 26.2 for all three.
+bool strided_pointwise(const Conv2dGeometry& g) { return g.sampled_pointwise() && !g.depthwise() && g.N > 0 && g.OH > 0 && g.OW > 0; }
+Conv2dGeometry sampled_geometry(const Conv2dGeometry& g) {
+  Conv2dGeometry p = g;
+  p.H = g.OH, p.W = g.OW, p.sh = p.sw = 1, p.dh = p.dw = 1;
+  return p;
+}
+// The view of x (or gx) [N, C, H, W] at the pixels a strided pointwise convolution reads.
+Tensor sampled_view(const Tensor& x, const Conv2dGeometry& g) {
+  const Shape st = x.strides();
+  return x.as_strided({g.N, g.C, g.OH, g.OW}, {st[0], st[1], st[2] * g.sh, st[3] * g.sw}, x.storage_offset());
+}
+
 // The kernel a pass of dtype dt runs on: a bf16 GEMM kernel for bf16 passes with something to
 // compute that are not depthwise, else None (f32 after the conversion).
 Bf16Gemm bf16_conv_kernel(DType dt, const Conv2dGeometry& g) {
@@ -697,6 +717,7 @@ void set_conv_copy_budget_bytes_for_testing(int64_t bytes) { g_copy_budget.store
 
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   const DType dt = input.dtype();
+  if (strided_pointwise(g)) return conv2d_forward(sampled_view(input, g).contiguous(), weight, bias, sampled_geometry(g));
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor x = input.contiguous(), w = weight.contiguous(), b = bias.defined() ? bias.contiguous() : Tensor();
     Tensor y = empty({g.N, g.O, g.OH, g.OW}, dt);
@@ -748,6 +769,11 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Conv2dGeometry& g) {
   const DType dt = weight.dtype();
+  if (strided_pointwise(g)) {
+    Tensor gx = zeros({g.N, g.C, g.H, g.W}, dt);
+    copy_(sampled_view(gx, g), conv2d_backward_input(grad_out, weight, sampled_geometry(g)));
+    return gx;
+  }
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor gy = grad_out.contiguous(), w = weight.contiguous();
     Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
@@ -798,6 +824,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Conv2dGeometry& g) {
   const DType dt = input.dtype();
+  if (strided_pointwise(g)) return conv2d_backward_weight(grad_out, sampled_view(input, g).contiguous(), sampled_geometry(g));
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
     const Tensor gy = grad_out.contiguous(), x = input.contiguous();
     Tensor gw = empty({g.O, g.in_per_group(), g.kH, g.kW}, dt);

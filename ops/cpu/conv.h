@@ -29,6 +29,9 @@ struct Conv2dGeometry {
   bool depthwise() const { return groups == C && C > 0 && O % C == 0 && in_per_group() == 1; }
   // The im2col matrix would be the input itself.
   bool pointwise() const { return kH == 1 && kW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  // 1x1 with a stride and no padding: the pointwise convolution of the pixels it samples (NOTE
+  // [Strided pointwise convolutions] in ops/cpu/conv.cpp).
+  bool sampled_pointwise() const { return kH == 1 && kW == 1 && ph == 0 && pw == 0 && (sh > 1 || sw > 1); }
 };
 
 // [N, C, H, W] * [O, C/g, kH, kW] (+ bias [O], may be undefined) -> [N, O, OH, OW].

@@ -27,8 +27,8 @@
 // gradient's edge blocks still read copies, copy_edge: 2% of that convolution's forward +
 // backward.)
 // It takes every f32 pass of column stride 1 or 2 whose channels fill the lanes, except the
-// shapes of Winograd F(4x4, 3x3) and F(2, 7) (fewer multiplies) and pointwise and depthwise
-// convolutions (their own kernels). Measured against the blocked kernels (8x64x56x56->128, 3x3
+// shapes of Winograd F(4x4, 3x3) and F(2, 7) (fewer multiplies) and pointwise (strided or not)
+// and depthwise convolutions (their own kernels). Measured against the blocked kernels (8x64x56x56->128, 3x3
 // stride 2, one Emerald Rapids thread, alternating): 6.6-6.7 ms against 8.2-8.3; the kernels run
 // at the FMA peak, the transposed writes take 6% and the edge copies (since gone) 4%. On column
 // stride 1 (two threads, best of 12 alternating rounds): 5x5 forward 1.10x the blocked kernels' speed,
@@ -62,11 +62,11 @@ namespace {
 bool g_direct_enabled = true;
 
 // The geometries the direct kernels can take: an AVX-512 CPU, column stride 1 or 2, neither
-// depthwise nor pointwise (their own kernels), channels on both sides.
+// depthwise nor pointwise, strided or not (their own kernels), channels on both sides.
 bool direct_geometry(const Conv2dGeometry& g) {
 #ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   return g_direct_enabled && cpu_avx512_kernels() && (g.sw == 1 || g.sw == 2) && !g.depthwise() && !g.pointwise() &&
-         g.in_per_group() > 0 && g.out_per_group() > 0;
+         !g.sampled_pointwise() && g.in_per_group() > 0 && g.out_per_group() > 0;
 #else
   (void)g;
   return false;

@@ -9,7 +9,7 @@ namespace trident::cpu {
 
 // Whether the forward pass of this f32 geometry runs as the direct kernel: an AVX-512 CPU with
 // the AVX-512 micro-kernel on (set_cpu_avx512_kernels_enabled_for_testing), column stride 1 or
-// 2, a multiple of 16 output channels per group, not depthwise or pointwise, and not a shape of
+// 2, a multiple of 16 output channels per group, not depthwise or 1x1 unpadded, not a shape of
 // Winograd F(4x4, 3x3) or F(2, 7) (winograd_forward_applies, winograd7_forward_applies).
 bool direct_forward_applies(const Conv2dGeometry& g);
 // y [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/g, kH, kW] + bias (may be null).

@@ -656,7 +656,8 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
   // taps; 48 channels in one block, 64 in 48 + 16). Cases: one
   // block with edges on both sides; 31 columns in three blocks and 48 channels (a block of 32,
   // then one of 16); groups with row stride 1 and a 5x5 kernel; dilation with unequal padding;
-  // 1x1 stride 2; 1x7 and 7x1 (row stride 3); 100 input channels in chunks over 60 columns (5
+  // 1x1 stride 2 padded (unpadded it is a pointwise convolution of the sampled pixels, NOTE
+  // [Strided pointwise convolutions]); 1x7 and 7x1 (row stride 3); 100 input channels in chunks over 60 columns (5
   // blocks); padding past the kernel's reach (output rows and columns with no tap inside);
   // without bias. Then the same cases with the direct kernel off (the blocked kernels).
   if (!cpu::cpu_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels here (the CPU has none, or TRIDENT_CPU_AVX512=off): the direct kernel never runs";
@@ -665,7 +666,7 @@ TEST(Conv2d, DirectKernelOfAvx512MachinesMatchesNestedLoops) {
       {{1, 5, 9, 61}, {48, 5, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{2, 4, 11, 40}, {32, 2, 5, 5}, {{1, 2}, {2, 2}, {1, 1}, 2}, true},
       {{1, 6, 15, 33}, {16, 6, 3, 3}, {{2, 2}, {2, 3}, {2, 2}, 1}, true},
-      {{2, 24, 10, 10}, {32, 24, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, true},
+      {{2, 24, 10, 10}, {32, 24, 1, 1}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{1, 8, 17, 30}, {16, 8, 1, 7}, {{2, 2}, {0, 3}, {1, 1}, 1}, true},
       {{1, 8, 30, 17}, {16, 8, 7, 1}, {{3, 2}, {3, 0}, {1, 1}, 1}, true},
       {{1, 100, 7, 120}, {16, 100, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
@@ -695,7 +696,7 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
   // columns at a time. Cases: 3x3 (kernel columns {1} for one phase, {0, 2}
   // for the other); 48 channels (blocks of 32 and 16) on 61 columns (3 blocks per phase); 5x5
   // with groups and row stride 1; dilation 2 (every kernel column or none per phase) with
-  // unequal padding; 1x1 (odd rows and columns get nothing); 1x7; 7x1 with row stride 3; 100
+  // unequal padding; 1x1 padded (odd rows and columns get nothing); 1x7; 7x1 with row stride 3; 100
   // output channels in chunks; padding 3 (gy read past its edges); a 4x4 kernel; dilation 3
   // (kernel rows 2 apart). Then the same cases with the direct kernel off (im2col + GEMM; the
   // blocked kernels for some of column stride 1).
@@ -705,7 +706,7 @@ TEST(Conv2d, DirectInputGradientOfAvx512MachinesMatchesNestedLoops) {
       {{1, 48, 9, 61}, {20, 48, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
       {{2, 32, 11, 40}, {16, 16, 5, 5}, {{1, 2}, {2, 2}, {1, 1}, 2}, true},
       {{1, 16, 15, 33}, {8, 16, 3, 3}, {{2, 2}, {2, 3}, {2, 2}, 1}, true},
-      {{2, 16, 10, 11}, {12, 16, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
+      {{2, 16, 10, 11}, {12, 16, 1, 1}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
       {{1, 16, 17, 30}, {16, 16, 1, 7}, {{2, 2}, {0, 3}, {1, 1}, 1}, true},
       {{1, 16, 30, 17}, {8, 16, 7, 1}, {{3, 2}, {3, 0}, {1, 1}, 1}, true},
       {{1, 32, 7, 60}, {100, 32, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, true},
@@ -886,6 +887,39 @@ TEST(Conv2d, ChunksOfImagesMatchNestedLoops) {
   cpu::set_conv_copy_budget_bytes_for_testing(1);
   on_one_and_three_threads(cases, 7500, check_against_reference);
   cpu::set_conv_copy_budget_bytes_for_testing(0);
+}
+
+TEST(Conv2d, StridedPointwiseMatchesNestedLoops) {
+  // NOTE [Strided pointwise convolutions]: 1x1 convolutions with a stride and no padding run as
+  // the pointwise convolution of the sampled pixels (gradient scattered among zeros): strides
+  // 2, 3 x 2, 1 x 2 and 2 x 1 (odd sizes: the last row or column sampled or not), groups, a
+  // dilation (which a 1x1 kernel ignores), through check_against_reference (f64 and f32, 1 and
+  // 3 threads); then an input that is a transposed view, in f32, bf16 and f16, against the
+  // same values made contiguous.
+  const std::vector<ConvCase> cases = {
+      {{2, 8, 11, 12}, {16, 8, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, true},
+      {{2, 6, 13, 10}, {5, 6, 1, 1}, {{3, 2}, {0, 0}, {1, 1}, 1}, false},
+      {{1, 4, 7, 9}, {6, 4, 1, 1}, {{1, 2}, {0, 0}, {1, 1}, 1}, true},
+      {{2, 8, 9, 6}, {12, 4, 1, 1}, {{2, 1}, {0, 0}, {2, 3}, 2}, true},
+  };
+  for (const ConvCase& c : cases) EXPECT_TRUE(geometry_of(c.x, c.w, c.p).sampled_pointwise());
+  on_one_and_three_threads(cases, 8650, check_against_reference);
+  Generator gen(8690);
+  for (DType dt : {kF32, kBF16, kF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor base = randn({2, 8, 11, 12}, kF32, &gen).to(dt).set_requires_grad();
+    const Tensor w = randn({16, 8, 1, 1}, kF32, &gen).to(dt), gy = randn({2, 16, 6, 4}, kF32, &gen).to(dt);
+    const Tensor a = transpose(base, 2, 3);  // [2, 8, 12, 11], not contiguous
+    ASSERT_FALSE(a.is_contiguous());
+    Tensor b = a.contiguous().detach().set_requires_grad();
+    Tensor wa = w.clone().set_requires_grad(), wb = w.clone().set_requires_grad();
+    Tensor ya = conv2d(a, wa, Tensor(), {2, 3}), yb = conv2d(b, wb, Tensor(), {2, 3});
+    ya.backward(gy);
+    yb.backward(gy);
+    EXPECT_EQ(ya.to_vector<float>(), yb.to_vector<float>());
+    EXPECT_EQ(transpose(base.grad(), 2, 3).to_vector<float>(), b.grad().to_vector<float>());
+    EXPECT_EQ(wa.grad().to_vector<float>(), wb.grad().to_vector<float>());
+  }
 }
 
 TEST(Conv2d, NarrowWeightGradientMatchesNestedLoops) {
