@@ -691,10 +691,28 @@ Conv2dGeometry sampled_geometry(const Conv2dGeometry& g) {
   p.H = g.OH, p.W = g.OW, p.sh = p.sw = 1, p.dh = p.dw = 1;
   return p;
 }
-// The view of x (or gx) [N, C, H, W] at the pixels a strided pointwise convolution reads.
+// The view of x [N, C, H, W] at the pixels a strided pointwise convolution reads.
 Tensor sampled_view(const Tensor& x, const Conv2dGeometry& g) {
   const Shape st = x.strides();
   return x.as_strided({g.N, g.C, g.OH, g.OW}, {st[0], st[1], st[2] * g.sh, st[3] * g.sw}, x.storage_offset());
+}
+// dst [N, C, H, W] = src [N, C, OH, OW] at the sampled pixels, zero elsewhere, each row written
+// once while in cache (zeros, then the values), where zeros over the whole of gx and then a
+// strided copy wrote it twice: 32x128x30x30 -> 32 stride 2 forward + backward 2.34-2.47 ->
+// 2.15-2.24 ms in f32, 1.92-2.06 -> 1.62-1.73 in bf16.
+template <typename U>
+void scatter_sampled(const U* src, U* dst, const Conv2dGeometry& g) {
+  parallel_for(0, g.N * g.C, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.H * g.W, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t h = 0; h < g.H; ++h) {
+        U* row = dst + (p * g.H + h) * g.W;
+        std::memset(static_cast<void*>(row), 0, static_cast<size_t>(g.W) * sizeof(U));
+        if (h % g.sh != 0 || h / g.sh >= g.OH) continue;
+        const U* s = src + (p * g.OH + h / g.sh) * g.OW;
+        for (int64_t j = 0; j < g.OW; ++j) row[j * g.sw] = s[j];
+      }
+    }
+  });
 }
 
 // The kernel a pass of dtype dt runs on: a bf16 GEMM kernel for bf16 passes with something to
@@ -770,8 +788,13 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Conv2dGeometry& g) {
   const DType dt = weight.dtype();
   if (strided_pointwise(g)) {
-    Tensor gx = zeros({g.N, g.C, g.H, g.W}, dt);
-    copy_(sampled_view(gx, g), conv2d_backward_input(grad_out, weight, sampled_geometry(g)));
+    const Tensor sampled = conv2d_backward_input(grad_out, weight, sampled_geometry(g)).contiguous();
+    Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
+    switch (sampled.element_size()) {
+      case 2: scatter_sampled(static_cast<const uint16_t*>(sampled.data_ptr()), static_cast<uint16_t*>(gx.data_ptr()), g); break;
+      case 4: scatter_sampled(static_cast<const uint32_t*>(sampled.data_ptr()), static_cast<uint32_t*>(gx.data_ptr()), g); break;
+      default: scatter_sampled(static_cast<const uint64_t*>(sampled.data_ptr()), static_cast<uint64_t*>(gx.data_ptr()), g); break;
+    }
     return gx;
   }
   if (const Bf16Gemm kernel = bf16_conv_kernel(dt, g); kernel != Bf16Gemm::None) {
