@@ -117,6 +117,7 @@ constexpr ConvSpec kConvSpecs[] = {
     {32, 32, 30, 30, 32, 1, 1, 1, 0, 0, 1, false},     // 16: and its 32-channel 1x1
     {32, 128, 30, 30, 32, 1, 1, 2, 0, 0, 1, false},    // 17: a small AmoebaNet's factorized reduction, path 1
     {8, 256, 56, 56, 512, 1, 1, 2, 0, 0, 1, false},    // 18: ResNet-50's downsampling shortcut
+    {32, 32, 30, 30, 32, 3, 3, 1, 1, 1, 32, false},    // 19: AmoebaNet-B(6, 32)'s separable 3x3, depthwise half
 };
 template <int Spec, bool Bwd>
 void BM_conv(benchmark::State& state) {
@@ -232,6 +233,8 @@ BENCHMARK_TEMPLATE(BM_conv, 15, true)->Name("conv2d1x7/fwdbwd/32x8x30x30->8")->U
 BENCHMARK_TEMPLATE(BM_conv_bf16, 15, true)->Name("conv2d1x7_bf16/fwdbwd/32x8x30x30->8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 16, true)->Name("conv2d1x1/fwdbwd/32x32x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 16, true)->Name("conv2d1x1_bf16/fwdbwd/32x32x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 19, true)->Name("depthwise3x3/fwdbwd/32x32x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 19, true)->Name("depthwise3x3_bf16/fwdbwd/32x32x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 17, true)->Name("conv2d1x1s2/fwdbwd/32x128x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 17, true)->Name("conv2d1x1s2_bf16/fwdbwd/32x128x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 18, true)->Name("conv2d1x1s2/fwdbwd/8x256x56x56->512")->UseRealTime()->Unit(benchmark::kMillisecond);
