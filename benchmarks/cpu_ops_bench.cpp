@@ -151,6 +151,26 @@ void BM_max_pool(benchmark::State& state) {
   run(state, {&x}, Bwd, [&] { return max_pool2d(x, {3, 3}, Int2{Stride, Stride}, {1, 1}); });
 }
 
+// AmoebaNet's average pools (3x3 stride 1, padding 1, the padding not counted), and the
+// element-wise layers around its convolutions: relu and training-mode batch norm, on a batch of
+// 32 feature maps of 128 channels at 30 x 30 (AmoebaNet-D(6, 32)'s widest).
+template <bool Bwd>
+void BM_avg_pool(benchmark::State& state) {
+  Tensor x = param({32, 64, 30, 30}, 1);
+  run(state, {&x}, Bwd, [&] { return avg_pool2d(x, {3, 3}, Int2{1, 1}, {1, 1}, false, false); });
+}
+template <bool Bwd>
+void BM_relu(benchmark::State& state) {
+  Tensor x = param({32, 128, 30, 30}, 1);
+  run(state, {&x}, Bwd, [&] { return relu(x); });
+}
+template <bool Bwd>
+void BM_batch_norm(benchmark::State& state) {
+  Tensor x = param({32, 128, 30, 30}, 1), w = param({128}, 2), b = param({128}, 3);
+  Tensor mean = zeros({128}), var = ones({128});
+  run(state, {&x, &w, &b}, Bwd, [&] { return batch_norm(x, mean, var, w, b, true); });
+}
+
 // ---- normalization, softmax, loss ----
 template <bool Bwd>
 void BM_layer_norm(benchmark::State& state) {
@@ -246,6 +266,12 @@ BENCHMARK_TEMPLATE(BM_max_pool, 1, false)->Name("max_pool3x3/fwd/32x64x30x30")->
 BENCHMARK_TEMPLATE(BM_max_pool, 1, true)->Name("max_pool3x3/fwdbwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_max_pool, 2, false)->Name("max_pool3x3s2/fwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_max_pool, 2, true)->Name("max_pool3x3s2/fwdbwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_avg_pool, false)->Name("avg_pool3x3/fwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_avg_pool, true)->Name("avg_pool3x3/fwdbwd/32x64x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_relu, false)->Name("relu/fwd/32x128x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_relu, true)->Name("relu/fwdbwd/32x128x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_batch_norm, false)->Name("batch_norm/fwd/32x128x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_batch_norm, true)->Name("batch_norm/fwdbwd/32x128x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, false)->Name("softmax/fwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_softmax, true)->Name("softmax/fwdbwd/4096x1024")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_linear_cross_entropy_bf16, false)->Name("linear_cross_entropy_bf16/fwd/1024x256->50304")->UseRealTime()->Unit(benchmark::kMillisecond);

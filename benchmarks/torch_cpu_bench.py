@@ -155,6 +155,14 @@ def cases():
         for stride, name in ((1, "max_pool3x3"), (2, "max_pool3x3s2")):
             x = param((32, 64, 30, 30), 1)
             yield f"{name}/{tag}/32x64x30x30", case([x], bwd, lambda x=x, s=stride: F.max_pool2d(x, 3, s, 1))
+        x = param((32, 64, 30, 30), 1)
+        yield f"avg_pool3x3/{tag}/32x64x30x30", case([x], bwd, lambda x=x: F.avg_pool2d(x, 3, 1, 1, False, False))
+        x = param((32, 128, 30, 30), 1)
+        yield f"relu/{tag}/32x128x30x30", case([x], bwd, lambda x=x: torch.relu(x))
+        x, w, b = param((32, 128, 30, 30), 1), param((128,), 2), param((128,), 3)
+        mean, var = torch.zeros(128), torch.ones(128)
+        yield f"batch_norm/{tag}/32x128x30x30", case([x, w, b], bwd,
+                                                     lambda x=x, w=w, b=b, m=mean, v=var: F.batch_norm(x, m, v, w, b, True))
         x = param((4096, 1024), 1, 3.0)
         yield f"softmax/{tag}/4096x1024", case([x], bwd, lambda x=x: torch.softmax(x, -1))
         logits = param((256, 50304), 1, 2.0)

@@ -17,9 +17,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 // GCC 12's AVX-512 shuffles pass an undefined vector as their unused merge operand, and its
-// -Wmaybe-uninitialized reports that undefined value once inlined (GCC bug 105593, fixed in 13).
+// -Wmaybe-uninitialized reports that undefined value once inlined (GCC bug 105593, fixed in 13);
+// the sanitizers' build reports it as -Wuninitialized (transpose16x16's unpacks).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #endif
 

@@ -185,16 +185,19 @@ void taps_first(const S* w, int64_t O, int64_t C, int64_t taps, D* dst, int64_t 
 // The weights w [O][C][kH][kW] as the tiles' first operand a [taps][rows_p][cols_p], zero padded:
 // the forward pass's a[t][o][c] = w[o][c][t]; the input gradient's (transposed, turned)
 // a[t][c][o] = w[o][c][taps - 1 - t].
+// (Zeros only where the channels are padded: zeroing the whole of a 256 x 256 x 3x3 weight first
+// was 5% of a forward pass on 8x256x14x14.)
 Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool transposed, int64_t rows_p, int64_t cols_p) {
-  Tensor a = zeros({taps * rows_p * cols_p}, DType::BF16);
+  const bool filled = rows_p == (transposed ? C : O) && cols_p == (transposed ? O : C);
+  Tensor a = filled ? empty({taps * rows_p * cols_p}, DType::BF16) : zeros({taps * rows_p * cols_p}, DType::BF16);
   uint16_t* ap = bits(a);
   if (!transposed) {
     taps_first(w, O, C, taps, ap, rows_p, cols_p);
     return a;
   }
-  std::vector<uint16_t> tmp(static_cast<size_t>(taps * O * C));
-  taps_first(w, O, C, taps, tmp.data(), O, C);
-  for (int64_t t = 0; t < taps; ++t) transpose(tmp.data() + t * O * C, O, C, C, ap + (taps - 1 - t) * rows_p * cols_p, cols_p);
+  Tensor tmp = empty({taps * O * C}, DType::BF16);
+  taps_first(w, O, C, taps, bits(tmp), O, C);
+  for (int64_t t = 0; t < taps; ++t) transpose(bits(tmp) + t * O * C, O, C, C, ap + (taps - 1 - t) * rows_p * cols_p, cols_p);
   return a;
 }
 
