@@ -118,6 +118,7 @@ constexpr ConvSpec kConvSpecs[] = {
     {32, 128, 30, 30, 32, 1, 1, 2, 0, 0, 1, false},    // 17: a small AmoebaNet's factorized reduction, path 1
     {8, 256, 56, 56, 512, 1, 1, 2, 0, 0, 1, false},    // 18: ResNet-50's downsampling shortcut
     {32, 32, 30, 30, 32, 3, 3, 1, 1, 1, 32, false},    // 19: AmoebaNet-B(6, 32)'s separable 3x3, depthwise half
+    {8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, true},       // 20: a ResNet stage-4 layer (4.7 MB of weights in bf16)
 };
 template <int Spec, bool Bwd>
 void BM_conv(benchmark::State& state) {
@@ -241,6 +242,8 @@ BENCHMARK_TEMPLATE(BM_conv, 13, true)->Name("conv2d1x1/fwdbwd/8x256x28x28->256")
 BENCHMARK_TEMPLATE(BM_conv_bf16, 0, true)->Name("conv2d3x3_bf16/fwdbwd/8x64x56x56->64")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 1, false)->Name("conv2d3x3_bf16/fwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 1, true)->Name("conv2d3x3_bf16/fwdbwd/8x256x14x14->256")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 20, false)->Name("conv2d3x3_bf16/fwd/8x512x7x7->512")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 20, true)->Name("conv2d3x3_bf16/fwdbwd/8x512x7x7->512")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 4, true)->Name("conv2d3x3s2_bf16/fwdbwd/8x64x56x56->128")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 5, true)->Name("conv2d1x7_bf16/fwdbwd/8x128x28x28->128")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 7, true)->Name("depthwise5x5_bf16/fwdbwd/8x128x28x28")->UseRealTime()->Unit(benchmark::kMillisecond);

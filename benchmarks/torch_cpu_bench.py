@@ -78,6 +78,7 @@ CONV_SPECS = [
     ("conv2d1x1s2", "32x128x30x30->32", (32, 128, 30, 30), 32, (1, 1), 2, (0, 0), 1, False, "bwd only"),
     ("conv2d1x1s2", "8x256x56x56->512", (8, 256, 56, 56), 512, (1, 1), 2, (0, 0), 1, False, "bwd only"),
     ("depthwise3x3", "32x32x30x30", (32, 32, 30, 30), 32, (3, 3), 1, (1, 1), 32, False, "bwd only"),
+    ("conv2d3x3", "8x512x7x7->512", (8, 512, 7, 7), 512, (3, 3), 1, (1, 1), 1, True, "bwd only"),
 ]
 # The bf16 rows (BM_conv_bf16): op, shape, spec of CONV_SPECS above by its op and shape, passes.
 CONV_BF16 = [
@@ -95,6 +96,7 @@ CONV_BF16 = [
     ("conv2d1x1s2", "32x128x30x30->32", ("fwdbwd",)),
     ("conv2d1x1s2", "8x256x56x56->512", ("fwdbwd",)),
     ("depthwise3x3", "32x32x30x30", ("fwdbwd",)),
+    ("conv2d3x3", "8x512x7x7->512", ("fwd", "fwdbwd")),
 ]
 
 

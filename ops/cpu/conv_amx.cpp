@@ -278,19 +278,30 @@ TRIDENT_AMX void write_block(const float* blk, const Plan& p, const Output& o, i
   }
 }
 
-// Items [i0, i1) of a chunk: (image, block of 32 pixels, pass, block of 32 output channels), the
-// passes and channel blocks innermost so that a block of the input stays in cache for all of
-// them. A block none of whose rows lands in the destination is skipped.
-TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vector<Pass>& passes, const uint16_t* xq,
-                              const float* bias, BFloat16* dst, int64_t i0, int64_t i1) {
+// The packed weights a group of output-channel blocks may take (NOTE [AMX direct convolution]'s
+// item order): the group's weights stay in L2 (2 MB a core on the AMX Xeons) while every image
+// and pixel block of the chunk goes past them; a sixteenth of the copy budget where tests make
+// that smaller.
+int64_t weight_group_bytes() { return std::min<int64_t>(int64_t{3} << 19, conv_copy_budget_bytes() / 16); }
+
+// Items [i0, i1) of a chunk of nb images: (group of output-channel blocks, image, block of 32
+// pixels, pass, block of 32 output channels in the group), the passes and channel blocks
+// innermost so that a block of the input stays in cache for all of them, and the groups
+// outermost so that a group's weights are read from memory once, not once per pixel block:
+// with every block in one group (a small layer) the order is (image, pixels, pass, channels). A
+// block none of whose rows lands in the destination is skipped, and so are the group's blocks
+// past the last.
+TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vector<Pass>& passes, int64_t group, int64_t nb,
+                              const uint16_t* xq, const float* bias, BFloat16* dst, int64_t i0, int64_t i1) {
   load_tile_config();
   alignas(64) float blk[32 * 32];
-  const int64_t mb = p.out_p / 32, qb = p.Qout / 32, np = static_cast<int64_t>(passes.size());
+  const int64_t qb = p.Qout / 32, np = static_cast<int64_t>(passes.size()), per_group = nb * qb * np * group;
   const Output& o0 = passes.front().out;  // every pass writes planes of the same size
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t n = i / (qb * np * mb), q0 = (i / (np * mb)) % qb * 32, m0 = i % mb * 32;
-    const Pass& pass = passes[static_cast<size_t>((i / mb) % np)];
-    if (q0 / p.Wp >= pass.out.i_hi || (q0 + 31) / p.Wp < pass.out.i_lo) continue;
+    const int64_t j = i % per_group, n = j / (qb * np * group), q0 = (j / (np * group)) % qb * 32;
+    const int64_t m0 = (i / per_group * group + j % group) * 32;
+    const Pass& pass = passes[static_cast<size_t>((j / group) % np)];
+    if (m0 >= p.out_p || q0 / p.Wp >= pass.out.i_hi || (q0 + 31) / p.Wp < pass.out.i_lo) continue;
     direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
     write_block(blk, p, pass.out, m0, q0, bias, dst + n * p.out * o0.H * o0.W);
   }
@@ -306,14 +317,22 @@ void direct_conv(const Plan& p, const std::vector<Pass>& passes, int64_t N, cons
   Tensor xq_t = empty({chunk * image_elems}, DType::BF16);
   uint16_t* xq = bits(xq_t);
   const uint16_t* ap = static_cast<const uint16_t*>(a.data_ptr());
-  const int64_t items_per_image = (p.Qout / 32) * static_cast<int64_t>(passes.size()) * (p.out_p / 32);
+  int64_t taps = 0;
+  for (const Pass& pass : passes) taps += static_cast<int64_t>(pass.taps.size());
+  const int64_t mb = p.out_p / 32, block_bytes = taps * 32 * p.in_p * static_cast<int64_t>(sizeof(uint16_t));
+  // As many groups as the budget asks for, of equal size (a last group of one block would leave
+  // its thread most of the other's items to wait for).
+  const int64_t most = std::max<int64_t>(weight_group_bytes() / block_bytes, 1);
+  const int64_t groups = (mb + most - 1) / most, group = (mb + groups - 1) / groups;
+  const int64_t items_per_image = (p.Qout / 32) * static_cast<int64_t>(passes.size()) * group * groups;
   const int64_t dst_image = p.out * passes.front().out.H * passes.front().out.W;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
     const uint16_t* s = src + n0 * p.in * p.Hin * p.Win;
     parallel_for(0, nb * p.phases * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
     BFloat16* d = dst + n0 * dst_image;
-    parallel_for(0, nb * items_per_image, 1, [&](int64_t i0, int64_t i1) { direct_items(ap, p, passes, xq, bias, d, i0, i1); });
+    parallel_for(0, nb * items_per_image, 1,
+                 [&](int64_t i0, int64_t i1) { direct_items(ap, p, passes, group, nb, xq, bias, d, i0, i1); });
   }
 }
 

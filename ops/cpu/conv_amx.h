@@ -11,7 +11,12 @@
 // offset (kh dh / sh) Wp + kw dw / sw, Wp now a phase plane's row pitch, and the rest is the
 // same. A 32 x 32 block of (output channels, output pixels) sums, in four f32 tiles, the
 // weights' tiles [taps][O][C] against the input's tiles at each tap's offset, over all taps and
-// channels, and is rounded once into the NCHW output (+ the bias). The input gradient of a
+// channels, and is rounded once into the NCHW output (+ the bias). Threads take blocks in the
+// order (image, pixels, channels), so a block of the input serves every block of output
+// channels from cache, unless the packed weights exceed 1.5 MB: then the output-channel blocks
+// go in equal groups of at most that much, outermost, so that each group's weights are read
+// from memory once instead of once per block of pixels (8x512x7x7 -> 512 3x3 forward, 4.7 MB of
+// weights: 3.17-3.19 -> 2.30-2.34 ms). The input gradient of a
 // stride-1 convolution is the same kind of convolution of gy, zero-padded by (k - 1) d - p, with
 // the weights transposed and turned by 180 degrees (when p <= (k - 1) d, true of every "same" or
 // "valid" padding). A strided convolution's input gradient (or one padded further) goes by phases

@@ -1,6 +1,7 @@
 // bf16 convolutions on the bf16 GEMM kernels (NOTE [bf16 convolutions]): the AMX direct kernels
 // of ops/cpu/conv_amx.cpp (NOTE [AMX direct convolution]) and, on the AVX512-BF16 kernel, the
 // im2col route, every pass against the f64 definition. On a CPU with neither they skip, saying so.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -97,6 +98,28 @@ TEST(Conv2d, Bf16OnTheBf16GemmKernels) {
     cpu::set_conv_copy_budget_bytes_for_testing(0);
     cpu::set_bf16_gemm_kernel_for_testing(before);
   }
+}
+
+TEST(Conv2d, Bf16AmxGroupsOfOutputChannelBlocks) {
+  // NOTE [AMX direct convolution]: the blocks of 32 output channels go in groups whose weights
+  // fit a budget (a sixteenth of the copy budget): one block a group, then two blocks of 18 KB
+  // a group with three blocks in all (a group's second slot past the last block, skipped), in the
+  // forward pass and both input gradients (stride 1, and strided by phases), each within the
+  // f64 reference's bound on 1 and 3 threads.
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (std::find(kernels.begin(), kernels.end(), cpu::Bf16Gemm::Amx) == kernels.end()) GTEST_SKIP() << kNoBf16Kernel;
+  const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::Amx);
+  const std::vector<ConvCase> cases = {
+      {{2, 32, 9, 10}, {70, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 70, 9, 10}, {32, 70, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false},  // gx's 70 channels: three blocks
+  };
+  for (const int64_t budget : {int64_t{1}, int64_t{16 * 2 * 9 * 32 * 32 * 2}}) {
+    SCOPED_TRACE(budget);
+    cpu::set_conv_copy_budget_bytes_for_testing(budget);
+    on_one_and_three_threads(cases, 8450, check_bf16_against_reference);
+  }
+  cpu::set_conv_copy_budget_bytes_for_testing(0);
+  cpu::set_bf16_gemm_kernel_for_testing(before);
 }
 
 TEST(Conv2d, Bf16NarrowWeightGradientIsTheF32OneRoundedOnce) {
