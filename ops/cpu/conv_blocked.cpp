@@ -357,7 +357,9 @@ inline void blocked_items_nv(const Chunk& ch, float* tile, float* out, int64_t i
 // 8x256x14x14->256 (OW 7) 0.97 / 0.96, 1x128x28x28->128 (OW 14) 0.98 / 0.98, the 7x7 stride-2
 // stem 0.92 / 0.91, 5x5 stride 2 0.85 / 0.89. With the AVX-512 kernels the direct kernel
 // (NOTE [Conv2d direct]) takes most of these; of those left to the blocked kernels, 3x3
-// stride 2 to 36 channels measured 0.96-0.99 (at parity) and 5x5 0.82-0.87.
+// stride 2 to 36 channels measured 0.96-0.99 (at parity) and 5x5 0.82-0.87. (Unpadded 1x1
+// stride-2 kernels no longer come here: they are pointwise convolutions of the sampled pixels,
+// NOTE [Strided pointwise convolutions] in ops/cpu/conv.cpp.)
 // set_conv_dense_blocks_for_testing forces either layout.
 // One piece of a block's tile row: lanes [lane, lane + len) are output row oh, columns ow..,
 // whose inputs for tap t lie in one input row (src < 0: a row of padding) at columns
