@@ -321,10 +321,15 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vecto
       direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
       write_block(blk, p, pass.out, m0, q0, bias, dst + n * p.out * o0.H * o0.W);
     }
-    if (++mi == group && (mi = 0, ++pi == np) && (pi = 0, ++qi == qb) && (qi = 0, ++n == nb)) {
-      n = 0;
-      ++gi;
-    }
+    if (++mi < group) continue;  // the next block of the group, else carry into pass, pixels, image, group
+    mi = 0;
+    if (++pi < np) continue;
+    pi = 0;
+    if (++qi < qb) continue;
+    qi = 0;
+    if (++n < nb) continue;
+    n = 0;
+    ++gi;
   }
   release_tiles();
 }
