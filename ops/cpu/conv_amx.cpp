@@ -157,40 +157,54 @@ TRIDENT_AMX void pack_pairs(const uint16_t* src, const Plan& p, int64_t i0, int6
   }
 }
 
-// w [O][C][taps] -> dst [taps][O][C] (row pitch ld: dst[(t * O + o) * ld + c]).
-template <typename S, typename D>
-void taps_first(const S* w, int64_t O, int64_t C, int64_t taps, D* dst, int64_t rows_p, int64_t ld) {
-  parallel_for(0, O, std::max<int64_t>(1, 4096 / std::max<int64_t>(C * taps, 1)), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      for (int64_t t = 0; t < taps; ++t)
-        for (int64_t c = 0; c < C; ++c) dst[(t * rows_p + o) * ld + c] = static_cast<D>(w[(o * C + c) * taps + t]);
-  });
+// The forward pass's a[t][o][c] = w[o][c][t] (a's rows rows_p x cols_p apart per tap, cols_p
+// apart per o) for items (output channel, block of 16 input channels) [i0, i1): the block's 16
+// rows of taps loaded 16 taps at a time, transposed in registers, a store of 16 c per tap. (A
+// scalar loop was 4% of a 8x512x7x7 -> 512 forward + backward in perf.)
+TRIDENT_AMX void pack_taps_first(const uint16_t* w, int64_t C, int64_t taps, int64_t rows_p, int64_t cols_p, int64_t i0,
+                                 int64_t i1, uint16_t* a) {
+  const int64_t cbs = (C + 15) / 16;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t o = i / cbs, c0 = i % cbs * 16, nc = std::min<int64_t>(16, C - c0);
+    const __mmask16 cols = first_lanes(nc);
+    for (int64_t t0 = 0; t0 < taps; t0 += 16) {
+      const __mmask16 m = first_lanes(taps - t0);
+      __m512i v[16];
+      for (int64_t c = 0; c < 16; ++c)
+        v[c] = c < nc ? _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, w + (o * C + c0 + c) * taps + t0)) : _mm512_setzero_si512();
+      transpose16x16(v);  // v[t]: lanes c
+      for (int64_t t = 0; t < 16 && t0 + t < taps; ++t)
+        _mm256_mask_storeu_epi16(a + ((t0 + t) * rows_p + o) * cols_p + c0, cols, _mm512_cvtepi32_epi16(v[t]));
+    }
+  }
 }
 
-// a[taps - 1 - t][c][o] = w[o][c][t] for blocks [b0, b1) of 16 output x 16 input channels: each
-// block's taps gathered into [t][o][c] (32-bit lanes) in L1, then each tap's 16 x 16 transposed
-// in registers and narrowed to 16 bits. (A scalar pass putting the taps first, then each tap's
-// [O][C] transposed by a scalar loop, the latter alone 14% of a 8x512x7x7 -> 512 forward +
-// backward in perf: 11.3-12.0 -> 10.6-10.8 ms.)
+// The input gradient's a[taps - 1 - t][c][o] = w[o][c][t]: w read as the matrix [O][C taps], whose
+// column j = c taps + t is a's row (taps - 1 - t, c), transposed by 16 x 16 blocks in registers;
+// items (block of 32 output channels, block of 16 columns) [i0, i1), the block's two halves of 16
+// o one after the other so that each 64-byte line of a is written whole. (A gather of each block's
+// taps by a scalar loop, then per-tap transposes, was 10% of a 8x512x7x7 -> 512 forward +
+// backward in perf; scalar transposes before that 14%.)
 TRIDENT_AMX void pack_transposed_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, int64_t rows_p, int64_t cols_p,
-                                         int64_t b0, int64_t b1, uint16_t* a) {
-  const int64_t cbs = (C + 15) / 16;
-  std::vector<uint32_t> tmp(static_cast<size_t>(taps * 16 * 16));
-  for (int64_t b = b0; b < b1; ++b) {
-    const int64_t o0 = b / cbs * 16, c0 = b % cbs * 16, no = std::min<int64_t>(16, O - o0), nc = std::min<int64_t>(16, C - c0);
-    std::fill(tmp.begin(), tmp.end(), 0u);
-    for (int64_t o = 0; o < no; ++o)
-      for (int64_t c = 0; c < nc; ++c) {
-        const uint16_t* src = w + ((o0 + o) * C + c0 + c) * taps;
-        for (int64_t t = 0; t < taps; ++t) tmp[static_cast<size_t>((t * 16 + o) * 16 + c)] = src[t];
-      }
-    const __mmask16 lanes = first_lanes(no);
-    for (int64_t t = 0; t < taps; ++t) {
+                                         int64_t i0, int64_t i1, uint16_t* a) {
+  const int64_t cols = C * taps, jbs = (cols + 15) / 16;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t j0 = i % jbs * 16, nj = std::min<int64_t>(16, cols - j0);
+    const __mmask16 m = first_lanes(nj);
+    for (int64_t o0 = i / jbs * 32; o0 < std::min(O, i / jbs * 32 + 32); o0 += 16) {
+      const int64_t no = std::min<int64_t>(16, O - o0);
       __m512i v[16];
-      for (int o = 0; o < 16; ++o) v[o] = _mm512_loadu_si512(tmp.data() + (t * 16 + o) * 16);
-      transpose16x16(v);  // v[c]: lanes o
-      uint16_t* dst = a + ((taps - 1 - t) * rows_p + c0) * cols_p + o0;
-      for (int64_t c = 0; c < nc; ++c) _mm256_mask_storeu_epi16(dst + c * cols_p, lanes, _mm512_cvtepi32_epi16(v[c]));
+      for (int64_t o = 0; o < 16; ++o)
+        v[o] = o < no ? _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, w + (o0 + o) * cols + j0)) : _mm512_setzero_si512();
+      transpose16x16(v);  // v[k]: lanes o, column j0 + k
+      const __mmask16 lanes = first_lanes(no);
+      for (int64_t k = 0, c = j0 / taps, t = j0 % taps; k < nj; ++k) {
+        _mm256_mask_storeu_epi16(a + ((taps - 1 - t) * rows_p + c) * cols_p + o0, lanes, _mm512_cvtepi32_epi16(v[k]));
+        if (++t == taps) {
+          t = 0;
+          ++c;
+        }
+      }
     }
   }
 }
@@ -205,12 +219,11 @@ Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool 
   Tensor a = filled ? empty({taps * rows_p * cols_p}, DType::BF16) : zeros({taps * rows_p * cols_p}, DType::BF16);
   uint16_t* ap = bits(a);
   if (!transposed) {
-    taps_first(w, O, C, taps, ap, rows_p, cols_p);
+    parallel_for(0, O * ((C + 15) / 16), 16, [&](int64_t i0, int64_t i1) { pack_taps_first(w, C, taps, rows_p, cols_p, i0, i1, ap); });
     return a;
   }
-  const int64_t cbs = (C + 15) / 16;
-  parallel_for(0, ((O + 15) / 16) * cbs, std::max<int64_t>(1, 16 / taps),
-               [&](int64_t b0, int64_t b1) { pack_transposed_weights(w, O, C, taps, rows_p, cols_p, b0, b1, ap); });
+  parallel_for(0, ((O + 31) / 32) * ((C * taps + 15) / 16), 16,
+               [&](int64_t i0, int64_t i1) { pack_transposed_weights(w, O, C, taps, rows_p, cols_p, i0, i1, ap); });
   return a;
 }
 
@@ -427,9 +440,9 @@ TRIDENT_AMX void pack_gradient_pairs(const uint16_t* gy, const Plan& p, int64_t 
   }
 }
 
-// acc [taps][in_p][out_p] (+)= per tap, over the chunk's nb images and every computed pixel, the
-// input planes at the tap's offset times gy: items (tap, block of 32 input channels, block of 32
-// output channels) [i0, i1); `load`: add to the sums of the chunks before. The pixels of the
+// acc [in_p / 32][out_p / 32][taps][32][32] (+)= per tap, over the chunk's nb images and every
+// computed pixel, the input planes at the tap's offset times gy: items (tap, block of 32 input
+// channels, block of 32 output channels) [i0, i1); `load`: add to the sums of the chunks before. The pixels of the
 // chunk's images, one after the other, go in spans of kWeightSpan, each span through all of
 // the thread's items before the next, so that the span's planes stay in cache for them (item by
 // item over all pixels, every item streamed the whole chunk from memory: the weight gradient of
@@ -456,9 +469,9 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
   for (const auto& [s0, s1] : spans) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / (cb * ob), c0 = (i / ob) % cb * 32, o0 = i % ob * 32;
-      float* c = acc + (t * p.in_p + c0) * p.out_p + o0;
+      float* c = acc + ((c0 / 32 * ob + o0 / 32) * p.taps + t) * 1024;
       if (load || s0 > 0) {
-        load_block(c, p.out_p);
+        load_block(c, 32);
       } else {
         zero_block();
       }
@@ -476,31 +489,34 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
           b += qpairs * p.out_p * 2;
         }
       }
-      store_block(c, p.out_p);
+      store_block(c, 32);
     }
   }
   release_tiles();
 }
 
-// gw [O][C][taps] = acc [taps][in_p][out_p] transposed, rounded once; blocks [b0, b1) of 16 output
-// x 16 input channels: each tap's 16 x 16 block of acc transposed in registers, the block's taps
-// then interleaved in L1 and rounded by the vectorized conversion. (Scalar transposes of each
-// tap's [C][O] and a scalar interleave took 45% of a 8x512x7x7 -> 512 weight gradient.)
+// gw [O][C][taps] = the sums acc [in_p / 32][out_p / 32][taps][32][32], rounded once; items
+// (block of 32 input channels, block of 16 output channels) [b0, b1). gw's rows are read as the
+// matrix [O][C taps] whose column j = c taps + t is acc's row (t, c): 16 columns' 16 o loaded as
+// vectors from the block's 36 KB (3x3) of sums, transposed in registers, each o's 16 columns
+// rounded and stored at once. (Per tap transposes of acc laid out [taps][in_p][out_p], then a
+// scalar interleave of the taps, were 13% of a 8x512x7x7 -> 512 forward + backward in perf:
+// each 64-byte line of its 9.4 MB of sums read alone, 2 KB from the next.)
 TRIDENT_AMX void weight_epilogue(const float* acc, const Plan& p, int64_t O, int64_t C, BFloat16* gw, int64_t b0, int64_t b1) {
-  const int64_t cbs = (C + 15) / 16;
-  std::vector<float> tmp(static_cast<size_t>(16 * p.taps * 16)), row(static_cast<size_t>(16 * p.taps));  // [o][t][c]; one o's [c][t]
+  const int64_t obs = (O + 15) / 16;
+  uint16_t* g = reinterpret_cast<uint16_t*>(gw);
   for (int64_t b = b0; b < b1; ++b) {
-    const int64_t o0 = b / cbs * 16, c0 = b % cbs * 16, nc = std::min<int64_t>(16, C - c0);
-    for (int64_t t = 0; t < p.taps; ++t) {
+    const int64_t c0 = b / obs * 32, o0 = b % obs * 16, no = std::min<int64_t>(16, O - o0);
+    const int64_t nj = std::min<int64_t>(32, C - c0) * p.taps;
+    const float* sums = acc + ((c0 / 32) * (p.out_p / 32) + o0 / 32) * p.taps * 1024 + o0 % 32;
+    for (int64_t j0 = 0; j0 < nj; j0 += 16) {
       __m512i v[16];
-      for (int r = 0; r < 16; ++r) v[r] = _mm512_loadu_si512(acc + (t * p.in_p + c0 + r) * p.out_p + o0);
-      transpose16x16(v);  // v[o]: lanes c
-      for (int o = 0; o < 16; ++o) _mm512_storeu_si512(tmp.data() + (o * p.taps + t) * 16, v[o]);
-    }
-    for (int64_t o = 0; o < 16 && o0 + o < O; ++o) {
-      for (int64_t c = 0; c < nc; ++c)
-        for (int64_t t = 0; t < p.taps; ++t) row[static_cast<size_t>(c * p.taps + t)] = tmp[static_cast<size_t>((o * p.taps + t) * 16 + c)];
-      convert_f32_to_bf16(row.data(), gw + ((o0 + o) * C + c0) * p.taps, nc * p.taps);
+      for (int64_t k = 0, j = j0; k < 16; ++k, j = std::min(j + 1, nj - 1))  // past nj: a row not stored
+        v[k] = _mm512_loadu_si512(sums + ((j % p.taps) * 32 + j / p.taps) * 32);
+      transpose16x16(v);  // v[o]: lanes j0..j0 + 15
+      const __mmask16 m = first_lanes(nj - j0);
+      for (int64_t o = 0; o < no; ++o)
+        _mm256_mask_storeu_epi16(g + ((o0 + o) * C + c0) * p.taps + j0, m, round_to_bf16(_mm512_castsi512_ps(v[o])));
     }
   }
 }
@@ -579,8 +595,7 @@ void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* g
     parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
     parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) { weight_items(p, xp, gq, nb, acc, n0 > 0, i0, i1); });
   }
-  const int64_t blocks = ((g.O + 15) / 16) * ((g.C + 15) / 16);
-  parallel_for(0, blocks, std::max<int64_t>(1, 16 / p.taps), [&](int64_t b0, int64_t b1) { weight_epilogue(acc, p, g.O, g.C, gw, b0, b1); });
+  parallel_for(0, ((g.C + 31) / 32) * ((g.O + 15) / 16), 1, [&](int64_t b0, int64_t b1) { weight_epilogue(acc, p, g.O, g.C, gw, b0, b1); });
 }
 
 #else  // no AMX kernels in this build: amx_conv_applies is never true (bf16_gemm_kernel() is None)
