@@ -440,24 +440,16 @@ TRIDENT_AMX void pack_gradient_pairs(const uint16_t* gy, const Plan& p, int64_t 
   }
 }
 
-// acc [in_p / 32][out_p / 32][taps][32][32] (+)= per tap, over the chunk's nb images and every
-// computed pixel, the input planes at the tap's offset times gy: items (tap, block of 32 input
-// channels, block of 32 output channels) [i0, i1); `load`: add to the sums of the chunks before. The pixels of the
-// chunk's images, one after the other, go in spans of kWeightSpan, each span through all of
-// the thread's items before the next, so that the span's planes stay in cache for them (item by
-// item over all pixels, every item streamed the whole chunk from memory: the weight gradient of
-// 8x64x56x56 -> 64 took 2.5 ms, 1.3 ms this way). A span of a map of under 128 computed pixels
-// takes whole images, so that each item's sums are loaded and stored once per span, not once per
-// image (8x512x7x7 -> 512, 96 pixels: forward + backward 13.7-14.5 -> 12.6-13.7 ms; on 14 x 14,
-// 224 pixels, spans of four images were 3% slower than one).
+// The spans [s0, s1) of a chunk of nb images' computed pixels, numbered one image after the other,
+// that weight_items takes one at a time through all of its items, so that a span's planes stay in
+// cache for them (item by item over all pixels, every item streamed the whole chunk from memory:
+// the weight gradient of 8x64x56x56 -> 64 took 2.5 ms, 1.3 ms this way): an image in spans of at
+// most kWeightSpan pixels, or, for maps of under 128 computed pixels, as many whole images as one
+// span holds, so that each item's sums are loaded and stored once per span, not once per image
+// (8x512x7x7 -> 512, 96 pixels: forward + backward 13.7-14.5 -> 12.6-13.7 ms; on 14 x 14, 224
+// pixels, spans of four images were 3% slower than one).
 constexpr int64_t kWeightSpan = 1024;
-TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t* gq, int64_t nb, float* acc, bool load,
-                              int64_t i0, int64_t i1) {
-  load_tile_config();
-  const int64_t cb = p.in_p / 32, ob = p.out_p / 32, qpairs = p.Qout / 2;
-  // The spans [s0, s1) of the images' pixels numbered one image after the other: an image in
-  // spans of at most kWeightSpan, or, for maps of fewer than 128 computed pixels, as many whole
-  // images as one span holds.
+std::vector<std::pair<int64_t, int64_t>> weight_spans(const Plan& p, int64_t nb) {
   std::vector<std::pair<int64_t, int64_t>> spans;
   if (p.Qout >= kWeightSpan) {
     for (int64_t n = 0; n < nb; ++n)
@@ -466,10 +458,51 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
     const int64_t images = p.Qout < 128 ? kWeightSpan / p.Qout : 1;
     for (int64_t n = 0; n < nb; n += images) spans.emplace_back(n * p.Qout, std::min(nb, n + images) * p.Qout);
   }
-  for (const auto& [s0, s1] : spans) {
+  return spans;
+}
+
+// gw [O][C][taps] for input channels [c0, c0 + 32) and output channels [o0, o0 + 32) = the block's
+// sums `sums` [taps][32 c][32 o], rounded once. gw's rows are read as the matrix [O][C taps],
+// whose column j = c taps + t is the sums' row (t, c - c0): 16 columns' 16 o loaded as vectors,
+// transposed in registers, each o's 16 columns rounded and stored at once. (Per tap transposes of
+// sums laid out [taps][in_p][out_p], then a scalar interleave of the taps, were 13% of a
+// 8x512x7x7 -> 512 forward + backward in perf: each 64-byte line of its 9.4 MB of sums read
+// alone, 2 KB from the next.)
+TRIDENT_AMX void weight_block_epilogue(const float* sums, const Plan& p, int64_t O, int64_t C, int64_t c0, int64_t o0, BFloat16* gw) {
+  uint16_t* g = reinterpret_cast<uint16_t*>(gw);
+  const int64_t nj = std::min<int64_t>(32, C - c0) * p.taps;
+  for (int64_t h = 0; h < 32 && o0 + h < O; h += 16) {
+    const int64_t no = std::min<int64_t>(16, O - o0 - h);
+    for (int64_t j0 = 0; j0 < nj; j0 += 16) {
+      __m512i v[16];
+      for (int64_t k = 0, j = j0; k < 16; ++k, j = std::min(j + 1, nj - 1))  // past nj: a row not stored
+        v[k] = _mm512_loadu_si512(sums + ((j % p.taps) * 32 + j / p.taps) * 32 + h);
+      transpose16x16(v);  // v[o]: lanes j0..j0 + 15
+      const __mmask16 m = first_lanes(nj - j0);
+      for (int64_t o = 0; o < no; ++o)
+        _mm256_mask_storeu_epi16(g + ((o0 + h + o) * C + c0) * p.taps + j0, m, round_to_bf16(_mm512_castsi512_ps(v[o])));
+    }
+  }
+}
+
+// Items [i0, i1) of (block of 32 input channels, block of 32 output channels, tap): the block's
+// sums over the chunk's nb images and every computed pixel of the input planes at the tap's
+// offset times gy, in acc [in_p / 32][out_p / 32][taps][32][32] (`load`: added to the sums of the
+// chunks before), the spans of pixels outermost. With gw (the last chunk, items of whole blocks)
+// the last span's sums go to a buffer of the thread's instead, rounded into gw as soon as the
+// block's last tap is done, while they are in cache (a pass over acc after all items read 9.4 MB
+// back from memory for a 512 -> 512 3x3, 8% of a 8x512x7x7 -> 512 forward + backward in perf).
+TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t* gq, const std::vector<std::pair<int64_t, int64_t>>& spans,
+                              float* acc, bool load, int64_t O, int64_t C, BFloat16* gw, int64_t i0, int64_t i1) {
+  load_tile_config();
+  const int64_t ob = p.out_p / 32, qpairs = p.Qout / 2;
+  std::vector<float> own(gw != nullptr ? static_cast<size_t>(p.taps * 1024) : 0);
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const auto [s0, s1] = spans[si];
+    const bool last = gw != nullptr && si + 1 == spans.size();
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / (cb * ob), c0 = (i / ob) % cb * 32, o0 = i % ob * 32;
-      float* c = acc + ((c0 / 32 * ob + o0 / 32) * p.taps + t) * 1024;
+      const int64_t t = i % p.taps, blk = i / p.taps, c0 = blk / ob * 32, o0 = blk % ob * 32;
+      float* c = acc + (blk * p.taps + t) * 1024;
       if (load || s0 > 0) {
         load_block(c, 32);
       } else {
@@ -489,36 +522,11 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
           b += qpairs * p.out_p * 2;
         }
       }
-      store_block(c, 32);
+      store_block(last ? own.data() + t * 1024 : c, 32);
+      if (last && t + 1 == p.taps) weight_block_epilogue(own.data(), p, O, C, c0, o0, gw);
     }
   }
   release_tiles();
-}
-
-// gw [O][C][taps] = the sums acc [in_p / 32][out_p / 32][taps][32][32], rounded once; items
-// (block of 32 input channels, block of 16 output channels) [b0, b1). gw's rows are read as the
-// matrix [O][C taps] whose column j = c taps + t is acc's row (t, c): 16 columns' 16 o loaded as
-// vectors from the block's 36 KB (3x3) of sums, transposed in registers, each o's 16 columns
-// rounded and stored at once. (Per tap transposes of acc laid out [taps][in_p][out_p], then a
-// scalar interleave of the taps, were 13% of a 8x512x7x7 -> 512 forward + backward in perf:
-// each 64-byte line of its 9.4 MB of sums read alone, 2 KB from the next.)
-TRIDENT_AMX void weight_epilogue(const float* acc, const Plan& p, int64_t O, int64_t C, BFloat16* gw, int64_t b0, int64_t b1) {
-  const int64_t obs = (O + 15) / 16;
-  uint16_t* g = reinterpret_cast<uint16_t*>(gw);
-  for (int64_t b = b0; b < b1; ++b) {
-    const int64_t c0 = b / obs * 32, o0 = b % obs * 16, no = std::min<int64_t>(16, O - o0);
-    const int64_t nj = std::min<int64_t>(32, C - c0) * p.taps;
-    const float* sums = acc + ((c0 / 32) * (p.out_p / 32) + o0 / 32) * p.taps * 1024 + o0 % 32;
-    for (int64_t j0 = 0; j0 < nj; j0 += 16) {
-      __m512i v[16];
-      for (int64_t k = 0, j = j0; k < 16; ++k, j = std::min(j + 1, nj - 1))  // past nj: a row not stored
-        v[k] = _mm512_loadu_si512(sums + ((j % p.taps) * 32 + j / p.taps) * 32);
-      transpose16x16(v);  // v[o]: lanes j0..j0 + 15
-      const __mmask16 m = first_lanes(nj - j0);
-      for (int64_t o = 0; o < no; ++o)
-        _mm256_mask_storeu_epi16(g + ((o0 + o) * C + c0) * p.taps + j0, m, round_to_bf16(_mm512_castsi512_ps(v[o])));
-    }
-  }
 }
 
 }  // namespace
@@ -583,19 +591,33 @@ void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* g
   const int64_t per_image = (p.phases * p.in_p * p.pitch + qpairs * p.out_p * 2) * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t chunk = images_per_chunk(g.N, per_image);
   Tensor xp_t = empty({chunk * p.phases * p.in_p * p.pitch}, DType::BF16), gq_t = empty({chunk * qpairs * p.out_p * 2}, DType::BF16);
-  Tensor acc_t = empty({p.taps * p.in_p * p.out_p}, DType::F32);
   uint16_t *xp = bits(xp_t), *gq = bits(gq_t);
-  float* acc = acc_t.data<float>();
-  const int64_t items = p.taps * (p.in_p / 32) * (p.out_p / 32);
+  // The epilogue goes into the last chunk's items where there are blocks enough for every thread to
+  // take whole blocks evenly; else items of one tap and the epilogue after them.
+  const int64_t blocks = (p.in_p / 32) * (p.out_p / 32);
+  const bool fused = blocks >= 4 * int64_t{get_num_threads()};
+  const bool needs_acc = !fused || chunk < g.N || weight_spans(p, chunk).size() > 1;
+  Tensor acc_t = needs_acc ? empty({blocks * p.taps * 1024}, DType::F32) : Tensor();
+  float* acc = needs_acc ? acc_t.data<float>() : nullptr;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
     const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
     const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
     parallel_for(0, nb * p.phases * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
     parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
-    parallel_for(0, items, 1, [&](int64_t i0, int64_t i1) { weight_items(p, xp, gq, nb, acc, n0 > 0, i0, i1); });
+    const auto spans = weight_spans(p, nb);
+    if (fused && n0 + nb == g.N) {
+      parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) { weight_items(p, xp, gq, spans, acc, n0 > 0, g.O, g.C, gw, b0 * p.taps, b1 * p.taps); });
+    } else {
+      parallel_for(0, blocks * p.taps, 1, [&](int64_t i0, int64_t i1) { weight_items(p, xp, gq, spans, acc, n0 > 0, g.O, g.C, nullptr, i0, i1); });
+    }
   }
-  parallel_for(0, ((g.C + 31) / 32) * ((g.O + 15) / 16), 1, [&](int64_t b0, int64_t b1) { weight_epilogue(acc, p, g.O, g.C, gw, b0, b1); });
+  if (!fused) {
+    const int64_t ob = p.out_p / 32;
+    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) weight_block_epilogue(acc + b * p.taps * 1024, p, g.O, g.C, b / ob * 32, b % ob * 32, gw);
+    });
+  }
 }
 
 #else  // no AMX kernels in this build: amx_conv_applies is never true (bf16_gemm_kernel() is None)

@@ -81,6 +81,10 @@ const std::vector<ConvCase> kBf16Cases = {
     {{2, 16, 7, 9}, {24, 16, 3, 3}, {{1, 1}, {3, 2}, {1, 1}, 1}, false},
     {{2, 16, 8, 9}, {24, 16, 3, 3}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
     {{1, 16, 9, 11}, {16, 16, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1}, false},
+    // The weight gradient's spans of pixels: two in an image, then more images than one span
+    // holds; four blocks of channels, so that one thread rounds each block as it ends.
+    {{1, 64, 34, 34}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
+    {{11, 32, 7, 7}, {100, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
 };
 }  // namespace
 
