@@ -228,17 +228,25 @@ Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool 
 }
 
 // The sums of output rows [m0, m0 + 32) and computed pixels [q0, q0 + 32) of one image, over the
-// taps and every input channel, into out [32][32] (row: output channel).
+// taps and every input channel, into out [32][32] (row: output channel): every tap over a chunk of
+// kDirectChannels input channels, then the next chunk, so that the input a tap reads (8 KB a
+// chunk) is still in L1 when the next tap reads it again shifted by its offset. (Every tap over
+// all channels, 32 KB a tap on 512 channels: forward 8x512x7x7 -> 512 2.25-2.3 ms, 1.76-1.78 in
+// chunks of 128; chunks of 256 1.86-2.0, of 64 1.78-1.82; 8x256x14x14 and the rest unchanged.)
+constexpr int64_t kDirectChannels = 128;
 TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const std::vector<Tap>& taps, const uint16_t* xq, int64_t m0,
                               int64_t q0, float* out) {
   const int64_t a_stride = p.in_p * 2, b_stride = p.pitch * 4;
   zero_block();
-  for (const Tap& t : taps) {
-    const uint16_t* at = a + (t.weight * p.out_p + m0) * p.in_p;
-    const uint16_t* bt = xq + (t.phase * (p.in_p / 2) * p.pitch + q0 + t.offset) * 2;
-    for (int64_t k = 0; k < p.in_p; k += 32) {
-      const uint16_t* b = bt + (k / 2) * p.pitch * 2;
-      block_step(at + k, at + 16 * p.in_p + k, a_stride, b, b + 32, b_stride);
+  for (int64_t k0 = 0; k0 < p.in_p; k0 += kDirectChannels) {
+    const int64_t k1 = std::min(p.in_p, k0 + kDirectChannels);
+    for (const Tap& t : taps) {
+      const uint16_t* at = a + (t.weight * p.out_p + m0) * p.in_p;
+      const uint16_t* bt = xq + (t.phase * (p.in_p / 2) * p.pitch + q0 + t.offset) * 2;
+      for (int64_t k = k0; k < k1; k += 32) {
+        const uint16_t* b = bt + (k / 2) * p.pitch * 2;
+        block_step(at + k, at + 16 * p.in_p + k, a_stride, b, b + 32, b_stride);
+      }
     }
   }
   store_block(out, 32);

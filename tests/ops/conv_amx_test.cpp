@@ -85,6 +85,8 @@ const std::vector<ConvCase> kBf16Cases = {
     // holds; four blocks of channels, so that one thread rounds each block as it ends.
     {{1, 64, 34, 34}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
     {{11, 32, 7, 7}, {100, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
+    // Channels past one chunk of the direct kernels (kDirectChannels, 128) in both directions.
+    {{2, 150, 6, 7}, {140, 150, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
 };
 }  // namespace
 
