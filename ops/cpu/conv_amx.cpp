@@ -1,6 +1,7 @@
 #include "ops/cpu/conv_amx.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,11 @@ namespace trident::cpu {
 
 bool amx_conv_applies(const Conv2dGeometry& g) { return g.groups == 1 && bf16_gemm_kernel() == Bf16Gemm::Amx; }
 
+namespace {
+std::atomic<int> g_shift_mode{-1};  // set_amx_shifted_columns_for_testing
+}  // namespace
+int set_amx_shifted_columns_for_testing(int mode) { return g_shift_mode.exchange(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+
 #ifdef TRIDENT_HAVE_AMX
 namespace {
 using namespace amx;
@@ -26,15 +32,20 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // channels of Hout x Wout planes. With a stride the padded input is split into sh sw phase planes
 // (phase (a, b) holds padded pixels (i sh + a, j sw + b) at (i, j)), so that every tap reads one
 // phase plane at a fixed offset; the output is computed on the phase planes' grid, row pitch Wp.
+// With `shifted` (stride 1 only, NOTE [AMX shifted columns]) the planes are instead kW copies of
+// the padded input, copy s shifted left by s dw columns and cut to Wout (rounded up to even)
+// columns, and tap (kh, kw) reads copy kw at kh dh rows down.
 struct Plan {
   int64_t in, out, Hin, Win, kH, kW, dh, dw, pt, pl, sh, sw;
   int64_t Hp, Wp, Hout, Wout;  // Hp x Wp: a phase plane (the padded input itself for stride 1)
+  bool shifted = false;
   int64_t phases;
   int64_t Qout;   // output pixels computed per image: Hout Wp rounded up to whole 32-pixel blocks
   int64_t pitch;  // pixels per laid-out phase plane: Hp Wp and what the last blocks read past it
   int64_t in_p, out_p, taps;
+  // may_shift: lay the planes out shifted where NOTE [AMX shifted columns] says it pays.
   Plan(int64_t in_, int64_t out_, int64_t hin, int64_t win, const Conv2dGeometry& g, int64_t pt_, int64_t pl_, int64_t sh_,
-       int64_t sw_)
+       int64_t sw_, bool may_shift)
       : in(in_), out(out_), Hin(hin), Win(win), kH(g.kH), kW(g.kW), dh(g.dh), dw(g.dw), pt(pt_), pl(pl_), sh(sh_), sw(sw_) {
     Hp = (Hin + 2 * pt + sh - 1) / sh;
     Wp = round_up((Win + 2 * pl + sw - 1) / sw, 2);  // even: a row's pixel pairs never straddle two rows
@@ -45,16 +56,41 @@ struct Plan {
     // The last block reads up to pixel Qout - 1 + the largest offset, below
     // (Hout + (kH - 1) dh / sh) Wp + (kW - 1) dw / sw + 31.
     pitch = std::max(Hp, Hout + (kH - 1) * dh / sh) * Wp + (kW - 1) * dw / sw + 32;
+    const int64_t Ws = round_up(Wout, 2), Qs = round_up(Hout * Ws, 32);
+    if (may_shift && sh == 1 && sw == 1 && kW > 1 && shift_columns(Qout - Qs, Hp * Ws, round_up(out, 32))) {
+      shifted = true;
+      Wp = Ws;
+      phases = kW;
+      Qout = Qs;
+      pitch = Hp * Wp + 32;  // Hp = Hout + (kH - 1) dh rows
+    }
     in_p = round_up(in, 32);
     out_p = round_up(out, 32);
     taps = kH * kW;
   }
   // Tap t reads phase plane phase(t) at pixel q + offset(t) for output pixel q.
-  int64_t phase(int64_t t) const { return ((t / kW) * dh % sh) * sw + (t % kW) * dw % sw; }
-  int64_t offset(int64_t t) const { return ((t / kW) * dh / sh) * Wp + (t % kW) * dw / sw; }
-  // Padded row i of phase plane ph is input row i sh + ph / sw - pt (column j: j sw + ph % sw - pl).
-  int64_t input_row(int64_t ph, int64_t i) const { return i * sh + ph / sw - pt; }
-  int64_t input_col(int64_t ph, int64_t j) const { return j * sw + ph % sw - pl; }
+  int64_t phase(int64_t t) const { return shifted ? t % kW : ((t / kW) * dh % sh) * sw + (t % kW) * dw % sw; }
+  int64_t offset(int64_t t) const { return shifted ? (t / kW) * dh * Wp : ((t / kW) * dh / sh) * Wp + (t % kW) * dw / sw; }
+  // Padded row i of phase plane ph is input row i sh + ph / sw - pt (column j: j sw + ph % sw - pl;
+  // shifted: row i - pt, column j + ph dw - pl).
+  int64_t input_row(int64_t ph, int64_t i) const { return shifted ? i - pt : i * sh + ph / sw - pt; }
+  int64_t input_col(int64_t ph, int64_t j) const { return shifted ? j + ph * dw - pl : j * sw + ph % sw - pl; }
+
+ private:
+  // Whether kW shifted copies of Hs x Ws pixels each (instead of one plane) pay for the `saved`
+  // computed pixels per image with out_p output channels (NOTE [AMX shifted columns]).
+  bool shift_columns(int64_t saved, int64_t copy_pixels, int64_t out_p_) const {
+    if (const int mode = g_shift_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1 && saved >= 0;
+    return saved > 0 && saved / 32 * kH * kW * out_p_ >= 16 * (kW - 1) * copy_pixels;
+  }
+
+ public:
+  // The columns [j_lo, j_hi) of a stride-1 plane that hold input columns (j + col0, col0 =
+  // input_col(ph, 0)).
+  std::pair<int64_t, int64_t> unit_columns(int64_t ph) const {
+    const int64_t col0 = input_col(ph, 0);
+    return {std::max<int64_t>(0, -col0), std::clamp<int64_t>(Win - col0, 0, Wp)};
+  }
 };
 
 // One tap of a pass: the weights' tile a[weight], read against phase plane `phase` at pixel
@@ -131,9 +167,11 @@ TRIDENT_AMX void pack_pairs(const uint16_t* src, const Plan& p, int64_t i0, int6
       if (h < 0 || h >= p.Hin) continue;
       uint16_t* row = d + r * p.Wp * 2;
       if (p.sw == 1) {
-        for (int64_t w = 0; w < p.Win; w += 16) {
-          const __mmask16 m = first_lanes(p.Win - w);
-          _mm512_mask_storeu_epi32(row + (w + p.pl) * 2, m, interleave_rows(s + h * p.Win + w, plane, m, has_hi));
+        const auto [j_lo, j_hi] = p.unit_columns(ph);
+        const int64_t col0 = p.input_col(ph, 0);
+        for (int64_t j = j_lo; j < j_hi; j += 16) {
+          const __mmask16 m = first_lanes(j_hi - j);
+          _mm512_mask_storeu_epi32(row + j * 2, m, interleave_rows(s + h * p.Win + j + col0, plane, m, has_hi));
         }
         continue;
       }
@@ -398,7 +436,9 @@ TRIDENT_AMX void pack_planes(const uint16_t* src, const Plan& p, int64_t i0, int
       const int64_t h = p.input_row(ph, r);
       if (h < 0 || h >= p.Hin) continue;
       if (p.sw == 1) {
-        std::memcpy(d + r * p.Wp + p.pl, s + h * p.Win, static_cast<size_t>(p.Win) * sizeof(uint16_t));
+        const auto [j_lo, j_hi] = p.unit_columns(ph);
+        if (j_hi > j_lo)
+          std::memcpy(d + r * p.Wp + j_lo, s + h * p.Win + j_lo + p.input_col(ph, 0), static_cast<size_t>(j_hi - j_lo) * sizeof(uint16_t));
         continue;
       }
       if (p.sw == 2) {
@@ -539,8 +579,10 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
 
 }  // namespace
 
+bool amx_conv_shifts_columns(const Conv2dGeometry& g) { return Plan(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true).shifted; }
+
 void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g) {
-  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw);
+  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true);
   TRIDENT_CHECK(p.Hout == g.OH && p.Wout == g.OW, "amx_conv_forward: output size mismatch");
   const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, false, p.out_p, p.in_p);
   std::vector<float> b;
@@ -555,7 +597,7 @@ void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx
   const int64_t taps = g.kH * g.kW;
   if (g.sh == 1 && g.sw == 1 && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw) {
     // gy zero-padded by (k - 1) d - p, every tap, the computed grid gx's own.
-    const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1);
+    const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1, true);
     TRIDENT_CHECK(p.Hout == g.H && p.Wout == g.W, "amx_conv_backward_input: output size mismatch");
     direct_conv(p, {every_tap(p)}, g.N, bits(gy), pack_weights(bits(w), g.O, g.C, taps, true, p.out_p, p.in_p), nullptr, gx);
     return;
@@ -569,7 +611,7 @@ void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx
   gp.kH = U + 1;
   gp.kW = V + 1;
   gp.dh = gp.dw = 1;
-  const Plan p(g.O, g.C, g.OH, g.OW, gp, U, V, 1, 1);
+  const Plan p(g.O, g.C, g.OH, g.OW, gp, U, V, 1, 1, false);  // its passes' taps read one plane
   std::vector<Pass> passes;
   std::vector<bool> row_done(static_cast<size_t>(g.H), false), col_done(static_cast<size_t>(g.W), false);
   for (int64_t a = 0; a < g.sh; ++a) {
@@ -593,7 +635,7 @@ void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx
 }
 
 void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* gw, const Conv2dGeometry& g) {
-  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw);
+  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true);
   TRIDENT_CHECK(p.Hout == g.OH && p.Wout == g.OW, "amx_conv_backward_weight: output size mismatch");
   const int64_t qpairs = p.Qout / 2;
   const int64_t per_image = (p.phases * p.in_p * p.pitch + qpairs * p.out_p * 2) * static_cast<int64_t>(sizeof(uint16_t));
@@ -630,6 +672,7 @@ void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* g
 
 #else  // no AMX kernels in this build: amx_conv_applies is never true (bf16_gemm_kernel() is None)
 
+bool amx_conv_shifts_columns(const Conv2dGeometry&) { return false; }
 void amx_conv_forward(const BFloat16*, const BFloat16*, const BFloat16*, BFloat16*, const Conv2dGeometry&) {
   TRIDENT_FAIL("amx_conv_forward: this build has no AMX kernels");
 }

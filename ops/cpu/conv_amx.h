@@ -37,6 +37,19 @@
 // Padding, and the dropped columns, enter the sums as zeros: an infinite weight (forward or
 // input gradient) or input (weight gradient) there makes NaN as it does in every im2col + GEMM
 // convolution's forward pass.
+//
+// NOTE [AMX shifted columns]: on small maps the padded grid wastes much of the tile work: a 3x3
+// on 7 x 7 maps computes rows of Wp = 10 pixels for 7 outputs, 70 pixels rounded up to three
+// blocks of 32 for 49 outputs. A stride-1 pass may instead lay the input out as kW copies, copy s
+// the padded planes shifted left by s dw columns and cut to Wout (rounded up to even) columns;
+// tap (kh, kw) then reads copy kw at kh dh rows down, and the computed grid is Hout x Wout, two
+// blocks for 7 x 7. It costs kW copies of the input for the blocks it saves, so it is taken
+// where the tile steps saved, (blocks saved) kH kW out_p per input channel and image, are at least
+// 16 (kW - 1) times the pixels of a copy (from two measured points: on 8x512x7x7 -> 512 3x3 it
+// made the forward pass 1.74-1.79 -> 1.56-1.69 ms and forward + backward 6.4-6.9 -> 6.0-6.3; taken
+// for every stride-1 pass that saved a quarter of the blocks, AmoebaNet-D(6, 32)'s bf16 step was
+// 2.5% slower, its 1x7 of 32 channels on 15 x 15 maps copying its input seven times for little
+// work). The forward pass, the stride-1 input gradient and the weight gradient choose it alike.
 #pragma once
 
 #include "core/half.h"
@@ -47,6 +60,13 @@ namespace trident::cpu {
 // Whether the direct kernels take this bf16 convolution's passes (AMX chosen, NOTE [AMX bf16
 // GEMM]; one group).
 bool amx_conv_applies(const Conv2dGeometry& g);
+
+// Forces the direct kernels' shifted columns (NOTE [AMX shifted columns]) on (1: every stride-1
+// pass with kW > 1 whose computed pixels they do not increase) or off (0), or back to their rule
+// (-1); returns the previous mode. For tests and measurements.
+int set_amx_shifted_columns_for_testing(int mode);
+// Whether the forward pass of g lays its input out in shifted columns. For tests.
+bool amx_conv_shifts_columns(const Conv2dGeometry& g);
 
 // Contiguous NCHW bf16 tensors; bias may be null.
 void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g);

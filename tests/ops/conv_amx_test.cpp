@@ -8,6 +8,7 @@
 #include "ops/conv_reference.h"
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/conv.h"
+#include "ops/cpu/conv_amx.h"
 #include "ops/cpu/conv_narrow.h"
 #include "test_util.h"
 
@@ -85,6 +86,10 @@ const std::vector<ConvCase> kBf16Cases = {
     // holds; four blocks of channels, so that one thread rounds each block as it ends.
     {{1, 64, 34, 34}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
     {{11, 32, 7, 7}, {100, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
+    // Shifted columns (NOTE [AMX shifted columns]): dilated, and AmoebaNet's 1x7 on 7 x 7 maps
+    // (the 1x7 on 15 x 15 and the 7 x 7 maps above take them too).
+    {{2, 24, 7, 7}, {40, 24, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 1}, true},
+    {{2, 40, 7, 7}, {36, 40, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},
     // Channels past one chunk of the direct kernels (kDirectChannels, 128) in both directions.
     {{2, 150, 6, 7}, {140, 150, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
 };
@@ -125,6 +130,32 @@ TEST(Conv2d, Bf16AmxGroupsOfOutputChannelBlocks) {
     on_one_and_three_threads(cases, 8450, check_bf16_against_reference);
   }
   cpu::set_conv_copy_budget_bytes_for_testing(0);
+  cpu::set_bf16_gemm_kernel_for_testing(before);
+}
+
+TEST(Conv2d, Bf16AmxShiftedColumns) {
+  // NOTE [AMX shifted columns]: forced on, every stride-1 case with kW > 1 (3x3 with tails, the
+  // 1x7 and the 7 x 7 maps, dilation, padding past the kernel's reach, both input gradients' and
+  // the weight gradient's layouts) within the f64 reference's bound on 1 and 3 threads and with
+  // every image its own chunk; and the rule's choices: a 512-channel 3x3 on 7 x 7 maps shifts
+  // (two blocks of pixels an image instead of three), AmoebaNet-D(6, 32)'s 1x7 of 32 channels
+  // on 15 x 15 maps does not (seven copies for little work), nor does a 14 x 14 map (no block
+  // saved).
+  const std::vector<cpu::Bf16Gemm> kernels = bf16_kernels();
+  if (std::find(kernels.begin(), kernels.end(), cpu::Bf16Gemm::Amx) == kernels.end()) GTEST_SKIP() << kNoBf16Kernel;
+  const cpu::Bf16Gemm before = cpu::set_bf16_gemm_kernel_for_testing(cpu::Bf16Gemm::Amx);
+  const int mode = cpu::set_amx_shifted_columns_for_testing(1);
+  on_one_and_three_threads(kBf16Cases, 8470, check_bf16_against_reference);
+  cpu::set_conv_copy_budget_bytes_for_testing(1);
+  on_one_and_three_threads(kBf16Cases, 8480, check_bf16_against_reference);
+  cpu::set_conv_copy_budget_bytes_for_testing(0);
+  EXPECT_TRUE(cpu::amx_conv_shifts_columns(geometry_of({8, 32, 15, 15}, {32, 32, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1})));
+  EXPECT_FALSE(cpu::amx_conv_shifts_columns(geometry_of({8, 32, 15, 15}, {32, 32, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1})));
+  cpu::set_amx_shifted_columns_for_testing(-1);
+  EXPECT_TRUE(cpu::amx_conv_shifts_columns(geometry_of({8, 512, 7, 7}, {512, 512, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1})));
+  EXPECT_FALSE(cpu::amx_conv_shifts_columns(geometry_of({8, 32, 15, 15}, {32, 32, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1})));
+  EXPECT_FALSE(cpu::amx_conv_shifts_columns(geometry_of({8, 256, 14, 14}, {256, 256, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1})));
+  cpu::set_amx_shifted_columns_for_testing(mode);
   cpu::set_bf16_gemm_kernel_for_testing(before);
 }
 
