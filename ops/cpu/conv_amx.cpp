@@ -27,6 +27,14 @@ using namespace amx;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// Whether a stride-1 pass's kW shifted copies of copy_pixels pixels each (instead of one plane)
+// pay for the `saved` computed pixels per image with out_p output channels (NOTE [AMX shifted
+// columns]), unless set_amx_shifted_columns_for_testing forces them.
+bool shift_pays(int64_t saved, int64_t copy_pixels, int64_t kH, int64_t kW, int64_t out_p) {
+  if (const int mode = g_shift_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1 && saved >= 0;
+  return saved > 0 && saved / 32 * kH * kW * out_p >= 16 * (kW - 1) * copy_pixels;
+}
+
 // A convolution as the direct kernels run it (NOTE [AMX direct convolution]): `in` channels of
 // Hin x Win planes zero-padded by (pt, pl) on each side, read with stride (sh, sw), `out`
 // channels of Hout x Wout planes. With a stride the padded input is split into sh sw phase planes
@@ -57,7 +65,7 @@ struct Plan {
     // (Hout + (kH - 1) dh / sh) Wp + (kW - 1) dw / sw + 31.
     pitch = std::max(Hp, Hout + (kH - 1) * dh / sh) * Wp + (kW - 1) * dw / sw + 32;
     const int64_t Ws = round_up(Wout, 2), Qs = round_up(Hout * Ws, 32);
-    if (may_shift && sh == 1 && sw == 1 && kW > 1 && shift_columns(Qout - Qs, Hp * Ws, round_up(out, 32))) {
+    if (may_shift && sh == 1 && sw == 1 && kW > 1 && shift_pays(Qout - Qs, Hp * Ws, kH, kW, round_up(out, 32))) {
       shifted = true;
       Wp = Ws;
       phases = kW;
@@ -75,16 +83,6 @@ struct Plan {
   // shifted: row i - pt, column j + ph dw - pl).
   int64_t input_row(int64_t ph, int64_t i) const { return shifted ? i - pt : i * sh + ph / sw - pt; }
   int64_t input_col(int64_t ph, int64_t j) const { return shifted ? j + ph * dw - pl : j * sw + ph % sw - pl; }
-
- private:
-  // Whether kW shifted copies of Hs x Ws pixels each (instead of one plane) pay for the `saved`
-  // computed pixels per image with out_p output channels (NOTE [AMX shifted columns]).
-  bool shift_columns(int64_t saved, int64_t copy_pixels, int64_t out_p_) const {
-    if (const int mode = g_shift_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1 && saved >= 0;
-    return saved > 0 && saved / 32 * kH * kW * out_p_ >= 16 * (kW - 1) * copy_pixels;
-  }
-
- public:
   // The columns [j_lo, j_hi) of a stride-1 plane that hold input columns (j + col0, col0 =
   // input_col(ph, 0)).
   std::pair<int64_t, int64_t> unit_columns(int64_t ph) const {
