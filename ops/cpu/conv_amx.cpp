@@ -35,6 +35,10 @@ bool shift_pays(int64_t saved, int64_t copy_pixels, int64_t kH, int64_t kW, int6
   return saved > 0 && saved / 32 * kH * kW * out_p >= 16 * (kW - 1) * copy_pixels;
 }
 
+// Whether g's passes may run its images' pixels as one row (NOTE [AMX pointwise blocks]): a 1x1
+// of stride 1 without padding.
+bool pointwise_rows(const Conv2dGeometry& g) { return g.kH == 1 && g.kW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0; }
+
 // A convolution as the direct kernels run it (NOTE [AMX direct convolution]): `in` channels of
 // Hin x Win planes zero-padded by (pt, pl) on each side, read with stride (sh, sw), `out`
 // channels of Hout x Wout planes. With a stride the padded input is split into sh sw phase planes
@@ -83,6 +87,10 @@ struct Plan {
   // shifted: row i - pt, column j + ph dw - pl).
   int64_t input_row(int64_t ph, int64_t i) const { return shifted ? i - pt : i * sh + ph / sw - pt; }
   int64_t input_col(int64_t ph, int64_t j) const { return shifted ? j + ph * dw - pl : j * sw + ph % sw - pl; }
+  // A pointwise convolution of one row of pixels (pointwise passes are run on their images'
+  // pixels as one row): pixel q of a block reads input pixel q alone, so a block's input can be
+  // laid out where it is used (NOTE [AMX pointwise blocks]).
+  bool one_row_pointwise() const { return taps == 1 && phases == 1 && Hin == 1 && pt == 0 && pl == 0 && in_p <= 256; }
   // The columns [j_lo, j_hi) of a stride-1 plane that hold input columns (j + col0, col0 =
   // input_col(ph, 0)).
   std::pair<int64_t, int64_t> unit_columns(int64_t ph) const {
@@ -361,10 +369,30 @@ int64_t weight_group_bytes() { return std::min<int64_t>(int64_t{3} << 19, conv_c
 // with every block in one group (a small layer) the order is (image, pixels, pass, channels). A
 // block none of whose rows lands in the destination is skipped, and so are the group's blocks
 // past the last.
+// The 32 pixels [q0, q0 + 32) of one row of `in` channels (src [in][W], zero past W and past
+// `in`) as TDPBF16PS's second operand, dst [in_p / 2][32][2].
+TRIDENT_AMX void pack_pointwise_block(const uint16_t* src, const Plan& p, int64_t q0, uint16_t* dst) {
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t q = q0 + 16 * half, count = std::clamp<int64_t>(p.Win - q, 0, 16);
+    const __mmask16 lanes = first_lanes(count);
+    for (int64_t k = 0; k < p.in_p / 2; ++k) {
+      const int64_t c = 2 * k;
+      const __m512i v = count > 0 && c < p.in ? interleave_rows(src + c * p.Win + q, p.Win, lanes, c + 1 < p.in) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + (k * 32 + 16 * half) * 2, v);
+    }
+  }
+}
+
+// xq: the chunk's laid-out input; null for a one-row pointwise plan, whose blocks of input are
+// laid out here from src (the chunk's images, [nb][in][Win]), once per block of pixels.
 TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vector<Pass>& passes, int64_t group, int64_t nb,
-                              const uint16_t* xq, const float* bias, BFloat16* dst, int64_t i0, int64_t i1) {
+                              const uint16_t* xq, const uint16_t* src, const float* bias, BFloat16* dst, int64_t i0, int64_t i1) {
   load_tile_config();
   alignas(64) float blk[32 * 32];
+  std::vector<uint16_t> local(xq == nullptr ? static_cast<size_t>(p.in_p * 32) : 0);
+  Plan lp = p;  // the local block's layout: one block of 32 pixels per channel pair
+  lp.pitch = 32;
+  int64_t local_n = -1, local_q = -1;
   const int64_t qb = p.Qout / 32, np = static_cast<int64_t>(passes.size()), per_group = nb * qb * np * group;
   const Output& o0 = passes.front().out;  // every pass writes planes of the same size
   // Item i0's (group, image, pixel block, pass, block in the group), then counters stepped item by
@@ -375,7 +403,14 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vecto
     const int64_t m0 = (gi * group + mi) * 32, q0 = qi * 32;
     const Pass& pass = passes[static_cast<size_t>(pi)];
     if (m0 < p.out_p && q0 / p.Wp < pass.out.i_hi && (q0 + 31) / p.Wp >= pass.out.i_lo) {
-      direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
+      if (xq != nullptr) {
+        direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
+      } else {
+        if (n != local_n || q0 != local_q) pack_pointwise_block(src + n * p.in * p.Win, p, q0, local.data());
+        local_n = n;
+        local_q = q0;
+        direct_block(a, lp, pass.taps, local.data(), m0, 0, blk);
+      }
       write_block(blk, p, pass.out, m0, q0, bias, dst + n * p.out * o0.H * o0.W);
     }
     if (++mi < group) continue;  // the next block of the group, else carry into pass, pixels, image, group
@@ -395,10 +430,12 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vecto
 // [N][in][Hin][Win] by the packed weights a.
 void direct_conv(const Plan& p, const std::vector<Pass>& passes, int64_t N, const uint16_t* src, const Tensor& a,
                  const float* bias, BFloat16* dst) {
+  // A one-row pointwise plan lays each block of input out where it is used, no copy of the whole.
+  const bool local = p.one_row_pointwise();
   const int64_t image_elems = p.phases * (p.in_p / 2) * p.pitch * 2;
-  const int64_t chunk = images_per_chunk(N, image_elems * static_cast<int64_t>(sizeof(uint16_t)));
-  Tensor xq_t = empty({chunk * image_elems}, DType::BF16);
-  uint16_t* xq = bits(xq_t);
+  const int64_t chunk = local ? std::max<int64_t>(N, 1) : images_per_chunk(N, image_elems * static_cast<int64_t>(sizeof(uint16_t)));
+  Tensor xq_t = local ? Tensor() : empty({chunk * image_elems}, DType::BF16);
+  uint16_t* xq = local ? nullptr : bits(xq_t);
   const uint16_t* ap = static_cast<const uint16_t*>(a.data_ptr());
   int64_t taps = 0;
   for (const Pass& pass : passes) taps += static_cast<int64_t>(pass.taps.size());
@@ -412,10 +449,10 @@ void direct_conv(const Plan& p, const std::vector<Pass>& passes, int64_t N, cons
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nb = std::min(chunk, N - n0);
     const uint16_t* s = src + n0 * p.in * p.Hin * p.Win;
-    parallel_for(0, nb * p.phases * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
+    if (!local) parallel_for(0, nb * p.phases * (p.in_p / 2), 1, [&](int64_t i0, int64_t i1) { pack_pairs(s, p, i0, i1, xq); });
     BFloat16* d = dst + n0 * dst_image;
     parallel_for(0, nb * items_per_image, 1,
-                 [&](int64_t i0, int64_t i1) { direct_items(ap, p, passes, group, nb, xq, bias, d, i0, i1); });
+                 [&](int64_t i0, int64_t i1) { direct_items(ap, p, passes, group, nb, xq, s, bias, d, i0, i1); });
   }
 }
 
@@ -580,8 +617,8 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
 bool amx_conv_shifts_columns(const Conv2dGeometry& g) { return Plan(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true).shifted; }
 
 void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g) {
-  const Plan p(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true);
-  TRIDENT_CHECK(p.Hout == g.OH && p.Wout == g.OW, "amx_conv_forward: output size mismatch");
+  const Plan p = pointwise_rows(g) ? Plan(g.C, g.O, 1, g.H * g.W, g, 0, 0, 1, 1, false) : Plan(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true);
+  TRIDENT_CHECK(p.Hout * p.Wout == g.OH * g.OW, "amx_conv_forward: output size mismatch");
   const Tensor a = pack_weights(bits(w), g.O, g.C, p.taps, false, p.out_p, p.in_p);
   std::vector<float> b;
   if (bias != nullptr) {
@@ -595,8 +632,9 @@ void amx_conv_backward_input(const BFloat16* gy, const BFloat16* w, BFloat16* gx
   const int64_t taps = g.kH * g.kW;
   if (g.sh == 1 && g.sw == 1 && g.ph <= (g.kH - 1) * g.dh && g.pw <= (g.kW - 1) * g.dw) {
     // gy zero-padded by (k - 1) d - p, every tap, the computed grid gx's own.
-    const Plan p(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1, true);
-    TRIDENT_CHECK(p.Hout == g.H && p.Wout == g.W, "amx_conv_backward_input: output size mismatch");
+    const Plan p = pointwise_rows(g) ? Plan(g.O, g.C, 1, g.OH * g.OW, g, 0, 0, 1, 1, false)
+                                     : Plan(g.O, g.C, g.OH, g.OW, g, (g.kH - 1) * g.dh - g.ph, (g.kW - 1) * g.dw - g.pw, 1, 1, true);
+    TRIDENT_CHECK(p.Hout * p.Wout == g.H * g.W, "amx_conv_backward_input: output size mismatch");
     direct_conv(p, {every_tap(p)}, g.N, bits(gy), pack_weights(bits(w), g.O, g.C, taps, true, p.out_p, p.in_p), nullptr, gx);
     return;
   }

@@ -90,6 +90,9 @@ const std::vector<ConvCase> kBf16Cases = {
     // (the 1x7 on 15 x 15 and the 7 x 7 maps above take them too).
     {{2, 24, 7, 7}, {40, 24, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 1}, true},
     {{2, 40, 7, 7}, {36, 40, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}, false},
+    // Pointwise passes on one row of pixels (NOTE [AMX pointwise blocks]): 300 channels laid out
+    // whole, their input gradient's 40 block by block, and odd pixel counts above.
+    {{1, 300, 5, 7}, {40, 300, 1, 1}, {}, true},
     // Channels past one chunk of the direct kernels (kDirectChannels, 128) in both directions.
     {{2, 150, 6, 7}, {140, 150, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
 };
