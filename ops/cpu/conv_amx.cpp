@@ -278,17 +278,18 @@ Tensor pack_weights(const uint16_t* w, int64_t O, int64_t C, int64_t taps, bool 
 // all channels, 32 KB a tap on 512 channels: forward 8x512x7x7 -> 512 2.25-2.3 ms, 1.76-1.78 in
 // chunks of 128; chunks of 256 1.86-2.0, of 64 1.78-1.82; 8x256x14x14 and the rest unchanged.)
 constexpr int64_t kDirectChannels = 128;
-TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const std::vector<Tap>& taps, const uint16_t* xq, int64_t m0,
-                              int64_t q0, float* out) {
-  const int64_t a_stride = p.in_p * 2, b_stride = p.pitch * 4;
+// xq's planes are `pitch` pixels long (p.pitch, or 32 for a pointwise block laid out alone).
+TRIDENT_AMX void direct_block(const uint16_t* a, const Plan& p, const std::vector<Tap>& taps, const uint16_t* xq, int64_t pitch,
+                              int64_t m0, int64_t q0, float* out) {
+  const int64_t a_stride = p.in_p * 2, b_stride = pitch * 4;
   zero_block();
   for (int64_t k0 = 0; k0 < p.in_p; k0 += kDirectChannels) {
     const int64_t k1 = std::min(p.in_p, k0 + kDirectChannels);
     for (const Tap& t : taps) {
       const uint16_t* at = a + (t.weight * p.out_p + m0) * p.in_p;
-      const uint16_t* bt = xq + (t.phase * (p.in_p / 2) * p.pitch + q0 + t.offset) * 2;
+      const uint16_t* bt = xq + (t.phase * (p.in_p / 2) * pitch + q0 + t.offset) * 2;
       for (int64_t k = k0; k < k1; k += 32) {
-        const uint16_t* b = bt + (k / 2) * p.pitch * 2;
+        const uint16_t* b = bt + (k / 2) * pitch * 2;
         block_step(at + k, at + 16 * p.in_p + k, a_stride, b, b + 32, b_stride);
       }
     }
@@ -390,8 +391,6 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vecto
   load_tile_config();
   alignas(64) float blk[32 * 32];
   std::vector<uint16_t> local(xq == nullptr ? static_cast<size_t>(p.in_p * 32) : 0);
-  Plan lp = p;  // the local block's layout: one block of 32 pixels per channel pair
-  lp.pitch = 32;
   int64_t local_n = -1, local_q = -1;
   const int64_t qb = p.Qout / 32, np = static_cast<int64_t>(passes.size()), per_group = nb * qb * np * group;
   const Output& o0 = passes.front().out;  // every pass writes planes of the same size
@@ -404,12 +403,12 @@ TRIDENT_AMX void direct_items(const uint16_t* a, const Plan& p, const std::vecto
     const Pass& pass = passes[static_cast<size_t>(pi)];
     if (m0 < p.out_p && q0 / p.Wp < pass.out.i_hi && (q0 + 31) / p.Wp >= pass.out.i_lo) {
       if (xq != nullptr) {
-        direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, m0, q0, blk);
+        direct_block(a, p, pass.taps, xq + n * p.phases * (p.in_p / 2) * p.pitch * 2, p.pitch, m0, q0, blk);
       } else {
         if (n != local_n || q0 != local_q) pack_pointwise_block(src + n * p.in * p.Win, p, q0, local.data());
         local_n = n;
         local_q = q0;
-        direct_block(a, lp, pass.taps, local.data(), m0, 0, blk);
+        direct_block(a, p, pass.taps, local.data(), 32, m0, 0, blk);
       }
       write_block(blk, p, pass.out, m0, q0, bias, dst + n * p.out * o0.H * o0.W);
     }
