@@ -119,6 +119,7 @@ constexpr ConvSpec kConvSpecs[] = {
     {8, 256, 56, 56, 512, 1, 1, 2, 0, 0, 1, false},    // 18: ResNet-50's downsampling shortcut
     {32, 32, 30, 30, 32, 3, 3, 1, 1, 1, 32, false},    // 19: AmoebaNet-B(6, 32)'s separable 3x3, depthwise half
     {8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, true},       // 20: a ResNet stage-4 layer (4.7 MB of weights in bf16)
+    {32, 128, 8, 8, 128, 3, 3, 1, 1, 1, 128, false},  // 21: AmoebaNet-B(6, 32)'s separable 3x3 on its 8 x 8 maps
 };
 template <int Spec, bool Bwd>
 void BM_conv(benchmark::State& state) {
@@ -258,6 +259,8 @@ BENCHMARK_TEMPLATE(BM_conv, 16, true)->Name("conv2d1x1/fwdbwd/32x32x30x30->32")-
 BENCHMARK_TEMPLATE(BM_conv_bf16, 16, true)->Name("conv2d1x1_bf16/fwdbwd/32x32x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 19, true)->Name("depthwise3x3/fwdbwd/32x32x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 19, true)->Name("depthwise3x3_bf16/fwdbwd/32x32x30x30")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv, 21, true)->Name("depthwise3x3/fwdbwd/32x128x8x8")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_conv_bf16, 21, true)->Name("depthwise3x3_bf16/fwdbwd/32x128x8x8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 17, true)->Name("conv2d1x1s2/fwdbwd/32x128x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv_bf16, 17, true)->Name("conv2d1x1s2_bf16/fwdbwd/32x128x30x30->32")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_conv, 18, true)->Name("conv2d1x1s2/fwdbwd/8x256x56x56->512")->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -79,6 +79,7 @@ CONV_SPECS = [
     ("conv2d1x1s2", "8x256x56x56->512", (8, 256, 56, 56), 512, (1, 1), 2, (0, 0), 1, False, "bwd only"),
     ("depthwise3x3", "32x32x30x30", (32, 32, 30, 30), 32, (3, 3), 1, (1, 1), 32, False, "bwd only"),
     ("conv2d3x3", "8x512x7x7->512", (8, 512, 7, 7), 512, (3, 3), 1, (1, 1), 1, True, "bwd only"),
+    ("depthwise3x3", "32x128x8x8", (32, 128, 8, 8), 128, (3, 3), 1, (1, 1), 128, False, "bwd only"),
 ]
 # The bf16 rows (BM_conv_bf16): op, shape, spec of CONV_SPECS above by its op and shape, passes.
 CONV_BF16 = [
@@ -97,6 +98,7 @@ CONV_BF16 = [
     ("conv2d1x1s2", "8x256x56x56->512", ("fwdbwd",)),
     ("depthwise3x3", "32x32x30x30", ("fwdbwd",)),
     ("conv2d3x3", "8x512x7x7->512", ("fwd", "fwdbwd")),
+    ("depthwise3x3", "32x128x8x8", ("fwdbwd",)),
 ]
 
 

@@ -112,15 +112,14 @@ namespace trident::cpu {
 // time.
 //
 // NOTE [bf16 depthwise convolutions]: bf16 depthwise passes (any CPU) run the f32 depthwise
-// kernels on the batch converted to f32, in chunks of images (kDepthwiseChunkBytes of f32
-// planes) where the whole would be large (over kDepthwiseWholeBytes): each chunk is converted
-// up, computed and its result rounded down while it is still in cache; the weight gradient's f64
-// sums continue from chunk to chunk (depthwise_backward_weight_sums) and round once at the end.
-// The same f32 arithmetic as converting whole tensors first, so the same bits, without their
-// round trips through memory: 32x64x56x56 3x3 forward + backward 13.3 -> 10.0-10.7 ms. Reading
-// bf16 inside the kernels (widened as a plane is laid out, rounded as a block is stored) did as
-// well there but lost on small maps, whose whole-tensor conversions stay in cache anyway:
-// 8x128x28x28 5x5 2.5 -> 2.7 ms, and 5% of AmoebaNet-B(6, 32)'s bf16 step.
+// kernels a plane at a time, each input plane widened into an f32 plane of the thread's and
+// each output plane rounded from one (NOTE [bf16 depthwise planes] in ops/cpu/conv_depthwise.cpp):
+// the same f32 arithmetic as converting whole tensors first, so the same bits. The weight
+// gradient's f64 sums round to f32 and then to bf16, as the f32 route rounds them and then its
+// result. Whole-tensor conversions in chunks of images (the route before) cost AmoebaNet-B(6,
+// 32)'s 30 x 30 maps 1.6-1.9x the f32 passes' time in the step, and an earlier form reading bf16
+// inside the kernels (widened as a plane was laid out, rounded as a 16-lane block was stored)
+// had lost to them on small maps.
 //
 // NOTE [Conv2d threads]
 // All parallelism is OpenMP's (NOTE [Threads]): cpu::gemm splits a large GEMM into panels
@@ -648,33 +647,10 @@ void backward_bias(const T* gy, T* gb, int64_t N, int64_t O, int64_t P) {
 // bf16 GEMM kernels (NOTE [bf16 convolutions]).
 Tensor upcast(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()) ? t.to(DType::F32) : t; }
 
-// Whether a bf16 pass takes the depthwise kernels in chunks (NOTE [bf16 depthwise convolutions]).
+// Whether a bf16 pass takes the depthwise kernels a plane at a time (NOTE [bf16 depthwise
+// convolutions]).
 bool bf16_depthwise(DType dt, const Conv2dGeometry& g) {
   return dt == DType::BF16 && g.depthwise() && g.N > 0 && g.C > 0 && g.OH > 0 && g.OW > 0;
-}
-
-constexpr int64_t kDepthwiseChunkBytes = int64_t{4} << 20, kDepthwiseWholeBytes = int64_t{16} << 20;
-
-// Images [n0, n0 + k) of a 4-D tensor, a view.
-Tensor images(const Tensor& t, int64_t n0, int64_t k) {
-  Shape sizes = t.sizes();
-  sizes[0] = k;
-  return t.as_strided(sizes, t.strides(), t.storage_offset() + n0 * t.stride(0));
-}
-
-// fn(n0, images, g of those images) over chunks of the batch whose f32 input and output planes
-// take at most kDepthwiseChunkBytes (one image at least), or the whole batch in one when they
-// take at most kDepthwiseWholeBytes in all (each chunk's passes cost parallel regions of their
-// own: on AmoebaNet-B(6, 32)'s 30 x 30 maps 1 MB chunks made the bf16 step 3-7% slower).
-template <typename F>
-void for_depthwise_chunks(const Conv2dGeometry& g, const F& fn) {
-  const int64_t per_image = (g.C * g.H * g.W + g.O * g.OH * g.OW) * static_cast<int64_t>(sizeof(float));
-  const int64_t chunk = g.N * per_image <= kDepthwiseWholeBytes ? g.N : std::max<int64_t>(1, kDepthwiseChunkBytes / per_image);
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    Conv2dGeometry gc = g;
-    gc.N = std::min(chunk, g.N - n0);
-    fn(n0, gc.N, gc);
-  }
 }
 
 // NOTE [Strided pointwise convolutions]: a 1x1 convolution with a stride and no padding (ResNet's
@@ -748,14 +724,10 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const Tensor& b
     return y;
   }
   if (bf16_depthwise(dt, g)) {
-    const Tensor w = weight.to(DType::F32).contiguous(), b = bias.defined() ? bias.to(DType::F32).contiguous() : Tensor();
+    const Tensor x = input.contiguous(), w = weight.to(DType::F32).contiguous();
+    const Tensor b = bias.defined() ? bias.to(DType::F32).contiguous() : Tensor();
     Tensor y = empty({g.N, g.O, g.OH, g.OW}, dt);
-    for_depthwise_chunks(g, [&](int64_t n0, int64_t k, const Conv2dGeometry& gc) {
-      const Tensor xc = images(input, n0, k).to(DType::F32).contiguous();
-      Tensor yc = empty({k, g.O, g.OH, g.OW}, DType::F32);
-      depthwise_forward(xc.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, yc.data<float>(), gc);
-      copy_(images(y, n0, k), yc);
-    });
+    depthwise_forward(x.data<BF>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, y.data<BF>(), g);
     return y;
   }
   if (is_reduced_float(dt)) return conv2d_forward(upcast(input), upcast(weight), upcast(bias), g).to(dt);
@@ -808,14 +780,9 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
     return gx;
   }
   if (bf16_depthwise(dt, g)) {
-    const Tensor w = weight.to(DType::F32).contiguous();
+    const Tensor gy = grad_out.contiguous(), w = weight.to(DType::F32).contiguous();
     Tensor gx = empty({g.N, g.C, g.H, g.W}, dt);
-    for_depthwise_chunks(g, [&](int64_t n0, int64_t k, const Conv2dGeometry& gc) {
-      const Tensor gyc = images(grad_out, n0, k).to(DType::F32).contiguous();
-      Tensor gxc = empty({k, g.C, g.H, g.W}, DType::F32);
-      depthwise_backward_input(gyc.data<float>(), w.data<float>(), gxc.data<float>(), gc);
-      copy_(images(gx, n0, k), gxc);
-    });
+    depthwise_backward_input(gy.data<BF>(), w.data<float>(), gx.data<BF>(), g);
     return gx;
   }
   if (is_reduced_float(dt)) return conv2d_backward_input(upcast(grad_out), upcast(weight), g).to(dt);
@@ -862,11 +829,8 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
   }
   if (bf16_depthwise(dt, g)) {
     std::vector<double> sums(static_cast<size_t>(g.O * g.kH * g.kW), 0.0);
-    for_depthwise_chunks(g, [&](int64_t n0, int64_t k, const Conv2dGeometry& gc) {
-      const Tensor gyc = images(grad_out, n0, k).to(DType::F32).contiguous();
-      const Tensor xc = images(input, n0, k).to(DType::F32).contiguous();
-      depthwise_backward_weight_sums(gyc.data<float>(), xc.data<float>(), sums.data(), gc);
-    });
+    const Tensor gy = grad_out.contiguous(), x = input.contiguous();
+    depthwise_backward_weight_sums(gy.data<BF>(), x.data<BF>(), sums.data(), g);
     // f64 -> f32 -> bf16, as the f32 route rounds its sums and then its result.
     return from_vector<double>(sums, {g.O, g.in_per_group(), g.kH, g.kW}).to(DType::F32).to(dt);
   }

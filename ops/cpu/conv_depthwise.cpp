@@ -17,7 +17,9 @@
 #include <cstring>
 #include <vector>
 
+#include "core/copy.h"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/parallel.h"
 #include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
@@ -113,6 +115,49 @@ struct PhaseLayout {
   }
 };
 
+// NOTE [bf16 depthwise planes]: bf16 tensors go through the f32 kernels a plane at a time: a
+// thread widens each input plane it reads into an f32 plane of its own (exact) and rounds each
+// output plane it computes from an f32 plane of its own (once, by convert_f32_to_bf16, copy_'s
+// own rounding), so the arithmetic, and every bit of the results, are those of the f32 kernels
+// on the tensors converted first, without converting or holding whole f32 tensors. Whole-tensor
+// conversions (in chunks of images kept in L2) went through memory on AmoebaNet-B(6, 32)'s
+// 30 x 30 maps (32 x 32 planes, 3.7 MB in f32): its bf16 depthwise passes took 1.6-1.9x as long
+// as its f32 ones in the step. Converting row by row as the kernels lay the planes out was
+// slower on small planes (rows of 8 or 15 elements: mostly vector tails).
+template <typename T>
+struct PlaneIn {
+  const T* f = nullptr;
+  const BFloat16* b = nullptr;  // bf16 planes (T = float only) when f is null
+  int64_t size = 0;             // elements a plane
+  bool bf16() const { return f == nullptr; }
+  // Plane p as T: in the tensor, or widened into buf (size elements).
+  const T* get(int64_t p, T* buf) const {
+    if (f) return f + p * size;
+    if constexpr (std::is_same_v<T, float>) {
+      const BFloat16* src = b + p * size;
+      for (int64_t i = 0; i < size; ++i) buf[i] = detail::bf16_bits_to_f32(src[i].bits);
+    }
+    return buf;
+  }
+  // The plane's first byte and its size in bytes (for prefetching).
+  const char* bytes(int64_t p) const {
+    return f ? reinterpret_cast<const char*>(f + p * size) : reinterpret_cast<const char*>(b + p * size);
+  }
+  int64_t plane_bytes() const { return size * static_cast<int64_t>(f ? sizeof(T) : sizeof(BFloat16)); }
+};
+template <typename T>
+struct PlaneOut {
+  T* f = nullptr;
+  BFloat16* b = nullptr;  // as in PlaneIn
+  int64_t size = 0;
+  // Where plane p is computed: in the tensor, or in buf (size elements) until put(p, buf).
+  T* get(int64_t p, T* buf) const { return f ? f + p * size : buf; }
+  void put(int64_t p, const T* data) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (!f) convert_f32_to_bf16(data, b + p * size, size);
+  }
+};
+
 // Per-thread scratch: the phase buffer of one padded input plane, and a plane at pitch Wq.
 template <typename T>
 struct PhasePlanes {
@@ -123,38 +168,45 @@ struct PhasePlanes {
   // `slack` zeros after the phases let a block of outputs run past the last one.
   PhasePlanes(const Conv2dGeometry& geo, const PhaseLayout& layout, int64_t pitched_elems, int64_t slack = 0)
       : g(geo), L(layout), phased(static_cast<size_t>(layout.phases * layout.plane + slack), T(0)),
-        pitched(static_cast<size_t>(std::max<int64_t>(pitched_elems, 1)), T(0)) {}
+        pitched(static_cast<size_t>(std::max<int64_t>(pitched_elems, 1)), T(0)) {
+    // For input row h and each column phase b: the phase row's element for input column w0, w0
+    // and the count, where w0, w0 + sw, ... are the input columns in phase b. Computed once: with
+    // five divisions per row the f32 forward + backward passes on 8 x 8 and 15 x 15 planes took
+    // 6-9% longer.
+    for (int64_t h = 0; h < g.H; ++h) {
+      const int64_t r = h + g.ph;
+      for (int64_t b = 0; b < g.sw; ++b) {
+        const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;  // first w with (w + pw) % sw == b
+        if (w0 >= g.W) continue;
+        const int64_t n = (g.W - w0 + g.sw - 1) / g.sw;
+        runs_.push_back({((r % g.sh) * g.sw + b) * L.plane + (r / g.sh) * L.Wq + (w0 + g.pw) / g.sw, h * g.W + w0, n});
+      }
+    }
+  }
 
   // Splits plane x [H, W] into the phases (the padding stays zero).
   // Writes the same positions for every plane: the padding stays zero from construction.
   void load(const T* x) {
-    for (int64_t h = 0; h < g.H; ++h) for_each_phase_column(h, [&](T* dst, int64_t w0, int64_t n) {
-      const T* row = x + h * g.W + w0;
-      for (int64_t i = 0; i < n; ++i) dst[i] = row[i * g.sw];
-    });
+    for (const Run& run : runs_) {
+      T* dst = phased.data() + run.phase;
+      const T* row = x + run.plane;
+      for (int64_t i = 0; i < run.n; ++i) dst[i] = row[i * g.sw];
+    }
   }
   // The inverse for a gradient: gx [H, W] = the input positions of the phases.
   void store(T* gx) {
-    for (int64_t h = 0; h < g.H; ++h) for_each_phase_column(h, [&](T* src, int64_t w0, int64_t n) {
-      T* row = gx + h * g.W + w0;
-      for (int64_t i = 0; i < n; ++i) row[i * g.sw] = src[i];
-    });
+    for (const Run& run : runs_) {
+      const T* src = phased.data() + run.phase;
+      T* row = gx + run.plane;
+      for (int64_t i = 0; i < run.n; ++i) row[i * g.sw] = src[i];
+    }
   }
 
  private:
-  // For input row h and each column phase b: f(the phase row's element for input column
-  // w0, w0, count), where w0, w0 + sw, ... are the input columns in phase b.
-  template <typename F>
-  void for_each_phase_column(int64_t h, const F& f) {
-    const int64_t r = h + g.ph;
-    for (int64_t b = 0; b < g.sw; ++b) {
-      const int64_t w0 = ((b - g.pw) % g.sw + g.sw) % g.sw;  // first w with (w + pw) % sw == b
-      if (w0 >= g.W) continue;
-      const int64_t n = (g.W - w0 + g.sw - 1) / g.sw;
-      T* dst = phased.data() + ((r % g.sh) * g.sw + b) * L.plane + (r / g.sh) * L.Wq + (w0 + g.pw) / g.sw;
-      f(dst, w0, n);
-    }
-  }
+  struct Run {
+    int64_t phase, plane, n;  // the first element in the phases and in the plane, the count
+  };
+  std::vector<Run> runs_;
 };
 
 // The weights of a group's taps, contiguous (taps of a phase need not be adjacent in w).
@@ -164,7 +216,6 @@ const T* group_weights(const PhaseLayout::Group& gr, const T* wp, int64_t kW, st
   for (size_t i = 0; i < gr.kw.size(); ++i) buf[i] = wp[gr.kh * kW + gr.kw[i]];
   return buf.data();
 }
-
 
 // ---- forward ------------------------------------------------------------------------------
 // f64 (and the reference for the f32 kernel's layout): per output plane, each group of taps in
@@ -273,8 +324,9 @@ struct DwCopy {
 };
 
 struct DwForwardArgs {
-  const float *x, *w, *bias;
-  float* y;
+  PlaneIn<float> x;  // planes of H W
+  const float *w, *bias;
+  PlaneOut<float> y;  // planes of OH OW
   const Conv2dGeometry* g;
   const std::vector<DwPhaseTaps>* taps;
   const std::vector<DwCopy>* copies;
@@ -305,11 +357,12 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW, plane = a.Hr * a.Wr;
   std::vector<float> phases(static_cast<size_t>(g.sh * g.sw * plane), 0.0f);  // slack and padding stay zero
   std::vector<float> wk(static_cast<size_t>(khw));
+  std::vector<float> xbuf(a.x.bf16() ? static_cast<size_t>(HW) : 0), ybuf(a.y.f ? 0 : static_cast<size_t>(P));
   const DwCopy* copies = a.copies->data();
   const int64_t ncopies = static_cast<int64_t>(a.copies->size());
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n = p / g.C, c = p % g.C;
-    const float* x = a.x + p * HW;
+    const float* x = a.x.get(p, xbuf.data());
     // NOTE [Depthwise prefetch]: the copy of a plane into its phases used to wait on reading
     // it (the hardware prefetchers do not run far ahead of a stream that pauses for the
     // compute), a third of the 5x5 stride-2 forward pass on one thread. Prefetching the whole
@@ -317,8 +370,8 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
     // (hint 2; into L1, hint 3, measured slower) a share per block of output rows, spread over
     // the compute, the 3x3 and 5x5 stride-2 passes ran 10-20% faster on one thread, 5-10% on
     // two (Zen 4, docs/performance.md).
-    const char* next = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(x + HW) & ~uintptr_t{63});
-    const int64_t next_lines = p + 1 < p1 ? (reinterpret_cast<const char*>(x + 2 * HW) - next + 63) / 64 : 0;
+    const char* next = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(a.x.bytes(p) + a.x.plane_bytes()) & ~uintptr_t{63});
+    const int64_t next_lines = p + 1 < p1 ? (a.x.bytes(p) + 2 * a.x.plane_bytes() - next + 63) / 64 : 0;
     if (g.sw == 1) {
       for (int64_t k = 0; k < ncopies; ++k) copy_floats<Vec>(phases.data() + copies[k].dst, x + copies[k].src, copies[k].n);
     } else if (g.sw == 2) {  // both column phases of an input row in one pass (deinterleave2)
@@ -339,7 +392,7 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
         for (int64_t kh : pt.kh)
           for (int64_t kw : pt.kw) wk[static_cast<size_t>(at++)] = a.w[o * khw + kh * g.kW + kw];
       const float b = a.bias ? a.bias[o] : 0.0f;
-      float* yo = a.y + (n * g.O + o) * P;
+      float* yo = a.y.get(n * g.O + o, ybuf.data());
       // The next input plane is requested into L2 a share per row block while this one is
       // computed (NOTE [Depthwise prefetch]).
       const int64_t blocks = (g.OH + R - 1) / R, share = (next_lines + blocks - 1) / blocks;
@@ -381,6 +434,7 @@ inline void dw_forward_planes(const DwForwardArgs& a, int64_t p0, int64_t p1) {
           }
         }
       }
+      a.y.put(n * g.O + o, yo);
     }
   }
 }
@@ -426,8 +480,9 @@ inline void dw_flat_block(const float* src, const float* wt, const int64_t* off,
 }
 
 struct DwFlatArgs {
-  const float *x, *w, *bias;
-  float* y;
+  PlaneIn<float> x;
+  const float *w, *bias;
+  PlaneOut<float> y;
   const Conv2dGeometry* g;
   const PhaseLayout* L;
   const int64_t* off;  // per tap (kh kW + kw): phase start + da Wq + db
@@ -439,23 +494,25 @@ TRIDENT_CPU_CLONES void depthwise_forward_f32_flat(const DwFlatArgs& a, int64_t 
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
   const int64_t blocks = (L.flat + kDwBlock - 1) / kDwBlock;
   PhasePlanes<float> pl(g, L, blocks * kDwBlock, kDwBlock);
+  std::vector<float> xbuf(a.x.bf16() ? static_cast<size_t>(HW) : 0), ybuf(a.y.f ? 0 : static_cast<size_t>(P));
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n = p / g.C, c = p % g.C;
-    pl.load(a.x + p * HW);
+    pl.load(a.x.get(p, xbuf.data()));
     for (int64_t j = 0; j < mult; ++j) {
       const int64_t o = c * mult + j;
       const float b = a.bias ? a.bias[o] : 0.0f;
       float* out = pl.pitched.data();
       for (int64_t blk = 0; blk < blocks; ++blk)
         dw_flat_block(pl.phased.data() + blk * kDwBlock, a.w + o * khw, a.off, khw, b, out + blk * kDwBlock);
-      float* yp = a.y + (n * g.O + o) * P;
+      float* yp = a.y.get(n * g.O + o, ybuf.data());
       for (int64_t oh = 0; oh < g.OH; ++oh) std::memcpy(yp + oh * g.OW, out + oh * L.Wq, static_cast<size_t>(g.OW) * sizeof(float));
+      a.y.put(n * g.O + o, yp);
     }
   }
 }
 
-void forward_planes(const float* x, const float* w, const float* bias, float* y, const Conv2dGeometry& g, const PhaseLayout& L,
-                    int64_t p0, int64_t p1) {
+void forward_planes(const PlaneIn<float>& x, const float* w, const float* bias, const PlaneOut<float>& y, const Conv2dGeometry& g,
+                    const PhaseLayout& L, int64_t p0, int64_t p1) {
   // The taps of each phase: rows kh = a, a + sh, ... are consecutive phase rows when dh == 1.
   std::vector<DwPhaseTaps> taps;
   int64_t max_rows = 0, max_da = 0, max_db = 0;
@@ -513,15 +570,13 @@ void forward_planes(const float* x, const float* w, const float* bias, float* y,
   const DwFlatArgs a{x, w, bias, y, &g, &L, off.data()};
   depthwise_forward_f32_flat(a, p0, p1);
 }
-void forward_planes(const double* x, const double* w, const double* bias, double* y, const Conv2dGeometry& g,
-                    const PhaseLayout& L, int64_t p0, int64_t p1) {
-  forward_planes_by_passes(x, w, bias, y, g, L, p0, p1);
+void forward_planes(const PlaneIn<double>& x, const double* w, const double* bias, const PlaneOut<double>& y,
+                    const Conv2dGeometry& g, const PhaseLayout& L, int64_t p0, int64_t p1) {
+  forward_planes_by_passes(x.f, w, bias, y.f, g, L, p0, p1);
 }
 
-}  // namespace
-
 template <typename T>
-void depthwise_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
+void forward_impl(const PlaneIn<T>& x, const T* w, const T* bias, const PlaneOut<T>& y, const Conv2dGeometry& g) {
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, P = g.OH * g.OW;
   const PhaseLayout L(g);
   // Threads take input planes (n, c): each is split once for its `mult` output planes.
@@ -529,8 +584,20 @@ void depthwise_forward(const T* x, const T* w, const T* bias, T* y, const Conv2d
                [&](int64_t p0, int64_t p1) { forward_planes(x, w, bias, y, g, L, p0, p1); });
 }
 
+}  // namespace
+
 template <typename T>
-void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeometry& g) {
+void depthwise_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
+  forward_impl<T>({x, nullptr, g.H * g.W}, w, bias, {y, nullptr, g.OH * g.OW}, g);
+}
+void depthwise_forward(const BFloat16* x, const float* w, const float* bias, BFloat16* y, const Conv2dGeometry& g) {
+  forward_impl<float>({nullptr, x, g.H * g.W}, w, bias, {nullptr, y, g.OH * g.OW}, g);
+}
+
+namespace {
+
+template <typename T>
+void backward_input_impl(const PlaneIn<T>& gy, const T* w, const PlaneOut<T>& gx, const Conv2dGeometry& g) {
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
   const PhaseLayout L(g);
   // The adjoint gathers: phase element q receives w * gyp[q - off] from each tap of its
@@ -538,14 +605,14 @@ void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeomet
   // the last), so every index is valid and out-of-range outputs contribute zero.
   parallel_for(0, g.N * g.C, std::max<int64_t>(1, 32768 / (mult * P * khw)), [&](int64_t p0, int64_t p1) {
     PhasePlanes<T> pl(g, L, L.max_off + L.plane);
-    std::vector<T> wbuf;
+    std::vector<T> wbuf, gybuf(gy.bf16() ? static_cast<size_t>(P) : 0), gxbuf(gx.f ? 0 : static_cast<size_t>(HW));
     std::vector<int64_t> neg;
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t n = p / g.C, c = p % g.C;
       std::fill(pl.phased.begin(), pl.phased.end(), T(0));
       for (int64_t j = 0; j < mult; ++j) {
         const int64_t o = c * mult + j;
-        const T* gyo = gy + (n * g.O + o) * P;
+        const T* gyo = gy.get(n * g.O + o, gybuf.data());
         T* base = pl.pitched.data() + L.max_off;
         for (int64_t oh = 0; oh < g.OH; ++oh) std::copy_n(gyo + oh * g.OW, g.OW, base + oh * L.Wq);
         for (const PhaseLayout::Group& gr : L.groups) {
@@ -555,10 +622,24 @@ void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeomet
                      static_cast<int64_t>(gr.kw.size()), 0, L.plane);
         }
       }
-      pl.store(gx + p * HW);
+      T* gxp = gx.get(p, gxbuf.data());
+      pl.store(gxp);
+      gx.put(p, gxp);
     }
   });
 }
+
+}  // namespace
+
+template <typename T>
+void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeometry& g) {
+  backward_input_impl<T>({gy, nullptr, g.OH * g.OW}, w, {gx, nullptr, g.H * g.W}, g);
+}
+void depthwise_backward_input(const BFloat16* gy, const float* w, BFloat16* gx, const Conv2dGeometry& g) {
+  backward_input_impl<float>({nullptr, gy, g.OH * g.OW}, w, {nullptr, gx, g.H * g.W}, g);
+}
+
+namespace {
 
 // NOTE [Depthwise weight-gradient blocks]: the f32 weight gradient of one plane, every tap at
 // once: with gy at pitch Wq (zero-padded to whole vectors) and the input's phase planes, tap t's
@@ -629,7 +710,7 @@ __attribute__((TRIDENT_TARGET_V4, flatten)) void plane_tap_sums_f32_avx512(const
 // (f64 for f32), so long batches do not drift (NOTE [Conv2d algorithms]). Channel c's mult kH kW
 // sums start from seed(c, acc) and end in sink(c, acc).
 template <typename T, typename Seed, typename Sink>
-void depthwise_weight_sums(const T* gy, const T* x, const Conv2dGeometry& g, const Seed& seed, const Sink& sink) {
+void depthwise_weight_sums(const PlaneIn<T>& gy, const PlaneIn<T>& x, const Conv2dGeometry& g, const Seed& seed, const Sink& sink) {
   using A = acc_t<T>;
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
   const PhaseLayout L(g);
@@ -645,13 +726,14 @@ void depthwise_weight_sums(const T* gy, const T* x, const Conv2dGeometry& g, con
     PhasePlanes<T> pl(g, L, padded, blocks ? 16 : 0);
     std::vector<A> acc(static_cast<size_t>(mult * khw));
     std::vector<float> plane_sums(blocks ? static_cast<size_t>(khw) : 0);
+    std::vector<T> xbuf(x.bf16() ? static_cast<size_t>(HW) : 0), gybuf(gy.bf16() ? static_cast<size_t>(P) : 0);
     for (int64_t c = c0; c < c1; ++c) {
       seed(c, acc.data());
       for (int64_t n = 0; n < g.N; ++n) {
-        pl.load(x + (n * g.C + c) * HW);
+        pl.load(x.get(n * g.C + c, xbuf.data()));
         for (int64_t j = 0; j < mult; ++j) {
           const int64_t o = c * mult + j;
-          const T* gyo = gy + (n * g.O + o) * P;
+          const T* gyo = gy.get(n * g.O + o, gybuf.data());
           T* gyp = pl.pitched.data();  // gy at pitch Wq, zeros between rows
           for (int64_t oh = 0; oh < g.OH; ++oh) {
             std::copy_n(gyo + oh * g.OW, g.OW, gyp + oh * L.Wq);
@@ -680,22 +762,22 @@ void depthwise_weight_sums(const T* gy, const T* x, const Conv2dGeometry& g, con
   });
 }
 
+}  // namespace
+
 template <typename T>
 void depthwise_backward_weight(const T* gy, const T* x, T* gw, const Conv2dGeometry& g) {
   const int64_t n = (g.O / g.C) * g.kH * g.kW;
-  depthwise_weight_sums(
-      gy, x, g, [n](int64_t, acc_t<T>* acc) { std::fill_n(acc, n, acc_t<T>(0)); },
+  depthwise_weight_sums<T>(
+      {gy, nullptr, g.OH * g.OW}, {x, nullptr, g.H * g.W}, g, [n](int64_t, acc_t<T>* acc) { std::fill_n(acc, n, acc_t<T>(0)); },
       [&](int64_t c, const acc_t<T>* acc) {
         for (int64_t t = 0; t < n; ++t) gw[c * n + t] = static_cast<T>(acc[t]);
       });
 }
 
-void depthwise_backward_weight_sums(const float* gy, const float* x, double* sums, const Conv2dGeometry& g) {
+void depthwise_backward_weight_sums(const BFloat16* gy, const BFloat16* x, double* sums, const Conv2dGeometry& g) {
   const int64_t n = (g.O / g.C) * g.kH * g.kW;
-  // Each channel's sums continue from where the earlier chunks left them: the same additions, in
-  // the same order, as one call over the whole batch.
-  depthwise_weight_sums(
-      gy, x, g, [&](int64_t c, double* acc) { std::copy_n(sums + c * n, n, acc); },
+  depthwise_weight_sums<float>(
+      {nullptr, gy, g.OH * g.OW}, {nullptr, x, g.H * g.W}, g, [&](int64_t, double* acc) { std::fill_n(acc, n, 0.0); },
       [&](int64_t c, const double* acc) { std::copy_n(acc, n, sums + c * n); });
 }
 

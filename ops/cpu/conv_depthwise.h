@@ -15,9 +15,13 @@ void depthwise_backward_input(const T* gy, const T* w, T* gx, const Conv2dGeomet
 // gw [O, 1, kH, kW] (overwritten), summed over the batch.
 template <typename T>
 void depthwise_backward_weight(const T* gy, const T* x, T* gw, const Conv2dGeometry& g);
-// The same sums in f64 before any rounding, continued from `sums` [O kH kW]: the batch in chunks
-// (NOTE [bf16 depthwise convolutions] in ops/cpu/conv.cpp) gives, chunk after chunk, the very
-// sums (the same additions in the same order) of one call over the whole batch.
-void depthwise_backward_weight_sums(const float* gy, const float* x, double* sums, const Conv2dGeometry& g);
+
+// bf16 tensors on the f32 kernels, a plane at a time (NOTE [bf16 depthwise planes] in
+// ops/cpu/conv_depthwise.cpp): the results of the f32 functions above on the tensors converted
+// to f32, rounded once to bf16; the weights and bias in f32.
+void depthwise_forward(const BFloat16* x, const float* w, const float* bias, BFloat16* y, const Conv2dGeometry& g);
+void depthwise_backward_input(const BFloat16* gy, const float* w, BFloat16* gx, const Conv2dGeometry& g);
+// The weight gradient's f64 sums [O kH kW] (overwritten), before the f32 route's rounding to f32.
+void depthwise_backward_weight_sums(const BFloat16* gy, const BFloat16* x, double* sums, const Conv2dGeometry& g);
 
 }  // namespace trident::cpu
