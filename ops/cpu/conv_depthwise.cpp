@@ -734,6 +734,81 @@ __attribute__((TRIDENT_TARGET_V4, flatten)) void plane_tap_sums_f32_avx512(const
 }
 #endif
 
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+// NOTE [Depthwise weight-gradient register blocks]: with stride 1, no dilation and a 3x3 or 5x5
+// kernel, AVX-512 CPUs sum a plane's taps as the forward pass computes its outputs (NOTE
+// [Depthwise register blocks]): a block of R gy rows x 16 columns stays in registers with the
+// kH kW taps' accumulators, and each input vector loaded (R + kH - 1 rows per kernel column)
+// serves every gy row it meets: tap (kh, kw) of gy row r reads input row r + kh at column kw.
+// About (R + kH - 1) / (R kH) loads per multiply-add (0.42 for 3x3 at R = 8) where the flat
+// sums above load once per multiply-add, and gy is read where it lies (its last columns by a
+// masked load, zero lanes past the row) instead of being copied to pitch Wq. R = 8 for 3x3 (9
+// accumulators and 8 gy vectors), 4 for 5x5 (25 and 4). x is copied into a zero-padded plane of
+// Hr x Wr (whole blocks of rows and columns, plus the taps) once per plane.
+template <int KH, int R>
+__attribute__((TRIDENT_TARGET_V4)) inline void dw_weight_block_sums(const float* x, const float* gy, float* xp, int64_t Wr,
+                                                                      const Conv2dGeometry& g, float* out) {
+  for (int64_t h = 0; h < g.H; ++h) copy_floats<v16f>(xp + (h + g.ph) * Wr + g.pw, x + h * g.W, g.W);
+  __m512 acc[KH * KH];
+#pragma GCC unroll 25
+  for (int t = 0; t < KH * KH; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t oh0 = 0; oh0 < g.OH; oh0 += R) {
+    const int64_t rows = std::min<int64_t>(R, g.OH - oh0);
+    for (int64_t j0 = 0; j0 < g.OW; j0 += 16) {
+      const int64_t left = g.OW - j0;
+      const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+      __m512 gv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) gv[r] = r < rows ? _mm512_maskz_loadu_ps(m, gy + (oh0 + r) * g.OW + j0) : _mm512_setzero_ps();
+      const float* xb = xp + oh0 * Wr + j0;
+#pragma GCC unroll 5
+      for (int kw = 0; kw < KH; ++kw) {
+#pragma GCC unroll 12
+        for (int i = 0; i < R + KH - 1; ++i) {
+          const __m512 xv = _mm512_loadu_ps(xb + i * Wr + kw);
+#pragma GCC unroll 5
+          for (int kh = 0; kh < KH; ++kh) {
+            const int r = i - kh;
+            if (r < 0 || r >= R) continue;
+            acc[kh * KH + kw] = _mm512_fmadd_ps(gv[r], xv, acc[kh * KH + kw]);
+          }
+        }
+      }
+    }
+  }
+  for (int t = 0; t < KH * KH; ++t) {  // the lanes in order, as tap_sums_group sums them
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[t]);
+    float sum = 0.0f;
+    for (int l = 0; l < 16; ++l) sum += lanes[l];
+    out[t] = sum;
+  }
+}
+
+// R for a kernel of k x k; the zero-padded plane's rows and columns.
+constexpr int dw_weight_rows(int64_t k) { return k == 3 ? 8 : 4; }
+int64_t dw_weight_plane_rows(const Conv2dGeometry& g) {
+  const int R = dw_weight_rows(g.kH);
+  return (g.OH + R - 1) / R * R + g.kH - 1;
+}
+int64_t dw_weight_plane_cols(const Conv2dGeometry& g) { return (g.OW + 15) / 16 * 16 + g.kW - 1; }
+
+__attribute__((TRIDENT_TARGET_V4, flatten)) void dw_weight_plane_sums_avx512(const float* x, const float* gy, float* xp, int64_t Wr,
+                                                                              const Conv2dGeometry& g, float* out) {
+  if (g.kH == 3) return dw_weight_block_sums<3, 8>(x, gy, xp, Wr, g, out);
+  dw_weight_block_sums<5, 4>(x, gy, xp, Wr, g, out);
+}
+#endif
+
+bool dw_weight_blocks_apply(const Conv2dGeometry& g) {
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  return cpu_avx512_kernels() && g.O == g.C && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.kH == g.kW &&
+         (g.kH == 3 || g.kH == 5) && g.OH > 0 && g.OW > 0;
+#else
+  return false;
+#endif
+}
+
 // Each tap's sum over one plane is a dot product in T; the planes' sums are added in acc_t
 // (f64 for f32), so long batches do not drift (NOTE [Conv2d algorithms]). Channel c's mult kH kW
 // sums start from seed(c, acc) and end in sink(c, acc).
@@ -750,7 +825,30 @@ void depthwise_weight_sums(const PlaneIn<T>& gy, const PlaneIn<T>& x, const Conv
   std::vector<int64_t> tap_off(static_cast<size_t>(khw));
   for (const PhaseLayout::Group& gr : L.groups)
     for (size_t i = 0; i < gr.kw.size(); ++i) tap_off[static_cast<size_t>(gr.kh * g.kW + gr.kw[i])] = gr.phase * L.plane + gr.off[i];
-  parallel_for(0, g.C, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.N * mult * P * khw)), [&](int64_t c0, int64_t c1) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.N * mult * P * khw));
+#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
+  if constexpr (blocks) {
+    if (dw_weight_blocks_apply(g)) {  // NOTE [Depthwise weight-gradient register blocks]
+      const int64_t Hr = dw_weight_plane_rows(g), Wr = dw_weight_plane_cols(g);
+      parallel_for(0, g.C, grain, [&](int64_t c0, int64_t c1) {
+        std::vector<float> xp(static_cast<size_t>(Hr * Wr), 0.0f), plane_sums(static_cast<size_t>(khw));
+        std::vector<A> acc(static_cast<size_t>(khw));
+        std::vector<T> xbuf(x.bf16() ? static_cast<size_t>(HW) : 0), gybuf(gy.bf16() ? static_cast<size_t>(P) : 0);
+        for (int64_t c = c0; c < c1; ++c) {
+          seed(c, acc.data());
+          for (int64_t n = 0; n < g.N; ++n) {
+            dw_weight_plane_sums_avx512(x.get(n * g.C + c, xbuf.data()), gy.get(n * g.O + c, gybuf.data()), xp.data(), Wr, g,
+                                        plane_sums.data());
+            for (int64_t t = 0; t < khw; ++t) acc[static_cast<size_t>(t)] += static_cast<A>(plane_sums[static_cast<size_t>(t)]);
+          }
+          sink(c, acc.data());
+        }
+      });
+      return;
+    }
+  }
+#endif
+  parallel_for(0, g.C, grain, [&](int64_t c0, int64_t c1) {
     PhasePlanes<T> pl(g, L, padded, blocks ? 16 : 0);
     std::vector<A> acc(static_cast<size_t>(mult * khw));
     std::vector<float> plane_sums(blocks ? static_cast<size_t>(khw) : 0);
