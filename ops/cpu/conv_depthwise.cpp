@@ -798,16 +798,12 @@ __attribute__((TRIDENT_TARGET_V4, flatten)) void dw_weight_plane_sums_avx512(con
   if (g.kH == 3) return dw_weight_block_sums<3, 8>(x, gy, xp, Wr, g, out);
   dw_weight_block_sums<5, 4>(x, gy, xp, Wr, g, out);
 }
-#endif
 
 bool dw_weight_blocks_apply(const Conv2dGeometry& g) {
-#ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   return cpu_avx512_kernels() && g.O == g.C && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.kH == g.kW &&
          (g.kH == 3 || g.kH == 5) && g.OH > 0 && g.OW > 0;
-#else
-  return false;
-#endif
 }
+#endif
 
 // Each tap's sum over one plane is a dot product in T; the planes' sums are added in acc_t
 // (f64 for f32), so long batches do not drift (NOTE [Conv2d algorithms]). Channel c's mult kH kW
