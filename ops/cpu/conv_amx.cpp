@@ -613,6 +613,44 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
 
 }  // namespace
 
+namespace {
+// NOTE [AMX weight-gradient span groups], the weight gradient's chunk loop for few items.
+void weight_by_span_groups(const Plan& p, const BFloat16* gy, const BFloat16* x, BFloat16* gw, const Conv2dGeometry& g,
+                           int64_t chunk, uint16_t* xp, uint16_t* gq, int64_t groups) {
+  const int64_t blocks = (p.in_p / 32) * (p.out_p / 32), items = blocks * p.taps;
+  Tensor part_t = zeros({groups * items * 1024}, DType::F32);  // zero: every group's first span loads
+  float* part = part_t.data<float>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.N - n0);
+    const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
+    const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
+    parallel_for(0, nb * p.phases * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
+    parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
+    const auto spans = weight_spans(p, nb);
+    const int64_t ns = static_cast<int64_t>(spans.size());
+    parallel_for(0, groups * items, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t grp = i / items, it = i % items;
+        const std::vector<std::pair<int64_t, int64_t>> mine(spans.begin() + grp * ns / groups, spans.begin() + (grp + 1) * ns / groups);
+        weight_items(p, xp, gq, mine, part + grp * items * 1024, true, g.O, g.C, nullptr, it, it + 1);
+      }
+    });
+  }
+  const int64_t ob = p.out_p / 32;
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> sums(static_cast<size_t>(p.taps * 1024));
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t e = 0; e < p.taps * 1024; ++e) {
+        float v = part[b * p.taps * 1024 + e];
+        for (int64_t grp = 1; grp < groups; ++grp) v += part[(grp * items + b * p.taps) * 1024 + e];
+        sums[static_cast<size_t>(e)] = v;
+      }
+      weight_block_epilogue(sums.data(), p, g.O, g.C, b / ob * 32, b % ob * 32, gw);
+    }
+  });
+}
+}  // namespace
+
 bool amx_conv_shifts_columns(const Conv2dGeometry& g) { return Plan(g.C, g.O, g.H, g.W, g, g.ph, g.pw, g.sh, g.sw, true).shifted; }
 
 void amx_conv_forward(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, const Conv2dGeometry& g) {
@@ -677,9 +715,16 @@ void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* g
   const int64_t chunk = images_per_chunk(g.N, per_image);
   Tensor xp_t = empty({chunk * p.phases * p.in_p * p.pitch}, DType::BF16), gq_t = empty({chunk * qpairs * p.out_p * 2}, DType::BF16);
   uint16_t *xp = bits(xp_t), *gq = bits(gq_t);
+  const int64_t blocks = (p.in_p / 32) * (p.out_p / 32);
+  // NOTE [AMX weight-gradient span groups]: with fewer than 8 items (block, tap) the spans of
+  // pixels are cut into G = ceil(8 / items) groups, each summed apart into sums of its own, and
+  // the groups' sums added in group order at the end: enough work units for every thread where
+  // one item (32 -> 32 channels 1x1, AmoebaNet's commonest) left all threads but one waiting.
+  // G depends on the geometry only, so the sums, in their order, do not depend on the threads.
+  const int64_t items = blocks * p.taps, groups = items < 8 ? (8 + items - 1) / items : 1;
+  if (groups > 1) return weight_by_span_groups(p, gy, x, gw, g, chunk, xp, gq, groups);
   // The epilogue goes into the last chunk's items where there are blocks enough for every thread to
   // take whole blocks evenly; else items of one tap and the epilogue after them.
-  const int64_t blocks = (p.in_p / 32) * (p.out_p / 32);
   const bool fused = blocks >= 4 * int64_t{get_num_threads()};
   const bool needs_acc = !fused || chunk < g.N || weight_spans(p, chunk).size() > 1;
   Tensor acc_t = needs_acc ? empty({blocks * p.taps * 1024}, DType::F32) : Tensor();
