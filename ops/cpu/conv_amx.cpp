@@ -614,6 +614,16 @@ TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t*
 }  // namespace
 
 namespace {
+// The weight gradient's images [n0, n0 + nb): x into the planes xp, gy into pixel pairs gq; their spans.
+std::vector<std::pair<int64_t, int64_t>> pack_weight_chunk(const Plan& p, const BFloat16* gy, const BFloat16* x, const Conv2dGeometry& g,
+                                                           int64_t n0, int64_t nb, uint16_t* xp, uint16_t* gq) {
+  const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
+  const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
+  parallel_for(0, nb * p.phases * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
+  parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
+  return weight_spans(p, nb);
+}
+
 // NOTE [AMX weight-gradient span groups], the weight gradient's chunk loop for few items.
 void weight_by_span_groups(const Plan& p, const BFloat16* gy, const BFloat16* x, BFloat16* gw, const Conv2dGeometry& g,
                            int64_t chunk, uint16_t* xp, uint16_t* gq, int64_t groups) {
@@ -622,11 +632,7 @@ void weight_by_span_groups(const Plan& p, const BFloat16* gy, const BFloat16* x,
   float* part = part_t.data<float>();
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
-    const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
-    parallel_for(0, nb * p.phases * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
-    parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
-    const auto spans = weight_spans(p, nb);
+    const auto spans = pack_weight_chunk(p, gy, x, g, n0, nb, xp, gq);
     const int64_t ns = static_cast<int64_t>(spans.size());
     parallel_for(0, groups * items, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
@@ -731,11 +737,7 @@ void amx_conv_backward_weight(const BFloat16* gy, const BFloat16* x, BFloat16* g
   float* acc = needs_acc ? acc_t.data<float>() : nullptr;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t nb = std::min(chunk, g.N - n0);
-    const uint16_t* xs = bits(x) + n0 * g.C * g.H * g.W;
-    const uint16_t* gs = bits(gy) + n0 * g.O * g.OH * g.OW;
-    parallel_for(0, nb * p.phases * p.in_p, 1, [&](int64_t i0, int64_t i1) { pack_planes(xs, p, i0, i1, xp); });
-    parallel_for(0, nb * p.Hout, 1, [&](int64_t i0, int64_t i1) { pack_gradient_pairs(gs, p, i0, i1, gq); });
-    const auto spans = weight_spans(p, nb);
+    const auto spans = pack_weight_chunk(p, gy, x, g, n0, nb, xp, gq);
     if (fused && n0 + nb == g.N) {
       parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) { weight_items(p, xp, gq, spans, acc, n0 > 0, g.O, g.C, gw, b0 * p.taps, b1 * p.taps); });
     } else {
