@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/copy.h"
@@ -574,7 +575,7 @@ TRIDENT_AMX void weight_block_epilogue(const float* sums, const Plan& p, int64_t
 // the last span's sums go to a buffer of the thread's instead, rounded into gw as soon as the
 // block's last tap is done, while they are in cache (a pass over acc after all items read 9.4 MB
 // back from memory for a 512 -> 512 3x3, 8% of a 8x512x7x7 -> 512 forward + backward in perf).
-TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t* gq, const std::vector<std::pair<int64_t, int64_t>>& spans,
+TRIDENT_AMX void weight_items(const Plan& p, const uint16_t* xp, const uint16_t* gq, std::span<const std::pair<int64_t, int64_t>> spans,
                               float* acc, bool load, int64_t O, int64_t C, BFloat16* gw, int64_t i0, int64_t i1) {
   load_tile_config();
   const int64_t ob = p.out_p / 32, qpairs = p.Qout / 2;
@@ -637,7 +638,7 @@ void weight_by_span_groups(const Plan& p, const BFloat16* gy, const BFloat16* x,
     parallel_for(0, groups * items, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t grp = i / items, it = i % items;
-        const std::vector<std::pair<int64_t, int64_t>> mine(spans.begin() + grp * ns / groups, spans.begin() + (grp + 1) * ns / groups);
+        const std::span<const std::pair<int64_t, int64_t>> mine(spans.data() + grp * ns / groups, spans.data() + (grp + 1) * ns / groups);
         weight_items(p, xp, gq, mine, part + grp * items * 1024, true, g.O, g.C, nullptr, it, it + 1);
       }
     });

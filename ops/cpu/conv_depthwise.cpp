@@ -812,15 +812,8 @@ template <typename T, typename Seed, typename Sink>
 void depthwise_weight_sums(const PlaneIn<T>& gy, const PlaneIn<T>& x, const Conv2dGeometry& g, const Seed& seed, const Sink& sink) {
   using A = acc_t<T>;
   const int64_t mult = g.O / g.C, khw = g.kH * g.kW, HW = g.H * g.W, P = g.OH * g.OW;
-  const PhaseLayout L(g);
   // Threads take input channels c (and with them output channels c mult .. c mult + mult - 1).
-  // f32: every tap of a plane at once (NOTE [Depthwise weight-gradient blocks]), over the flat
-  // outputs rounded up to whole vectors; the taps' offsets in the phase planes, in tap order.
   constexpr bool blocks = std::is_same_v<T, float>;
-  const int64_t padded = blocks ? (L.flat + 15) / 16 * 16 : L.flat;
-  std::vector<int64_t> tap_off(static_cast<size_t>(khw));
-  for (const PhaseLayout::Group& gr : L.groups)
-    for (size_t i = 0; i < gr.kw.size(); ++i) tap_off[static_cast<size_t>(gr.kh * g.kW + gr.kw[i])] = gr.phase * L.plane + gr.off[i];
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.N * mult * P * khw));
 #ifdef TRIDENT_CPU_HAS_AVX512_KERNELS
   if constexpr (blocks) {
@@ -844,6 +837,13 @@ void depthwise_weight_sums(const PlaneIn<T>& gy, const PlaneIn<T>& x, const Conv
     }
   }
 #endif
+  // f32: every tap of a plane at once (NOTE [Depthwise weight-gradient blocks]), over the flat
+  // outputs rounded up to whole vectors; the taps' offsets in the phase planes, in tap order.
+  const PhaseLayout L(g);
+  const int64_t padded = blocks ? (L.flat + 15) / 16 * 16 : L.flat;
+  std::vector<int64_t> tap_off(static_cast<size_t>(khw));
+  for (const PhaseLayout::Group& gr : L.groups)
+    for (size_t i = 0; i < gr.kw.size(); ++i) tap_off[static_cast<size_t>(gr.kh * g.kW + gr.kw[i])] = gr.phase * L.plane + gr.off[i];
   parallel_for(0, g.C, grain, [&](int64_t c0, int64_t c1) {
     PhasePlanes<T> pl(g, L, padded, blocks ? 16 : 0);
     std::vector<A> acc(static_cast<size_t>(mult * khw));
