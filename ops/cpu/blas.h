@@ -1,7 +1,9 @@
 // Row-major GEMM on the CPU, for kernels that need a matrix product inside (matmul, linear,
 // convolution via im2col): C = alpha * op(A) @ op(B) + beta * C, through OpenBLAS, or for f32 on
 // an AVX-512 CPU whose OpenBLAS runs narrower kernels, or whose cores have 2 MiB of L2, or a Zen 4
-// (products that fill its tiles; on Zen 4 large ones), through Trident's own (NOTE [AVX-512 SGEMM] in ops/cpu/sgemm_avx512.cpp).
+// (products that fill its tiles; on Zen 4 large ones), through Trident's own (NOTE [AVX-512 SGEMM] in ops/cpu/sgemm_avx512.cpp),
+// and on an AVX2 CPU products of at most 256 steps of k through its AVX2 one (NOTE [AVX2 SGEMM] in
+// ops/cpu/sgemm_avx2.cpp); ops/cpu/sgemm.h chooses.
 // Outside a parallel region a large product is split into panels across Trident's threads;
 // inside one it runs on the calling thread (NOTE [Threads] in core/parallel.cpp).
 #pragma once

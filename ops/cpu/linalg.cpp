@@ -7,7 +7,7 @@
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemv.h"
-#include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/shape.h"
 
 namespace trident::cpu {
@@ -145,12 +145,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
     if (sgemm_small_m(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   }
   // Decided once for the whole product, so that every panel below runs the same kernel and the
-  // result does not depend on the thread count (NOTE [AVX-512 SGEMM]).
-  bool own_kernel = false;
-  if constexpr (std::is_same_v<T, float>) own_kernel = sgemm_avx512_preferred(m, n, k);
+  // result does not depend on the thread count (NOTE [AVX-512 SGEMM], NOTE [AVX2 SGEMM]).
+  Sgemm kernel = Sgemm::OpenBlas;
+  if constexpr (std::is_same_v<T, float>) kernel = sgemm_kernel_for(m, n, k);
   const auto call = [&](int64_t mm, int64_t nn, const T* ap, const T* bp, T* cp) {
     if constexpr (std::is_same_v<T, float>) {
-      if (own_kernel) return sgemm_avx512(trans_a, trans_b, mm, nn, k, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+      if (kernel == Sgemm::Avx512) return sgemm_avx512(trans_a, trans_b, mm, nn, k, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+      if (kernel == Sgemm::Avx2) return sgemm_avx2(trans_a, trans_b, mm, nn, k, alpha, ap, lda, bp, ldb, beta, cp, ldc);
     }
     const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     const auto M = static_cast<blasint>(mm), N = static_cast<blasint>(nn), K = static_cast<blasint>(k);

@@ -7,22 +7,11 @@
 // compute wrong results in their AVX-512 kernels there, and Trident keeps the user's choice
 // (NOTE [OpenBLAS core] in core/parallel.cpp). Every f32 product (linear, matmul, attention's
 // batched products, convolution's im2col) then ran at AVX2 speed. This GEMM is the Goto/BLIS
-// loop nest around an 8 x 48 micro-kernel (8 rows of C, three 16-lane vectors each: 24
-// accumulators; per k step 3 loads of B and 8 broadcasts of A for 24 multiply-adds), the shape
-// the convolutions' AVX-512 micro-kernel measured best (NOTE [AVX-512 micro-kernel] in
-// ops/cpu/conv_simd.h):
-//
-//   for each block of kNC columns of C:
-//     for each block of kKC steps of k:          pack op(B)[kc x nc] as panels of 48 columns
-//       for each block of kMC rows of C:         pack op(A)[mc x kc] as panels of 8 rows
-//         for each 48-column panel of B:         (read from L2 by each A panel)
-//           for each 8-row panel of A:           (the A block stays in L2)
-//             C[8 x 48] (+)= alpha * A panel @ B panel
-//
-// Panels past the edge of C are padded with zeros when packed, so the micro-kernel always runs
-// whole tiles; only its stores are masked. The first k block applies beta (beta == 0 writes C
-// without reading it, as BLAS does), later ones add. Each element of C is summed in the same
-// order (k ascending, blocks of kKC) whatever the panel it falls in, so splitting C across threads
+// loop nest (ops/cpu/sgemm_blocks.h, shared with NOTE [AVX2 SGEMM]) around an 8 x 48
+// micro-kernel (8 rows of C, three 16-lane vectors each: 24 accumulators; per k step 3 loads of
+// B and 8 broadcasts of A for 24 multiply-adds), the shape the convolutions' AVX-512
+// micro-kernel measured best (NOTE [AVX-512 micro-kernel] in ops/cpu/conv_simd.h). Each element
+// of C is summed in the same order whatever the panel it falls in, so splitting C across threads
 // (cpu::gemm) does not change the result. Where OpenBLAS runs its own AVX-512 kernels
 // (SkylakeX, Cooperlake, SapphireRapids), it keeps the product where each core's L2 is smaller
 // than 2 MiB: on one Zen 5 thread (1 MiB L2) this GEMM runs at 1.3-2.1x OpenBLAS's Haswell
@@ -37,94 +26,25 @@
 // (256 x 784 x 256, the im2col and pointwise products of convolutions, attention's k = 64):
 // so there it takes the former. TRIDENT_CPU_SGEMM=trident or openblas overrides the rule for
 // every product.
-#include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/sgemm.h"
 
 #include <algorithm>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <new>
-#include <unistd.h>
-#include <utility>
 
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/conv_simd.h"
 #include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm_blocks.h"
 
 #if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)
 #include <immintrin.h>
 #endif
 
 namespace trident::cpu {
-namespace {
-int g_preference = -1;  // set_sgemm_avx512_preference_for_testing
-constexpr int64_t kTileRows = 8, kTileColumns = 48;  // the micro-kernel's tile of C
-
-// Whether each core's L2 holds at least 2 MiB (Intel's Xeons since Sapphire Rapids; AMD's Zen 4
-// and 5 have 1 MiB); 0 or an error from sysconf counts as smaller.
-bool large_l2() {
-  static const bool large = sysconf(_SC_LEVEL2_CACHE_SIZE) >= (int64_t{2} << 20);
-  return large;
-}
-
-// Whether the CPU is an AMD of family 0x19 (Zen 3 and 4; of those only Zen 4 has AVX-512, which
-// it executes as two 256-bit halves). Zen 5 (family 0x1A) runs 512 bits at once.
-bool amd_family_19h() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool zen4 = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
-    if (!amd || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-    unsigned family = (eax >> 8) & 0xF;
-    if (family == 0xF) family += (eax >> 20) & 0xFF;
-    return family == 0x19;
-  }();
-  return zen4;
-#else
-  return false;
-#endif
-}
-}  // namespace
-
-int set_sgemm_avx512_preference_for_testing(int mode) { return std::exchange(g_preference, mode < 0 ? -1 : mode > 0 ? 1 : 0); }
-
-bool sgemm_avx512_available() { return cpu_avx512_kernels(); }
-
-int sgemm_choice_from_env(const char* value) {
-  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "auto") == 0) return -1;
-  if (std::strcmp(value, "trident") == 0) return 1;
-  if (std::strcmp(value, "openblas") == 0) return 0;
-  TRIDENT_FAIL("TRIDENT_CPU_SGEMM=", value, ": expected trident, openblas or auto");
-}
-
-bool sgemm_avx512_preferred(int64_t m, int64_t n, int64_t k) {
-  if (!sgemm_avx512_available()) return false;
-  // Products thinner than a tile (a row vector times a matrix in token-by-token generation) would
-  // spend most of each 8 x 48 tile on padding.
-  if (m < kTileRows || n < 16 || k < 8) return g_preference == 1;
-  if (g_preference >= 0) return g_preference == 1;
-  static const int env = sgemm_choice_from_env(std::getenv("TRIDENT_CPU_SGEMM"));
-  if (env >= 0) return env == 1;
-  static const bool blas_avx512 = blas_core_has_avx512();
-  if (!blas_avx512) return true;
-  // OpenBLAS runs its AVX-512 kernels: on a large-L2 CPU this GEMM is still the faster one where
-  // its 48-column tiles are at least 85% full, and on Zen 4 where they are, m is at least 512
-  // and k at least 256 (NOTE [AVX-512 SGEMM]).
-  const int64_t padded = (n + kTileColumns - 1) / kTileColumns * kTileColumns;
-  const bool full = n * 20 >= padded * 17;
-  if (large_l2()) return full;
-  return amd_family_19h() && full && m >= 512 && k >= 256;
-}
-
 #if defined(TRIDENT_CPU_HAS_AVX512_KERNELS)
 namespace {
 
-constexpr int64_t kMR = kTileRows, kNR = kTileColumns;
+constexpr int64_t kMR = 8, kNR = 48;  // the micro-kernel's tile of C
 // Block sizes. kKC was measured on a Zen 5 EPYC (one thread, 1024 x 3072 x 768 with B
 // transposed, best of 7, two runs each): kKC 128 / 192 / 256 / 384 / 512 gave 0.68-0.76 /
 // 0.73-0.84 / 0.80-0.90 / 0.85-0.98 / 0.89-0.96 of OpenBLAS's SkylakeX kernels (768: one
@@ -136,7 +56,7 @@ constexpr int64_t kMR = kTileRows, kNR = kTileColumns;
 // process) 1024 x 3072 x 768 with B transposed ran 2.4-2.8% faster at 768 (with the C prefetch
 // in micro_kernel, 3.4-4.0%), 1024^3 the same. The k loop is unrolled 4 times.
 constexpr int64_t kKC = 384, kMC = 96;
-int64_t block_columns() { return large_l2() ? 768 : 3072; }
+int64_t block_columns() { return sgemm_detail::large_l2() ? 768 : 3072; }
 constexpr int kUnroll = 4;
 
 #define TRIDENT_AVX512 __attribute__((TRIDENT_TARGET_V4))
@@ -278,67 +198,20 @@ TRIDENT_AVX512 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, 
   }
 }
 
-// This thread's packing buffers, grown when needed, 64-byte aligned.
-struct PackBuffers {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> a, b;
-  int64_t a_size = 0, b_size = 0;
-  static float* ensure(std::unique_ptr<float, Free>& buf, int64_t& have, int64_t need) {
-    if (have < need) {
-      const size_t bytes = (static_cast<size_t>(need) * sizeof(float) + 63) / 64 * 64;
-      buf.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-      if (!buf) throw std::bad_alloc();
-      have = need;
-    }
-    return buf.get();
-  }
-};
-
-TRIDENT_AVX512 void sgemm_blocks(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  thread_local PackBuffers bufs;
-  const int64_t kNC = block_columns();
-  const int64_t kc_max = std::min(kKC, k);
-  float* bp = PackBuffers::ensure(bufs.b, bufs.b_size, kc_max * (std::min(kNC, n) + kNR));
-  float* ap = PackBuffers::ensure(bufs.a, bufs.a_size, kc_max * (std::min(kMC, m) + kMR));
-  for (int64_t jc = 0; jc < n; jc += kNC) {
-    const int64_t nc = std::min(kNC, n - jc);
-    for (int64_t pc = 0; pc < k; pc += kKC) {
-      const int64_t kc = std::min(kKC, k - pc);
-      const float beta_here = pc == 0 ? beta : 1.0f;
-      pack_b(tb, b, ldb, pc, kc, jc, nc, bp);
-      for (int64_t ic = 0; ic < m; ic += kMC) {
-        const int64_t mc = std::min(kMC, m - ic);
-        pack_a(ta, a, lda, ic, mc, pc, kc, ap);
-        for (int64_t jr = 0; jr < nc; jr += kNR) {
-          const float* bpanel = bp + (jr / kNR) * kc * kNR;
-          for (int64_t ir = 0; ir < mc; ir += kMR) {
-            micro_kernel(kc, ap + (ir / kMR) * kc * kMR, bpanel, alpha, beta_here, c + (ic + ir) * ldc + jc + jr, ldc,
-                         std::min(kMR, mc - ir), std::min(kNR, nc - jr));
-          }
-        }
-      }
-    }
-  }
-}
 
 }  // namespace
 
+bool sgemm_avx512_available() { return cpu_avx512_kernels(); }
+
 void sgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (alpha == 0.0f || k <= 0) {  // C = beta C, A and B unread (BLAS's rule)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
-  }
-  sgemm_blocks(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  sgemm_detail::sgemm_blocks<kMR, kNR, kKC, kMC, pack_a, pack_b, micro_kernel>(block_columns(), trans_a, trans_b, m, n, k, alpha, a,
+                                                                              lda, b, ldb, beta, c, ldc);
 }
 
 #else
 
+bool sgemm_avx512_available() { return false; }
 void sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
                   int64_t) {
   TRIDENT_FAIL("sgemm_avx512: this build has no AVX-512 kernels");

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "ops/cpu/isa.h"
-#include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/sgemm.h"
 #include "test_util.h"
 
 using namespace trident;

@@ -6,7 +6,8 @@
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemv.h"
-#include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm.h"
 
 using namespace trident;
 using namespace trident::testing;
@@ -292,9 +293,9 @@ TEST(Matmul, FoldedAndParallelBatchPathsAgreeWithTheLoop) {
   EXPECT_TRUE(all_close(matmul(r, m), matmul(contiguous(r), m), 1e-12, 1e-12));
 }
 
-// NOTE [AVX-512 SGEMM]: Trident's own f32 GEMM, forced on, against an f64 product of the same
-// f32 values, for every transpose pair, edges of each block size (8-row and 48-column tiles, kMC
-// = 96 rows, kKC = 384 steps, blocks of 768 or 3072 columns by the L2's size), row strides wider
+// NOTE [AVX-512 SGEMM], NOTE [AVX2 SGEMM]: Trident's own f32 GEMMs, called directly, against an
+// f64 product of the same f32 values, for every transpose pair, edges of each block size (8 x 48
+// and 4 x 24 tiles, kMC = 96 rows, kKC = 384 steps, blocks of 768 or 3072 columns), row strides wider
 // than the matrices, alpha and beta (beta = 0 must not read C: C starts as NaN there). Elements
 // outside C (the row padding) must stay untouched. Tolerance: the f32 dot-product bound,
 // k eps sum |a||b| (plus |beta c| eps), per element.
@@ -354,12 +355,19 @@ void expect_sgemm_matches_f64(const std::vector<SgemmCase>& cases, const SgemmFn
 
 TEST(Gemm, Avx512KernelMatchesF64OnEveryLayoutAndEdge) {
   if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
-  const int was = cpu::set_sgemm_avx512_preference_for_testing(1);
   expect_sgemm_matches_f64({{1, 1, 1, 1, 0},      {7, 15, 9, 1, 0},      {8, 48, 8, 1, 0},       {9, 49, 7, 0.5f, 1},
                             {33, 47, 19, 1, -0.7f}, {96, 96, 384, 1, 0},  {97, 95, 385, 2, 1},    {200, 100, 800, 1, 0.25f},
                             {17, 3100, 40, 1, 0},   {130, 17, 1000, -1, 1}, {64, 64, 1, 1, 0},     {5, 300, 77, 1, 0}},
                            cpu::sgemm_avx512, 71);
-  cpu::set_sgemm_avx512_preference_for_testing(was);
+}
+
+TEST(Gemm, Avx2KernelMatchesF64OnEveryLayoutAndEdge) {
+  if (!cpu::sgemm_avx2_available()) GTEST_SKIP() << "this CPU (or build) has no AVX2 and FMA";
+  expect_sgemm_matches_f64({{1, 1, 1, 1, 0},       {3, 23, 9, 1, 0},        {4, 24, 8, 1, 0},      {5, 25, 7, 0.5f, 1},
+                            {33, 47, 19, 1, -0.7f}, {96, 96, 384, 1, 0},     {97, 95, 385, 2, 1},   {200, 100, 800, 1, 0.25f},
+                            {17, 3100, 40, 1, 0},   {130, 17, 1000, -1, 1},  {64, 64, 1, 1, 0},     {5, 300, 77, 1, 0},
+                            {6, 3073, 13, 1, 0.5f}, {101, 49, 256, 0.5f, 0}, {8, 900, 8, 1, 0}},
+                           cpu::sgemm_avx2, 75);
 }
 
 // NOTE [Small-m SGEMM]: one to four rows times a matrix, on one thread and on two (above the size
@@ -415,29 +423,49 @@ TEST(Gemm, SgemmEnvironmentChoice) {
   }
 }
 
-// cpu::gemm splits a product into panels across threads; with Trident's own kernel each element
+// cpu::gemm splits a product into panels across threads; with Trident's own kernels each element
 // is summed in the same order whatever the panel, so the thread count does not change a bit.
-// The same products through OpenBLAS agree within the f32 bound.
-TEST(Gemm, Avx512KernelIsTheSameOnOneOrTwoThreadsAndAgreesWithOpenBlas) {
-  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
+// The same products through OpenBLAS agree within the f32 bound. `avx512`: the AVX-512 kernel,
+// else the AVX2 one (the AVX-512 kernels turned off for the test).
+namespace {
+void expect_own_sgemm_independent_of_threads(bool avx512) {
+  const bool was_avx512 = cpu::set_cpu_avx512_kernels_enabled_for_testing(avx512);
   const int threads = get_num_threads();
   Generator g(72);
   for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 200, 500}, {40, 700, 129}, {33, 33, 33}}) {
     SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
     const Tensor a = randn({m, k}, kF32, &g), b = randn({n, k}, kF32, &g);  // linear's layout: B read transposed
     auto product = [&, m = m, n = n, k = k](int nthreads, int preference) {
-      const int was = cpu::set_sgemm_avx512_preference_for_testing(preference);
+      const int was = cpu::set_sgemm_preference_for_testing(preference);
       set_num_threads(nthreads);
       std::vector<float> c(static_cast<size_t>(m * n));
       cpu::gemm<float>(false, true, m, n, k, 1.f, a.data<float>(), k, b.data<float>(), k, 0.f, c.data(), n);
-      cpu::set_sgemm_avx512_preference_for_testing(was);
+      cpu::set_sgemm_preference_for_testing(was);
       return c;
     };
-    const std::vector<float> one = product(1, 1), two = product(2, 1), blas = product(2, 0);
+    const int was = cpu::set_sgemm_preference_for_testing(1);
+    const bool chosen = cpu::sgemm_kernel_for(m, n, k) == (avx512 ? cpu::Sgemm::Avx512 : cpu::Sgemm::Avx2);
+    cpu::set_sgemm_preference_for_testing(0);
+    const bool blas = cpu::sgemm_kernel_for(m, n, k) == cpu::Sgemm::OpenBlas;
+    cpu::set_sgemm_preference_for_testing(was);
+    EXPECT_TRUE(chosen && blas) << "the testing preference does not choose the kernels";
+    const std::vector<float> one = product(1, 1), two = product(2, 1), openblas = product(2, 0);
     set_num_threads(threads);
     EXPECT_EQ(one, two);
     double worst = 0;
-    for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(one[i]) - blas[i]));
+    for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(one[i]) - openblas[i]));
     EXPECT_LT(worst, 1e-5 * static_cast<double>(k)) << "largest difference from OpenBLAS";
   }
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(was_avx512);
+}
+}  // namespace
+
+TEST(Gemm, Avx512KernelIsTheSameOnOneOrTwoThreadsAndAgreesWithOpenBlas) {
+  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU (or build) has no AVX-512 kernels";
+  expect_own_sgemm_independent_of_threads(true);
+}
+
+TEST(Gemm, Avx2KernelIsTheSameOnOneOrTwoThreadsAndAgreesWithOpenBlas) {
+  if (!cpu::sgemm_avx2_available()) GTEST_SKIP() << "this CPU (or build) has no AVX2 and FMA";
+  expect_own_sgemm_independent_of_threads(false);
 }
