@@ -105,26 +105,6 @@ TRIDENT_AVX2 __attribute__((noinline)) void micro_kernel(int64_t kc, const float
   }
 }
 
-// The 8 x 8 block v transposed in place.
-TRIDENT_AVX2 inline void transpose_8x8(__m256 (&v)[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
 // The mc x kc block of op(A) at (i0, p0) as panels of 4 rows: panel q holds, for each step p,
 // the 4 values op(A)[i0 + 4 q + r][p0 + p] (zeros past mc).
 TRIDENT_AVX2 void pack_a(bool trans, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* dst) {
@@ -176,22 +156,7 @@ TRIDENT_AVX2 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, in
     }
     return;
   }
-  // op(B)[p][j] = b[j ldb + p]: 24 rows of b read along p, written transposed in 8 x 8 blocks
-  // (8 columns j by 8 steps p); rows past nc read as zeros.
-  for (int64_t q = 0; q < panels; ++q, dst += kc * kNR) {
-    const int64_t cols = std::min(kNR, nc - q * kNR), first = j0 + q * kNR;
-    int64_t p = 0;
-    for (; p + 8 <= kc; p += 8) {
-      for (int64_t jb = 0; jb < kNR; jb += 8) {
-        __m256 v[8];
-        for (int r = 0; r < 8; ++r) v[r] = jb + r < cols ? _mm256_loadu_ps(b + (first + jb + r) * ldb + p0 + p) : _mm256_setzero_ps();
-        transpose_8x8(v);
-        for (int r = 0; r < 8; ++r) _mm256_storeu_ps(dst + (p + r) * kNR + jb, v[r]);
-      }
-    }
-    for (; p < kc; ++p)
-      for (int64_t j = 0; j < kNR; ++j) dst[p * kNR + j] = j < cols ? b[(first + j) * ldb + p0 + p] : 0.0f;
-  }
+  sgemm_detail::pack_b_transposed<kNR>(b, ldb, p0, kc, j0, nc, dst);
 }
 
 }  // namespace

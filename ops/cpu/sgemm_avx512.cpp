@@ -178,26 +178,8 @@ TRIDENT_AVX512 void pack_b(bool trans, const float* b, int64_t ldb, int64_t p0, 
     }
     return;
   }
-  for (int64_t q = 0; q * kNR < nc; ++q, dst += kc * kNR) {
-    const int64_t cols = std::min(kNR, nc - q * kNR), first = j0 + q * kNR;
-    // op(B)[p][j] = b[j ldb + p]: 48 rows of b read along p, written transposed
-    // 8 x 8 blocks: 8 columns j (rows of b) by 8 steps p.
-    int64_t p = 0;
-    for (; p + 8 <= kc; p += 8) {
-      for (int64_t jb = 0; jb < kNR; jb += 8) {
-        conv_simd::v8f v[8];
-        for (int r = 0; r < 8; ++r) {
-          const int64_t j = jb + r;
-          v[r] = j < cols ? conv_simd::load8(b + (first + j) * ldb + p0 + p) : conv_simd::v8f{};
-        }
-        transpose_8x8(v, dst + p * kNR + jb, kNR);
-      }
-    }
-    for (; p < kc; ++p)
-      for (int64_t j = 0; j < kNR; ++j) dst[p * kNR + j] = j < cols ? b[(first + j) * ldb + p0 + p] : 0.0f;
-  }
+  sgemm_detail::pack_b_transposed<kNR>(b, ldb, p0, kc, j0, nc, dst);
 }
-
 
 }  // namespace
 

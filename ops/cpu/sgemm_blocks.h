@@ -28,6 +28,8 @@
 #include <new>
 #include <unistd.h>
 
+#include "ops/cpu/conv_simd.h"
+
 namespace trident::cpu::sgemm_detail {
 
 // Whether each core's L2 holds at least 2 MiB (Intel's Xeons since Sapphire Rapids; AMD's Zen 4
@@ -54,6 +56,29 @@ struct PackBuffers {
     return buf.get();
   }
 };
+
+// The kc x nc block of op(B) at (p0, j0) from B stored [n, k] (op(B)[p][j] = b[j ldb + p]) as
+// panels of NR columns (NR a multiple of 8): NR rows of b read along p, written transposed in
+// 8 x 8 blocks (8 columns j by 8 steps p); zeros past nc. Inline, so that each kernel's pack_b
+// compiles it for its own ISA.
+template <int64_t NR>
+inline void pack_b_transposed(const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+  static_assert(NR % 8 == 0, "panels of whole 8 x 8 blocks");
+  for (int64_t q = 0; q * NR < nc; ++q, dst += kc * NR) {
+    const int64_t cols = std::min(NR, nc - q * NR), first = j0 + q * NR;
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      for (int64_t jb = 0; jb < NR; jb += 8) {
+        conv_simd::v8f v[8], t[8];
+        for (int r = 0; r < 8; ++r) v[r] = jb + r < cols ? conv_simd::load8(b + (first + jb + r) * ldb + p0 + p) : conv_simd::v8f{};
+        conv_simd::transpose_8x8(v, t);
+        for (int r = 0; r < 8; ++r) conv_simd::store8(dst + (p + r) * NR + jb, t[r]);
+      }
+    }
+    for (; p < kc; ++p)
+      for (int64_t j = 0; j < NR; ++j) dst[p * NR + j] = j < cols ? b[(first + j) * ldb + p0 + p] : 0.0f;
+  }
+}
 
 // C = alpha * op(A) @ op(B) + beta * C as cblas_sgemm with CblasRowMajor (m, n > 0 and k > 0 or
 // alpha == 0 handled here: C = beta C, A and B unread, BLAS's rule).
