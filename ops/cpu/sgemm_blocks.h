@@ -3,16 +3,16 @@
 // kernel set that packs and multiplies:
 //
 //   for each block of nc columns of C:
-//     for each block of kKC steps of k:          pack op(B)[kc x nc] as panels of kNR columns
-//       for each block of kMC rows of C:         pack op(A)[mc x kc] as panels of kMR rows
-//         for each kNR-column panel of B:        (read from L2 by each A panel)
-//           for each kMR-row panel of A:         (the A block stays in L2)
-//             C[kMR x kNR] (+)= alpha * A panel @ B panel
+//     for each block of KC steps of k:           pack op(B)[kc x nc] as panels of NR columns
+//       for each block of MC rows of C:          pack op(A)[mc x kc] as panels of MR rows
+//         for each NR-column panel of B:         (read from L2 by each A panel)
+//           for each MR-row panel of A:          (the A block stays in L2)
+//             C[MR x NR] (+)= alpha * A panel @ B panel
 //
 // Panels past the edge of C are padded with zeros when packed, so the micro-kernel always runs
 // whole tiles; only its stores are masked. The first k block applies beta (beta == 0 writes C
 // without reading it, as BLAS does), later ones add. Each element of C is summed in the same
-// order (k ascending, blocks of kKC) whatever the panel it falls in, so splitting C across threads
+// order (k ascending, blocks of KC) whatever the panel it falls in, so splitting C across threads
 // (cpu::gemm) does not change the result.
 //
 // A kernel set gives the tile (MR x NR), the blocks of k and of rows (KC, MC) and of columns
