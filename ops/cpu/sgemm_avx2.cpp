@@ -15,7 +15,8 @@
 // 1.20x, 256 x 784 x 256 1.01-1.02x; GPT-2 tiny's 512 x 768 x 256 with B transposed 1.06x,
 // 1024 x 256 x 256 1.04x; attention's 128 x 128 x 64 1.07x, 128 x 64 x 128 0.98x; and with
 // longer sums, where OpenBLAS keeps the product: 1024^3 0.94x, 1024 x 3072 x 768 0.93x,
-// the pointwise weight gradient's 64 x 64 x 900 (B transposed) 0.81x.
+// the pointwise weight gradient's 64 x 64 x 900 (B transposed) 0.81x (through cpu::gemm on two
+// threads such products ran 0.96-1.11x: no rule there either way).
 // TRIDENT_CPU_SGEMM=trident or openblas overrides the rule for every product.
 #include "ops/cpu/sgemm.h"
 

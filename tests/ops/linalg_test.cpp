@@ -1,8 +1,10 @@
 #include "test_util.h"
 
 #include <array>
+#include <cstdlib>
 #include <functional>
 
+#include "core/parallel.h"
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemv.h"
@@ -406,6 +408,25 @@ TEST(Gemm, SmallMProductsMatchF64AndDoNotDependOnTheThreads) {
   EXPECT_FALSE(cpu::sgemm_small_m(false, false, 5, 64, 64, 1.f, a.data(), 64, b.data(), 64, 0.f, c.data(), 64));
   EXPECT_FALSE(cpu::sgemm_small_m(false, false, 1, 15, 64, 1.f, a.data(), 64, b.data(), 64, 0.f, c.data(), 64));
   EXPECT_FALSE(cpu::sgemm_small_m(false, false, 1, 64, 15, 1.f, a.data(), 64, b.data(), 64, 0.f, c.data(), 64));
+}
+
+// NOTE [AVX2 SGEMM]'s rule, with the AVX-512 kernels off: where OpenBLAS runs AVX2 kernels, the
+// AVX2 GEMM takes products of at most 256 steps of k and at least 4 rows, 8 columns and 8 steps;
+// OpenBLAS the longer and the thinner ones (and every one where its own kernels are AVX-512).
+TEST(Gemm, Avx2KernelTakesShortSumsOnly) {
+  if (!cpu::sgemm_avx2_available()) GTEST_SKIP() << "this CPU (or build) has no AVX2 and FMA";
+  if (std::getenv("TRIDENT_CPU_SGEMM") != nullptr) GTEST_SKIP() << "TRIDENT_CPU_SGEMM is set: the rule does not apply";
+  const bool was = cpu::set_cpu_avx512_kernels_enabled_for_testing(false);
+  const cpu::Sgemm short_sums = blas_core_has_avx512() ? cpu::Sgemm::OpenBlas : cpu::Sgemm::Avx2;
+  EXPECT_EQ(cpu::sgemm_kernel_for(64, 900, 256), short_sums);
+  EXPECT_EQ(cpu::sgemm_kernel_for(4, 8, 8), short_sums);
+  EXPECT_EQ(cpu::sgemm_kernel_for(1024, 50304, 256), short_sums);
+  EXPECT_EQ(cpu::sgemm_kernel_for(64, 900, 257), cpu::Sgemm::OpenBlas);
+  EXPECT_EQ(cpu::sgemm_kernel_for(64, 64, 900), cpu::Sgemm::OpenBlas);
+  EXPECT_EQ(cpu::sgemm_kernel_for(3, 900, 64), cpu::Sgemm::OpenBlas);
+  EXPECT_EQ(cpu::sgemm_kernel_for(64, 7, 64), cpu::Sgemm::OpenBlas);
+  EXPECT_EQ(cpu::sgemm_kernel_for(64, 900, 7), cpu::Sgemm::OpenBlas);
+  cpu::set_cpu_avx512_kernels_enabled_for_testing(was);
 }
 
 // TRIDENT_CPU_SGEMM picks the f32 GEMM; a value it does not know is an error that names it.
